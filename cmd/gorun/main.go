@@ -1,0 +1,183 @@
+// Command gorun starts the ranks of a program, locally or over SSH, and
+// runs gorun's side tools (`gorun bench`). See the README.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/gorun/gorun/launcher"
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	os.Exit(run(os.Args))
+}
+
+// exitError carries an exit code out of a cli action.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+func run(args []string) int {
+	app := newApp()
+	err := app.Run(args)
+	var ee exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	default:
+		fmt.Fprintf(os.Stderr, "gorun: %v\n", err)
+		return launcher.ExitLaunchFailed
+	}
+}
+
+func newApp() *cli.App {
+	return &cli.App{
+		Name:                      "gorun",
+		Usage:                     "start the ranks of a program locally or over SSH",
+		UsageText:                 "gorun [flags] PROGRAM [ARGS...]\n   gorun bench [flags]",
+		HideHelpCommand:           true,
+		DisableSliceFlagSeparator: true,
+		Flags:                     launchFlags(),
+		Action:                    launch,
+		Commands: []*cli.Command{
+			{
+				Name:   launcher.AgentCommandName,
+				Hidden: true,
+				Action: agent,
+			},
+		},
+	}
+}
+
+func launchFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "np", Aliases: []string{"n"}, Usage: "number of ranks (default: one per slot, or 1 locally)"},
+		&cli.StringFlag{Name: "hostfile", Aliases: []string{"machinefile"}, Usage: "Open MPI (`host slots=N`) or MPICH (`host:N`) hostfile"},
+		&cli.StringFlag{Name: "H", Aliases: []string{"host"}, Usage: "hosts as `host1:4,host2:4`"},
+		&cli.StringSliceFlag{Name: "x", Usage: "pass `VAR[=value]` to every rank (repeatable)"},
+		&cli.StringFlag{Name: "map-by", Value: "slot", Usage: "place ranks by `slot` (fill hosts) or node (round-robin)"},
+		&cli.BoolFlag{Name: "oversubscribe", Usage: "allow more ranks than slots"},
+		&cli.StringFlag{Name: "output-filename", Usage: "also write each rank's output to `DIR`/rank.N/{stdout,stderr}"},
+		&cli.BoolFlag{Name: "tag-output", Value: true, Usage: "prefix each output line with [rank]"},
+		&cli.DurationFlag{Name: "timeout", Usage: "end the job after this long (exit code 124)"},
+		&cli.DurationFlag{Name: "grace", Value: launcher.DefaultConfig().Grace, Usage: "time from SIGTERM to SIGKILL when ending ranks"},
+		&cli.StringFlag{Name: "ssh", Value: "ssh", Usage: "remote agent `COMMAND` (like Open MPI's plm_rsh_agent)"},
+		&cli.StringFlag{Name: "remote-gorun", Usage: "`PATH` of gorun on remote hosts (default: this binary's path)"},
+		&cli.StringFlag{Name: "wdir", Usage: "working `DIR` of the ranks (default: the current directory)"},
+		&cli.StringFlag{Name: "strategy", Usage: "collective strategy for the ranks: ring or hub (sets GORUN_STRATEGY)"},
+		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log launcher progress to stderr"},
+	}
+}
+
+func launch(c *cli.Context) error {
+	if c.NArg() == 0 {
+		return cli.ShowAppHelp(c)
+	}
+	cfg := launcher.DefaultConfig()
+	cfg.NP = c.Int("np")
+	cfg.Program = c.Args().First()
+	cfg.Args = c.Args().Tail()
+	var err error
+	if hf := c.String("hostfile"); hf != "" {
+		if c.String("H") != "" {
+			return errors.New("give either -hostfile or -H, not both")
+		}
+		f, err := os.Open(hf)
+		if err != nil {
+			return err
+		}
+		cfg.Hosts, err = launcher.ParseHostfile(hf, f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	} else if h := c.String("H"); h != "" {
+		if cfg.Hosts, err = launcher.ParseHostList(h); err != nil {
+			return err
+		}
+	}
+	if cfg.MapBy, err = launcher.ParseMapBy(c.String("map-by")); err != nil {
+		return err
+	}
+	cfg.Oversubscribe = c.Bool("oversubscribe")
+	for _, x := range c.StringSlice("x") {
+		kv, err := exportVar(x)
+		if err != nil {
+			return err
+		}
+		cfg.Env = append(cfg.Env, kv)
+	}
+	cfg.OutputDir = c.String("output-filename")
+	cfg.TagOutput = c.Bool("tag-output")
+	cfg.Timeout = c.Duration("timeout")
+	cfg.Grace = c.Duration("grace")
+	cfg.SSH = strings.Fields(c.String("ssh"))
+	cfg.RemoteGorun = c.String("remote-gorun")
+	cfg.Wdir, cfg.WdirSet = c.String("wdir"), c.IsSet("wdir")
+	switch s := c.String("strategy"); s {
+	case "", "ring", "hub":
+		cfg.Strategy = s
+	default:
+		return fmt.Errorf("--strategy %q: want ring or hub", s)
+	}
+	if cfg.Gorun, err = os.Executable(); err != nil {
+		return err
+	}
+	cfg.Stdin = os.Stdin
+	if c.Bool("verbose") {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	cfg.Signals = sigs
+	res, err := launcher.Run(context.Background(), cfg)
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return exitError{res.ExitCode}
+	}
+	return nil
+}
+
+// exportVar turns -x VAR or -x VAR=value into VAR=value.
+func exportVar(x string) (string, error) {
+	name, _, hasValue := strings.Cut(x, "=")
+	if name == "" || strings.ContainsAny(name, " \t") {
+		return "", fmt.Errorf("-x %q: bad variable name", x)
+	}
+	if hasValue {
+		return x, nil
+	}
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return "", fmt.Errorf("-x %s: not set in gorun's environment", name)
+	}
+	return name + "=" + v, nil
+}
+
+func agent(c *cli.Context) error {
+	// The launcher forwards signals; the terminal's Ctrl-C and a hang-up
+	// are not for the agent. SIGTERM ends its ranks, then the agent.
+	signal.Ignore(syscall.SIGINT, syscall.SIGHUP)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	err := launcher.RunAgent(ctx, launcher.AgentConfig{In: os.Stdin, Out: os.Stdout, Environ: os.Environ()})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gorun agent: %v\n", err)
+		return exitError{1}
+	}
+	return nil
+}

@@ -1,0 +1,482 @@
+package launcher
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// AgentConfig is what the per-host agent needs from its process.
+type AgentConfig struct {
+	In      io.Reader // messages from the launcher (the agent's stdin)
+	Out     io.Writer // messages to the launcher (the agent's stdout)
+	Environ []string  // the agent's own environment, the base for every rank
+	Logger  *slog.Logger
+}
+
+// RunAgent is the body of `gorun __agent`: it starts, watches and signals
+// one host's ranks for the launcher. It returns when every rank is gone.
+// If the launcher goes away (its stream ends) or ctx is cancelled, the
+// ranks are terminated first: no rank outlives its agent.
+func RunAgent(ctx context.Context, cfg AgentConfig) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if _, err := io.WriteString(cfg.Out, agentMagic+"\n"); err != nil {
+		return err
+	}
+	c := newConn(cfg.In, cfg.Out)
+	first, err := c.Recv()
+	if err != nil {
+		return fmt.Errorf("agent: reading job spec: %w", err)
+	}
+	if first.Kind != msgSpec || first.Spec == nil {
+		return fail(c, fmt.Errorf("agent: expected a job spec, got message %d", first.Kind))
+	}
+	spec := first.Spec
+	if spec.Version != protoVersion {
+		return fail(c, fmt.Errorf("agent protocol %d, launcher speaks %d: use the same gorun version on every host", protoVersion, spec.Version))
+	}
+	a := &agent{conn: c, spec: spec, log: log, environ: cfg.Environ, done: make(chan struct{})}
+	ready, err := a.preflight()
+	if err != nil {
+		return fail(c, err)
+	}
+	if err := c.Send(&msg{Kind: msgReady, Ready: ready}); err != nil {
+		return err
+	}
+	a.ports = ready.Ports
+	a.addr = ready.Addr
+
+	// Everything else the launcher says arrives here; the stream ending
+	// means the launcher (or its SSH session) is gone.
+	inbox := make(chan *msg, 16)
+	go func() {
+		defer close(inbox)
+		for {
+			m, err := c.Recv()
+			if err != nil {
+				return
+			}
+			inbox <- m
+		}
+	}()
+	started := false
+	var graceTimer <-chan time.Time
+	terminate := func(sig syscall.Signal) {
+		a.signalAll(sig)
+		if graceTimer == nil && sig != syscall.SIGKILL {
+			graceTimer = time.After(spec.Grace)
+		}
+	}
+	orphaned := false
+	for {
+		if started && a.running() == 0 {
+			a.wg.Wait()
+			if !orphaned {
+				return c.Send(&msg{Kind: msgDone})
+			}
+			return errors.New("agent: launcher went away; ranks terminated")
+		}
+		if !started && orphaned {
+			return errors.New("agent: launcher went away before the start")
+		}
+		select {
+		case m, ok := <-inbox:
+			if !ok {
+				inbox = nil
+				orphaned = true
+				terminate(syscall.SIGTERM)
+				continue
+			}
+			switch m.Kind {
+			case msgStart:
+				if !started {
+					started = true
+					a.start(m.Env)
+				}
+			case msgStdin:
+				a.writeStdin(m.Data)
+			case msgStdinEOF:
+				a.closeStdin()
+			case msgTerminate:
+				sig := syscall.Signal(m.Signal)
+				if sig == 0 {
+					sig = syscall.SIGTERM
+				}
+				if !started {
+					return nil
+				}
+				terminate(sig)
+			}
+		case <-a.exited():
+		case <-graceTimer:
+			a.signalAll(syscall.SIGKILL)
+		case <-ctx.Done():
+			ctx = context.Background()
+			orphaned = true
+			terminate(syscall.SIGTERM)
+		}
+	}
+}
+
+func fail(c *conn, err error) error {
+	_ = c.Send(&msg{Kind: msgError, Err: err.Error()})
+	return err
+}
+
+type rankProc struct {
+	spec  rankSpec
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	alive bool
+}
+
+type agent struct {
+	conn    *conn
+	spec    *hostSpec
+	log     *slog.Logger
+	environ []string
+	ports   []int
+	addr    string
+	dir     string
+	prog    string
+
+	mu     sync.Mutex
+	procs  []*rankProc
+	live   int
+	notify chan struct{} // closed and replaced whenever a rank exits
+	wg     sync.WaitGroup
+	done   chan struct{}
+
+	stdinCond *sync.Cond
+	stdinQ    [][]byte
+	stdinEOF  bool
+}
+
+// preflight checks the working directory and the program, and reserves the
+// ports the ranks will gossip on.
+func (a *agent) preflight() (*readyInfo, error) {
+	s := a.spec
+	host, _ := os.Hostname()
+	dir := s.Wdir
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		if s.WdirSet || dir == "" {
+			return nil, fmt.Errorf("wdir %s: no such directory", dir)
+		}
+		if dir, err = os.UserHomeDir(); err != nil {
+			dir = "/"
+		}
+	}
+	a.dir = dir
+	prog, err := resolveProgram(s.Program, dir, envValue(a.environ, "PATH"))
+	if err != nil {
+		return nil, err
+	}
+	a.prog = prog
+	ports := make([]int, 0, len(s.Ranks)+1)
+	for range len(s.Ranks) + 1 {
+		p, err := freePort(ports)
+		if err != nil {
+			return nil, fmt.Errorf("reserving a port: %w", err)
+		}
+		ports = append(ports, p)
+	}
+	addr := s.Advertise
+	if addr == "" {
+		addr = "127.0.0.1"
+		if f := strings.Fields(envValue(a.environ, "SSH_CONNECTION")); len(f) == 4 {
+			addr = f[2]
+		}
+	}
+	return &readyInfo{Hostname: host, Addr: addr, Ports: ports[:len(s.Ranks)], MasterPort: ports[len(s.Ranks)]}, nil
+}
+
+// resolveProgram finds prog the way a shell would: a name with a slash is a
+// path (relative to dir), anything else is looked up in path.
+func resolveProgram(prog, dir, path string) (string, error) {
+	if prog == "" {
+		return "", errors.New("no program given")
+	}
+	check := func(p string) error {
+		st, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("%s: no such file", prog)
+		}
+		if st.IsDir() {
+			return fmt.Errorf("%s: is a directory", prog)
+		}
+		if st.Mode()&0o111 == 0 {
+			return fmt.Errorf("%s: permission denied (not executable)", prog)
+		}
+		return nil
+	}
+	if strings.Contains(prog, "/") {
+		p := prog
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		return p, check(p)
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, prog)
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if check(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: command not found in PATH", prog)
+}
+
+// freePort finds a port that is free for both TCP and UDP (memberlist binds
+// both) and not already in taken.
+func freePort(taken []int) (int, error) {
+	for range 50 {
+		l, err := net.Listen("tcp", ":0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, uerr := net.ListenPacket("udp", ":"+strconv.Itoa(port))
+		l.Close()
+		if uerr != nil {
+			continue
+		}
+		u.Close()
+		dup := false
+		for _, t := range taken {
+			dup = dup || t == port
+		}
+		if !dup {
+			return port, nil
+		}
+	}
+	return 0, errors.New("no free port found")
+}
+
+func envValue(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
+			v = val
+		}
+	}
+	return v
+}
+
+// rankEnv is the per-rank part of the environment.
+func (a *agent) rankEnv(i int) []string {
+	r := a.spec.Ranks[i]
+	kv := func(k string, v int) string { return k + "=" + strconv.Itoa(v) }
+	return []string{
+		kv("GORUN_RANK", r.Rank), kv("GORUN_LOCAL_RANK", r.LocalRank),
+		kv("GORUN_LOCAL_SIZE", r.LocalSize), kv("GORUN_NODE_RANK", r.NodeRank),
+		kv("RANK", r.Rank), kv("LOCAL_RANK", r.LocalRank), kv("LOCAL_WORLD_SIZE", r.LocalSize),
+		kv("GROUP_RANK", r.NodeRank),
+		kv("OMPI_COMM_WORLD_RANK", r.Rank), kv("OMPI_COMM_WORLD_LOCAL_RANK", r.LocalRank),
+		kv("OMPI_COMM_WORLD_LOCAL_SIZE", r.LocalSize), kv("OMPI_COMM_WORLD_NODE_RANK", r.NodeRank),
+		"GORUN_ADDR=" + a.addr, kv("GORUN_GOSSIP_PORT", a.ports[i]),
+	}
+}
+
+func (a *agent) start(jobEnv []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.notify = make(chan struct{})
+	for i, rs := range a.spec.Ranks {
+		p := &rankProc{spec: rs}
+		a.procs = append(a.procs, p)
+		env := append(append(append(append([]string{}, a.environ...), a.spec.Env...), jobEnv...), a.rankEnv(i)...)
+		if err := a.startOne(p, env); err != nil {
+			_ = a.conn.Send(&msg{Kind: msgOutput, Rank: rs.Rank, Stream: 2, Data: []byte("gorun: " + err.Error())})
+			_ = a.conn.Send(&msg{Kind: msgExit, Rank: rs.Rank, Exit: &exitInfo{Code: 127}})
+		}
+	}
+}
+
+// startOne starts one rank in a process group of its own. Its output goes
+// through pipes the agent owns, so that waiting for the process and reading
+// its output are independent.
+func (a *agent) startOne(p *rankProc, env []string) error {
+	cmd := exec.Command(a.prog, a.spec.Args...)
+	cmd.Args[0] = a.spec.Program
+	cmd.Dir = a.dir
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	if p.spec.Rank == 0 {
+		if p.stdin, err = cmd.StdinPipe(); err != nil {
+			return err
+		}
+	}
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return fmt.Errorf("starting %s: %w", a.spec.Program, err)
+	}
+	p.cmd, p.alive = cmd, true
+	a.live++
+	_ = a.conn.Send(&msg{Kind: msgStarted, Rank: p.spec.Rank, Pid: cmd.Process.Pid})
+	var pumps sync.WaitGroup
+	pumps.Add(2)
+	go a.pump(&pumps, p.spec.Rank, 1, outR)
+	go a.pump(&pumps, p.spec.Rank, 2, errR)
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		werr := cmd.Wait()
+		pid := cmd.Process.Pid
+		// Whatever the rank left behind in its group goes with it.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		pumps.Wait()
+		ex := &exitInfo{Pid: pid, Code: cmd.ProcessState.ExitCode()}
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			ex.Code, ex.Signal = -1, int(ws.Signal())
+		} else if ex.Code < 0 && werr != nil {
+			ex.Code = 1
+		}
+		_ = a.conn.Send(&msg{Kind: msgExit, Rank: p.spec.Rank, Exit: ex})
+		a.mu.Lock()
+		p.alive = false
+		a.live--
+		close(a.notify)
+		a.notify = make(chan struct{})
+		a.mu.Unlock()
+	}()
+	return nil
+}
+
+const maxLine = 64 << 10
+
+// pump forwards whole lines; a line longer than maxLine is sent in pieces.
+func (a *agent) pump(wg *sync.WaitGroup, rank, stream int, r *os.File) {
+	defer wg.Done()
+	defer r.Close()
+	br := bufio.NewReaderSize(r, maxLine)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			line = trimNewline(line)
+			data := append([]byte(nil), line...)
+			_ = a.conn.Send(&msg{Kind: msgOutput, Rank: rank, Stream: stream, Data: data})
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			return
+		}
+	}
+}
+
+func trimNewline(b []byte) []byte {
+	if n := len(b); n > 0 && b[n-1] == '\n' {
+		b = b[:n-1]
+		if n := len(b); n > 0 && b[n-1] == '\r' {
+			b = b[:n-1]
+		}
+	}
+	return b
+}
+
+func (a *agent) running() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.live
+}
+
+func (a *agent) exited() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.notify
+}
+
+func (a *agent) signalAll(sig syscall.Signal) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range a.procs {
+		if p.alive {
+			_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+		}
+	}
+}
+
+// writeStdin queues bytes for rank 0's stdin; a writer goroutine feeds the
+// pipe, so a rank that never reads its stdin cannot stall the agent.
+func (a *agent) writeStdin(b []byte) { a.queueStdin(b, false) }
+
+func (a *agent) closeStdin() { a.queueStdin(nil, true) }
+
+func (a *agent) queueStdin(b []byte, eof bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stdinCond == nil {
+		a.stdinCond = sync.NewCond(&a.mu)
+		go a.feedStdin()
+	}
+	if b != nil {
+		a.stdinQ = append(a.stdinQ, b)
+	}
+	a.stdinEOF = a.stdinEOF || eof
+	a.stdinCond.Signal()
+}
+
+func (a *agent) feedStdin() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for {
+		for len(a.stdinQ) == 0 && !a.stdinEOF {
+			a.stdinCond.Wait()
+		}
+		var w io.WriteCloser
+		for _, p := range a.procs {
+			if p.stdin != nil {
+				w = p.stdin
+			}
+		}
+		if len(a.stdinQ) == 0 {
+			if w != nil {
+				_ = w.Close()
+			}
+			return
+		}
+		b := a.stdinQ[0]
+		a.stdinQ = a.stdinQ[1:]
+		if w != nil {
+			a.mu.Unlock()
+			_, err := w.Write(b)
+			a.mu.Lock()
+			if err != nil {
+				a.stdinQ, a.stdinEOF = nil, true
+			}
+		}
+	}
+}

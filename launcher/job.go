@@ -1,0 +1,607 @@
+package launcher
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Config describes one job. Build it with DefaultConfig and change what
+// you need.
+type Config struct {
+	NP            int    // number of ranks; 0 means one per slot
+	Hosts         []Host // nil: every rank on this machine
+	MapBy         MapBy
+	Oversubscribe bool
+	Program       string
+	Args          []string
+	Env           []string // extra "KEY=VALUE" for every rank (-x)
+	Wdir          string   // working directory of the ranks ("" = the launcher's)
+	WdirSet       bool     // Wdir came from the user: failing to enter it is an error
+	TagOutput     bool     // prefix every line with "[rank] "
+	OutputDir     string   // if set, also write DIR/rank.N/{stdout,stderr}
+	Timeout       time.Duration
+	Grace         time.Duration // from SIGTERM to SIGKILL
+	Preflight     time.Duration // how long every host's agent gets to report ready
+	SSH           []string      // remote agent command, default ["ssh"]
+	Gorun         string        // this gorun binary, started locally as the agent
+	RemoteGorun   string        // gorun's path on remote hosts ("" = Gorun)
+	Strategy      string        // GORUN_STRATEGY for the ranks ("" = leave unset)
+
+	Stdin          io.Reader // forwarded to rank 0; nil = none
+	Stdout, Stderr io.Writer
+	Signals        <-chan os.Signal // signals to forward to the ranks
+	Logger         *slog.Logger
+
+	// Local and Remote start agents; nil picks LocalSpawner / SSHSpawner.
+	Local, Remote Spawner
+}
+
+// DefaultConfig returns a Config with mpirun-like defaults.
+func DefaultConfig() Config {
+	return Config{
+		TagOutput: true,
+		Grace:     5 * time.Second,
+		Preflight: 30 * time.Second,
+		SSH:       []string{"ssh"},
+		Stdout:    os.Stdout,
+		Stderr:    os.Stderr,
+	}
+}
+
+func (c *Config) validate() error {
+	if c.Program == "" {
+		return errors.New("no program given: usage gorun [flags] PROGRAM [ARGS...]")
+	}
+	if c.NP < 0 {
+		return fmt.Errorf("-np must be positive, got %d", c.NP)
+	}
+	if c.Grace < 0 || c.Timeout < 0 {
+		return errors.New("durations must not be negative")
+	}
+	if len(c.SSH) == 0 || c.SSH[0] == "" {
+		return errors.New("--ssh: empty command")
+	}
+	if c.Gorun == "" {
+		return errors.New("launcher: Config.Gorun (path of the gorun binary) is not set")
+	}
+	if c.Stdout == nil || c.Stderr == nil {
+		return errors.New("launcher: Stdout and Stderr must be set")
+	}
+	return nil
+}
+
+// Exit codes of the launcher itself.
+const (
+	ExitLaunchFailed = 1   // bad input, or a host failed its pre-flight
+	ExitTimeout      = 124 // --timeout ran out (like timeout(1))
+	ExitAgentLost    = 255 // a host's agent or SSH session died
+)
+
+// Result is how a job ended.
+type Result struct {
+	ExitCode   int
+	LaunchTime time.Duration // from Run to the last rank started
+	Failure    string        // one summary of what ended the job, "" on success
+}
+
+// Run starts the job and waits for it. The error is for problems before
+// any rank started; how ranks ended is in Result.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	t0 := time.Now()
+	if err := cfg.validate(); err != nil {
+		return Result{ExitCode: ExitLaunchFailed}, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	hosts := cfg.Hosts
+	if len(hosts) == 0 {
+		n := cfg.NP
+		if n == 0 {
+			n = 1
+		}
+		hosts = []Host{{Name: "localhost", Slots: n}}
+	}
+	np := cfg.NP
+	if np == 0 {
+		for _, h := range hosts {
+			np += h.Slots
+		}
+	}
+	places, err := Place(hosts, np, cfg.MapBy, cfg.Oversubscribe)
+	if err != nil {
+		return Result{ExitCode: ExitLaunchFailed}, err
+	}
+	j := &job{cfg: cfg, hosts: hosts, places: places, t0: t0}
+	return j.run(ctx)
+}
+
+type agentProc struct {
+	host   int // index into hosts
+	name   string
+	cmd    *exec.Cmd
+	conn   *conn
+	stdin  io.WriteCloser
+	out    *bufio.Reader
+	stderr *tail
+	ranks  []rankSpec
+	ready  *readyInfo
+	done   bool
+}
+
+type rankState struct {
+	host    string
+	pid     int
+	started bool
+	exited  bool
+	stderr  *tail
+}
+
+type job struct {
+	cfg    Config
+	hosts  []Host
+	places []Placement
+	t0     time.Time
+	agents []*agentProc
+	ranks  []rankState
+	out    *output
+}
+
+type event struct {
+	agent *agentProc
+	m     *msg
+	err   error
+}
+
+func newJobID() (id, secret string, err error) {
+	b := make([]byte, 40)
+	if _, err := rand.Read(b); err != nil {
+		return "", "", err
+	}
+	return hex.EncodeToString(b[:8]), hex.EncodeToString(b[8:]), nil
+}
+
+func (j *job) run(ctx context.Context) (Result, error) {
+	cfg := j.cfg
+	jobID, secret, err := newJobID()
+	if err != nil {
+		return Result{ExitCode: ExitLaunchFailed}, err
+	}
+	j.out, err = newOutput(cfg, len(j.places))
+	if err != nil {
+		return Result{ExitCode: ExitLaunchFailed}, err
+	}
+	defer j.out.Close()
+	j.ranks = make([]rankState, len(j.places))
+	byHost := map[int][]rankSpec{}
+	var order []int
+	for _, p := range j.places {
+		if _, ok := byHost[p.Host]; !ok {
+			order = append(order, p.Host)
+		}
+		byHost[p.Host] = append(byHost[p.Host], rankSpec{Rank: p.Rank, LocalRank: p.LocalRank, LocalSize: p.LocalSize, NodeRank: p.NodeRank})
+		j.ranks[p.Rank] = rankState{host: j.hosts[p.Host].Name, stderr: newTail(10)}
+	}
+	wdir := cfg.Wdir
+	if wdir == "" {
+		wdir, _ = os.Getwd()
+	} else if abs, err := filepath.Abs(wdir); err == nil {
+		wdir = abs
+	}
+	env := append([]string{
+		"GORUN_JOB_ID=" + jobID, "GORUN_JOB_SECRET=" + secret,
+		"GORUN_SIZE=" + strconv.Itoa(len(j.places)),
+		"WORLD_SIZE=" + strconv.Itoa(len(j.places)),
+		"OMPI_COMM_WORLD_SIZE=" + strconv.Itoa(len(j.places)),
+	}, cfg.Env...)
+	if cfg.Strategy != "" {
+		env = append(env, "GORUN_STRATEGY="+cfg.Strategy)
+	}
+	mixed := false
+	remote := ""
+	for _, h := range order {
+		if !isLocal(j.hosts[h].Name) {
+			remote = j.hosts[h].Name
+		} else {
+			mixed = true
+		}
+	}
+	mixed = mixed && remote != ""
+	for _, h := range order {
+		name := j.hosts[h].Name
+		spec := &hostSpec{
+			Version: protoVersion, JobID: jobID, Host: name, Program: cfg.Program, Args: cfg.Args,
+			Wdir: wdir, WdirSet: cfg.WdirSet, Env: env, Ranks: byHost[h], Grace: cfg.Grace,
+		}
+		if isLocal(name) && mixed {
+			spec.Advertise = routeTo(remote)
+		}
+		a := &agentProc{host: h, name: name, ranks: byHost[h], stderr: newTail(20)}
+		j.agents = append(j.agents, a)
+		if err := j.startAgent(a, spec); err != nil {
+			j.abortAgents()
+			return Result{ExitCode: ExitLaunchFailed}, err
+		}
+	}
+	if err := j.preflight(); err != nil {
+		j.abortAgents()
+		return Result{ExitCode: ExitLaunchFailed}, err
+	}
+	return j.supervise(ctx, jobID), nil
+}
+
+// routeTo returns the local address the kernel would use to reach host, so
+// that local ranks in a job with remote hosts advertise a reachable address.
+func routeTo(host string) string {
+	c, err := net.Dial("udp", net.JoinHostPort(host, "9"))
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String()
+}
+
+func (j *job) spawner(host string) Spawner {
+	if isLocal(host) {
+		if j.cfg.Local != nil {
+			return j.cfg.Local
+		}
+		return LocalSpawner{Gorun: j.cfg.Gorun}
+	}
+	if j.cfg.Remote != nil {
+		return j.cfg.Remote
+	}
+	remote := j.cfg.RemoteGorun
+	if remote == "" {
+		remote = j.cfg.Gorun
+	}
+	return SSHSpawner{SSH: j.cfg.SSH, Gorun: remote, ConnectTimeout: 10}
+}
+
+func (j *job) startAgent(a *agentProc, spec *hostSpec) error {
+	cmd := j.spawner(a.name).AgentCommand(a.name)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = a.stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("%s: starting agent: %w", a.name, err)
+	}
+	a.cmd, a.stdin = cmd, stdin
+	// The banner and the gob stream are read from the same buffer.
+	a.out = bufio.NewReader(stdout)
+	a.conn = newConn(a.out, stdin)
+	// The spec goes out at once; the greeting is read in preflight.
+	go func() { _ = a.conn.Send(&msg{Kind: msgSpec, Spec: spec}) }()
+	return nil
+}
+
+// preflight waits until every agent has checked its host and reserved ports,
+// and reports every host that failed, each on its own line.
+func (j *job) preflight() error {
+	type res struct {
+		a   *agentProc
+		err error
+	}
+	ch := make(chan res, len(j.agents))
+	for _, a := range j.agents {
+		go func() {
+			ch <- res{a, j.awaitReady(a)}
+		}()
+	}
+	timer := time.NewTimer(j.cfg.Preflight)
+	defer timer.Stop()
+	var errs []error
+	pending := map[*agentProc]bool{}
+	for _, a := range j.agents {
+		pending[a] = true
+	}
+	for len(pending) > 0 {
+		select {
+		case r := <-ch:
+			delete(pending, r.a)
+			if r.err != nil {
+				errs = append(errs, r.err)
+			}
+		case <-timer.C:
+			for a := range pending {
+				errs = append(errs, fmt.Errorf("%s: no answer from the agent within %v%s", a.name, j.cfg.Preflight, a.stderr.suffix()))
+				_ = a.cmd.Process.Kill()
+			}
+			pending = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (j *job) awaitReady(a *agentProc) error {
+	noise, err := skipBanner(a.out)
+	if err != nil {
+		werr := a.cmd.Wait()
+		return fmt.Errorf("%s: %s", a.name, a.describeFailure(werr, noise))
+	}
+	m, err := a.conn.Recv()
+	if err != nil {
+		werr := a.cmd.Wait()
+		return fmt.Errorf("%s: %s", a.name, a.describeFailure(werr, nil))
+	}
+	switch {
+	case m.Kind == msgError:
+		return fmt.Errorf("%s: %s", a.name, m.Err)
+	case m.Kind != msgReady || m.Ready == nil || len(m.Ready.Ports) != len(a.ranks):
+		return fmt.Errorf("%s: agent sent message %d instead of ready", a.name, m.Kind)
+	}
+	a.ready = m.Ready
+	return nil
+}
+
+// describeFailure explains why an agent never greeted: ssh's own message,
+// or the agent's exit status.
+func (a *agentProc) describeFailure(waitErr error, noise []string) string {
+	lines := a.stderr.lines()
+	if len(lines) == 0 {
+		lines = noise
+	}
+	msg := strings.TrimSpace(strings.Join(lines, "; "))
+	if msg == "" {
+		msg = "agent exited before greeting"
+		if waitErr != nil {
+			msg += " (" + waitErr.Error() + ")"
+		}
+	}
+	return msg
+}
+
+func (j *job) abortAgents() {
+	for _, a := range j.agents {
+		if a.cmd != nil && a.cmd.Process != nil {
+			_ = a.stdin.Close()
+			_ = a.cmd.Process.Kill()
+			_ = a.cmd.Wait()
+		}
+	}
+}
+
+// supervise starts the ranks and runs the job to its end.
+func (j *job) supervise(ctx context.Context, jobID string) Result {
+	cfg := j.cfg
+	var peers []string
+	addrOf := map[int]string{}
+	for _, a := range j.agents {
+		addrOf[a.host] = a.ready.Addr
+	}
+	peerOf := make([]string, len(j.places))
+	for _, a := range j.agents {
+		for i, rs := range a.ranks {
+			peerOf[rs.Rank] = net.JoinHostPort(a.ready.Addr, strconv.Itoa(a.ready.Ports[i]))
+			if rs.Rank == 0 {
+				peers = append(peers, "MASTER_ADDR="+a.ready.Addr, "MASTER_PORT="+strconv.Itoa(a.ready.MasterPort))
+			}
+		}
+	}
+	startEnv := append(peers, "GORUN_PEERS="+strings.Join(peerOf, ","))
+	events := make(chan event, 64)
+	var readers sync.WaitGroup
+	for _, a := range j.agents {
+		if err := a.conn.Send(&msg{Kind: msgStart, Env: startEnv}); err != nil {
+			events <- event{agent: a, err: err}
+		}
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				m, err := a.conn.Recv()
+				if err != nil {
+					events <- event{agent: a, err: err}
+					return
+				}
+				events <- event{agent: a, m: m}
+			}
+		}()
+	}
+	if cfg.Stdin != nil {
+		go j.forwardStdin()
+	}
+	var timeout <-chan time.Time
+	if cfg.Timeout > 0 {
+		t := time.NewTimer(cfg.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	res := Result{}
+	failed := false
+	setFailure := func(code int, text string) {
+		if failed {
+			return
+		}
+		failed = true
+		res.ExitCode, res.Failure = code, text
+	}
+	terminating := 0
+	terminate := func(sig syscall.Signal) {
+		if terminating == int(syscall.SIGKILL) || terminating == int(sig) {
+			return
+		}
+		terminating = int(sig)
+		for _, a := range j.agents {
+			if !a.done {
+				_ = a.conn.Send(&msg{Kind: msgTerminate, Signal: int(sig)})
+			}
+		}
+	}
+	var hardStop <-chan time.Time
+	armHardStop := func() {
+		if hardStop == nil {
+			hardStop = time.After(cfg.Grace + 10*time.Second)
+		}
+	}
+	started := 0
+	remaining := len(j.agents)
+	for remaining > 0 {
+		select {
+		case ev := <-events:
+			a := ev.agent
+			if ev.err != nil {
+				if !a.done {
+					a.done = true
+					remaining--
+					werr := a.cmd.Wait()
+					if !j.allExited(a) {
+						setFailure(ExitAgentLost, fmt.Sprintf("lost the agent on %s: %s", a.name, a.describeFailure(werr, nil)))
+						terminate(syscall.SIGTERM)
+						armHardStop()
+					}
+				}
+				continue
+			}
+			switch ev.m.Kind {
+			case msgStarted:
+				rs := &j.ranks[ev.m.Rank]
+				rs.pid, rs.started = ev.m.Pid, true
+				started++
+				if started == len(j.ranks) {
+					res.LaunchTime = time.Since(j.t0)
+					cfg.Logger.Info("all ranks started", "ranks", started, "elapsed", res.LaunchTime)
+				}
+			case msgOutput:
+				if ev.m.Stream == 2 {
+					j.ranks[ev.m.Rank].stderr.add(string(ev.m.Data))
+				}
+				j.out.line(ev.m.Rank, ev.m.Stream, ev.m.Data)
+			case msgExit:
+				rs := &j.ranks[ev.m.Rank]
+				rs.exited = true
+				ex := ev.m.Exit
+				code := ex.Code
+				if ex.Signal != 0 {
+					code = 128 + ex.Signal
+				}
+				if code != 0 && terminating == 0 {
+					setFailure(code, j.describeExit(ev.m.Rank, ex))
+					terminate(syscall.SIGTERM)
+					armHardStop()
+				}
+			case msgDone:
+				a.done = true
+				remaining--
+				_ = a.stdin.Close()
+			case msgError:
+				setFailure(ExitAgentLost, fmt.Sprintf("%s: agent: %s", a.name, ev.m.Err))
+				terminate(syscall.SIGTERM)
+				armHardStop()
+			}
+		case sig := <-cfg.Signals:
+			s, _ := sig.(syscall.Signal)
+			if s == 0 {
+				s = syscall.SIGTERM
+			}
+			if terminating != 0 {
+				terminate(syscall.SIGKILL)
+				continue
+			}
+			setFailure(128+int(s), fmt.Sprintf("gorun received %v; forwarded it to every rank", s))
+			terminate(s)
+			armHardStop()
+		case <-timeout:
+			timeout = nil
+			setFailure(ExitTimeout, fmt.Sprintf("job timed out after %v; terminated every rank", cfg.Timeout))
+			terminate(syscall.SIGTERM)
+			armHardStop()
+		case <-ctx.Done():
+			setFailure(ExitTimeout, "cancelled: "+ctx.Err().Error())
+			terminate(syscall.SIGTERM)
+			armHardStop()
+			ctx = context.Background()
+		case <-hardStop:
+			// Agents that do not finish after the grace period plus a
+			// margin are killed; their ranks die with them.
+			for _, a := range j.agents {
+				if !a.done {
+					_ = a.cmd.Process.Kill()
+				}
+			}
+			hardStop = nil
+		}
+	}
+	for _, a := range j.agents {
+		_ = a.stdin.Close()
+		_ = a.cmd.Wait()
+	}
+	go func() { readers.Wait(); close(events) }()
+	for range events {
+	}
+	if res.Failure != "" {
+		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", res.Failure)
+	}
+	return res
+}
+
+func (j *job) allExited(a *agentProc) bool {
+	for _, rs := range a.ranks {
+		if !j.ranks[rs.Rank].exited {
+			return false
+		}
+	}
+	return true
+}
+
+func (j *job) describeExit(rank int, ex *exitInfo) string {
+	rs := j.ranks[rank]
+	var b strings.Builder
+	how := fmt.Sprintf("exited with code %d", ex.Code)
+	if ex.Signal != 0 {
+		how = fmt.Sprintf("was killed by signal %d (%v)", ex.Signal, syscall.Signal(ex.Signal))
+	}
+	fmt.Fprintf(&b, "rank %d on %s (pid %d) %s", rank, rs.host, ex.Pid, how)
+	if lines := rs.stderr.lines(); len(lines) > 0 {
+		fmt.Fprintf(&b, "; its last stderr lines:")
+		for _, l := range lines {
+			fmt.Fprintf(&b, "\n    %s", l)
+		}
+	}
+	return b.String()
+}
+
+func (j *job) forwardStdin() {
+	var target *agentProc
+	for _, a := range j.agents {
+		for _, rs := range a.ranks {
+			if rs.Rank == 0 {
+				target = a
+			}
+		}
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := j.cfg.Stdin.Read(buf)
+		if n > 0 {
+			if target.conn.Send(&msg{Kind: msgStdin, Data: append([]byte(nil), buf[:n]...)}) != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = target.conn.Send(&msg{Kind: msgStdinEOF})
+			return
+		}
+	}
+}

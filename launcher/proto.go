@@ -1,0 +1,149 @@
+package launcher
+
+import (
+	"bufio"
+	"encoding/gob"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// The launcher and each host's agent talk over the agent's stdin and stdout
+// (a pipe locally, an SSH session remotely) with gob-encoded messages. The
+// agent first writes agentMagic on a line of its own, so that anything a
+// remote shell prints before it (a chatty .bashrc) is skipped.
+const (
+	agentMagic    = "GORUN-AGENT-1"
+	protoVersion  = 1
+	maxBannerLine = 64 << 10
+)
+
+type msgKind uint8
+
+// ONLY APPEND TO THIS LIST: the values cross the wire.
+const (
+	msgSpec      msgKind = iota + 1 // launcher -> agent: what to run
+	msgReady                        // agent -> launcher: pre-flight passed, ports reserved
+	msgStart                        // launcher -> agent: start the ranks
+	msgStarted                      // agent -> launcher: a rank's pid
+	msgOutput                       // agent -> launcher: one line of a rank's output
+	msgExit                         // agent -> launcher: a rank exited
+	msgStdin                        // launcher -> agent: bytes for the stdin of rank 0
+	msgStdinEOF                     // launcher -> agent: stdin of rank 0 is closed
+	msgTerminate                    // launcher -> agent: signal every rank, then kill after the grace period
+	msgDone                         // agent -> launcher: every rank is gone
+	msgError                        // agent -> launcher: the agent cannot go on
+)
+
+type rankSpec struct {
+	Rank, LocalRank, LocalSize, NodeRank int
+}
+
+type hostSpec struct {
+	Version   int
+	JobID     string
+	Host      string // the name the launcher used
+	Program   string
+	Args      []string
+	Wdir      string
+	WdirSet   bool // the user gave --wdir: failing to enter it is an error
+	Env       []string
+	Ranks     []rankSpec
+	Grace     time.Duration
+	Advertise string // address to advertise; "" lets the agent decide
+}
+
+type readyInfo struct {
+	Hostname   string
+	Addr       string // address the host's ranks advertise
+	Ports      []int  // one gossip port per rank, in Ranks order
+	MasterPort int
+}
+
+type exitInfo struct {
+	Pid    int
+	Code   int // exit code, or -1 when killed by a signal
+	Signal int
+}
+
+type msg struct {
+	Kind   msgKind
+	Spec   *hostSpec
+	Ready  *readyInfo
+	Env    []string // msgStart: environment added for every rank
+	Rank   int
+	Pid    int
+	Stream int // 1 stdout, 2 stderr
+	Data   []byte
+	Exit   *exitInfo
+	Signal int
+	Err    string
+}
+
+// conn is one end of the launcher-agent channel. Send is safe for
+// concurrent use; Recv is not.
+type conn struct {
+	mu  sync.Mutex
+	enc *gob.Encoder
+	w   io.Writer
+	dec *gob.Decoder
+}
+
+func newConn(r io.Reader, w io.Writer) *conn {
+	return &conn{enc: gob.NewEncoder(w), w: w, dec: gob.NewDecoder(r)}
+}
+
+func (c *conn) Send(m *msg) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.enc.Encode(m); err != nil {
+		return err
+	}
+	if f, ok := c.w.(interface{ Flush() error }); ok {
+		return f.Flush()
+	}
+	return nil
+}
+
+func (c *conn) Recv() (*msg, error) {
+	m := new(msg)
+	if err := c.dec.Decode(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// skipBanner reads r up to and including the agent's magic line and returns
+// whatever came before it (a remote shell's noise, or an error message).
+func skipBanner(r *bufio.Reader) (noise []string, err error) {
+	for {
+		line, err := r.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			noise = append(noise, string(line))
+			for err == bufio.ErrBufferFull {
+				_, err = r.ReadSlice('\n')
+			}
+			if err != nil {
+				return noise, err
+			}
+			continue
+		}
+		if err != nil {
+			if len(line) > 0 {
+				noise = append(noise, string(line))
+			}
+			return noise, err
+		}
+		s := string(line[:len(line)-1])
+		if s == agentMagic {
+			return noise, nil
+		}
+		if len(noise) < 20 {
+			noise = append(noise, s)
+		}
+		if len(noise) >= maxBannerLine {
+			return noise, fmt.Errorf("no agent greeting")
+		}
+	}
+}
