@@ -168,10 +168,16 @@ func exportVar(x string) (string, error) {
 }
 
 func agent(c *cli.Context) error {
-	// The launcher forwards signals; the terminal's Ctrl-C and a hang-up
-	// are not for the agent. SIGTERM ends its ranks, then the agent.
-	signal.Ignore(syscall.SIGINT, syscall.SIGHUP)
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	// The launcher forwards signals; the terminal's Ctrl-C, a hang-up and
+	// a broken pipe are not for the agent. They are caught and dropped, not
+	// ignored: an ignored signal would stay ignored in the ranks it execs.
+	// SIGTERM ends its ranks, then the agent.
+	drop := make(chan os.Signal, 8)
+	signal.Notify(drop, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
+	go func() {
+		for range drop {
+		}
+	}()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	err := launcher.RunAgent(ctx, launcher.AgentConfig{In: os.Stdin, Out: os.Stdout, Environ: os.Environ()})

@@ -1,0 +1,351 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/launcher"
+)
+
+// The test binary is also gorun: with GORUN_TEST_AS_GORUN=1, or when it is
+// started as an agent, it runs main's code instead of the tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("GORUN_TEST_AS_GORUN") == "1" || len(os.Args) > 1 && os.Args[1] == launcher.AgentCommandName {
+		os.Exit(run(os.Args))
+	}
+	os.Exit(m.Run())
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// gorun starts the test binary as gorun and returns the command, not yet
+// started, with its output captured.
+func gorunCmd(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "GORUN_TEST_AS_GORUN=1", "GORACE=atexit_sleep_ms=0")
+	var out, errb syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	return cmd, &out, &errb
+}
+
+// syncBuffer is a bytes.Buffer that a test may read while a process writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func gorun(t *testing.T, args ...string) result {
+	t.Helper()
+	cmd, out, errb := gorunCmd(t, args...)
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("gorun %v did not finish in 60s; stderr:\n%s", args, errb)
+	}
+	return result{out.String(), errb.String(), cmd.ProcessState.ExitCode()}
+}
+
+// marker makes a string unique to one test, to find its processes.
+func marker(t *testing.T) string {
+	return fmt.Sprintf("gorunmark_%s_%d", strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UnixNano())
+}
+
+// leftovers lists processes whose command line holds mark.
+func leftovers(mark string) []string {
+	out, _ := exec.Command("pgrep", "-af", mark).Output()
+	var procs []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if l != "" && !strings.Contains(l, "pgrep") {
+			procs = append(procs, l)
+		}
+	}
+	return procs
+}
+
+// noLeftovers waits briefly for processes to be reaped, then fails if any
+// process with mark is still alive.
+func noLeftovers(t *testing.T, mark string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		left := leftovers(mark)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes outlived gorun:\n%s", strings.Join(left, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestEnvironment(t *testing.T) {
+	r := gorun(t, "-np", "3", "-x", "FOO=bar baz", "-x", "HOME", "sh", "-c",
+		`echo "R=$GORUN_RANK S=$GORUN_SIZE L=$GORUN_LOCAL_RANK LS=$GORUN_LOCAL_SIZE N=$GORUN_NODE_RANK J=$GORUN_JOB_ID `+
+			`T=$RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE M=$MASTER_ADDR:$MASTER_PORT O=$OMPI_COMM_WORLD_RANK/$OMPI_COMM_WORLD_SIZE/$OMPI_COMM_WORLD_LOCAL_RANK `+
+			`F=$FOO H=$HOME SECRET=${#GORUN_JOB_SECRET} P=$GORUN_PEERS"`)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	re := regexp.MustCompile(`^\[(\d)\] R=(\d) S=3 L=(\d) LS=3 N=0 J=([0-9a-f]{16}) T=(\d)/3/(\d)/3 M=127\.0\.0\.1:(\d+) O=(\d)/3/(\d) F=bar baz H=(\S+) SECRET=(\d+) P=(\S+)$`)
+	seen := map[string]bool{}
+	jobs := map[string]bool{}
+	ports := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		m := re.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("line %q does not match", line)
+		}
+		for _, same := range []string{m[2], m[3], m[5], m[6], m[8], m[9]} {
+			if same != m[1] {
+				t.Fatalf("rank variables disagree in %q", line)
+			}
+		}
+		if m[10] != os.Getenv("HOME") {
+			t.Fatalf("-x HOME not passed: %q", line)
+		}
+		if n, _ := strconv.Atoi(m[11]); n < 32 {
+			t.Fatalf("job secret too short: %q", line)
+		}
+		if len(strings.Split(m[12], ",")) != 3 {
+			t.Fatalf("GORUN_PEERS should list 3 ranks: %q", line)
+		}
+		seen[m[1]] = true
+		jobs[m[4]] = true
+		ports[m[7]] = true
+	}
+	if len(seen) != 3 || len(jobs) != 1 || len(ports) != 1 {
+		t.Fatalf("want ranks 0-2 with one job id and master port, got %v %v %v", seen, jobs, ports)
+	}
+}
+
+// TestOutputWholeLines has every rank write long lines as fast as it can;
+// each line must come out whole, behind its own rank's tag.
+func TestOutputWholeLines(t *testing.T) {
+	const lines = 300
+	script := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do printf "rank%%s-line%%s-%%s\n" $GORUN_RANK $i "$(printf '%%*s' 2000 '' | tr ' ' x)"; i=$((i+1)); done`, lines)
+	r := gorun(t, "-np", "4", "sh", "-c", script)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	re := regexp.MustCompile(`^\[(\d)\] rank(\d)-line(\d+)-(x+)$`)
+	next := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n") {
+		m := re.FindStringSubmatch(line)
+		if m == nil || m[1] != m[2] || len(m[4]) != 2000 {
+			t.Fatalf("mangled line (%d bytes): %.80q", len(line), line)
+		}
+		if n, _ := strconv.Atoi(m[3]); n != next[m[1]] {
+			t.Fatalf("rank %s: line %d out of order (want %d)", m[1], n, next[m[1]])
+		}
+		next[m[1]]++
+	}
+	for r := range 4 {
+		if next[strconv.Itoa(r)] != lines {
+			t.Fatalf("rank %d: %d lines, want %d", r, next[strconv.Itoa(r)], lines)
+		}
+	}
+	untagged := gorun(t, "-np", "2", "--tag-output=false", "echo", "plain")
+	if untagged.stdout != "plain\nplain\n" {
+		t.Fatalf("--tag-output=false gave %q", untagged.stdout)
+	}
+}
+
+func TestFailingRankEndsJob(t *testing.T) {
+	mark := marker(t)
+	start := time.Now()
+	r := gorun(t, "-np", "4", "sh", "-c",
+		`if [ $GORUN_RANK = 2 ]; then echo "about to fail" >&2; sleep 0.2; exit 7; fi; sleep 300 # `+mark)
+	if r.code != 7 {
+		t.Fatalf("exit %d, want 7; stderr:\n%s", r.code, r.stderr)
+	}
+	if el := time.Since(start); el > 20*time.Second {
+		t.Fatalf("job took %v to end after a rank failed", el)
+	}
+	for _, want := range []string{"rank 2 on localhost (pid ", "exited with code 7", "about to fail"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Fatalf("summary lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	noLeftovers(t, mark)
+}
+
+func TestKilledRankExitCode(t *testing.T) {
+	mark := marker(t)
+	r := gorun(t, "-np", "2", "sh", "-c", `if [ $GORUN_RANK = 1 ]; then kill -9 $$; fi; sleep 300 # `+mark)
+	if r.code != 128+9 {
+		t.Fatalf("exit %d, want 137; stderr:\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "rank 1") || !strings.Contains(r.stderr, "signal 9") {
+		t.Fatalf("summary: %s", r.stderr)
+	}
+	noLeftovers(t, mark)
+}
+
+// TestInterruptForwarded sends SIGINT to gorun; ranks and their children
+// must be gone, SIGTERM-ignoring ones by SIGKILL after the grace period.
+func TestInterruptForwarded(t *testing.T) {
+	mark := marker(t)
+	cmd, out, errb := gorunCmd(t, "-np", "3", "--grace", "1s", "sh", "-c",
+		`trap "echo caught INT; exit 5" INT; if [ $GORUN_RANK = 1 ]; then trap "" INT TERM; fi; sleep 300 & echo started; wait # `+mark)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Count(out.String(), "started") == 3 }, "ranks to start")
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 128+2 {
+		t.Fatalf("exit %d (%v), want 130; stderr:\n%s", code, err, errb)
+	}
+	if !strings.Contains(out.String(), "caught INT") {
+		t.Fatalf("ranks never saw SIGINT: %s", out)
+	}
+	noLeftovers(t, mark)
+}
+
+// TestLauncherKilled: gorun dies by SIGKILL; the agents see their stream
+// end and take the ranks with them.
+func TestLauncherKilled(t *testing.T) {
+	mark := marker(t)
+	cmd, out, _ := gorunCmd(t, "-np", "2", "--grace", "1s", "sh", "-c", `echo up; sleep 300 # `+mark)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Count(out.String(), "up") == 2 }, "ranks to start")
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	noLeftovers(t, mark)
+}
+
+func TestTimeout(t *testing.T) {
+	mark := marker(t)
+	r := gorun(t, "-np", "2", "--timeout", "500ms", "sh", "-c", "sleep 300 # "+mark)
+	if r.code != launcher.ExitTimeout || !strings.Contains(r.stderr, "timed out after 500ms") {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	noLeftovers(t, mark)
+}
+
+func TestStdinGoesToRankZero(t *testing.T) {
+	cmd, out, errb := gorunCmd(t, "-np", "2", "sh", "-c", `if [ $GORUN_RANK = 0 ]; then cat; else cat; echo "rank1 done"; fi`)
+	cmd.Stdin = strings.NewReader("line one\nline two\n")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %s", err, errb)
+	}
+	want := "[0] line one\n[0] line two\n"
+	got := ""
+	for _, l := range strings.SplitAfter(out.String(), "\n") {
+		if strings.HasPrefix(l, "[0]") {
+			got += l
+		} else if l != "" && l != "[1] rank1 done\n" {
+			t.Fatalf("unexpected line %q", l)
+		}
+	}
+	if got != want {
+		t.Fatalf("rank 0 read %q, want %q", got, want)
+	}
+}
+
+func TestOutputFiles(t *testing.T) {
+	dir := t.TempDir()
+	r := gorun(t, "-np", "2", "--output-filename", dir, "sh", "-c", `echo out$GORUN_RANK; echo err$GORUN_RANK >&2`)
+	if r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	for rank := range 2 {
+		for _, s := range []string{"stdout", "stderr"} {
+			b, err := os.ReadFile(filepath.Join(dir, "rank."+strconv.Itoa(rank), s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := s[3:] + strconv.Itoa(rank) + "\n"
+			if string(b) != want {
+				t.Fatalf("rank %d %s = %q, want %q", rank, s, b, want)
+			}
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	hf := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(hf, []byte("localhost slots=2\nlocalhost slots=two\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-np", "2", "./no-such-program"}, "localhost: ./no-such-program: no such file"},
+		{[]string{"-np", "1", "no-such-command-xyz"}, "no-such-command-xyz: command not found in PATH"},
+		{[]string{"-hostfile", hf, "true"}, hf + `:2: slots: not a number "two"`},
+		{[]string{"-H", "localhost:2", "-np", "3", "true"}, "--oversubscribe"},
+		{[]string{"--map-by", "socket", "true"}, `--map-by "socket"`},
+		{[]string{"-x", "GORUN_SURELY_UNSET_VAR", "true"}, "not set"},
+		{[]string{"--wdir", "/no/such/dir", "true"}, "wdir /no/such/dir: no such directory"},
+		{[]string{"--strategy", "tree", "true"}, `--strategy "tree"`},
+	}
+	for _, c := range cases {
+		r := gorun(t, c.args...)
+		if r.code != launcher.ExitLaunchFailed || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("gorun %v: exit %d, stderr %q; want exit 1 and %q", c.args, r.code, r.stderr, c.want)
+		}
+	}
+}
+
+func TestOversubscribeAndWdir(t *testing.T) {
+	dir := t.TempDir()
+	r := gorun(t, "-H", "localhost:1", "-np", "3", "--oversubscribe", "--wdir", dir, "pwd")
+	if r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	if strings.Count(r.stdout, dir+"\n") != 3 {
+		t.Fatalf("want 3 ranks in %s, got %q", dir, r.stdout)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
