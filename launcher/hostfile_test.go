@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"errors"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -127,4 +128,20 @@ func FuzzParseHostfile(f *testing.F) {
 			t.Fatalf("round trip changed %+v into %+v", hosts, again)
 		}
 	})
+}
+
+// TestHostfileExample keeps the shipped example valid.
+func TestHostfileExample(t *testing.T) {
+	f, err := os.Open("../hostfile.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	hosts, err := ParseHostfile("hostfile.example", f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hosts) != 5 || hosts[0].Slots != 6 || hosts[1].MaxSlots != 8 || hosts[4].Name != "fe80::1" {
+		t.Fatalf("unexpected hosts %+v", hosts)
+	}
 }

@@ -1,0 +1,38 @@
+GO ?= go
+PKGS := ./...
+
+.PHONY: build test check fuzz bench integ demo clean
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/gorun ./cmd/gorun
+
+# The whole suite, SSH end-to-end tests included (they need root; see e2e/doc.go).
+test:
+	$(GO) test -race -count=1 $(PKGS)
+
+check:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	$(GO) vet $(PKGS)
+	GOARCH=386 $(GO) vet $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 $(PKGS)
+	cp go.mod /tmp/gorun.go.mod.bak && cp go.sum /tmp/gorun.go.sum.bak && $(GO) mod tidy && \
+	  { diff -q go.mod /tmp/gorun.go.mod.bak && diff -q go.sum /tmp/gorun.go.sum.bak || { echo "go mod tidy changed go.mod/go.sum"; exit 1; }; }
+
+FUZZTIME ?= 20s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHostfile$$' -fuzztime $(FUZZTIME) ./launcher
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./transport
+	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(FUZZTIME) ./transport
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 20x ./ring ./collective
+
+integ:
+	GORUN_REQUIRE_TESTNET=1 $(GO) test -race -count=1 -v ./e2e
+
+# Build gorun and run a small job on this machine.
+demo: build
+	bin/gorun -np 4 $(GO) run ./examples/hello
+
+clean:
+	rm -rf bin
