@@ -1,0 +1,105 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinels that callers branch on with errors.Is.
+var (
+	// ErrPeerLost: a peer died, was declared dead by gossip, closed its
+	// connection without saying goodbye, or left while it was still needed.
+	ErrPeerLost = errors.New("peer lost")
+	// ErrSizeMismatch: ranks issued the same collective with different
+	// buffer lengths, element types, ops or roots, or different collectives.
+	ErrSizeMismatch = errors.New("collective mismatch between ranks")
+	// ErrClosed: the transport (or the Comm above it) was closed.
+	ErrClosed = errors.New("closed")
+	// ErrAuth: a handshake failed its job or secret check.
+	ErrAuth = errors.New("authentication failed")
+	// ErrAborted: a peer gave up a collective (its context was cancelled,
+	// or it failed on its own).
+	ErrAborted = errors.New("collective aborted by a peer")
+)
+
+// PeerLostError names the lost peer and why it is considered lost.
+type PeerLostError struct {
+	Rank   int
+	Reason string
+}
+
+func (e *PeerLostError) Error() string {
+	return fmt.Sprintf("rank %d lost: %s", e.Rank, e.Reason)
+}
+
+// Is reports ErrPeerLost.
+func (e *PeerLostError) Is(target error) bool { return target == ErrPeerLost }
+
+// Code says why a peer aborted; it crosses the wire in an abort frame.
+type Code uint8
+
+// ONLY APPEND TO THIS LIST: the values cross the wire.
+const (
+	CodeOther Code = iota
+	CodeMismatch
+	CodePeerLost
+	CodeCanceled
+	CodeClosed
+)
+
+// RemoteError is an abort received from a peer.
+type RemoteError struct {
+	Rank int // the rank that aborted
+	Code Code
+	Msg  string
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("rank %d aborted: %s", e.Rank, e.Msg)
+}
+
+// Is maps the wire code back onto the sentinels.
+func (e *RemoteError) Is(target error) bool {
+	switch target {
+	case ErrAborted:
+		return true
+	case ErrSizeMismatch:
+		return e.Code == CodeMismatch
+	case ErrPeerLost:
+		return e.Code == CodePeerLost
+	}
+	return false
+}
+
+// CodeOf picks the wire code for a local error.
+func CodeOf(err error) Code {
+	switch {
+	case errors.Is(err, ErrSizeMismatch):
+		return CodeMismatch
+	case errors.Is(err, ErrPeerLost):
+		return CodePeerLost
+	case errors.Is(err, ErrClosed):
+		return CodeClosed
+	case errors.Is(err, errCanceled):
+		return CodeCanceled
+	}
+	return CodeOther
+}
+
+var errCanceled = errors.New("canceled")
+
+// MismatchError describes how a peer's frame disagreed with what this rank
+// expected.
+type MismatchError struct {
+	Peer int
+	What string
+	Mine any
+	Got  any
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("rank %d disagrees on %s: this rank has %v, it has %v", e.Peer, e.What, e.Mine, e.Got)
+}
+
+// Is reports ErrSizeMismatch.
+func (e *MismatchError) Is(target error) bool { return target == ErrSizeMismatch }

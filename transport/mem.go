@@ -1,0 +1,135 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// MemNetwork connects n in-memory transports, one per rank, in one
+// process. Payloads are copied as if they had crossed a wire. It is meant
+// for tests: of gorun's algorithms, and of users' own training loops.
+type MemNetwork struct {
+	ts []*Mem
+
+	mu sync.Mutex
+	// BeforeSend, if set, is called before every data frame is sent. It may
+	// call Kill; if it returns false the frame is dropped silently.
+	BeforeSend func(from, to int, h Header) bool
+}
+
+// Mem is one rank's end of a MemNetwork.
+type Mem struct {
+	net       *MemNetwork
+	rank      int
+	w         *world
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+var _ Transport = (*Mem)(nil)
+
+// NewMemNetwork returns n connected in-memory transports.
+func NewMemNetwork(n int) *MemNetwork {
+	nw := &MemNetwork{}
+	for r := range n {
+		nw.ts = append(nw.ts, &Mem{net: nw, rank: r, w: newWorld(r, n), done: make(chan struct{})})
+	}
+	return nw
+}
+
+// Transport returns rank r's transport.
+func (nw *MemNetwork) Transport(r int) *Mem { return nw.ts[r] }
+
+// Kill makes rank r vanish as a SIGKILL would: every other rank sees it as
+// lost, and r's own calls fail.
+func (nw *MemNetwork) Kill(r int) {
+	nw.ts[r].w.fail(fmt.Errorf("transport: rank %d was killed: %w", r, ErrClosed))
+	for i, t := range nw.ts {
+		if i != r {
+			t.w.fail(&PeerLostError{Rank: r, Reason: "killed"})
+		}
+	}
+}
+
+// Rank implements Transport.
+func (m *Mem) Rank() int { return m.rank }
+
+// Size implements Transport.
+func (m *Mem) Size() int { return len(m.net.ts) }
+
+// Err implements Transport.
+func (m *Mem) Err() error { return m.w.Err() }
+
+// Send implements Transport.
+func (m *Mem) Send(ctx context.Context, to int, h Header, payload []byte) error {
+	if err := m.w.checkPeer(to); err != nil {
+		return err
+	}
+	if err := m.w.Err(); err != nil {
+		return err
+	}
+	h.Type = TypeData
+	h.Len = uint32(len(payload))
+	if hook := m.net.BeforeSend; hook != nil {
+		m.net.mu.Lock()
+		ok := hook(m.rank, to, h)
+		m.net.mu.Unlock()
+		if err := m.w.Err(); err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+	}
+	p := getBuf(len(payload))
+	copy(p, payload)
+	dst := m.net.ts[to]
+	select {
+	case dst.w.inbox[m.rank] <- Frame{Header: h, Payload: p, release: putBuf}:
+		return nil
+	case <-dst.w.failed:
+		putBuf(p)
+		if err := m.w.Err(); err != nil {
+			return err
+		}
+		return &PeerLostError{Rank: to, Reason: "its transport failed"}
+	case <-m.w.failed:
+		putBuf(p)
+		return m.w.Err()
+	case <-ctx.Done():
+		putBuf(p)
+		return ctxErr(ctx)
+	}
+}
+
+// Recv implements Transport.
+func (m *Mem) Recv(ctx context.Context, from int) (Frame, error) { return m.w.recv(ctx, from) }
+
+// Abort implements Transport.
+func (m *Mem) Abort(err error) {
+	if m.w.Err() != nil {
+		return
+	}
+	p := abortPayload(err)
+	for i, t := range m.net.ts {
+		if i != m.rank {
+			t.w.fail(parseAbort(m.rank, p))
+		}
+	}
+	m.w.fail(err)
+}
+
+// Close implements Transport; peers see a clean departure.
+func (m *Mem) Close() error {
+	m.closeOnce.Do(func() {
+		for i, t := range m.net.ts {
+			if i != m.rank {
+				t.w.markLeft(m.rank)
+			}
+		}
+		m.w.fail(fmt.Errorf("transport: rank %d: %w", m.rank, ErrClosed))
+		close(m.done)
+	})
+	return nil
+}

@@ -1,0 +1,453 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Config configures a TCP transport.
+type Config struct {
+	Rank, Size int
+	JobID      string // must be equal on every rank; at most 64 bytes
+	Secret     []byte // the job secret; every connection proves it knows it
+	ListenAddr string // host:port to listen on; default ":0"
+	MaxPayload int    // largest accepted payload
+	// DialTimeout bounds one dial; HandshakeTimeout bounds one handshake.
+	DialTimeout      time.Duration
+	HandshakeTimeout time.Duration
+	Logger           *slog.Logger
+}
+
+// DefaultConfig returns the defaults for everything but the job's identity.
+func DefaultConfig() Config {
+	return Config{
+		ListenAddr:       ":0",
+		MaxPayload:       DefaultMaxPayload,
+		DialTimeout:      5 * time.Second,
+		HandshakeTimeout: 5 * time.Second,
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Size < 1 || c.Rank < 0 || c.Rank >= c.Size:
+		return fmt.Errorf("transport: rank %d out of range for size %d", c.Rank, c.Size)
+	case c.JobID == "" || len(c.JobID) > maxJobIDLen:
+		return fmt.Errorf("transport: job id must be 1 to %d bytes", maxJobIDLen)
+	case len(c.Secret) < 16:
+		return errors.New("transport: job secret must be at least 16 bytes")
+	case c.MaxPayload < 1:
+		return errors.New("transport: MaxPayload must be positive")
+	}
+	return nil
+}
+
+// TCP is a Transport over one TCP connection per pair of ranks.
+type TCP struct {
+	cfg Config
+	log *slog.Logger
+	ln  net.Listener
+	w   *world
+
+	mu        sync.Mutex
+	conns     []*peerConn
+	connected chan struct{} // signalled when a connection registers
+
+	wg        sync.WaitGroup
+	closing   chan struct{}
+	closeOnce sync.Once
+}
+
+var _ Transport = (*TCP)(nil)
+
+type peerConn struct {
+	peer int
+	c    net.Conn
+	wmu  sync.Mutex
+	hdr  [HeaderSize]byte
+}
+
+// Listen starts listening; the transport is usable after Connect.
+func Listen(cfg Config) (*TCP, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.ListenAddr == "" {
+		cfg.ListenAddr = ":0"
+	}
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := &TCP{
+		cfg: cfg, log: log, ln: ln, w: newWorld(cfg.Rank, cfg.Size),
+		conns:     make([]*peerConn, cfg.Size),
+		connected: make(chan struct{}, 1),
+		closing:   make(chan struct{}),
+	}
+	t.w.onFail = t.unblock
+	t.wg.Add(1)
+	go t.acceptLoop()
+	return t, nil
+}
+
+// Addr is the address the transport listens on.
+func (t *TCP) Addr() net.Addr { return t.ln.Addr() }
+
+// Rank implements Transport.
+func (t *TCP) Rank() int { return t.cfg.Rank }
+
+// Size implements Transport.
+func (t *TCP) Size() int { return t.cfg.Size }
+
+// Err implements Transport.
+func (t *TCP) Err() error { return t.w.Err() }
+
+func (t *TCP) acceptLoop() {
+	defer t.wg.Done()
+	for {
+		c, err := t.ln.Accept()
+		if err != nil {
+			select {
+			case <-t.closing:
+				return
+			default:
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			t.log.Warn("accept failed", "err", err)
+			return
+		}
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.accept(c)
+		}()
+	}
+}
+
+func (t *TCP) accept(c net.Conn) {
+	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	stop := context.AfterFunc(t.closingCtx(), func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	h, err := handshakeAccept(c, t.cfg.Secret, func(h *hello) byte {
+		switch {
+		case h.Version != ProtocolVersion:
+			return statusVersion
+		case h.JobID != t.cfg.JobID:
+			return statusJob
+		case int(h.To) != t.cfg.Rank || int(h.Size) != t.cfg.Size || int(h.From) >= t.cfg.Size || int(h.From) == t.cfg.Rank:
+			return statusRanks
+		}
+		return statusOK
+	})
+	if err != nil {
+		t.log.Warn("dropped a connection that failed the handshake", "remote", c.RemoteAddr().String(), "err", err)
+		c.Close()
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	if !t.register(int(h.From), c) {
+		t.log.Warn("dropped a duplicate connection", "remote", c.RemoteAddr().String(), "rank", h.From)
+		c.Close()
+	}
+}
+
+func (t *TCP) closingCtx() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-t.closing:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	return ctx
+}
+
+func (t *TCP) register(peer int, c net.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	select {
+	case <-t.closing:
+		return false
+	default:
+	}
+	if t.conns[peer] != nil {
+		return false
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+		_ = tc.SetReadBuffer(4 << 20)
+		_ = tc.SetWriteBuffer(4 << 20)
+	}
+	pc := &peerConn{peer: peer, c: c}
+	t.conns[peer] = pc
+	t.wg.Add(1)
+	go t.readLoop(pc)
+	select {
+	case t.connected <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// Connect builds the full mesh: this rank dials every higher rank at
+// addrs[rank] and waits for every lower rank to dial it. The error names
+// the ranks that could not be reached.
+func (t *TCP) Connect(ctx context.Context, addrs []string) error {
+	if len(addrs) != t.cfg.Size {
+		return fmt.Errorf("transport: %d addresses for %d ranks", len(addrs), t.cfg.Size)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, t.cfg.Size)
+	for peer := t.cfg.Rank + 1; peer < t.cfg.Size; peer++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[peer] = t.dial(ctx, peer, addrs[peer])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for {
+		missing := t.missing()
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-t.connected:
+		case <-t.w.failed:
+			return t.w.Err()
+		case <-ctx.Done():
+			return fmt.Errorf("transport: rank %d: ranks %v never connected: %w", t.cfg.Rank, missing, context.Cause(ctx))
+		}
+	}
+}
+
+func (t *TCP) missing() []int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var m []int
+	for i, c := range t.conns {
+		if c == nil && i != t.cfg.Rank {
+			m = append(m, i)
+		}
+	}
+	return m
+}
+
+func (t *TCP) dial(ctx context.Context, peer int, addr string) error {
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		d := net.Dialer{Timeout: t.cfg.DialTimeout}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+			h := hello{Version: ProtocolVersion, From: uint32(t.cfg.Rank), To: uint32(peer), Size: uint32(t.cfg.Size), JobID: t.cfg.JobID}
+			err = handshakeDial(c, t.cfg.Secret, h)
+			if err == nil {
+				_ = c.SetDeadline(time.Time{})
+				if !t.register(peer, c) {
+					c.Close()
+					return fmt.Errorf("transport: rank %d: duplicate connection to rank %d", t.cfg.Rank, peer)
+				}
+				return nil
+			}
+			c.Close()
+			if errors.Is(err, ErrAuth) {
+				return fmt.Errorf("transport: rank %d: %w", t.cfg.Rank, err)
+			}
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("transport: rank %d: connecting to rank %d at %s: %w (last error: %v)", t.cfg.Rank, peer, addr, context.Cause(ctx), lastErr)
+		case <-time.After(min(time.Duration(attempt+1)*20*time.Millisecond, 500*time.Millisecond)):
+		}
+	}
+}
+
+func (t *TCP) readLoop(pc *peerConn) {
+	defer t.wg.Done()
+	fr := NewReader(bufio.NewReaderSize(pc.c, 256<<10), t.cfg.MaxPayload)
+	bye := false
+	for {
+		h, p, err := fr.Next(getBuf)
+		if err != nil {
+			select {
+			case <-t.closing:
+				return
+			default:
+			}
+			if bye {
+				t.w.markLeft(pc.peer)
+				return
+			}
+			reason := "connection lost: " + err.Error()
+			if errors.Is(err, ErrFrame) {
+				reason = "sent a malformed frame: " + err.Error()
+			}
+			t.w.fail(&PeerLostError{Rank: pc.peer, Reason: reason})
+			return
+		}
+		switch h.Type {
+		case TypeData:
+			if !t.w.deliver(pc.peer, Frame{Header: h, Payload: p, release: putBuf}, t.closing) {
+				return
+			}
+		case TypeAbort:
+			t.w.fail(parseAbort(pc.peer, p))
+			putBuf(p)
+		case TypeBye:
+			bye = true
+			t.w.markLeft(pc.peer)
+			putBuf(p)
+		}
+	}
+}
+
+// Send implements Transport.
+func (t *TCP) Send(ctx context.Context, to int, h Header, payload []byte) error {
+	if err := t.w.checkPeer(to); err != nil {
+		return err
+	}
+	if err := t.w.Err(); err != nil {
+		return err
+	}
+	if len(payload) > t.cfg.MaxPayload {
+		return fmt.Errorf("transport: payload of %d bytes exceeds the %d byte cap", len(payload), t.cfg.MaxPayload)
+	}
+	t.mu.Lock()
+	pc := t.conns[to]
+	t.mu.Unlock()
+	if pc == nil {
+		return fmt.Errorf("transport: rank %d: not connected to rank %d", t.cfg.Rank, to)
+	}
+	h.Type = TypeData
+	err := t.write(ctx, pc, h, payload)
+	if err == nil {
+		return nil
+	}
+	if werr := t.w.Err(); werr != nil {
+		return werr
+	}
+	if ctx.Err() != nil {
+		return ctxErr(ctx)
+	}
+	lost := &PeerLostError{Rank: to, Reason: "send failed: " + err.Error()}
+	t.w.fail(lost)
+	return lost
+}
+
+func (t *TCP) write(ctx context.Context, pc *peerConn, h Header, payload []byte) error {
+	pc.wmu.Lock()
+	defer pc.wmu.Unlock()
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { _ = pc.c.SetWriteDeadline(time.Now()) })
+		defer stop()
+	}
+	h.Len = uint32(len(payload))
+	PutHeader(pc.hdr[:], h)
+	bufs := net.Buffers{pc.hdr[:], payload}
+	_, err := bufs.WriteTo(pc.c)
+	return err
+}
+
+// Recv implements Transport.
+func (t *TCP) Recv(ctx context.Context, from int) (Frame, error) { return t.w.recv(ctx, from) }
+
+// Abort implements Transport: it sends err to every peer (best effort,
+// bounded by a short deadline) and then fails this transport with err.
+func (t *TCP) Abort(err error) {
+	if t.w.Err() != nil {
+		return
+	}
+	payload := abortPayload(err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, pc := range t.peers() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = t.write(ctx, pc, Header{Type: TypeAbort}, payload)
+		}()
+	}
+	wg.Wait()
+	t.w.fail(err)
+}
+
+func (t *TCP) peers() []*peerConn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.DeleteFunc(slices.Clone(t.conns), func(pc *peerConn) bool { return pc == nil })
+}
+
+// PeerLost fails the transport because peer is gone (for example, gossip
+// declared it dead).
+func (t *TCP) PeerLost(peer int, reason string) {
+	t.w.fail(&PeerLostError{Rank: peer, Reason: reason})
+}
+
+// PeerLeft records that peer left the job cleanly.
+func (t *TCP) PeerLeft(peer int) {
+	if peer >= 0 && peer < t.cfg.Size && peer != t.cfg.Rank {
+		t.w.markLeft(peer)
+	}
+}
+
+// unblock wakes every blocked read and write once the world has failed.
+func (t *TCP) unblock() {
+	for _, pc := range t.peers() {
+		_ = pc.c.SetDeadline(time.Now())
+	}
+}
+
+// Close says goodbye to every peer, closes every connection and waits for
+// the transport's goroutines. It is idempotent.
+func (t *TCP) Close() error {
+	t.closeOnce.Do(func() {
+		if t.w.Err() == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			var wg sync.WaitGroup
+			for _, pc := range t.peers() {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_ = t.write(ctx, pc, Header{Type: TypeBye}, nil)
+				}()
+			}
+			wg.Wait()
+			cancel()
+		}
+		t.mu.Lock()
+		close(t.closing)
+		conns := slices.Clone(t.conns)
+		t.mu.Unlock()
+		t.ln.Close()
+		for _, pc := range conns {
+			if pc != nil {
+				pc.c.Close()
+			}
+		}
+		t.w.fail(fmt.Errorf("transport: rank %d: %w", t.cfg.Rank, ErrClosed))
+		t.wg.Wait()
+		t.w.drain()
+	})
+	return nil
+}

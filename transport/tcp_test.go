@@ -1,0 +1,222 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+// mesh starts n TCP transports on loopback and connects them.
+func mesh(t *testing.T, n int, tweak func(r int, c *Config)) []*TCP {
+	t.Helper()
+	ts := make([]*TCP, n)
+	addrs := make([]string, n)
+	for r := range n {
+		cfg := DefaultConfig()
+		cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret, cfg.ListenAddr = r, n, "job1", testSecret, "127.0.0.1:0"
+		if tweak != nil {
+			tweak(r, &cfg)
+		}
+		tr, err := Listen(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		ts[r], addrs[r] = tr, tr.Addr().String()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[r] = ts[r].Connect(ctx, addrs) }()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+func TestTCPExchange(t *testing.T) {
+	ts := mesh(t, 3, nil)
+	ctx := context.Background()
+	for from := range ts {
+		for to := range ts {
+			if from == to {
+				continue
+			}
+			payload := []byte(fmt.Sprintf("%d->%d", from, to))
+			if err := ts[from].Send(ctx, to, Header{Seq: uint32(from), Count: 9}, payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for to := range ts {
+		for from := range ts {
+			if from == to {
+				continue
+			}
+			f, err := ts[to].Recv(ctx, from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("%d->%d", from, to); string(f.Payload) != want || f.Seq != uint32(from) || f.Count != 9 {
+				t.Fatalf("got %q %+v, want %q", f.Payload, f.Header, want)
+			}
+			f.Release()
+		}
+	}
+}
+
+func TestTCPWrongSecret(t *testing.T) {
+	n := 2
+	ts := make([]*TCP, n)
+	for r := range n {
+		cfg := DefaultConfig()
+		cfg.Rank, cfg.Size, cfg.JobID, cfg.ListenAddr = r, n, "job1", "127.0.0.1:0"
+		cfg.Secret = testSecret
+		if r == 1 {
+			cfg.Secret = bytes.Repeat([]byte("x"), 32)
+		}
+		tr, err := Listen(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		ts[r] = tr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := ts[0].Connect(ctx, []string{ts[0].Addr().String(), ts[1].Addr().String()})
+	if !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), "wrong job secret") {
+		t.Fatalf("got %v, want a wrong-secret error", err)
+	}
+}
+
+// TestTCPGarbageConnection: a stranger that connects and sends garbage, or
+// the wrong job id, is dropped; the job goes on.
+func TestTCPGarbageConnection(t *testing.T) {
+	ts := mesh(t, 2, nil)
+	for _, junk := range [][]byte{
+		[]byte("GET / HTTP/1.1\r\n\r\n"),
+		(&hello{Version: ProtocolVersion, From: 1, To: 0, Size: 2, JobID: "other-job"}).append(nil),
+		(&hello{Version: 99, From: 1, To: 0, Size: 2, JobID: "job1"}).append(nil),
+		(&hello{Version: ProtocolVersion, From: 1, To: 0, Size: 2, JobID: "job1"}).append(nil), // no proof follows
+	} {
+		c, err := net.Dial("tcp", ts[0].Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write(junk)
+		_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		buf := make([]byte, 64)
+		_, _ = c.Read(buf)
+		c.Close()
+	}
+	ctx := context.Background()
+	if err := ts[1].Send(ctx, 0, Header{}, []byte("still fine")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ts[0].Recv(ctx, 1)
+	if err != nil || string(f.Payload) != "still fine" {
+		t.Fatalf("after garbage: %v %q", err, f.Payload)
+	}
+}
+
+// TestTCPGarbageFromPeer: an authenticated peer that sends a malformed
+// frame is reported as lost, by rank.
+func TestTCPGarbageFromPeer(t *testing.T) {
+	ts := mesh(t, 2, nil)
+	pc := ts[1].peers()[0]
+	_, _ = pc.c.Write([]byte("this is not a frame at all, not even close"))
+	_, err := ts[0].Recv(context.Background(), 1)
+	var pl *PeerLostError
+	if !errors.As(err, &pl) || pl.Rank != 1 || !strings.Contains(err.Error(), "malformed frame") {
+		t.Fatalf("got %v, want rank 1 lost for a malformed frame", err)
+	}
+}
+
+func TestTCPPeerLostAndLeft(t *testing.T) {
+	ts := mesh(t, 3, nil)
+	ctx := context.Background()
+	// A clean Close after sending: the data is still delivered, then the
+	// peer counts as gone for this pair only.
+	if err := ts[2].Send(ctx, 0, Header{}, []byte("last words")); err != nil {
+		t.Fatal(err)
+	}
+	ts[2].Close()
+	f, err := ts[0].Recv(ctx, 2)
+	if err != nil || string(f.Payload) != "last words" {
+		t.Fatalf("got %v %q", err, f.Payload)
+	}
+	if _, err := ts[0].Recv(ctx, 2); !errors.Is(err, ErrPeerLost) {
+		t.Fatalf("recv from a closed peer: %v", err)
+	}
+	if ts[0].Err() != nil {
+		t.Fatalf("a clean departure failed the world: %v", ts[0].Err())
+	}
+	// An abrupt end (no goodbye) fails everyone, naming the rank.
+	ts[1].peers()[0].c.Close()
+	_, err = ts[0].Recv(ctx, 1)
+	var pl *PeerLostError
+	if !errors.As(err, &pl) || pl.Rank != 1 {
+		t.Fatalf("got %v, want rank 1 lost", err)
+	}
+}
+
+func TestTCPAbortAndCancel(t *testing.T) {
+	ts := mesh(t, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := ts[0].Recv(ctx, 1)
+	if !IsCanceled(err) {
+		t.Fatalf("got %v, want a cancellation", err)
+	}
+	ts[0].Abort(fmt.Errorf("rank 0: %w", err))
+	for _, r := range []int{1, 2} {
+		_, err := ts[r].Recv(context.Background(), 0)
+		var re *RemoteError
+		if !errors.As(err, &re) || re.Rank != 0 || !IsCanceled(err) {
+			t.Fatalf("rank %d: got %v, want rank 0's abort", r, err)
+		}
+	}
+}
+
+func TestTCPPayloadCap(t *testing.T) {
+	ts := mesh(t, 2, func(r int, c *Config) { c.MaxPayload = 1024 })
+	if err := ts[0].Send(context.Background(), 1, Header{}, make([]byte, 2048)); err == nil {
+		t.Fatal("oversized send accepted")
+	}
+	if err := ts[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Close(); err != nil {
+		t.Fatal("second Close:", err)
+	}
+}
+
+func TestMemKill(t *testing.T) {
+	nw := NewMemNetwork(3)
+	ctx := context.Background()
+	if err := nw.Transport(1).Send(ctx, 0, Header{Count: 3}, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	nw.Kill(2)
+	for _, r := range []int{0, 1} {
+		_, err := nw.Transport(r).Recv(ctx, 2)
+		var pl *PeerLostError
+		if !errors.As(err, &pl) || pl.Rank != 2 {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}

@@ -1,0 +1,50 @@
+// Package transport moves framed messages between the ranks of a job. It is
+// the leaf the algorithms build on: a small Transport interface, a TCP
+// implementation with an authenticated handshake, and an in-memory one for
+// tests of algorithms and of users' own training loops.
+//
+// Failure is world-wide: once any peer is lost, or any rank aborts, every
+// pending and later Send and Recv fails with an error that names the rank.
+package transport
+
+import (
+	"context"
+)
+
+// Transport is what collective algorithms need from the network.
+//
+// Frames between two ranks arrive in the order they were sent. Send may be
+// called from several goroutines, but only one goroutine may Recv from a
+// given peer at a time.
+type Transport interface {
+	Rank() int
+	Size() int
+	// Send writes one frame to rank to. The payload may be reused when Send
+	// returns.
+	Send(ctx context.Context, to int, h Header, payload []byte) error
+	// Recv returns the next data frame from rank from. The caller must call
+	// Frame.Release when done with the payload.
+	Recv(ctx context.Context, from int) (Frame, error)
+	// Abort tells every peer that this rank gives up, with the reason, and
+	// fails the transport locally with err.
+	Abort(err error)
+	// Err returns the error that failed the transport, or nil.
+	Err() error
+	Close() error
+}
+
+// Frame is a received data frame.
+type Frame struct {
+	Header
+	Payload []byte
+	release func([]byte)
+}
+
+// Release returns the payload's buffer for reuse. The payload must not be
+// used afterwards. Release on a zero Frame does nothing.
+func (f *Frame) Release() {
+	if f.release != nil && f.Payload != nil {
+		f.release(f.Payload)
+	}
+	f.Payload, f.release = nil, nil
+}
