@@ -1,0 +1,157 @@
+package ring
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/gorun/gorun/transport"
+)
+
+// Transport is what the executors need; *transport.TCP and
+// *transport.Mem provide it.
+type Transport interface {
+	Rank() int
+	Size() int
+	Send(ctx context.Context, to int, h transport.Header, payload []byte) error
+	Recv(ctx context.Context, from int) (transport.Frame, error)
+}
+
+// Elem is an element type the executors move.
+type Elem interface {
+	~float32 | ~float64 | ~int32 | ~int64
+}
+
+// Options are the per-call settings of an executor.
+type Options struct {
+	// Header is the template of every frame: Kind, DType, Op, Seq and Count
+	// identify the collective, and receivers check them.
+	Header transport.Header
+	// SegmentBytes is the pipelining unit.
+	SegmentBytes int
+}
+
+func asBytes[T Elem](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
+}
+
+func fromBytes[T Elem](b []byte) []T {
+	var zero T
+	n := len(b) / int(unsafe.Sizeof(zero))
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
+}
+
+func elemSize[T Elem]() int {
+	var zero T
+	return int(unsafe.Sizeof(zero))
+}
+
+// check compares a received frame with what this rank expects.
+func check(f *transport.Frame, want transport.Header, peer int, step uint32, wantLen int) error {
+	h := f.Header
+	switch {
+	case h.Seq != want.Seq || h.Kind != want.Kind:
+		return &transport.MismatchError{Peer: peer, What: "which collective comes next (kind/sequence)",
+			Mine: fmt.Sprintf("kind %d #%d", want.Kind, want.Seq), Got: fmt.Sprintf("kind %d #%d", h.Kind, h.Seq)}
+	case h.DType != want.DType:
+		return &transport.MismatchError{Peer: peer, What: "element type", Mine: want.DType, Got: h.DType}
+	case h.Op != want.Op:
+		return &transport.MismatchError{Peer: peer, What: "op or root", Mine: want.Op, Got: h.Op}
+	case h.Count != want.Count:
+		return &transport.MismatchError{Peer: peer, What: "buffer length", Mine: want.Count, Got: h.Count}
+	case h.Step != step || int(h.Len) != wantLen:
+		return &transport.MismatchError{Peer: peer, What: "step layout", Mine: fmt.Sprintf("step %d, %d bytes", step, wantLen),
+			Got: fmt.Sprintf("step %d, %d bytes", h.Step, h.Len)}
+	}
+	return nil
+}
+
+// Run executes steps of a ring plan over buf, whose chunks are spans. For
+// reduce steps it calls reduce(dst, src), which must do dst[i] = dst[i] op
+// src[i]. Each received segment is forwarded as the next step's send as
+// soon as it is ready. Run returns when every send has been written, so
+// the caller owns buf again.
+func Run[T Elem](ctx context.Context, tr Transport, buf []T, spans []Span, steps []Step, reduce func(dst, src []T), o Options) (err error) {
+	if len(steps) == 0 {
+		return nil
+	}
+	rank, size := tr.Rank(), tr.Size()
+	right, left := Right(rank, size), Left(rank, size)
+	seg := max(1, o.SegmentBytes/elemSize[T]())
+	total := 0
+	for _, st := range steps {
+		total += len(segments(spans[st.Send], seg))
+	}
+	// The queue holds every send of the call, so enqueueing never blocks.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	snd := startSender[T](ctx, cancel, tr, total, o)
+	defer func() { err = snd.wait(err) }()
+	for _, s := range segments(spans[steps[0].Send], seg) {
+		snd.queue <- sendItem[T]{right, 0, buf[s.Off : s.Off+s.Len]}
+	}
+	es := elemSize[T]()
+	for t, st := range steps {
+		for _, s := range segments(spans[st.Recv], seg) {
+			f, err := tr.Recv(ctx, left)
+			if err != nil {
+				return fmt.Errorf("step %d: recv from rank %d: %w", t, left, err)
+			}
+			if err := check(&f, o.Header, left, uint32(t), s.Len*es); err != nil {
+				f.Release()
+				return fmt.Errorf("step %d: %w", t, err)
+			}
+			dst := buf[s.Off : s.Off+s.Len]
+			if st.Reduce {
+				reduce(dst, fromBytes[T](f.Payload))
+			} else {
+				copy(dst, fromBytes[T](f.Payload))
+			}
+			f.Release()
+			if t+1 < len(steps) {
+				snd.queue <- sendItem[T]{right, uint32(t + 1), dst}
+			}
+		}
+	}
+	return nil
+}
+
+// AllReduce runs the whole ring plan: afterwards every rank's buf holds the
+// reduction of all ranks' buffers, bit for bit the same on every rank.
+func AllReduce[T Elem](ctx context.Context, tr Transport, buf []T, reduce func(dst, src []T), o Options) error {
+	size := tr.Size()
+	return Run(ctx, tr, buf, Chunks(len(buf), size), Plan(tr.Rank(), size), reduce, o)
+}
+
+// ReduceScatter runs the reduce-scatter half of the plan. Afterwards this
+// rank's chunk of buf, Chunks(len(buf), size)[rank], holds the reduction of
+// that chunk over all ranks; the rest of buf is scratch.
+func ReduceScatter[T Elem](ctx context.Context, tr Transport, buf []T, reduce func(dst, src []T), o Options) (Span, error) {
+	size := tr.Size()
+	spans := Chunks(len(buf), size)
+	steps := Plan(tr.Rank(), size)
+	return spans[tr.Rank()], Run(ctx, tr, buf, spans, steps[:len(steps)/2], reduce, o)
+}
+
+// AllGather runs the all-gather half of the plan over recv, which holds
+// size blocks of equal length; this rank's own block must already be in
+// place. Afterwards every block holds its rank's data.
+func AllGather[T Elem](ctx context.Context, tr Transport, recv []T, o Options) error {
+	size := tr.Size()
+	if len(recv)%size != 0 {
+		return fmt.Errorf("ring: all-gather buffer of %d elements is not %d equal blocks", len(recv), size)
+	}
+	b := len(recv) / size
+	spans := make([]Span, size)
+	for i := range spans {
+		spans[i] = Span{Off: i * b, Len: b}
+	}
+	steps := Plan(tr.Rank(), size)
+	return Run(ctx, tr, recv, spans, steps[len(steps)/2:], nil, o)
+}

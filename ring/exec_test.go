@@ -1,0 +1,283 @@
+package ring
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/transport"
+)
+
+func sum(dst, src []int64) {
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+func minOp(dst, src []int64) {
+	for i := range dst {
+		dst[i] = min(dst[i], src[i])
+	}
+}
+
+var sizes = []int{0, 1, 2, 3, 5, 7, 13, 31, 97, 1009}
+
+// runAll runs f on every rank of an in-memory network and collects errors.
+func runAll(n int, f func(tr *transport.Mem) error) ([]error, *transport.MemNetwork) {
+	nw := transport.NewMemNetwork(n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[r] = f(nw.Transport(r)) }()
+	}
+	wg.Wait()
+	return errs, nw
+}
+
+func randInts(rng *rand.Rand, n int) []int64 {
+	v := make([]int64, n)
+	for i := range v {
+		v[i] = rng.Int64N(2000) - 1000
+	}
+	return v
+}
+
+func opts(count int, segBytes int) Options {
+	return Options{Header: transport.Header{Kind: 1, Count: uint64(count)}, SegmentBytes: segBytes}
+}
+
+// TestAllReduceMatchesReference: ring and direct all-reduce against a naive
+// reduction, for 1-9 ranks and lengths 0, 1, primes and fewer than ranks,
+// with segments small enough to pipeline.
+func TestAllReduceMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	ctx := context.Background()
+	for size := 1; size <= 9; size++ {
+		for _, n := range sizes {
+			for _, op := range []func(dst, src []int64){sum, minOp} {
+				in := make([][]int64, size)
+				want := make([]int64, n)
+				for r := range size {
+					in[r] = randInts(rng, n)
+					if r == 0 {
+						copy(want, in[0])
+					} else {
+						op(want, in[r])
+					}
+				}
+				for algo, run := range map[string]func(context.Context, Transport, []int64, func(dst, src []int64), Options) error{
+					"ring": AllReduce[int64], "direct": Direct[int64],
+				} {
+					bufs := make([][]int64, size)
+					errs, _ := runAll(size, func(tr *transport.Mem) error {
+						bufs[tr.Rank()] = append([]int64(nil), in[tr.Rank()]...)
+						return run(ctx, tr, bufs[tr.Rank()], op, opts(n, 8*3))
+					})
+					for r := range size {
+						if errs[r] != nil {
+							t.Fatalf("%s size %d n %d rank %d: %v", algo, size, n, r, errs[r])
+						}
+						for i := range want {
+							if bufs[r][i] != want[i] {
+								t.Fatalf("%s size %d n %d rank %d: [%d] = %d, want %d", algo, size, n, r, i, bufs[r][i], want[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestReduceScatterAllGatherBroadcast(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	ctx := context.Background()
+	for size := 1; size <= 9; size++ {
+		for _, n := range sizes {
+			in := make([][]int64, size)
+			want := make([]int64, n)
+			for r := range size {
+				in[r] = randInts(rng, n)
+				if r == 0 {
+					copy(want, in[0])
+				} else {
+					sum(want, in[r])
+				}
+			}
+			spans := Chunks(n, size)
+			got := make([][]int64, size)
+			errs, _ := runAll(size, func(tr *transport.Mem) error {
+				buf := append([]int64(nil), in[tr.Rank()]...)
+				s, err := ReduceScatter(ctx, tr, buf, sum, opts(n, 16))
+				got[tr.Rank()] = buf[s.Off : s.Off+s.Len]
+				return err
+			})
+			for r := range size {
+				if errs[r] != nil {
+					t.Fatal(errs[r])
+				}
+				if !equal(got[r], want[spans[r].Off:spans[r].Off+spans[r].Len]) {
+					t.Fatalf("reduce-scatter size %d n %d rank %d: %v", size, n, r, got[r])
+				}
+			}
+			// All-gather: every rank contributes in[r], all get the concatenation.
+			cat := []int64{}
+			for r := range size {
+				cat = append(cat, in[r]...)
+			}
+			errs, _ = runAll(size, func(tr *transport.Mem) error {
+				recv := make([]int64, n*size)
+				copy(recv[tr.Rank()*n:], in[tr.Rank()])
+				got[tr.Rank()] = recv
+				return AllGather(ctx, tr, recv, opts(n, 16))
+			})
+			for r := range size {
+				if errs[r] != nil || !equal(got[r], cat) {
+					t.Fatalf("all-gather size %d n %d rank %d: %v %v", size, n, r, errs[r], got[r])
+				}
+			}
+			for _, direct := range []bool{false, true} {
+				root := rng.IntN(size)
+				errs, _ = runAll(size, func(tr *transport.Mem) error {
+					buf := make([]int64, n)
+					if tr.Rank() == root {
+						copy(buf, in[root])
+					}
+					got[tr.Rank()] = buf
+					return Broadcast(ctx, tr, buf, root, direct, opts(n, 16))
+				})
+				for r := range size {
+					if errs[r] != nil || !equal(got[r], in[root]) {
+						t.Fatalf("broadcast direct=%v size %d n %d root %d rank %d: %v", direct, size, n, root, r, errs[r])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestBarrierWaitsForAll: no rank leaves the barrier before the last rank
+// has entered it.
+func TestBarrierWaitsForAll(t *testing.T) {
+	for size := 1; size <= 9; size++ {
+		var mu sync.Mutex
+		entered := 0
+		late := rand.IntN(size)
+		errs, _ := runAll(size, func(tr *transport.Mem) error {
+			if tr.Rank() == late {
+				time.Sleep(20 * time.Millisecond)
+			}
+			mu.Lock()
+			entered++
+			mu.Unlock()
+			if err := Barrier(context.Background(), tr, opts(0, 0)); err != nil {
+				return err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if entered != size {
+				return errors.New("left the barrier early")
+			}
+			return nil
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("size %d: %v", size, err)
+		}
+	}
+}
+
+// TestMismatchDetected: a rank with a different buffer length makes every
+// rank fail with ErrSizeMismatch (after the detecting rank aborts), never
+// hang and never write out of bounds.
+func TestMismatchDetected(t *testing.T) {
+	for size := 2; size <= 6; size++ {
+		for _, algo := range []string{"ring", "direct"} {
+			odd := size - 1
+			errs, _ := runAll(size, func(tr *transport.Mem) error {
+				n := 10
+				if tr.Rank() == odd {
+					n = 11
+				}
+				buf := make([]int64, n)
+				var err error
+				if algo == "ring" {
+					err = AllReduce(context.Background(), tr, buf, sum, opts(n, 16))
+				} else {
+					err = Direct(context.Background(), tr, buf, sum, opts(n, 16))
+				}
+				if err != nil {
+					tr.Abort(err)
+				}
+				return err
+			})
+			for r, err := range errs {
+				if !errors.Is(err, transport.ErrSizeMismatch) {
+					t.Fatalf("%s size %d rank %d: got %v, want ErrSizeMismatch", algo, size, r, err)
+				}
+			}
+		}
+	}
+}
+
+// TestKillMidRing is the deterministic failure harness: rank k is killed
+// exactly when the m-th frame of the ring is about to be sent. Every
+// survivor must return an error naming rank k; none may hang.
+func TestKillMidRing(t *testing.T) {
+	for size := 2; size <= 7; size++ {
+		for victim := range size {
+			for _, at := range []int{0, 1, size, 3 * size} {
+				nw := transport.NewMemNetwork(size)
+				sent := 0
+				nw.BeforeSend = func(from, to int, h transport.Header) bool {
+					if sent == at {
+						nw.Kill(victim)
+					}
+					sent++
+					return true
+				}
+				errs := make([]error, size)
+				var wg sync.WaitGroup
+				for r := range size {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						buf := make([]int64, 97)
+						errs[r] = AllReduce(context.Background(), nw.Transport(r), buf, sum, opts(97, 8*4))
+					}()
+				}
+				done := make(chan struct{})
+				go func() { wg.Wait(); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(10 * time.Second):
+					t.Fatalf("size %d victim %d at %d: hung", size, victim, at)
+				}
+				for r, err := range errs {
+					if r == victim {
+						continue
+					}
+					var pl *transport.PeerLostError
+					if !errors.As(err, &pl) || pl.Rank != victim {
+						t.Fatalf("size %d victim %d at %d: rank %d got %v", size, victim, at, r, err)
+					}
+				}
+			}
+		}
+	}
+}
+
+func equal(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

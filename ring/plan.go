@@ -1,0 +1,77 @@
+// Package ring implements the algorithms of gorun's ring strategy: a pure
+// plan of which chunk moves where at each step, and small synchronous
+// executors that run a plan over a Transport.
+//
+// The all-reduce is the bandwidth-optimal ring: a reduce-scatter followed
+// by an all-gather, 2(N-1) steps in all, each moving 1/N of the buffer to
+// the right-hand neighbour. Each step is cut into segments and pipelined:
+// a segment is forwarded as soon as it has been reduced, so sending,
+// receiving and reducing overlap. Small buffers use a one-round direct
+// exchange instead, which is latency-optimal.
+package ring
+
+// Span is a contiguous range of a buffer, in elements.
+type Span struct{ Off, Len int }
+
+// Chunks splits n elements into size spans whose lengths differ by at most
+// one; the first n%size spans get the extra element. Spans may be empty
+// when n < size.
+func Chunks(n, size int) []Span {
+	spans := make([]Span, size)
+	q, rem := n/size, n%size
+	off := 0
+	for i := range spans {
+		l := q
+		if i < rem {
+			l++
+		}
+		spans[i] = Span{Off: off, Len: l}
+		off += l
+	}
+	return spans
+}
+
+// Step is one step of a ring plan for one rank: send chunk Send to the
+// right neighbour, receive chunk Recv from the left one, and either reduce
+// it into the buffer (reduce-scatter) or copy it (all-gather).
+type Step struct {
+	Send, Recv int
+	Reduce     bool
+}
+
+// Plan returns the 2(size-1) steps of a ring all-reduce for rank. Steps
+// [0, size-1) are the reduce-scatter, after which rank r holds the fully
+// reduced chunk r; steps [size-1, 2(size-1)) are the all-gather, which
+// starts by sending chunk r. The chunk a step receives is the one the next
+// step sends.
+func Plan(rank, size int) []Step {
+	if size < 2 {
+		return nil
+	}
+	mod := func(x int) int { return ((x % size) + size) % size }
+	steps := make([]Step, 2*(size-1))
+	for t := range steps {
+		steps[t] = Step{Send: mod(rank - t - 1), Recv: mod(rank - t - 2), Reduce: t < size-1}
+	}
+	return steps
+}
+
+// Right and Left are a rank's ring neighbours.
+func Right(rank, size int) int { return (rank + 1) % size }
+
+// Left is the rank that sends to rank in the ring.
+func Left(rank, size int) int { return (rank + size - 1) % size }
+
+// segments cuts a span into pieces of at most seg elements. An empty span
+// gives one empty piece, so that every step moves at least one frame and
+// a length mismatch between ranks is always seen at the first step.
+func segments(s Span, seg int) []Span {
+	if s.Len == 0 || seg <= 0 {
+		return []Span{s}
+	}
+	out := make([]Span, 0, (s.Len+seg-1)/seg)
+	for off := 0; off < s.Len; off += seg {
+		out = append(out, Span{Off: s.Off + off, Len: min(seg, s.Len-off)})
+	}
+	return out
+}
