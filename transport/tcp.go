@@ -401,6 +401,13 @@ func (t *TCP) peers() []*peerConn {
 // PeerLost fails the transport because peer is gone (for example, gossip
 // declared it dead).
 func (t *TCP) PeerLost(peer int, reason string) {
+	if peer >= 0 && peer < t.cfg.Size {
+		select {
+		case <-t.w.left[peer]:
+			return // it already said goodbye on the data plane
+		default:
+		}
+	}
 	t.w.fail(&PeerLostError{Rank: peer, Reason: reason})
 }
 

@@ -1,0 +1,350 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
+
+// lengths covers 0, 1, primes, and (for most sizes) fewer elements than
+// ranks, plus lengths that cross the direct/ring threshold.
+var lengths = []int{0, 1, 2, 3, 7, 13, 61, 257, 1031, 4099}
+
+var ops = []Op{Sum, Avg, Min, Max, Prod}
+
+func gen[T Number](rng *rand.Rand, n int, op Op) []T {
+	v := make([]T, n)
+	for i := range v {
+		var x float64
+		if op == Prod {
+			x = 0.5 + rng.Float64() // keep products of floats in range
+		} else {
+			x = rng.Float64()*200 - 100
+		}
+		var z T
+		switch any(z).(type) {
+		case int32, int64:
+			v[i] = T(rng.IntN(201) - 100)
+		default:
+			v[i] = T(x)
+		}
+	}
+	return v
+}
+
+// reference reduces naively in rank order.
+func reference[T Number](in [][]T, op Op) []T {
+	out := append([]T(nil), in[0]...)
+	for _, v := range in[1:] {
+		for i := range out {
+			switch op {
+			case Sum, Avg:
+				out[i] += v[i]
+			case Min:
+				out[i] = min(out[i], v[i])
+			case Max:
+				out[i] = max(out[i], v[i])
+			case Prod:
+				out[i] *= v[i]
+			}
+		}
+	}
+	if op == Avg {
+		for i := range out {
+			out[i] /= T(len(in))
+		}
+	}
+	return out
+}
+
+// close enough: integers exactly, floats to a relative tolerance that
+// covers a different summation order.
+func near[T Number](got, want T, n int) bool {
+	var z T
+	switch any(z).(type) {
+	case int32, int64:
+		return got == want
+	case float32:
+		return math.Abs(float64(got-want)) <= 1e-4*float64(n)*math.Max(1, math.Abs(float64(want)))
+	}
+	return math.Abs(float64(got-want)) <= 1e-12*float64(n)*math.Max(1, math.Abs(float64(want)))
+}
+
+// onAll runs f on every rank of a NewLocal world.
+func onAll(t *testing.T, n int, cfg Config, f func(c *Comm) error) []error {
+	t.Helper()
+	comms, err := NewLocal(n, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for _, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[c.Rank()] = f(c)
+		}()
+	}
+	wg.Wait()
+	for _, c := range comms {
+		c.Close()
+	}
+	return errs
+}
+
+func testAllReduce[T Number](t *testing.T, algo Algorithm) {
+	rng := rand.New(rand.NewPCG(uint64(algo), uint64(dtype[T]())))
+	cfg := DefaultConfig()
+	cfg.Algorithm, cfg.SmallBytes, cfg.SegmentBytes = algo, 256, 64
+	for size := 1; size <= 9; size++ {
+		for _, n := range lengths {
+			for _, op := range ops {
+				in := make([][]T, size)
+				for r := range in {
+					in[r] = gen[T](rng, n, op)
+				}
+				want := reference(in, op)
+				got := make([][]T, size)
+				errs := onAll(t, size, cfg, func(c *Comm) error {
+					got[c.Rank()] = append([]T(nil), in[c.Rank()]...)
+					return AllReduce(context.Background(), c, got[c.Rank()], op)
+				})
+				for r := range size {
+					if errs[r] != nil {
+						t.Fatalf("size %d n %d %v: rank %d: %v", size, n, op, r, errs[r])
+					}
+					for i := range want {
+						if !near(got[r][i], want[i], size) {
+							t.Fatalf("algo %d size %d n %d %v: rank %d [%d] = %v, want %v", algo, size, n, op, r, i, got[r][i], want[i])
+						}
+						if got[r][i] != got[0][i] {
+							t.Fatalf("ranks 0 and %d differ at %d: %v vs %v", r, i, got[0][i], got[r][i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestAllReduce(t *testing.T) {
+	for _, algo := range []Algorithm{Auto, Ring, Direct} {
+		t.Run(fmt.Sprint("algo", algo), func(t *testing.T) {
+			testAllReduce[float32](t, algo)
+			testAllReduce[float64](t, algo)
+			testAllReduce[int32](t, algo)
+			testAllReduce[int64](t, algo)
+		})
+	}
+}
+
+func testOthers[T Number](t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, uint64(dtype[T]())))
+	cfg := DefaultConfig()
+	cfg.SmallBytes, cfg.SegmentBytes = 128, 64
+	ctx := context.Background()
+	for size := 1; size <= 9; size++ {
+		for _, n := range lengths {
+			op := ops[rng.IntN(len(ops))]
+			root := rng.IntN(size)
+			in := make([][]T, size)
+			for r := range in {
+				in[r] = gen[T](rng, n, op)
+			}
+			want := reference(in, op)
+			errs := onAll(t, size, cfg, func(c *Comm) error {
+				r := c.Rank()
+				// Broadcast
+				b := make([]T, n)
+				if r == root {
+					copy(b, in[root])
+				}
+				if err := Broadcast(ctx, c, b, root); err != nil {
+					return err
+				}
+				for i := range b {
+					if b[i] != in[root][i] {
+						return fmt.Errorf("broadcast from %d: [%d] = %v, want %v", root, i, b[i], in[root][i])
+					}
+				}
+				// Reduce
+				buf := append([]T(nil), in[r]...)
+				if err := Reduce(ctx, c, buf, op, root); err != nil {
+					return err
+				}
+				if r == root {
+					for i := range want {
+						if !near(buf[i], want[i], size) {
+							return fmt.Errorf("reduce %v: [%d] = %v, want %v", op, i, buf[i], want[i])
+						}
+					}
+				}
+				// ReduceScatter
+				buf = append([]T(nil), in[r]...)
+				mine, err := ReduceScatter(ctx, c, buf, op)
+				if err != nil {
+					return err
+				}
+				off, l := Chunk(n, size, r)
+				if len(mine) != l {
+					return fmt.Errorf("reduce-scatter gave %d elements, want %d", len(mine), l)
+				}
+				for i := range mine {
+					if !near(mine[i], want[off+i], size) {
+						return fmt.Errorf("reduce-scatter %v: [%d] = %v, want %v", op, off+i, mine[i], want[off+i])
+					}
+				}
+				// AllGather
+				recv := make([]T, n*size)
+				if err := AllGather(ctx, c, in[r], recv); err != nil {
+					return err
+				}
+				for q := range size {
+					for i := range n {
+						if recv[q*n+i] != in[q][i] {
+							return fmt.Errorf("all-gather: block %d [%d] = %v, want %v", q, i, recv[q*n+i], in[q][i])
+						}
+					}
+				}
+				return c.Barrier(ctx)
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("size %d n %d rank %d: %v", size, n, r, err)
+				}
+			}
+		}
+	}
+}
+
+func TestBroadcastReduceScatterAllGather(t *testing.T) {
+	testOthers[float32](t)
+	testOthers[float64](t)
+	testOthers[int32](t)
+	testOthers[int64](t)
+}
+
+// TestMismatches: disagreements between ranks fail every rank with
+// ErrSizeMismatch; nothing hangs.
+func TestMismatches(t *testing.T) {
+	ctx := context.Background()
+	cases := map[string]func(c *Comm) error{
+		"length": func(c *Comm) error {
+			return AllReduce(ctx, c, make([]float32, 100+c.Rank()%2), Sum)
+		},
+		"length small": func(c *Comm) error {
+			return AllReduce(ctx, c, make([]float32, 3+c.Rank()%2), Sum)
+		},
+		"op": func(c *Comm) error {
+			op := Sum
+			if c.Rank() == 1 {
+				op = Max
+			}
+			return AllReduce(ctx, c, make([]int64, 1000), op)
+		},
+		"dtype": func(c *Comm) error {
+			if c.Rank() == 0 {
+				return AllReduce(ctx, c, make([]int32, 10), Sum)
+			}
+			return AllReduce(ctx, c, make([]float32, 10), Sum)
+		},
+		"collective": func(c *Comm) error {
+			if c.Rank() == 0 {
+				return Broadcast(ctx, c, make([]float64, 10), 0)
+			}
+			return AllReduce(ctx, c, make([]float64, 10), Sum)
+		},
+		"allgather recv": func(c *Comm) error {
+			return AllGather(ctx, c, make([]int32, 4), make([]int32, 4*c.Size()+c.Rank()%2))
+		},
+	}
+	for name, f := range cases {
+		for _, size := range []int{2, 3, 5} {
+			errs := onAll(t, size, DefaultConfig(), func(c *Comm) error {
+				err := f(c)
+				if err == nil {
+					// A rank that only sends (a Broadcast root) may finish
+					// first; its next call must report the mismatch.
+					err = c.Barrier(ctx)
+				}
+				return err
+			})
+			for r, err := range errs {
+				if !errors.Is(err, ErrSizeMismatch) {
+					t.Errorf("%s size %d: rank %d: got %v, want ErrSizeMismatch", name, size, r, err)
+				}
+			}
+		}
+	}
+}
+
+// TestCancelWakesEveryone: one rank's cancelled context aborts the
+// collective on every rank, and the Comm stays broken afterwards.
+func TestCancelWakesEveryone(t *testing.T) {
+	errs := onAll(t, 4, DefaultConfig(), func(c *Comm) error {
+		ctx := context.Background()
+		if c.Rank() == 2 {
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			ctx = cctx
+		}
+		err := AllReduce(ctx, c, make([]float32, 1<<16), Sum)
+		if err == nil {
+			return errors.New("no error")
+		}
+		if again := c.Barrier(context.Background()); again == nil {
+			return errors.New("a broken Comm ran another collective")
+		}
+		return err
+	})
+	for r, err := range errs {
+		if r == 2 && !errors.Is(err, context.Canceled) {
+			t.Fatalf("rank 2: %v", err)
+		}
+		if r != 2 && !errors.Is(err, ErrAborted) {
+			t.Fatalf("rank %d: got %v, want ErrAborted from rank 2", r, err)
+		}
+	}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	env := map[string]string{
+		"GORUN_RANK": "1", "GORUN_SIZE": "2", "GORUN_JOB_ID": "abc", "GORUN_JOB_SECRET": "0123456789abcdef0123",
+		"GORUN_PEERS": "127.0.0.1:1000,127.0.0.1:1001", "GORUN_ADDR": "127.0.0.1", "GORUN_GOSSIP_PORT": "1001",
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg, err := ConfigFromEnv(lookup)
+	if err != nil || cfg.Rank != 1 || cfg.Size != 2 || cfg.GossipPort != 1001 || len(cfg.Seeds) != 2 {
+		t.Fatalf("%+v %v", cfg, err)
+	}
+	env["GORUN_STRATEGY"] = "tree"
+	if _, err := ConfigFromEnv(lookup); err == nil {
+		t.Fatal("unknown strategy accepted")
+	}
+	delete(env, "GORUN_STRATEGY")
+	delete(env, "GORUN_RANK")
+	delete(env, "GORUN_PEERS")
+	_, err = ConfigFromEnv(lookup)
+	if err == nil || !errors.Is(err, err) || !contains(err.Error(), "GORUN_RANK, GORUN_PEERS not set") {
+		t.Fatalf("missing environment: %v", err)
+	}
+	if _, err := Join(context.Background()); err == nil {
+		t.Fatal("Join outside gorun succeeded")
+	}
+}
+
+func contains(s, sub string) bool { return len(s) >= len(sub) && (s == sub || len(sub) == 0 || indexOf(s, sub) >= 0) }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,118 @@
+package collective
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/gorun/gorun/ring"
+	"github.com/gorun/gorun/transport"
+)
+
+// localError fails a collective before any data moved. It still goes
+// through Comm.do, so the other ranks are told instead of left waiting.
+func localError(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrSizeMismatch}, args...)...)
+}
+
+func header[T Number](op Op, count int) transport.Header {
+	return transport.Header{DType: dtype[T](), Op: uint8(op), Count: uint64(count)}
+}
+
+func bytesOf[T Number](n int) int {
+	var z T
+	return n * int(unsafe.Sizeof(z))
+}
+
+func (c *Comm) direct(nbytes int) bool {
+	return c.cfg.Algorithm == Direct || c.cfg.Algorithm == Auto && nbytes <= c.cfg.SmallBytes
+}
+
+func allReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, o ring.Options) error {
+	if !op.valid() {
+		return localError("unknown op %d", op)
+	}
+	var err error
+	if c.direct(bytesOf[T](len(buf))) {
+		err = ring.Direct(ctx, c.tr, buf, reducer[T](op), o)
+	} else {
+		err = ring.AllReduce(ctx, c.tr, buf, reducer[T](op), o)
+	}
+	if err != nil {
+		return err
+	}
+	finish(op, buf, c.Size())
+	return nil
+}
+
+// AllReduce replaces buf on every rank with the element-wise reduction of
+// all ranks' bufs. Every rank ends with the same bits.
+func AllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error {
+	return c.do(ctx, kindAllReduce, func(o ring.Options) error {
+		return allReduce(ctx, c, buf, op, o)
+	}, header[T](op, len(buf)))
+}
+
+// Reduce leaves the reduction of all ranks' bufs in root's buf. On the
+// other ranks buf is used as scratch: its contents afterwards are
+// unspecified.
+func Reduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, root int) error {
+	return c.do(ctx, kindReduce, func(o ring.Options) error {
+		if root < 0 || root >= c.Size() {
+			return localError("root %d out of range for size %d", root, c.Size())
+		}
+		return allReduce(ctx, c, buf, op, o)
+	}, header[T](op, len(buf)))
+}
+
+// Broadcast copies root's buf into buf on every other rank.
+func Broadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) error {
+	return c.do(ctx, kindBroadcast, func(o ring.Options) error {
+		if root < 0 || root >= c.Size() {
+			return localError("root %d out of range for size %d", root, c.Size())
+		}
+		return ring.Broadcast(ctx, c.tr, buf, root, c.direct(bytesOf[T](len(buf))), o)
+	}, header[T](Op(root%256), len(buf)))
+}
+
+// AllGather concatenates every rank's send into recv, in rank order:
+// recv[r*len(send):(r+1)*len(send)] is rank r's send. recv must hold
+// Size()*len(send) elements, and every rank must send the same length.
+func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
+	return c.do(ctx, kindAllGather, func(o ring.Options) error {
+		n := len(send)
+		if len(recv) != n*c.Size() {
+			return localError("all-gather recv holds %d elements, want %d ranks x %d", len(recv), c.Size(), n)
+		}
+		copy(recv[c.Rank()*n:], send)
+		return ring.AllGather(ctx, c.tr, recv, o)
+	}, header[T](0, len(send)))
+}
+
+// ReduceScatter reduces buf element-wise over all ranks and leaves each
+// rank its own share of the result: mine is a sub-slice of buf, the
+// rank's chunk of Chunk(len(buf), Size(), Rank()). The rest of buf is
+// scratch afterwards.
+func ReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) (mine []T, err error) {
+	err = c.do(ctx, kindReduceScatter, func(o ring.Options) error {
+		if !op.valid() {
+			return localError("unknown op %d", op)
+		}
+		s, err := ring.ReduceScatter(ctx, c.tr, buf, reducer[T](op), o)
+		if err != nil {
+			return err
+		}
+		mine = buf[s.Off : s.Off+s.Len]
+		finish(op, mine, c.Size())
+		return nil
+	}, header[T](op, len(buf)))
+	return mine, err
+}
+
+// Chunk returns the [off, off+len) range of n elements that rank owns
+// after ReduceScatter over size ranks: lengths differ by at most one, and
+// the first n%size ranks get the longer ones.
+func Chunk(n, size, rank int) (off, length int) {
+	s := ring.Chunks(n, size)[rank]
+	return s.Off, s.Len
+}

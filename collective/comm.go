@@ -1,0 +1,192 @@
+package collective
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+
+	"github.com/gorun/gorun/membership"
+	"github.com/gorun/gorun/ring"
+	"github.com/gorun/gorun/transport"
+)
+
+// Sentinel errors; see doc.go for what triggers each.
+var (
+	ErrPeerLost     = transport.ErrPeerLost
+	ErrSizeMismatch = transport.ErrSizeMismatch
+	ErrClosed       = transport.ErrClosed
+	ErrAuth         = transport.ErrAuth
+	ErrAborted      = transport.ErrAborted
+)
+
+// Comm is one rank's handle on its job.
+type Comm struct {
+	cfg    Config
+	log    *slog.Logger
+	tr     transport.Transport
+	member *membership.Member
+
+	mu  sync.Mutex // serialises collectives
+	seq uint32
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Join joins the job gorun started this process in, as described by its
+// environment.
+func Join(ctx context.Context) (*Comm, error) {
+	cfg, err := ConfigFromEnv(os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	return New(ctx, cfg)
+}
+
+// New joins a job with explicit settings: it finds every rank by gossip
+// and connects to each one. It returns when the world is complete, or
+// with an error that names the ranks that never appeared.
+func New(ctx context.Context, cfg Config) (*Comm, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Size == 1 {
+		return &Comm{cfg: cfg, log: logger, tr: transport.NewMemNetwork(1).Transport(0)}, nil
+	}
+	tc := transport.DefaultConfig()
+	tc.Rank, tc.Size, tc.JobID, tc.Secret = cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret
+	tc.ListenAddr, tc.MaxPayload, tc.Logger = cfg.DataListen, cfg.MaxFrame, logger
+	tr, err := transport.Listen(tc)
+	if err != nil {
+		return nil, err
+	}
+	port := tr.Addr().(*net.TCPAddr).Port
+	mc := membership.DefaultConfig()
+	mc.JobID, mc.Rank, mc.Size, mc.Secret = cfg.JobID, cfg.Rank, cfg.Size, cfg.Secret
+	mc.BindPort, mc.AdvertiseAddr, mc.Seeds = cfg.GossipPort, cfg.AdvertiseAddr, cfg.Seeds
+	mc.DataAddr = net.JoinHostPort(cfg.AdvertiseAddr, strconv.Itoa(port))
+	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = cfg.ProbeInterval, cfg.ProbeTimeout, cfg.SuspicionMult
+	mc.Logger = logger
+	member, err := membership.Start(mc, membership.Events{
+		Dead: func(rank int, reason string) {
+			logger.Warn("rank lost", "rank", rank, "reason", reason)
+			tr.PeerLost(rank, reason)
+		},
+		Left: tr.PeerLeft,
+	})
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	c := &Comm{cfg: cfg, log: logger, tr: tr, member: member}
+	ctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+	defer cancel()
+	addrs, err := member.WaitAll(ctx)
+	if err == nil {
+		err = tr.Connect(ctx, addrs)
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("collective: rank %d: joining job %s: %w", cfg.Rank, cfg.JobID, err)
+	}
+	return c, nil
+}
+
+// NewLocal returns n Comms connected in memory, for tests of training code
+// without sockets. They behave like a real job: run each rank's code in its
+// own goroutine.
+func NewLocal(n int, cfg Config) ([]*Comm, error) {
+	cfg.Size, cfg.Rank = n, 0
+	cfg.Seeds = []string{"in-memory"}
+	cfg.JobID, cfg.Secret = "local", []byte("in-memory-job-secret")
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	nw := transport.NewMemNetwork(n)
+	comms := make([]*Comm, n)
+	for r := range n {
+		c := cfg
+		c.Rank = r
+		logger := c.Logger
+		if logger == nil {
+			logger = slog.New(slog.DiscardHandler)
+		}
+		comms[r] = &Comm{cfg: c, log: logger, tr: nw.Transport(r)}
+	}
+	return comms, nil
+}
+
+// Rank is this rank's number, 0 to Size-1.
+func (c *Comm) Rank() int { return c.cfg.Rank }
+
+// Size is the number of ranks in the job.
+func (c *Comm) Size() int { return c.cfg.Size }
+
+// Close leaves the job cleanly and releases everything the Comm holds. A
+// collective blocked in another goroutine returns ErrClosed. Close is
+// idempotent and safe for concurrent use.
+func (c *Comm) Close() error {
+	c.closeOnce.Do(func() {
+		c.closeErr = c.tr.Close()
+		if c.member != nil {
+			if err := c.member.Close(); c.closeErr == nil {
+				c.closeErr = err
+			}
+		}
+	})
+	return c.closeErr
+}
+
+// Err reports the error that broke the Comm, or nil while it is healthy.
+func (c *Comm) Err() error { return c.tr.Err() }
+
+// Kinds of collective; they cross the wire. ONLY APPEND.
+const (
+	kindBarrier uint8 = iota + 1
+	kindBroadcast
+	kindAllReduce
+	kindReduce
+	kindAllGather
+	kindReduceScatter
+)
+
+var kindName = map[uint8]string{
+	kindBarrier: "barrier", kindBroadcast: "broadcast", kindAllReduce: "allreduce",
+	kindReduce: "reduce", kindAllGather: "allgather", kindReduceScatter: "reducescatter",
+}
+
+// do runs one collective under the Comm's lock. Any failure is sent to
+// every peer (so that none of them waits for this rank) and breaks the
+// Comm.
+func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error, h transport.Header) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	h.Kind, h.Seq = kind, c.seq
+	if err := c.tr.Err(); err != nil {
+		return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
+	}
+	err := f(ring.Options{Header: h, SegmentBytes: c.cfg.SegmentBytes})
+	if err == nil {
+		return nil
+	}
+	if c.tr.Err() == nil {
+		c.tr.Abort(fmt.Errorf("rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err))
+	}
+	return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
+}
+
+// Barrier returns once every rank has entered it.
+func (c *Comm) Barrier(ctx context.Context) error {
+	return c.do(ctx, kindBarrier, func(o ring.Options) error {
+		return ring.Barrier(ctx, c.tr, o)
+	}, transport.Header{})
+}

@@ -1,0 +1,160 @@
+package collective
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorun/gorun/transport"
+)
+
+// Algorithm picks how AllReduce and Broadcast move data.
+type Algorithm int
+
+const (
+	// Auto uses Direct for buffers up to Config.SmallBytes and Ring above.
+	Auto Algorithm = iota
+	// Ring is the bandwidth-optimal pipelined ring (chain for Broadcast).
+	Ring
+	// Direct is the one-round, latency-optimal exchange.
+	Direct
+)
+
+// Strategies.
+const (
+	StrategyRing = "ring"
+	StrategyHub  = "hub"
+)
+
+// Config says how a rank joins its job. Build it with DefaultConfig (then
+// set the job's identity) or ConfigFromEnv.
+type Config struct {
+	Rank, Size int
+	JobID      string
+	Secret     []byte // the per-job secret; at least 16 bytes
+	Strategy   string // "ring" (default) or "hub"
+
+	// Seeds are the gossip addresses ("host:port") of the job's ranks;
+	// each rank joins every one.
+	Seeds []string
+	// AdvertiseAddr is the address other ranks reach this one at.
+	AdvertiseAddr string
+	// GossipPort is where this rank's gossip member listens (0: any).
+	GossipPort int
+	// DataListen is where the data plane listens; its port is published
+	// by gossip.
+	DataListen string
+	// JoinTimeout bounds New: finding every rank and connecting to it.
+	JoinTimeout time.Duration
+
+	Algorithm    Algorithm
+	SmallBytes   int // Auto's threshold between Direct and Ring
+	SegmentBytes int // pipelining unit of the ring
+	MaxFrame     int // largest payload accepted from a peer
+
+	// Gossip timers: a silent rank is declared dead after roughly
+	// ProbeInterval * (a few + SuspicionMult).
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
+	SuspicionMult int
+
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults for everything but the job's identity.
+func DefaultConfig() Config {
+	return Config{
+		Strategy:      StrategyRing,
+		AdvertiseAddr: "127.0.0.1",
+		DataListen:    "0.0.0.0:0",
+		JoinTimeout:   60 * time.Second,
+		SmallBytes:    32 << 10,
+		SegmentBytes:  512 << 10,
+		MaxFrame:      transport.DefaultMaxPayload,
+		ProbeInterval: 200 * time.Millisecond,
+		ProbeTimeout:  100 * time.Millisecond,
+		SuspicionMult: 2,
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Size < 1 {
+		errs = append(errs, fmt.Errorf("size %d: must be at least 1", c.Size))
+	}
+	if c.Rank < 0 || c.Rank >= max(c.Size, 1) {
+		errs = append(errs, fmt.Errorf("rank %d out of range for size %d", c.Rank, c.Size))
+	}
+	if c.Size > 1 {
+		if c.JobID == "" {
+			errs = append(errs, errors.New("no job id"))
+		}
+		if len(c.Secret) < 16 {
+			errs = append(errs, errors.New("job secret missing or shorter than 16 bytes"))
+		}
+		if len(c.Seeds) == 0 {
+			errs = append(errs, errors.New("no gossip seeds"))
+		}
+	}
+	switch c.Strategy {
+	case "", StrategyRing:
+	case StrategyHub:
+		errs = append(errs, errors.New(`strategy "hub" (ParamHub) is not available in this build yet; use "ring"`))
+	default:
+		errs = append(errs, fmt.Errorf("unknown strategy %q (want ring or hub)", c.Strategy))
+	}
+	if c.SegmentBytes < 8 || c.SegmentBytes > c.MaxFrame || c.SmallBytes < 0 || c.JoinTimeout <= 0 {
+		errs = append(errs, errors.New("SegmentBytes must be in [8, MaxFrame], SmallBytes >= 0, JoinTimeout > 0"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("collective: bad config: %w", err)
+	}
+	return nil
+}
+
+// ConfigFromEnv builds a Config from the environment gorun gives every
+// rank (GORUN_RANK, GORUN_SIZE, GORUN_JOB_ID, GORUN_JOB_SECRET,
+// GORUN_PEERS, GORUN_ADDR, GORUN_GOSSIP_PORT and optionally
+// GORUN_STRATEGY). lookup is os.LookupEnv in a real rank. This is the only
+// place gorun reads the environment.
+func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
+	cfg := DefaultConfig()
+	var missing []string
+	get := func(k string) string {
+		v, ok := lookup(k)
+		if !ok || v == "" {
+			missing = append(missing, k)
+		}
+		return v
+	}
+	rank, size := get("GORUN_RANK"), get("GORUN_SIZE")
+	cfg.JobID = get("GORUN_JOB_ID")
+	cfg.Secret = []byte(get("GORUN_JOB_SECRET"))
+	peers := get("GORUN_PEERS")
+	cfg.AdvertiseAddr = get("GORUN_ADDR")
+	port := get("GORUN_GOSSIP_PORT")
+	if len(missing) > 0 {
+		return Config{}, fmt.Errorf("collective: %s not set: start this program with gorun (or use collective.New with a Config)", strings.Join(missing, ", "))
+	}
+	var err error
+	if cfg.Rank, err = strconv.Atoi(rank); err != nil {
+		return Config{}, fmt.Errorf("collective: GORUN_RANK=%q: %w", rank, err)
+	}
+	if cfg.Size, err = strconv.Atoi(size); err != nil {
+		return Config{}, fmt.Errorf("collective: GORUN_SIZE=%q: %w", size, err)
+	}
+	if cfg.GossipPort, err = strconv.Atoi(port); err != nil {
+		return Config{}, fmt.Errorf("collective: GORUN_GOSSIP_PORT=%q: %w", port, err)
+	}
+	cfg.Seeds = strings.Split(peers, ",")
+	if len(cfg.Seeds) != cfg.Size {
+		return Config{}, fmt.Errorf("collective: GORUN_PEERS lists %d ranks, GORUN_SIZE is %d", len(cfg.Seeds), cfg.Size)
+	}
+	if s, ok := lookup("GORUN_STRATEGY"); ok && s != "" {
+		cfg.Strategy = s
+	}
+	return cfg, cfg.validate()
+}

@@ -1,0 +1,65 @@
+// Package collective is the Go API that training code embeds: MPI-style
+// collectives (Barrier, Broadcast, Reduce, AllReduce, AllGather,
+// ReduceScatter) between the ranks of a job started by gorun.
+//
+// # Lifecycle
+//
+// A rank calls Join once; it reads the environment gorun set, finds every
+// other rank by gossip, and opens an authenticated TCP connection to each.
+// New does the same from an explicit Config, without the launcher, and
+// NewLocal makes n ranks connected in memory, for tests. Close leaves the
+// job; it is idempotent.
+//
+//	c, err := collective.Join(ctx)
+//	if err != nil { ... }
+//	defer c.Close()
+//	grads := make([]float32, n)
+//	err = collective.AllReduce(ctx, c, grads, collective.Avg)
+//
+// # The contract
+//
+// Every rank must issue the same collectives, in the same order, with the
+// same element type, op and root, and buffers of the same length (for
+// AllGather: the same send length). gorun checks this on every frame: a
+// rank that disagrees makes every rank's call fail with ErrSizeMismatch,
+// instead of corrupting memory or hanging. (A rank that only sends in a
+// call, such as a Broadcast root, may return before its peers notice; its
+// next call then fails with the same error.)
+//
+// Buffers belong to the caller. A collective reads and writes buf only
+// while the call runs, and does not keep it afterwards; the caller must not
+// touch it during the call. Reduce and ReduceScatter use the parts of buf
+// they do not return as scratch.
+//
+// A Comm is safe for use from several goroutines, but collectives on one
+// Comm run one at a time, in the order they take the Comm's lock. Issue
+// them from one goroutine (or order them yourself) so that every rank
+// sees the same order.
+//
+// # Failure
+//
+// Every call takes a context and also wakes when a peer is lost. Errors
+// name the rank and the step, and wrap these sentinels:
+//
+//   - ErrPeerLost: a peer's process died (its connections broke: seen at
+//     once), was declared dead by gossip (a stopped or cut-off rank: about
+//     two seconds), or closed its Comm while it was still needed.
+//   - ErrSizeMismatch: ranks disagree on the collective, as above.
+//   - ErrAborted: a peer gave up the collective, for example because its
+//     context was cancelled; its reason is in the message.
+//   - ErrClosed: this Comm was closed.
+//   - ErrAuth: a connection failed its job or secret check while joining.
+//
+// Any error breaks the Comm for good: the rank that sees it first tells
+// every peer, so all of them return promptly, and every later call returns
+// the same error. Close the Comm; a job usually exits, and gorun then ends
+// the remaining ranks.
+//
+// # Algorithms
+//
+// The ring strategy runs AllReduce as a pipelined ring (reduce-scatter then
+// all-gather), which moves 2(N-1)/N of the buffer per rank, and switches to
+// a one-round direct exchange for buffers up to Config.SmallBytes. Results
+// are bitwise identical on every rank. Reduce is an AllReduce whose result
+// non-root ranks discard.
+package collective

@@ -1,0 +1,306 @@
+// Package membership finds a job's ranks by gossip and watches them, using
+// hashicorp/memberlist. It is the only package that imports memberlist;
+// the rest of gorun sees a small "rank lost" callback.
+//
+// Every rank runs a member named "<job>-<rank>", labelled with the job id
+// and encrypted with a key derived from the job secret, so neither another
+// job nor an outsider can join. A member's metadata carries its rank and
+// its data-plane address. The timers are tuned so that a silent peer
+// (stopped, or cut off) is declared dead in about two seconds on a LAN.
+package membership
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Config configures a member.
+type Config struct {
+	JobID      string
+	Rank, Size int
+	Secret     []byte
+	// BindAddr and BindPort are where the member listens (TCP and UDP).
+	BindAddr string
+	BindPort int
+	// AdvertiseAddr is the address other ranks reach this one at.
+	AdvertiseAddr string
+	// Seeds are "host:port" gossip addresses to join; every one is tried.
+	Seeds []string
+	// DataAddr is this rank's data-plane address, published to the others.
+	DataAddr string
+
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
+	// SuspicionMult scales how long a suspect is given before it is
+	// declared dead, in probe intervals.
+	SuspicionMult int
+	Logger        *slog.Logger
+}
+
+// DefaultConfig has timers for a LAN: a silent member is declared dead in
+// about two seconds.
+func DefaultConfig() Config {
+	return Config{
+		BindAddr:      "0.0.0.0",
+		ProbeInterval: 200 * time.Millisecond,
+		ProbeTimeout:  100 * time.Millisecond,
+		SuspicionMult: 2,
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.JobID == "":
+		return errors.New("membership: no job id")
+	case c.Size < 1 || c.Rank < 0 || c.Rank >= c.Size:
+		return fmt.Errorf("membership: rank %d out of range for size %d", c.Rank, c.Size)
+	case len(c.Secret) == 0:
+		return errors.New("membership: no job secret")
+	case c.ProbeInterval <= 0 || c.ProbeTimeout <= 0 || c.SuspicionMult < 1:
+		return errors.New("membership: timers must be positive")
+	}
+	return nil
+}
+
+// Events are called when a member goes away. They may be called from
+// memberlist's goroutines and must not block.
+type Events struct {
+	// Dead: rank stopped answering or vanished.
+	Dead func(rank int, reason string)
+	// Left: rank left cleanly.
+	Left func(rank int)
+}
+
+// Member is this rank's place in the job's gossip group.
+type Member struct {
+	cfg  Config
+	ml   *memberlist.Memberlist
+	log  *slog.Logger
+	meta []byte
+
+	mu     sync.Mutex
+	peers  map[int]string // rank -> data address
+	joined chan struct{}  // signalled on every join
+	ev     Events
+
+	closeOnce sync.Once
+}
+
+// Start creates the member and starts listening. It does not join yet.
+func Start(cfg Config, ev Events) (*Member, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m := &Member{cfg: cfg, log: logger, peers: map[int]string{}, joined: make(chan struct{}, 1), ev: ev}
+	m.meta = binary.LittleEndian.AppendUint32(nil, uint32(cfg.Rank))
+	m.meta = append(m.meta, cfg.DataAddr...)
+
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.JobID + "-" + strconv.Itoa(cfg.Rank)
+	mc.Label = cfg.JobID
+	key := sha256.Sum256(append([]byte("gorun membership key\x00"), cfg.Secret...))
+	mc.SecretKey = key[:]
+	mc.BindAddr = cfg.BindAddr
+	mc.BindPort = cfg.BindPort
+	mc.AdvertisePort = cfg.BindPort
+	if cfg.AdvertiseAddr != "" {
+		mc.AdvertiseAddr = cfg.AdvertiseAddr
+	}
+	mc.ProbeInterval = cfg.ProbeInterval
+	mc.ProbeTimeout = cfg.ProbeTimeout
+	mc.SuspicionMult = cfg.SuspicionMult
+	mc.SuspicionMaxTimeoutMult = 2
+	mc.AwarenessMaxMultiplier = 2
+	mc.GossipInterval = 50 * time.Millisecond
+	mc.GossipToTheDeadTime = 2 * time.Second
+	mc.PushPullInterval = 5 * time.Second
+	mc.TCPTimeout = 2 * time.Second
+	mc.EnableCompression = false
+	mc.Delegate = (*delegate)(m)
+	mc.Events = (*events)(m)
+	mc.Logger = log.New(&logWriter{log: logger}, "", 0)
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("membership: rank %d: %w", cfg.Rank, err)
+	}
+	m.ml = ml
+	return m, nil
+}
+
+// Port is the port the member listens on.
+func (m *Member) Port() int { return int(m.ml.LocalNode().Port) }
+
+// WaitAll joins the seeds (all of them, again and again, until it is
+// done) and returns every rank's data address once all Size ranks are
+// members. On timeout it names the ranks that never appeared.
+func (m *Member) WaitAll(ctx context.Context) ([]string, error) {
+	var lastErr error
+	retry := time.NewTicker(200 * time.Millisecond)
+	defer retry.Stop()
+	for {
+		if addrs, ok := m.all(); ok {
+			return addrs, nil
+		}
+		if len(m.cfg.Seeds) > 0 && m.ml.NumMembers() < m.cfg.Size {
+			if _, err := m.ml.Join(m.cfg.Seeds); err != nil {
+				lastErr = err
+			}
+		}
+		if addrs, ok := m.all(); ok {
+			return addrs, nil
+		}
+		select {
+		case <-ctx.Done():
+			missing := m.missing()
+			msg := fmt.Sprintf("membership: rank %d: ranks %v never appeared: %v", m.cfg.Rank, missing, context.Cause(ctx))
+			if lastErr != nil {
+				msg += fmt.Sprintf(" (last join error: %v", lastErr)
+				if len(missing) == m.cfg.Size-1 {
+					msg += "; no rank was reached: are they running, with the same job id and job secret?"
+				}
+				msg += ")"
+			}
+			return nil, errors.New(msg)
+		case <-m.joined:
+		case <-retry.C:
+		}
+	}
+}
+
+func (m *Member) all() ([]string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.peers) < m.cfg.Size {
+		return nil, false
+	}
+	addrs := make([]string, m.cfg.Size)
+	for r, a := range m.peers {
+		addrs[r] = a
+	}
+	return addrs, true
+}
+
+func (m *Member) missing() []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []int
+	for r := range m.cfg.Size {
+		if _, ok := m.peers[r]; !ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Close leaves the group (so the others see a clean departure) and shuts
+// the member down. It is idempotent.
+func (m *Member) Close() error {
+	var err error
+	m.closeOnce.Do(func() {
+		err = m.ml.Leave(500 * time.Millisecond)
+		if serr := m.ml.Shutdown(); err == nil {
+			err = serr
+		}
+	})
+	return err
+}
+
+// parseMeta decodes a member's rank and data address.
+func parseMeta(b []byte) (int, string, bool) {
+	if len(b) < 4 {
+		return 0, "", false
+	}
+	r := int(binary.LittleEndian.Uint32(b))
+	addr := string(b[4:])
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return 0, "", false
+	}
+	return r, addr, true
+}
+
+type delegate Member
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	if len(d.meta) > limit {
+		return nil
+	}
+	return d.meta
+}
+func (d *delegate) NotifyMsg([]byte)                {}
+func (d *delegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (d *delegate) LocalState(bool) []byte          { return nil }
+func (d *delegate) MergeRemoteState([]byte, bool)   {}
+
+type events Member
+
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	m := (*Member)(e)
+	r, addr, ok := parseMeta(n.Meta)
+	if !ok || r >= m.cfg.Size || n.Name != m.cfg.JobID+"-"+strconv.Itoa(r) {
+		m.log.Warn("ignoring a member with bad metadata", "name", n.Name)
+		return
+	}
+	m.mu.Lock()
+	m.peers[r] = addr
+	m.mu.Unlock()
+	select {
+	case m.joined <- struct{}{}:
+	default:
+	}
+}
+
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	m := (*Member)(e)
+	r, _, ok := parseMeta(n.Meta)
+	if !ok || r == m.cfg.Rank {
+		return
+	}
+	if n.State == memberlist.StateLeft {
+		if m.ev.Left != nil {
+			m.ev.Left(r)
+		}
+		return
+	}
+	if m.ev.Dead != nil {
+		m.ev.Dead(r, "declared dead by gossip (no answer to probes)")
+	}
+}
+
+func (e *events) NotifyUpdate(*memberlist.Node) {}
+
+// logWriter turns memberlist's log lines into debug records, and decrypt
+// failures (the mark of a wrong job secret) into warnings.
+type logWriter struct{ log *slog.Logger }
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	sc := bufio.NewScanner(strings.NewReader(string(p)))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.Contains(line, "decrypt") || strings.Contains(line, "label") {
+			w.log.Warn("membership: rejected a message (wrong job secret or job id?)", "memberlist", line)
+		} else {
+			w.log.Debug("memberlist", "msg", line)
+		}
+	}
+	return len(p), nil
+}
+
+var _ io.Writer = (*logWriter)(nil)
