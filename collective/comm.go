@@ -71,7 +71,13 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	port := tr.Addr().(*net.TCPAddr).Port
 	mc := membership.DefaultConfig()
 	mc.JobID, mc.Rank, mc.Size, mc.Secret = cfg.JobID, cfg.Rank, cfg.Size, cfg.Secret
-	mc.BindPort, mc.AdvertiseAddr, mc.Seeds = cfg.GossipPort, cfg.AdvertiseAddr, cfg.Seeds
+	mc.BindPort, mc.AdvertiseAddr = cfg.GossipPort, cfg.AdvertiseAddr
+	// Join every other rank's seed; joining itself would hide failures.
+	for i, s := range cfg.Seeds {
+		if len(cfg.Seeds) != cfg.Size || i != cfg.Rank {
+			mc.Seeds = append(mc.Seeds, s)
+		}
+	}
 	mc.DataAddr = net.JoinHostPort(cfg.AdvertiseAddr, strconv.Itoa(port))
 	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = cfg.ProbeInterval, cfg.ProbeTimeout, cfg.SuspicionMult
 	mc.Logger = logger

@@ -74,9 +74,9 @@ func DefaultConfig() Config {
 		SmallBytes:    32 << 10,
 		SegmentBytes:  512 << 10,
 		MaxFrame:      transport.DefaultMaxPayload,
-		ProbeInterval: 200 * time.Millisecond,
-		ProbeTimeout:  100 * time.Millisecond,
-		SuspicionMult: 2,
+		ProbeInterval: 250 * time.Millisecond,
+		ProbeTimeout:  200 * time.Millisecond,
+		SuspicionMult: 3,
 	}
 }
 

@@ -56,9 +56,9 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		BindAddr:      "0.0.0.0",
-		ProbeInterval: 200 * time.Millisecond,
-		ProbeTimeout:  100 * time.Millisecond,
-		SuspicionMult: 2,
+		ProbeInterval: 250 * time.Millisecond,
+		ProbeTimeout:  200 * time.Millisecond,
+		SuspicionMult: 3,
 	}
 }
 
@@ -128,7 +128,7 @@ func Start(cfg Config, ev Events) (*Member, error) {
 	mc.ProbeTimeout = cfg.ProbeTimeout
 	mc.SuspicionMult = cfg.SuspicionMult
 	mc.SuspicionMaxTimeoutMult = 2
-	mc.AwarenessMaxMultiplier = 2
+	mc.AwarenessMaxMultiplier = 4
 	mc.GossipInterval = 50 * time.Millisecond
 	mc.GossipToTheDeadTime = 2 * time.Second
 	mc.PushPullInterval = 5 * time.Second
@@ -172,11 +172,15 @@ func (m *Member) WaitAll(ctx context.Context) ([]string, error) {
 			missing := m.missing()
 			msg := fmt.Sprintf("membership: rank %d: ranks %v never appeared: %v", m.cfg.Rank, missing, context.Cause(ctx))
 			if lastErr != nil {
-				msg += fmt.Sprintf(" (last join error: %v", lastErr)
-				if len(missing) == m.cfg.Size-1 {
-					msg += "; no rank was reached: are they running, with the same job id and job secret?"
+				last := strings.Join(strings.Fields(lastErr.Error()), " ")
+				switch {
+				case strings.Contains(last, "decrypt"):
+					msg += "; wrong job secret: the other ranks cannot decrypt this rank's messages (" + last + ")"
+				case len(missing) == m.cfg.Size-1:
+					msg += "; no rank was reached: are they running, with the same job id? (" + last + ")"
+				default:
+					msg += " (last join error: " + last + ")"
 				}
-				msg += ")"
 			}
 			return nil, errors.New(msg)
 		case <-m.joined:

@@ -61,6 +61,7 @@ type TCP struct {
 	connected chan struct{} // signalled when a connection registers
 
 	wg        sync.WaitGroup
+	readers   sync.WaitGroup
 	closing   chan struct{}
 	closeOnce sync.Once
 }
@@ -196,6 +197,7 @@ func (t *TCP) register(peer int, c net.Conn) bool {
 	pc := &peerConn{peer: peer, c: c}
 	t.conns[peer] = pc
 	t.wg.Add(1)
+	t.readers.Add(1)
 	go t.readLoop(pc)
 	select {
 	case t.connected <- struct{}{}:
@@ -284,6 +286,7 @@ func (t *TCP) dial(ctx context.Context, peer int, addr string) error {
 
 func (t *TCP) readLoop(pc *peerConn) {
 	defer t.wg.Done()
+	defer t.readers.Done()
 	fr := NewReader(bufio.NewReaderSize(pc.c, 256<<10), t.cfg.MaxPayload)
 	bye := false
 	for {
@@ -302,14 +305,14 @@ func (t *TCP) readLoop(pc *peerConn) {
 			if errors.Is(err, ErrFrame) {
 				reason = "sent a malformed frame: " + err.Error()
 			}
-			t.w.fail(&PeerLostError{Rank: pc.peer, Reason: reason})
+			t.suspect(pc.peer, reason)
 			return
 		}
 		switch h.Type {
 		case TypeData:
-			if !t.w.deliver(pc.peer, Frame{Header: h, Payload: p, release: putBuf}, t.closing) {
-				return
-			}
+			// After a failure the frame is dropped, but reading goes on so
+			// that the peer's last words (an abort) are still seen.
+			t.w.deliver(pc.peer, Frame{Header: h, Payload: p, release: putBuf}, t.closing)
 		case TypeAbort:
 			t.w.fail(parseAbort(pc.peer, p))
 			putBuf(p)
@@ -349,14 +352,17 @@ func (t *TCP) Send(ctx context.Context, to int, h Header, payload []byte) error 
 	if ctx.Err() != nil {
 		return ctxErr(ctx)
 	}
-	lost := &PeerLostError{Rank: to, Reason: "send failed: " + err.Error()}
-	t.w.fail(lost)
-	return lost
+	t.suspect(to, "send failed: "+err.Error())
+	if werr := t.w.Err(); werr != nil {
+		return werr
+	}
+	return &PeerLostError{Rank: to, Reason: "send failed: " + err.Error()}
 }
 
 func (t *TCP) write(ctx context.Context, pc *peerConn, h Header, payload []byte) error {
 	pc.wmu.Lock()
 	defer pc.wmu.Unlock()
+	_ = pc.c.SetWriteDeadline(time.Time{})
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, func() { _ = pc.c.SetWriteDeadline(time.Now()) })
 		defer stop()
@@ -377,11 +383,21 @@ func (t *TCP) Abort(err error) {
 	if t.w.Err() != nil {
 		return
 	}
+	t.broadcastAbort(err, -1, time.Second)
+	t.w.fail(err)
+}
+
+// broadcastAbort sends an abort frame with err to every peer but skip, in
+// parallel, each bounded by timeout.
+func (t *TCP) broadcastAbort(err error, skip int, timeout time.Duration) {
 	payload := abortPayload(err)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, pc := range t.peers() {
+		if pc.peer == skip {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -389,6 +405,24 @@ func (t *TCP) Abort(err error) {
 		}()
 	}
 	wg.Wait()
+}
+
+// lose fails the job because peer is gone. The other peers are told first,
+// with the original cause, so that each of them blames the lost rank even
+// if this rank exits before they notice the loss themselves.
+func (t *TCP) lose(peer int, reason string) {
+	if peer >= 0 && peer < t.cfg.Size {
+		select {
+		case <-t.w.left[peer]:
+			return // it already said goodbye on the data plane
+		default:
+		}
+	}
+	if t.w.Err() != nil {
+		return
+	}
+	err := &PeerLostError{Rank: peer, Reason: reason}
+	t.broadcastAbort(err, peer, 500*time.Millisecond)
 	t.w.fail(err)
 }
 
@@ -398,18 +432,28 @@ func (t *TCP) peers() []*peerConn {
 	return slices.DeleteFunc(slices.Clone(t.conns), func(pc *peerConn) bool { return pc == nil })
 }
 
+// explainWait is how long a broken connection waits for a better
+// explanation (an abort frame from another rank, or gossip) before the
+// peer at its other end is blamed.
+const explainWait = 250 * time.Millisecond
+
+// suspect handles a broken connection to peer. A peer that exits because
+// the job already failed tells everyone why before it goes; that reason is
+// preferred to blaming the peer itself.
+func (t *TCP) suspect(peer int, reason string) {
+	select {
+	case <-t.w.failed:
+		return
+	case <-t.closing:
+		return
+	case <-time.After(explainWait):
+	}
+	t.lose(peer, reason)
+}
+
 // PeerLost fails the transport because peer is gone (for example, gossip
 // declared it dead).
-func (t *TCP) PeerLost(peer int, reason string) {
-	if peer >= 0 && peer < t.cfg.Size {
-		select {
-		case <-t.w.left[peer]:
-			return // it already said goodbye on the data plane
-		default:
-		}
-	}
-	t.w.fail(&PeerLostError{Rank: peer, Reason: reason})
-}
+func (t *TCP) PeerLost(peer int, reason string) { t.lose(peer, reason) }
 
 // PeerLeft records that peer left the job cleanly.
 func (t *TCP) PeerLeft(peer int) {
@@ -418,29 +462,45 @@ func (t *TCP) PeerLeft(peer int) {
 	}
 }
 
-// unblock wakes every blocked read and write once the world has failed.
+// unblock wakes every blocked write once the world has failed. Blocked
+// Recv calls wake on the failure itself; the readers keep draining.
 func (t *TCP) unblock() {
 	for _, pc := range t.peers() {
-		_ = pc.c.SetDeadline(time.Now())
+		_ = pc.c.SetWriteDeadline(time.Now())
 	}
 }
 
 // Close says goodbye to every peer, closes every connection and waits for
-// the transport's goroutines. It is idempotent.
+// the transport's goroutines. If the transport had failed, the goodbye is
+// the failure's cause, so that peers learn why this rank is going. It is
+// idempotent.
 func (t *TCP) Close() error {
 	t.closeOnce.Do(func() {
-		if t.w.Err() == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			var wg sync.WaitGroup
-			for _, pc := range t.peers() {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+		failed := t.w.Err()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		var wg sync.WaitGroup
+		for _, pc := range t.peers() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if failed != nil {
+					_ = t.write(ctx, pc, Header{Type: TypeAbort}, abortPayload(failed))
+				} else {
 					_ = t.write(ctx, pc, Header{Type: TypeBye}, nil)
-				}()
-			}
-			wg.Wait()
-			cancel()
+				}
+				if tc, ok := pc.c.(*net.TCPConn); ok {
+					_ = tc.CloseWrite()
+				}
+			}()
+		}
+		wg.Wait()
+		cancel()
+		t.w.fail(fmt.Errorf("transport: rank %d: %w", t.cfg.Rank, ErrClosed))
+		if failed != nil {
+			// Let the readers drain what peers still send, briefly, so
+			// that closing does not reset connections whose last words
+			// are still on the way.
+			t.waitReaders(200 * time.Millisecond)
 		}
 		t.mu.Lock()
 		close(t.closing)
@@ -452,9 +512,16 @@ func (t *TCP) Close() error {
 				pc.c.Close()
 			}
 		}
-		t.w.fail(fmt.Errorf("transport: rank %d: %w", t.cfg.Rank, ErrClosed))
 		t.wg.Wait()
 		t.w.drain()
 	})
 	return nil
+}
+
+func (t *TCP) waitReaders(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for _, pc := range t.peers() {
+		_ = pc.c.SetReadDeadline(deadline)
+	}
+	t.readers.Wait()
 }

@@ -1,0 +1,153 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// gossipPorts reserves n free loopback ports (TCP and UDP).
+func gossipPorts(t *testing.T, n int) []string {
+	t.Helper()
+	var addrs []string
+	for len(addrs) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := l.Addr().String()
+		u, err := net.ListenPacket("udp", a)
+		l.Close()
+		if err != nil {
+			continue
+		}
+		u.Close()
+		addrs = append(addrs, a)
+	}
+	return addrs
+}
+
+func tcpConfigs(t *testing.T, n int, secret string) []Config {
+	seeds := gossipPorts(t, n)
+	cfgs := make([]Config, n)
+	for r := range n {
+		c := DefaultConfig()
+		c.Rank, c.Size, c.JobID, c.Secret = r, n, "testjob", []byte(secret)
+		c.Seeds, c.AdvertiseAddr, c.DataListen = seeds, "127.0.0.1", "127.0.0.1:0"
+		_, port, _ := net.SplitHostPort(seeds[r])
+		fmt.Sscan(port, &c.GossipPort)
+		c.JoinTimeout = 10 * time.Second
+		cfgs[r] = c
+	}
+	return cfgs
+}
+
+func newAll(cfgs []Config) ([]*Comm, []error) {
+	comms := make([]*Comm, len(cfgs))
+	errs := make([]error, len(cfgs))
+	var wg sync.WaitGroup
+	for r := range cfgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], errs[r] = New(context.Background(), cfgs[r])
+		}()
+	}
+	wg.Wait()
+	return comms, errs
+}
+
+// TestNewOverTCP joins 4 ranks by gossip over loopback, runs collectives
+// over TCP, and checks that Close leaves no goroutine behind.
+func TestNewOverTCP(t *testing.T) {
+	before := runtime.NumGoroutine()
+	comms, errs := newAll(tcpConfigs(t, 4, "a-secret-of-the-right-length"))
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	const n = 300007
+	var wg sync.WaitGroup
+	out := make([][]int64, 4)
+	for _, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]int64, n)
+			for i := range buf {
+				buf[i] = int64(i * (c.Rank() + 1))
+			}
+			if err := AllReduce(context.Background(), c, buf, Sum); err != nil {
+				t.Error(err)
+			}
+			if err := c.Barrier(context.Background()); err != nil {
+				t.Error(err)
+			}
+			out[c.Rank()] = buf
+		}()
+	}
+	wg.Wait()
+	for r := range comms {
+		for i := range n {
+			if out[r][i] != int64(i*10) {
+				t.Fatalf("rank %d [%d] = %d, want %d", r, i, out[r][i], i*10)
+			}
+		}
+	}
+	for _, c := range comms {
+		if err := c.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		c.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines before, %d after Close:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestMissingRankNamed(t *testing.T) {
+	cfgs := tcpConfigs(t, 3, "a-secret-of-the-right-length")
+	for r := range cfgs {
+		cfgs[r].JoinTimeout = 1500 * time.Millisecond
+	}
+	_, errs := newAll(cfgs[:2])
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "ranks [2] never appeared") {
+			t.Fatalf("rank %d: got %v, want a timeout naming rank 2", r, err)
+		}
+	}
+}
+
+func TestWrongSecret(t *testing.T) {
+	cfgs := tcpConfigs(t, 3, "a-secret-of-the-right-length")
+	cfgs[2].Secret = []byte("some-other-secret-entirely")
+	for r := range cfgs {
+		cfgs[r].JoinTimeout = 2 * time.Second
+	}
+	comms, errs := newAll(cfgs)
+	for r, err := range errs {
+		if err == nil {
+			comms[r].Close()
+			t.Fatalf("rank %d joined a job with a mismatched secret", r)
+		}
+		t.Logf("rank %d: %v", r, err)
+	}
+	if !strings.Contains(errs[2].Error(), "ranks [0 1] never appeared") || !strings.Contains(errs[2].Error(), "wrong job secret") {
+		t.Fatalf("rank 2: %v", errs[2])
+	}
+	for _, r := range []int{0, 1} {
+		if !strings.Contains(errs[r].Error(), "ranks [2] never appeared") {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package collective_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/collective"
+	"github.com/gorun/gorun/internal/conformance"
+	"github.com/gorun/gorun/launcher"
+)
+
+// The test binary doubles as gorun's agent and as the rank program, so the
+// tests below start real processes that talk over real TCP.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == launcher.AgentCommandName {
+		err := launcher.RunAgent(context.Background(), launcher.AgentConfig{In: os.Stdin, Out: os.Stdout, Environ: os.Environ()})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if mode := os.Getenv("GORUN_TEST_RANK"); mode != "" {
+		os.Exit(rankMain(mode))
+	}
+	os.Exit(m.Run())
+}
+
+func rankMain(mode string) int {
+	ctx := context.Background()
+	c, err := collective.Join(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "join:", err)
+		return 2
+	}
+	defer c.Close()
+	switch mode {
+	case "verify":
+		if err := conformance.Run(ctx, c, 42, 25); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL rank %d: %v\n", c.Rank(), err)
+			return 1
+		}
+		fmt.Println("OK")
+		return 0
+	case "kill", "stop":
+		// Survivors must live to report, even when gorun starts ending
+		// the job because the victim died first.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM)
+		sig := map[string]syscall.Signal{"kill": syscall.SIGKILL, "stop": syscall.SIGSTOP}[mode]
+		at, err := conformance.Drill(ctx, c, sig, 64, func(s string) { fmt.Println(s) })
+		fmt.Printf("LOST %d %v\n", at.UnixNano(), err)
+		return 3
+	}
+	return 2
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func launch(t *testing.T, np int, mode string, grace time.Duration) (launcher.Result, string) {
+	t.Helper()
+	cfg := launcher.DefaultConfig()
+	cfg.NP, cfg.Program, cfg.Gorun = np, os.Args[0], os.Args[0]
+	cfg.Env = []string{"GORUN_TEST_RANK=" + mode, "GORACE=atexit_sleep_ms=0"}
+	cfg.Grace, cfg.Timeout = grace, 3*time.Minute
+	var out syncBuf
+	cfg.Stdout, cfg.Stderr = &out, &out
+	res, err := launcher.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, out.String()
+}
+
+// TestProcessesVerify runs the reference-checked workload in 1 to 9 real
+// processes.
+func TestProcessesVerify(t *testing.T) {
+	for _, np := range []int{1, 2, 3, 4, 5, 7, 9} {
+		res, out := launch(t, np, "verify", 5*time.Second)
+		if res.ExitCode != 0 || strings.Count(out, "OK\n") != np {
+			t.Fatalf("np %d: exit %d:\n%s", np, res.ExitCode, out)
+		}
+	}
+}
+
+var (
+	strikeRE = regexp.MustCompile(`\[(\d+)\] STRIKE (\d+)`)
+	lostRE   = regexp.MustCompile(`\[(\d+)\] LOST (\d+) (.*)`)
+)
+
+// drill runs a fault drill on 4 processes: rank 3 dies (or freezes) in the
+// middle of a 64 MiB all-reduce. Every survivor must report ErrPeerLost
+// naming rank 3 within bound; the job must end non-zero.
+func drill(t *testing.T, mode string, bound time.Duration) {
+	res, out := launch(t, 4, mode, 3*time.Second)
+	if res.ExitCode == 0 {
+		t.Fatalf("job succeeded:\n%s", out)
+	}
+	s := strikeRE.FindStringSubmatch(out)
+	if s == nil || s[1] != "3" {
+		t.Fatalf("no strike by rank 3:\n%s", out)
+	}
+	strike, _ := strconv.ParseInt(s[2], 10, 64)
+	lost := lostRE.FindAllStringSubmatch(out, -1)
+	if len(lost) != 3 {
+		t.Fatalf("%d survivors reported, want 3:\n%s", len(lost), out)
+	}
+	for _, l := range lost {
+		at, _ := strconv.ParseInt(l[2], 10, 64)
+		delay := time.Duration(at - strike)
+		t.Logf("%s: rank %s saw the loss after %v", mode, l[1], delay)
+		if !strings.Contains(l[3], "rank 3 lost") || !strings.Contains(l[3], "peer lost") && !strings.Contains(l[3], "lost:") {
+			t.Fatalf("rank %s: error does not name rank 3: %s", l[1], l[3])
+		}
+		if delay > bound {
+			t.Fatalf("rank %s noticed after %v (bound %v)", l[1], delay, bound)
+		}
+	}
+}
+
+// Bounds are generous (the machines are small and noisy); the measured
+// delays are logged. Typical: tens of ms for kill, under a second for stop.
+func TestKillDetected(t *testing.T) { drill(t, "kill", 5*time.Second) }
+
+func TestStopDetected(t *testing.T) { drill(t, "stop", 8*time.Second) }
