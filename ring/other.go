@@ -2,7 +2,10 @@ package ring
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/gorun/gorun/transport"
 )
 
 // sender writes frames in the background so that a rank can receive while
@@ -18,6 +21,8 @@ type sendItem[T Elem] struct {
 	data []T
 }
 
+// startSender starts the background writer; ctx is the executor's own
+// context, which cancel cancels on a send failure.
 func startSender[T Elem](ctx context.Context, cancel context.CancelFunc, tr Transport, capacity int, o Options) *sender[T] {
 	s := &sender[T]{queue: make(chan sendItem[T], capacity), errc: make(chan error, 1)}
 	go func() {
@@ -37,10 +42,13 @@ func startSender[T Elem](ctx context.Context, cancel context.CancelFunc, tr Tran
 	return s
 }
 
+// wait closes the queue, waits for the writer and returns the error that
+// explains the failure: a send error beats the cancellation it caused.
 func (s *sender[T]) wait(err error) error {
 	close(s.queue)
-	if serr := <-s.errc; err == nil {
-		err = serr
+	serr := <-s.errc
+	if serr != nil && (err == nil || errors.Is(err, context.Canceled) || transport.IsCanceled(err)) {
+		return serr
 	}
 	return err
 }
@@ -80,11 +88,38 @@ func Direct[T Elem](ctx context.Context, tr Transport, buf []T, reduce func(dst,
 	segs := segments(Span{0, len(buf)}, seg)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if len(segs) == 1 && len(buf)*elemSize[T]()*(size-1) <= inlineBytes {
+		// Small: the frames fit in the socket buffers, so writing them
+		// here cannot block on the peers, and saves a goroutine handoff.
+		for i := 1; i < size; i++ {
+			h := o.Header
+			if err := tr.Send(ctx, (rank+i)%size, h, asBytes(buf)); err != nil {
+				return fmt.Errorf("send to rank %d: %w", (rank+i)%size, err)
+			}
+		}
+		return directReduce(ctx, tr, buf, reduce, seg, o, nil)
+	}
 	snd := startSender[T](ctx, cancel, tr, (size-1)*len(segs), o)
 	for i := 1; i < size; i++ {
 		for _, s := range segs {
 			snd.queue <- sendItem[T]{(rank + i) % size, 0, buf[s.Off : s.Off+s.Len]}
 		}
+	}
+	return directReduce(ctx, tr, buf, reduce, seg, o, snd)
+}
+
+// inlineBytes bounds what Direct writes without a sender goroutine.
+const inlineBytes = 256 << 10
+
+// directReduce receives every peer's buffer and reduces in rank order.
+// snd, if not nil, must finish before buf is overwritten.
+func directReduce[T Elem](ctx context.Context, tr Transport, buf []T, reduce func(dst, src []T), seg int, o Options, snd *sender[T]) error {
+	rank, size := tr.Rank(), tr.Size()
+	wait := func(err error) error {
+		if snd != nil {
+			return snd.wait(err)
+		}
+		return err
 	}
 	// acc = buf_0 op buf_1 op ... op buf_{size-1}, in rank order.
 	acc := make([]T, len(buf))
@@ -93,7 +128,7 @@ func Direct[T Elem](ctx context.Context, tr Transport, buf []T, reduce func(dst,
 		src := buf
 		if j != rank {
 			if err := recvInto(ctx, tr, j, 0, tmp, seg, nil, o); err != nil {
-				return snd.wait(err)
+				return wait(err)
 			}
 			src = tmp
 		}
@@ -104,7 +139,7 @@ func Direct[T Elem](ctx context.Context, tr Transport, buf []T, reduce func(dst,
 		}
 	}
 	// Every send of buf must be written before buf is overwritten.
-	if err := snd.wait(nil); err != nil {
+	if err := wait(nil); err != nil {
 		return err
 	}
 	copy(buf, acc)

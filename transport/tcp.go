@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -22,7 +23,10 @@ type Config struct {
 	// DialTimeout bounds one dial; HandshakeTimeout bounds one handshake.
 	DialTimeout      time.Duration
 	HandshakeTimeout time.Duration
-	Logger           *slog.Logger
+	// SpinTime is how long a reader polls its socket for a frame that a
+	// Recv is waiting for before it parks; 0 never spins.
+	SpinTime time.Duration
+	Logger   *slog.Logger
 }
 
 // DefaultConfig returns the defaults for everything but the job's identity.
@@ -32,6 +36,7 @@ func DefaultConfig() Config {
 		MaxPayload:       DefaultMaxPayload,
 		DialTimeout:      5 * time.Second,
 		HandshakeTimeout: 5 * time.Second,
+		SpinTime:         100 * time.Microsecond,
 	}
 }
 
@@ -73,6 +78,7 @@ type peerConn struct {
 	c    net.Conn
 	wmu  sync.Mutex
 	hdr  [HeaderSize]byte
+	spin spinState
 }
 
 // Listen starts listening; the transport is usable after Connect.
@@ -287,7 +293,8 @@ func (t *TCP) dial(ctx context.Context, peer int, addr string) error {
 func (t *TCP) readLoop(pc *peerConn) {
 	defer t.wg.Done()
 	defer t.readers.Done()
-	fr := NewReader(bufio.NewReaderSize(pc.c, 256<<10), t.cfg.MaxPayload)
+	alive := func() bool { return t.w.Err() == nil }
+	fr := NewReader(bufio.NewReaderSize(newSpinReader(pc.c, &pc.spin, t.cfg.SpinTime, alive), 256<<10), t.cfg.MaxPayload)
 	bye := false
 	for {
 		h, p, err := fr.Next(getBuf)
@@ -313,6 +320,10 @@ func (t *TCP) readLoop(pc *peerConn) {
 			// After a failure the frame is dropped, but reading goes on so
 			// that the peer's last words (an abort) are still seen.
 			t.w.deliver(pc.peer, Frame{Header: h, Payload: p, release: putBuf}, t.closing)
+			if pc.spin.hot.Load() > 0 {
+				// Let the waiting receiver run now, on this thread.
+				runtime.Gosched()
+			}
 		case TypeAbort:
 			t.w.fail(parseAbort(pc.peer, p))
 			putBuf(p)
@@ -375,7 +386,22 @@ func (t *TCP) write(ctx context.Context, pc *peerConn, h Header, payload []byte)
 }
 
 // Recv implements Transport.
-func (t *TCP) Recv(ctx context.Context, from int) (Frame, error) { return t.w.recv(ctx, from) }
+func (t *TCP) Recv(ctx context.Context, from int) (Frame, error) {
+	if t.cfg.SpinTime > 0 && from >= 0 && from < t.cfg.Size {
+		select {
+		case f := <-t.w.inbox[from]:
+			return f, nil
+		default:
+		}
+		t.mu.Lock()
+		pc := t.conns[from]
+		t.mu.Unlock()
+		if pc != nil {
+			defer pc.spin.warm(pc.c)()
+		}
+	}
+	return t.w.recv(ctx, from)
+}
 
 // Abort implements Transport: it sends err to every peer (best effort,
 // bounded by a short deadline) and then fails this transport with err.

@@ -103,6 +103,11 @@ func (w *world) recv(ctx context.Context, from int) (Frame, error) {
 			return Frame{}, &PeerLostError{Rank: from, Reason: "it closed its Comm while this rank still expected data"}
 		}
 	case <-ctx.Done():
+		select {
+		case <-w.failed: // a failure explains more than the cancellation it caused
+			return Frame{}, w.Err()
+		default:
+		}
 		return Frame{}, ctxErr(ctx)
 	}
 }

@@ -1,0 +1,184 @@
+// Package bench measures collectives the way nccl-tests and the peer
+// harnesses in ../shared/peers do, so that the figures compare: per size,
+// batches of operations of about 50 ms each, a batch's time per op maxed
+// over ranks, and the median over batches.
+//
+// The arithmetic is pure (BusBW, Batches, Median); Sweep runs it on a Comm.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorun/gorun/collective"
+)
+
+// AlgBW is bytes per second.
+func AlgBW(bytes int, t time.Duration) float64 {
+	if t <= 0 {
+		return 0
+	}
+	return float64(bytes) / t.Seconds()
+}
+
+// BusBW is nccl-tests' bus bandwidth of an all-reduce: algbw·2(n−1)/n, the
+// rate each rank's link must sustain.
+func BusBW(bytes int, t time.Duration, n int) float64 {
+	if n < 2 {
+		return AlgBW(bytes, t)
+	}
+	return AlgBW(bytes, t) * 2 * float64(n-1) / float64(n)
+}
+
+// Batches picks ops per batch (about batch long) and a batch count (about
+// target in all, between 5 and 200) from the time of one probed op.
+func Batches(probe, batch, target time.Duration) (opsPerBatch, batches int) {
+	probe = max(probe, time.Microsecond)
+	opsPerBatch = max(1, int(batch/probe))
+	per := time.Duration(opsPerBatch) * probe
+	batches = min(200, max(5, int(target/per)))
+	return opsPerBatch, batches
+}
+
+// Median of ds; 0 for none.
+func Median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// Row is one size's result.
+type Row struct {
+	Bytes  int
+	Median time.Duration // time per op, median over batches
+	Min    time.Duration
+	AlgBW  float64 // bytes/s
+	BusBW  float64
+}
+
+// Sweep times float32 Sum all-reduces of each size on c. Every rank must
+// call it with the same arguments; every rank gets the same rows.
+func Sweep(ctx context.Context, c *collective.Comm, sizes []int, target time.Duration) ([]Row, error) {
+	var rows []Row
+	for _, bytes := range sizes {
+		buf := make([]float32, bytes/4)
+		// Warm-up, then a probe that doubles until it takes 50 ms.
+		for range 3 {
+			if err := collective.AllReduce(ctx, c, buf, collective.Sum); err != nil {
+				return nil, err
+			}
+		}
+		var probe time.Duration
+		for n := 1; ; n *= 2 {
+			d, err := timed(ctx, c, buf, n)
+			if err != nil {
+				return nil, err
+			}
+			if d >= 50*time.Millisecond || n >= 1<<16 {
+				probe = d / time.Duration(n)
+				break
+			}
+		}
+		// Rank 0 decides so every rank runs the same count.
+		plan := []int64{0, 0}
+		if c.Rank() == 0 {
+			m, b := Batches(probe, 50*time.Millisecond, target)
+			plan = []int64{int64(m), int64(b)}
+		}
+		if err := collective.Broadcast(ctx, c, plan, 0); err != nil {
+			return nil, err
+		}
+		per := make([]time.Duration, 0, plan[1])
+		for range plan[1] {
+			d, err := timed(ctx, c, buf, int(plan[0]))
+			if err != nil {
+				return nil, err
+			}
+			per = append(per, d/time.Duration(plan[0]))
+		}
+		med, lo := Median(per), slices.Min(per)
+		rows = append(rows, Row{Bytes: bytes, Median: med, Min: lo, AlgBW: AlgBW(bytes, med), BusBW: BusBW(bytes, med, c.Size())})
+	}
+	return rows, nil
+}
+
+// timed runs n all-reduces after a barrier and returns the slowest rank's
+// elapsed time.
+func timed(ctx context.Context, c *collective.Comm, buf []float32, n int) (time.Duration, error) {
+	if err := c.Barrier(ctx); err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	for range n {
+		if err := collective.AllReduce(ctx, c, buf, collective.Sum); err != nil {
+			return 0, err
+		}
+	}
+	el := []int64{int64(time.Since(t0))}
+	if err := collective.AllReduce(ctx, c, el, collective.Max); err != nil {
+		return 0, err
+	}
+	return time.Duration(el[0]), nil
+}
+
+// WriteTable prints rows nccl-tests style.
+func WriteTable(w io.Writer, rows []Row, ranks int) error {
+	if _, err := fmt.Fprintf(w, "%12s %12s %12s %10s %10s\n", "size", "time(us)", "min(us)", "algbw GB/s", "busbw GB/s"); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if _, err := fmt.Fprintf(w, "%12s %12.1f %12.1f %10.3f %10.3f\n", FormatSize(r.Bytes),
+			float64(r.Median.Nanoseconds())/1e3, float64(r.Min.Nanoseconds())/1e3, r.AlgBW/1e9, r.BusBW/1e9); err != nil {
+			return err
+		}
+	}
+	_, err := fmt.Fprintf(w, "# %d ranks, float32 sum; busbw = algbw*2(n-1)/n; median over batches\n", ranks)
+	return err
+}
+
+// ParseSize reads "4096", "4KiB", "16MiB" or "1GiB" (K, M, G also work).
+func ParseSize(s string) (int, error) {
+	s = strings.TrimSpace(s)
+	num, mult := s, 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
+		if strings.HasSuffix(s, u.suffix) {
+			num, mult = strings.TrimSuffix(s, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("bad size %q (want e.g. 4096, 4KiB, 16MiB)", s)
+	}
+	if (n*mult)%4 != 0 {
+		return 0, fmt.Errorf("size %q is not a whole number of float32s", s)
+	}
+	return n * mult, nil
+}
+
+// FormatSize prints bytes with a binary unit.
+func FormatSize(n int) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return strconv.Itoa(n>>30) + "GiB"
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.Itoa(n>>20) + "MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.Itoa(n>>10) + "KiB"
+	}
+	return strconv.Itoa(n) + "B"
+}

@@ -1,0 +1,89 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/collective"
+)
+
+func TestArithmetic(t *testing.T) {
+	if got := BusBW(1e9, time.Second, 4); got != 1.5e9 {
+		t.Fatalf("BusBW = %v, want 1.5e9", got)
+	}
+	if got := BusBW(1e9, time.Second, 2); got != 1e9 {
+		t.Fatalf("BusBW n=2 = %v", got)
+	}
+	if got := AlgBW(1000, 0); got != 0 {
+		t.Fatalf("AlgBW with no time = %v", got)
+	}
+	if m := Median([]time.Duration{5, 1, 3}); m != 3 {
+		t.Fatalf("median %v", m)
+	}
+	if m := Median([]time.Duration{4, 1, 3, 2}); m != 2 {
+		t.Fatalf("even median %v", m)
+	}
+	if m, b := Batches(time.Millisecond, 50*time.Millisecond, time.Second); m != 50 || b != 20 {
+		t.Fatalf("Batches = %d, %d", m, b)
+	}
+	if m, b := Batches(time.Second, 50*time.Millisecond, time.Second); m != 1 || b != 5 {
+		t.Fatalf("slow Batches = %d, %d", m, b)
+	}
+}
+
+func TestSizes(t *testing.T) {
+	for in, want := range map[string]int{"4096": 4096, "4KiB": 4096, "16MiB": 16 << 20, "1G": 1 << 30, " 8K ": 8192} {
+		got, err := ParseSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "x", "-4", "3", "4QiB"} {
+		if _, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q) accepted", bad)
+		}
+	}
+	for n, want := range map[int]string{4096: "4KiB", 64 << 20: "64MiB", 100: "100B", 1 << 30: "1GiB"} {
+		if got := FormatSize(n); got != want {
+			t.Errorf("FormatSize(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// TestSweep runs a short sweep on in-memory ranks: every rank must get the
+// same rows, with bandwidths consistent with the times.
+func TestSweep(t *testing.T) {
+	comms, err := collective.NewLocal(3, collective.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := make([][]Row, 3)
+	var wg sync.WaitGroup
+	for _, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := Sweep(context.Background(), c, []int{4096, 1 << 16}, 20*time.Millisecond)
+			if err != nil {
+				t.Error(err)
+			}
+			rows[c.Rank()] = r
+		}()
+	}
+	wg.Wait()
+	if len(rows[0]) != 2 {
+		t.Fatalf("rows: %+v", rows[0])
+	}
+	for _, r := range rows[0] {
+		if r.Median <= 0 || r.Min > r.Median || r.BusBW != BusBW(r.Bytes, r.Median, 3) {
+			t.Fatalf("inconsistent row %+v", r)
+		}
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, rows[0], 3); err != nil || !strings.Contains(b.String(), "64KiB") {
+		t.Fatalf("table: %v\n%s", err, b.String())
+	}
+}

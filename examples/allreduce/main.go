@@ -1,0 +1,55 @@
+// Command allreduce times float32 all-reduces from 4 KiB to 64 MiB and
+// prints time, algbw and busbw, nccl-tests style. Run it under gorun:
+//
+//	gorun -np 4 ./allreduce
+//	gorun -np 2 ./allreduce -sizes 16MiB,64MiB -target 2s
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gorun/gorun/bench"
+	"github.com/gorun/gorun/collective"
+)
+
+func main() {
+	sizes := flag.String("sizes", "4KiB,64KiB,1MiB,16MiB,64MiB", "comma-separated buffer sizes")
+	target := flag.Duration("target", time.Second, "time spent per size")
+	algo := flag.String("algo", "auto", "auto, ring or direct")
+	flag.Parse()
+	var list []int
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := bench.ParseSize(s)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		list = append(list, n)
+	}
+	ctx := context.Background()
+	cfg, err := collective.ConfigFromEnv(os.LookupEnv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	cfg.Algorithm = map[string]collective.Algorithm{"auto": collective.Auto, "ring": collective.Ring, "direct": collective.Direct}[*algo]
+	c, err := collective.New(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	defer c.Close()
+	rows, err := bench.Sweep(ctx, c, list, *target)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if c.Rank() == 0 {
+		_ = bench.WriteTable(os.Stdout, rows, c.Size())
+	}
+}
