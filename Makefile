@@ -32,7 +32,8 @@ integ:
 
 # Build gorun and run a small job on this machine.
 demo: build
-	bin/gorun -np 4 $(GO) run ./examples/hello
+	CGO_ENABLED=0 $(GO) build -o bin/hello ./examples/hello
+	bin/gorun -np 4 bin/hello
 
 clean:
 	rm -rf bin

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 )
@@ -322,6 +324,14 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil || cfg.Rank != 1 || cfg.Size != 2 || cfg.GossipPort != 1001 || len(cfg.Seeds) != 2 {
 		t.Fatalf("%+v %v", cfg, err)
 	}
+	if cfg.SpinTime <= 0 {
+		t.Fatalf("spinning off without oversubscription: %v", cfg.SpinTime)
+	}
+	env["GORUN_LOCAL_SIZE"] = strconv.Itoa(runtime.NumCPU() + 1)
+	if cfg, err := ConfigFromEnv(lookup); err != nil || cfg.SpinTime != 0 {
+		t.Fatalf("oversubscribed ranks must not spin: %v %v", cfg.SpinTime, err)
+	}
+	delete(env, "GORUN_LOCAL_SIZE")
 	env["GORUN_STRATEGY"] = "tree"
 	if _, err := ConfigFromEnv(lookup); err == nil {
 		t.Fatal("unknown strategy accepted")

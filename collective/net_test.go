@@ -13,7 +13,7 @@ import (
 )
 
 // gossipPorts reserves n free loopback ports (TCP and UDP).
-func gossipPorts(t *testing.T, n int) []string {
+func gossipPorts(t testing.TB, n int) []string {
 	t.Helper()
 	var addrs []string
 	for len(addrs) < n {
@@ -33,7 +33,7 @@ func gossipPorts(t *testing.T, n int) []string {
 	return addrs
 }
 
-func tcpConfigs(t *testing.T, n int, secret string) []Config {
+func tcpConfigs(t testing.TB, n int, secret string) []Config {
 	seeds := gossipPorts(t, n)
 	cfgs := make([]Config, n)
 	for r := range n {

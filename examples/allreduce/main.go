@@ -21,6 +21,7 @@ func main() {
 	sizes := flag.String("sizes", "4KiB,64KiB,1MiB,16MiB,64MiB", "comma-separated buffer sizes")
 	target := flag.Duration("target", time.Second, "time spent per size")
 	algo := flag.String("algo", "auto", "auto, ring or direct")
+	seg := flag.String("seg", "", "ring segment size (default: the library's)")
 	flag.Parse()
 	var list []int
 	for _, s := range strings.Split(*sizes, ",") {
@@ -38,6 +39,12 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.Algorithm = map[string]collective.Algorithm{"auto": collective.Auto, "ring": collective.Ring, "direct": collective.Direct}[*algo]
+	if *seg != "" {
+		if cfg.SegmentBytes, err = bench.ParseSize(*seg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
 	c, err := collective.New(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

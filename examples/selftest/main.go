@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"syscall"
 	"time"
 
@@ -35,6 +36,9 @@ func main() {
 	}
 	defer c.Close()
 	if *drill != "" {
+		// Survivors report before they go, even when gorun has started
+		// ending the job because the victim died first.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM)
 		sig := map[string]syscall.Signal{"kill": syscall.SIGKILL, "stop": syscall.SIGSTOP}[*drill]
 		if sig == 0 {
 			fmt.Fprintln(os.Stderr, "-drill: want kill or stop")

@@ -1,0 +1,55 @@
+package e2e
+
+import (
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// selftest builds examples/selftest once.
+func (r *rig) selftest(t *testing.T) string {
+	t.Helper()
+	bin := r.testbins + "/selftest"
+	build := exec.Command("go", "build", "-o", bin, "./examples/selftest")
+	build.Dir = repoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building selftest: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestCollectivesOverSSH: 8 ranks on 4 hosts find each other by gossip
+// across the hosts' network and check random collectives of every kind
+// against a reference.
+func TestCollectivesOverSSH(t *testing.T) {
+	r := needRig(t)
+	bin := r.selftest(t)
+	hf := r.hostfile(t, 4, 2)
+	res := r.run(t, "-hostfile", hf, bin, "-rounds", "60", "-seed", "7")
+	if res.code != 0 || strings.Count(res.stdout, "60 rounds OK") != 8 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
+	}
+	r.noLeftovers(t)
+}
+
+// TestKillDrillOverSSH: the last rank (on h3) is SIGKILLed in the middle of
+// an all-reduce; every survivor, on every host, reports ErrPeerLost naming
+// it, and gorun exits non-zero leaving nothing behind.
+func TestKillDrillOverSSH(t *testing.T) {
+	r := needRig(t)
+	bin := r.selftest(t)
+	hf := r.hostfile(t, 3, 2)
+	res := r.run(t, "-hostfile", hf, "--grace", "2s", bin, "-drill", "kill", "-mib", "16")
+	if res.code == 0 {
+		t.Fatalf("job succeeded:\n%s", res.stdout)
+	}
+	lost := regexp.MustCompile(`\[(\d)\] LOST \d+ peerlost=true err=.*rank 5 lost`).FindAllString(res.stdout, -1)
+	if len(lost) != 5 {
+		t.Fatalf("%d of 5 survivors reported rank 5 lost:\n%s\n%s", len(lost), res.stdout, res.stderr)
+	}
+	if strings.Contains(res.stdout, "peerlost=false") {
+		t.Fatalf("a survivor got an error other than ErrPeerLost:\n%s", res.stdout)
+	}
+	r.noLeftovers(t)
+}
