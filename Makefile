@@ -14,7 +14,7 @@ check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet $(PKGS)
 	GOARCH=386 $(GO) vet $(PKGS)
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 	cp go.mod /tmp/gorun.go.mod.bak && cp go.sum /tmp/gorun.go.sum.bak && $(GO) mod tidy && \
 	  { diff -q go.mod /tmp/gorun.go.mod.bak && diff -q go.sum /tmp/gorun.go.sum.bak || { echo "go mod tidy changed go.mod/go.sum"; exit 1; }; }
 

@@ -2,7 +2,11 @@ module github.com/gorun/gorun
 
 go 1.26.8
 
-require github.com/urfave/cli/v2 v2.27.7
+require (
+	github.com/hashicorp/memberlist v0.7.0
+	github.com/urfave/cli/v2 v2.27.7
+	gonum.org/v1/gonum v0.17.0
+)
 
 require (
 	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
@@ -14,12 +18,10 @@ require (
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
 	github.com/hashicorp/go-sockaddr v1.0.7 // indirect
 	github.com/hashicorp/golang-lru v1.0.2 // indirect
-	github.com/hashicorp/memberlist v0.7.0 // indirect
 	github.com/miekg/dns v1.1.73 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/sean-/seed v0.0.0-20170313163322-e2103e2c3529 // indirect
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
 	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
-	gonum.org/v1/gonum v0.17.0 // indirect
 )
