@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun/gorun/membership"
 	"github.com/gorun/gorun/transport"
 )
 
@@ -73,6 +74,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults for everything but the job's identity.
 func DefaultConfig() Config {
+	gossip := membership.DefaultConfig()
 	return Config{
 		Strategy:      StrategyRing,
 		AdvertiseAddr: "127.0.0.1",
@@ -82,9 +84,9 @@ func DefaultConfig() Config {
 		SegmentBytes:  512 << 10,
 		MaxFrame:      transport.DefaultMaxPayload,
 		SpinTime:      transport.DefaultConfig().SpinTime,
-		ProbeInterval: 250 * time.Millisecond,
-		ProbeTimeout:  200 * time.Millisecond,
-		SuspicionMult: 3,
+		ProbeInterval: gossip.ProbeInterval,
+		ProbeTimeout:  gossip.ProbeTimeout,
+		SuspicionMult: gossip.SuspicionMult,
 	}
 }
 

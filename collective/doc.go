@@ -41,9 +41,10 @@
 // Every call takes a context and also wakes when a peer is lost. Errors
 // name the rank and the step, and wrap these sentinels:
 //
-//   - ErrPeerLost: a peer's process died (its connections broke: seen at
-//     once), was declared dead by gossip (a stopped or cut-off rank: about
-//     two seconds), or closed its Comm while it was still needed.
+//   - ErrPeerLost: a peer's process died (its connections broke: seen in
+//     about 0.3 s), stopped answering (a stopped or cut-off rank: gossip
+//     suspects it and an unanswered ping on its data connection confirms
+//     it, about two seconds), or closed its Comm while it was still needed.
 //   - ErrSizeMismatch: ranks disagree on the collective, as above.
 //   - ErrAborted: a peer gave up the collective, for example because its
 //     context was cancelled; its reason is in the message.

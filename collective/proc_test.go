@@ -8,13 +8,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorun/gorun/collective"
 	"github.com/gorun/gorun/internal/conformance"
+	"github.com/gorun/gorun/internal/proctest"
 	"github.com/gorun/gorun/launcher"
 )
 
@@ -63,30 +63,13 @@ func rankMain(mode string) int {
 	return 2
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func launch(t *testing.T, np int, mode string, grace time.Duration) (launcher.Result, string) {
 	t.Helper()
 	cfg := launcher.DefaultConfig()
 	cfg.NP, cfg.Program, cfg.Gorun = np, os.Args[0], os.Args[0]
 	cfg.Env = []string{"GORUN_TEST_RANK=" + mode, "GORACE=atexit_sleep_ms=0"}
 	cfg.Grace, cfg.Timeout = grace, 3*time.Minute
-	var out syncBuf
+	var out proctest.Buffer
 	cfg.Stdout, cfg.Stderr = &out, &out
 	res, err := launcher.Run(context.Background(), cfg)
 	if err != nil {

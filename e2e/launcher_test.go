@@ -10,6 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/gorun/gorun/internal/proctest"
 )
 
 // TestPlacementAndEnvironment: 3 hosts x 2 slots; ranks land where the
@@ -84,7 +87,7 @@ func TestRemoteInterrupt(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return strings.Count(out.String(), "up") == 6 }, "6 ranks")
+	proctest.WaitFor(t, 30*time.Second, func() bool { return strings.Count(out.String(), "up") == 6 }, "6 ranks")
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	_ = cmd.Wait()
 	if code := cmd.ProcessState.ExitCode(); code != 130 {
@@ -105,7 +108,7 @@ func TestSSHDrop(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return strings.Count(out.String(), "up") == 4 }, "4 ranks")
+	proctest.WaitFor(t, 30*time.Second, func() bool { return strings.Count(out.String(), "up") == 4 }, "4 ranks")
 	pids, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid), "-f", r.hosts[1]).Output()
 	pid, err := strconv.Atoi(strings.TrimSpace(string(pids)))
 	if err != nil {

@@ -9,9 +9,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/proctest"
 )
 
 // rig describes the running test hosts.
@@ -124,9 +125,9 @@ func (r *rig) hostfile(t *testing.T, n, slots int) string {
 }
 
 // cmd returns gorun with the rig's ssh, not yet started.
-func (r *rig) cmd(args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+func (r *rig) cmd(args ...string) (*exec.Cmd, *proctest.Buffer, *proctest.Buffer) {
 	cmd := exec.Command(r.gorun, append([]string{"--ssh", r.ssh}, args...)...)
-	var out, errb syncBuffer
+	var out, errb proctest.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.Dir = r.testbins
 	return cmd, &out, &errb
@@ -197,33 +198,5 @@ func (r *rig) noLeftovers(t *testing.T) {
 			t.Fatalf("processes left on the hosts:\n%s", strings.Join(left, "\n"))
 		}
 		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -27,14 +28,14 @@ func TestPlaceBySlotAndNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := hostSeq(p); !equalInts(got, []int{0, 0, 1, 1, 2, 2}) {
+	if got := hostSeq(p); !slices.Equal(got, []int{0, 0, 1, 1, 2, 2}) {
 		t.Fatalf("by slot: %v", got)
 	}
 	p, err = Place(hostsOf(2, 2, 2), 5, MapByNode, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := hostSeq(p); !equalInts(got, []int{0, 1, 2, 0, 1}) {
+	if got := hostSeq(p); !slices.Equal(got, []int{0, 1, 2, 0, 1}) {
 		t.Fatalf("by node: %v", got)
 	}
 	if p[3].LocalRank != 1 || p[3].LocalSize != 2 || p[4].NodeRank != 1 || p[2].LocalSize != 1 {
@@ -50,7 +51,7 @@ func TestPlaceOversubscribe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := hostSeq(p); !equalInts(got, []int{0, 1, 0, 1, 0}) {
+	if got := hostSeq(p); !slices.Equal(got, []int{0, 1, 0, 1, 0}) {
 		t.Fatalf("oversubscribed: %v", got)
 	}
 	capped := []Host{{Name: "a", Slots: 1, MaxSlots: 2}, {Name: "b", Slots: 1, MaxSlots: 1}}
@@ -103,16 +104,4 @@ func TestPlaceInvariants(t *testing.T) {
 			}
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -120,7 +121,7 @@ func TestReduceScatterAllGatherBroadcast(t *testing.T) {
 				if errs[r] != nil {
 					t.Fatal(errs[r])
 				}
-				if !equal(got[r], want[spans[r].Off:spans[r].Off+spans[r].Len]) {
+				if !slices.Equal(got[r], want[spans[r].Off:spans[r].Off+spans[r].Len]) {
 					t.Fatalf("reduce-scatter size %d n %d rank %d: %v", size, n, r, got[r])
 				}
 			}
@@ -136,7 +137,7 @@ func TestReduceScatterAllGatherBroadcast(t *testing.T) {
 				return AllGather(ctx, tr, recv, opts(n, 16))
 			})
 			for r := range size {
-				if errs[r] != nil || !equal(got[r], cat) {
+				if errs[r] != nil || !slices.Equal(got[r], cat) {
 					t.Fatalf("all-gather size %d n %d rank %d: %v %v", size, n, r, errs[r], got[r])
 				}
 			}
@@ -151,7 +152,7 @@ func TestReduceScatterAllGatherBroadcast(t *testing.T) {
 					return Broadcast(ctx, tr, buf, root, direct, opts(n, 16))
 				})
 				for r := range size {
-					if errs[r] != nil || !equal(got[r], in[root]) {
+					if errs[r] != nil || !slices.Equal(got[r], in[root]) {
 						t.Fatalf("broadcast direct=%v size %d n %d root %d rank %d: %v", direct, size, n, root, r, errs[r])
 					}
 				}
@@ -268,16 +269,4 @@ func TestKillMidRing(t *testing.T) {
 			}
 		}
 	}
-}
-
-func equal(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -15,6 +15,8 @@ const (
 	TypeData  Type = iota + 1 // part of a collective
 	TypeAbort                 // the sender gives up the current collective; payload: code byte + text
 	TypeBye                   // the sender is closing cleanly
+	TypePing                  // are you alive? (answered by the reader, not the application)
+	TypePong                  // yes
 	typeEnd                   // one past the last valid type
 )
 

@@ -12,6 +12,10 @@ import (
 type MemNetwork struct {
 	ts []*Mem
 
+	// failMu makes an abort or a kill reach every rank at once, as seen by
+	// Send: a rank that finds a peer failed also finds the reason.
+	failMu sync.Mutex
+
 	mu sync.Mutex
 	// BeforeSend, if set, is called before every data frame is sent. It may
 	// call Kill; if it returns false the frame is dropped silently.
@@ -44,6 +48,8 @@ func (nw *MemNetwork) Transport(r int) *Mem { return nw.ts[r] }
 // Kill makes rank r vanish as a SIGKILL would: every other rank sees it as
 // lost, and r's own calls fail.
 func (nw *MemNetwork) Kill(r int) {
+	nw.failMu.Lock()
+	defer nw.failMu.Unlock()
 	nw.ts[r].w.fail(fmt.Errorf("transport: rank %d was killed: %w", r, ErrClosed))
 	for i, t := range nw.ts {
 		if i != r {
@@ -90,7 +96,10 @@ func (m *Mem) Send(ctx context.Context, to int, h Header, payload []byte) error 
 		return nil
 	case <-dst.w.failed:
 		putBuf(p)
-		if err := m.w.Err(); err != nil {
+		m.net.failMu.Lock()
+		err := m.w.Err()
+		m.net.failMu.Unlock()
+		if err != nil {
 			return err
 		}
 		return &PeerLostError{Rank: to, Reason: "its transport failed"}
@@ -112,6 +121,8 @@ func (m *Mem) Abort(err error) {
 		return
 	}
 	p := abortPayload(err)
+	m.net.failMu.Lock()
+	defer m.net.failMu.Unlock()
 	for i, t := range m.net.ts {
 		if i != m.rank {
 			t.w.fail(parseAbort(m.rank, p))

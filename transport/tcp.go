@@ -26,7 +26,11 @@ type Config struct {
 	// SpinTime is how long a reader polls its socket for a frame that a
 	// Recv is waiting for before it parks; 0 never spins.
 	SpinTime time.Duration
-	Logger   *slog.Logger
+	// ConfirmTimeout is how long a rank that gossip declared dead gets to
+	// answer a ping on its data connection before it is lost; 0 trusts
+	// gossip at once.
+	ConfirmTimeout time.Duration
+	Logger         *slog.Logger
 }
 
 // DefaultConfig returns the defaults for everything but the job's identity.
@@ -37,6 +41,7 @@ func DefaultConfig() Config {
 		DialTimeout:      5 * time.Second,
 		HandshakeTimeout: 5 * time.Second,
 		SpinTime:         100 * time.Microsecond,
+		ConfirmTimeout:   time.Second,
 	}
 }
 
@@ -79,6 +84,7 @@ type peerConn struct {
 	wmu  sync.Mutex
 	hdr  [HeaderSize]byte
 	spin spinState
+	pong chan struct{} // signalled when the peer answers a ping
 }
 
 // Listen starts listening; the transport is usable after Connect.
@@ -200,7 +206,7 @@ func (t *TCP) register(peer int, c net.Conn) bool {
 		_ = tc.SetReadBuffer(4 << 20)
 		_ = tc.SetWriteBuffer(4 << 20)
 	}
-	pc := &peerConn{peer: peer, c: c}
+	pc := &peerConn{peer: peer, c: c, pong: make(chan struct{}, 1)}
 	t.conns[peer] = pc
 	t.wg.Add(1)
 	t.readers.Add(1)
@@ -331,6 +337,19 @@ func (t *TCP) readLoop(pc *peerConn) {
 			bye = true
 			t.w.markLeft(pc.peer)
 			putBuf(p)
+		case TypePing:
+			t.wg.Add(1) // safe: this reader holds a count until it returns
+			go func() {
+				defer t.wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				_ = t.write(ctx, pc, Header{Type: TypePong}, nil)
+			}()
+		case TypePong:
+			select {
+			case pc.pong <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
@@ -479,7 +498,53 @@ func (t *TCP) suspect(peer int, reason string) {
 
 // PeerLost fails the transport because peer is gone (for example, gossip
 // declared it dead).
-func (t *TCP) PeerLost(peer int, reason string) { t.lose(peer, reason) }
+//
+// Gossip can be wrong about a rank whose process is starved of CPU, so its
+// verdict is checked first: the rank is pinged on its data connection, and
+// only if it does not answer within ConfirmTimeout is it lost. A stopped or
+// cut-off process cannot answer.
+func (t *TCP) PeerLost(peer int, reason string) {
+	if peer < 0 || peer >= t.cfg.Size || peer == t.cfg.Rank {
+		return
+	}
+	t.mu.Lock()
+	pc := t.conns[peer]
+	select {
+	case <-t.closing:
+		t.mu.Unlock()
+		return
+	default:
+	}
+	if pc == nil || t.cfg.ConfirmTimeout <= 0 {
+		t.mu.Unlock()
+		t.lose(peer, reason)
+		return
+	}
+	t.wg.Add(1) // under mu, so never after Close has started waiting
+	t.mu.Unlock()
+	go func() {
+		defer t.wg.Done()
+		select {
+		case <-pc.pong: // drop a stale answer
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.ConfirmTimeout)
+		defer cancel()
+		if err := t.write(ctx, pc, Header{Type: TypePing}, nil); err == nil {
+			select {
+			case <-pc.pong:
+				t.log.Warn("gossip declared a rank dead, but it answered on the data plane; keeping it", "rank", peer)
+				return
+			case <-ctx.Done():
+			case <-t.w.failed:
+				return
+			case <-t.closing:
+				return
+			}
+		}
+		t.lose(peer, reason+", and no answer on its data connection for "+t.cfg.ConfirmTimeout.String())
+	}()
+}
 
 // PeerLeft records that peer left the job cleanly.
 func (t *TCP) PeerLeft(peer int) {

@@ -220,3 +220,31 @@ func TestMemKill(t *testing.T) {
 		}
 	}
 }
+
+// TestGossipVerdictConfirmed: gossip's "dead" is checked with a ping on the
+// data connection. A rank that answers stays; one that cannot answer (here
+// its reader is stuck behind a full inbox, as a frozen process would be) is
+// lost.
+func TestGossipVerdictConfirmed(t *testing.T) {
+	ts := mesh(t, 2, func(r int, c *Config) { c.ConfirmTimeout = 300 * time.Millisecond })
+	ts[0].PeerLost(1, "declared dead by gossip")
+	time.Sleep(600 * time.Millisecond)
+	if err := ts[0].Err(); err != nil {
+		t.Fatalf("a rank that answers its pings was lost: %v", err)
+	}
+	// Rank 1 never receives, so its reader blocks once its inbox is full.
+	big := make([]byte, 1<<20)
+	for range inboxDepth + 2 {
+		if err := ts[0].Send(context.Background(), 1, Header{}, big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts[0].PeerLost(1, "declared dead by gossip")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := ts[0].Recv(ctx, 1)
+	var pl *PeerLostError
+	if !errors.As(err, &pl) || pl.Rank != 1 || !strings.Contains(err.Error(), "no answer on its data connection") {
+		t.Fatalf("got %v, want rank 1 lost after an unanswered ping", err)
+	}
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,11 +8,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/proctest"
 	"github.com/gorun/gorun/launcher"
 )
 
@@ -33,31 +32,13 @@ type result struct {
 
 // gorun starts the test binary as gorun and returns the command, not yet
 // started, with its output captured.
-func gorunCmd(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+func gorunCmd(t *testing.T, args ...string) (*exec.Cmd, *proctest.Buffer, *proctest.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "GORUN_TEST_AS_GORUN=1", "GORACE=atexit_sleep_ms=0")
-	var out, errb syncBuffer
+	var out, errb proctest.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	return cmd, &out, &errb
-}
-
-// syncBuffer is a bytes.Buffer that a test may read while a process writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func gorun(t *testing.T, args ...string) result {
@@ -224,7 +205,7 @@ func TestInterruptForwarded(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return strings.Count(out.String(), "started") == 3 }, "ranks to start")
+	proctest.WaitFor(t, 20*time.Second, func() bool { return strings.Count(out.String(), "started") == 3 }, "ranks to start")
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +227,7 @@ func TestLauncherKilled(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return strings.Count(out.String(), "up") == 2 }, "ranks to start")
+	proctest.WaitFor(t, 20*time.Second, func() bool { return strings.Count(out.String(), "up") == 2 }, "ranks to start")
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	noLeftovers(t, mark)
@@ -336,16 +317,5 @@ func TestOversubscribeAndWdir(t *testing.T) {
 	}
 	if strings.Count(r.stdout, dir+"\n") != 3 {
 		t.Fatalf("want 3 ranks in %s, got %q", dir, r.stdout)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
