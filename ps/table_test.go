@@ -79,7 +79,7 @@ func simulate(t *testing.T, rng *rand.Rand, workers, clocks, staleness, slow, st
 	if err := tb.Declare("k", KeyConfig{Len: workers * clocks, Staleness: staleness}); err != nil {
 		t.Fatal(err)
 	}
-	next := make([]int, workers)    // next clock to push
+	next := make([]int, workers)     // next clock to push
 	pulling := make([]bool, workers) // pushed next-1, now waiting to pull clock next
 	for range steps {
 		w := rng.IntN(workers)
