@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -297,6 +298,17 @@ func (a *agent) rankEnv(i int) []string {
 	}
 }
 
+// threadEnv gives Go ranks an equal share of this host's CPUs, as torchrun
+// sets OMP_NUM_THREADS: one thread per rank when they share few cores makes
+// a rank's network reader hand frames to its collective on one hot thread.
+// The user's own GOMAXPROCS (exported, or given with -x) wins.
+func (a *agent) threadEnv() []string {
+	if envValue(a.environ, "GOMAXPROCS") != "" || envValue(a.spec.Env, "GOMAXPROCS") != "" || len(a.spec.Ranks) == 0 {
+		return nil
+	}
+	return []string{"GOMAXPROCS=" + strconv.Itoa(max(1, runtime.NumCPU()/a.spec.Ranks[0].LocalSize))}
+}
+
 func (a *agent) start(jobEnv []string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -304,7 +316,7 @@ func (a *agent) start(jobEnv []string) {
 	for i, rs := range a.spec.Ranks {
 		p := &rankProc{spec: rs}
 		a.procs = append(a.procs, p)
-		env := append(append(append(append([]string{}, a.environ...), a.spec.Env...), jobEnv...), a.rankEnv(i)...)
+		env := append(append(append(append(append([]string{}, a.environ...), a.threadEnv()...), a.spec.Env...), jobEnv...), a.rankEnv(i)...)
 		if err := a.startOne(p, env); err != nil {
 			_ = a.conn.Send(&msg{Kind: msgOutput, Rank: rs.Rank, Stream: 2, Data: []byte("gorun: " + err.Error())})
 			_ = a.conn.Send(&msg{Kind: msgExit, Rank: rs.Rank, Exit: &exitInfo{Code: 127}})

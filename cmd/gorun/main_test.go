@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -306,6 +307,25 @@ func TestBadInput(t *testing.T) {
 		if r.code != launcher.ExitLaunchFailed || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("gorun %v: exit %d, stderr %q; want exit 1 and %q", c.args, r.code, r.stderr, c.want)
 		}
+	}
+}
+
+// TestGOMAXPROCS: ranks get an equal share of the CPUs unless the user
+// sets GOMAXPROCS.
+func TestGOMAXPROCS(t *testing.T) {
+	for np := 1; np <= 3; np++ {
+		r := gorun(t, "-np", strconv.Itoa(np), "sh", "-c", `echo "G=$GOMAXPROCS"`)
+		want := fmt.Sprintf("G=%d", max(1, runtime.NumCPU()/np))
+		if own := os.Getenv("GOMAXPROCS"); own != "" {
+			want = "G=" + own // the user's setting wins
+		}
+		if r.code != 0 || strings.Count(r.stdout, want+"\n") != np {
+			t.Fatalf("np %d: want %q on every rank, got %q", np, want, r.stdout)
+		}
+	}
+	r := gorun(t, "-np", "2", "-x", "GOMAXPROCS=7", "sh", "-c", `echo "G=$GOMAXPROCS"`)
+	if strings.Count(r.stdout, "G=7\n") != 2 {
+		t.Fatalf("-x GOMAXPROCS=7 not honoured: %q", r.stdout)
 	}
 }
 
