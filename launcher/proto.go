@@ -5,6 +5,7 @@ import (
 	"encoding/gob"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 )
@@ -14,9 +15,9 @@ import (
 // agent first writes agentMagic on a line of its own, so that anything a
 // remote shell prints before it (a chatty .bashrc) is skipped.
 const (
-	agentMagic    = "GORUN-AGENT-1"
-	protoVersion  = 1
-	maxBannerLine = 64 << 10
+	agentMagic     = "GORUN-AGENT-1"
+	protoVersion   = 1
+	maxBannerLines = 10000
 )
 
 type msgKind uint8
@@ -115,35 +116,24 @@ func (c *conn) Recv() (*msg, error) {
 }
 
 // skipBanner reads r up to and including the agent's magic line and returns
-// whatever came before it (a remote shell's noise, or an error message).
+// the first lines that came before it (a remote shell's noise, or an error
+// message). It gives up after maxBannerLines lines.
 func skipBanner(r *bufio.Reader) (noise []string, err error) {
-	for {
+	for range maxBannerLines {
 		line, err := r.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
-			noise = append(noise, string(line))
-			for err == bufio.ErrBufferFull {
-				_, err = r.ReadSlice('\n')
-			}
-			if err != nil {
-				return noise, err
-			}
-			continue
+		s := strings.TrimRight(string(line), "\r\n") // before the next read reuses line
+		for err == bufio.ErrBufferFull {             // a very long line: keep its start only
+			_, err = r.ReadSlice('\n')
 		}
-		if err != nil {
-			if len(line) > 0 {
-				noise = append(noise, string(line))
-			}
-			return noise, err
-		}
-		s := string(line[:len(line)-1])
-		if s == agentMagic {
+		if err == nil && s == agentMagic {
 			return noise, nil
 		}
-		if len(noise) < 20 {
+		if s != "" && len(noise) < 20 {
 			noise = append(noise, s)
 		}
-		if len(noise) >= maxBannerLine {
-			return noise, fmt.Errorf("no agent greeting")
+		if err != nil {
+			return noise, err
 		}
 	}
+	return noise, fmt.Errorf("no agent greeting in the first %d lines", maxBannerLines)
 }

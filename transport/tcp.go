@@ -73,6 +73,8 @@ type TCP struct {
 	wg        sync.WaitGroup
 	readers   sync.WaitGroup
 	closing   chan struct{}
+	closeCtx  context.Context // cancelled when Close starts tearing down
+	cancel    context.CancelFunc
 	closeOnce sync.Once
 }
 
@@ -109,6 +111,7 @@ func Listen(cfg Config) (*TCP, error) {
 		connected: make(chan struct{}, 1),
 		closing:   make(chan struct{}),
 	}
+	t.closeCtx, t.cancel = context.WithCancel(context.Background())
 	t.w.onFail = t.unblock
 	t.wg.Add(1)
 	go t.acceptLoop()
@@ -153,7 +156,7 @@ func (t *TCP) acceptLoop() {
 
 func (t *TCP) accept(c net.Conn) {
 	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-	stop := context.AfterFunc(t.closingCtx(), func() { _ = c.SetDeadline(time.Now()) })
+	stop := context.AfterFunc(t.closeCtx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
 	h, err := handshakeAccept(c, t.cfg.Secret, func(h *hello) byte {
 		switch {
@@ -176,18 +179,6 @@ func (t *TCP) accept(c net.Conn) {
 		t.log.Warn("dropped a duplicate connection", "remote", c.RemoteAddr().String(), "rank", h.From)
 		c.Close()
 	}
-}
-
-func (t *TCP) closingCtx() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		select {
-		case <-t.closing:
-		case <-ctx.Done():
-		}
-		cancel()
-	}()
-	return ctx
 }
 
 func (t *TCP) register(peer int, c net.Conn) bool {
@@ -595,6 +586,7 @@ func (t *TCP) Close() error {
 		}
 		t.mu.Lock()
 		close(t.closing)
+		t.cancel()
 		conns := slices.Clone(t.conns)
 		t.mu.Unlock()
 		t.ln.Close()
