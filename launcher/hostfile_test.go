@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -110,9 +111,9 @@ func FuzzParseHostfile(f *testing.F) {
 			if strings.Contains(name, ":") {
 				name = "[" + name + "]"
 			}
-			b.WriteString(name + " slots=" + itoa(h.Slots))
+			b.WriteString(name + " slots=" + strconv.Itoa(h.Slots))
 			if h.MaxSlots > 0 {
-				b.WriteString(" max_slots=" + itoa(h.MaxSlots))
+				b.WriteString(" max_slots=" + strconv.Itoa(h.MaxSlots))
 			}
 			b.WriteString("\n")
 		}

@@ -212,23 +212,21 @@ func (j *job) run(ctx context.Context) (Result, error) {
 	if cfg.Strategy != "" {
 		env = append(env, "GORUN_STRATEGY="+cfg.Strategy)
 	}
-	mixed := false
+	// Local ranks in a job with remote hosts must advertise an address the
+	// remote ranks can reach, not loopback.
 	remote := ""
 	for _, h := range order {
 		if !isLocal(j.hosts[h].Name) {
 			remote = j.hosts[h].Name
-		} else {
-			mixed = true
 		}
 	}
-	mixed = mixed && remote != ""
 	for _, h := range order {
 		name := j.hosts[h].Name
 		spec := &hostSpec{
 			Version: protoVersion, JobID: jobID, Host: name, Program: cfg.Program, Args: cfg.Args,
 			Wdir: wdir, WdirSet: cfg.WdirSet, Env: env, Ranks: byHost[h], Grace: cfg.Grace,
 		}
-		if isLocal(name) && mixed {
+		if isLocal(name) && remote != "" {
 			spec.Advertise = routeTo(remote)
 		}
 		a := &agentProc{host: h, name: name, ranks: byHost[h], stderr: newTail(20)}
@@ -242,7 +240,7 @@ func (j *job) run(ctx context.Context) (Result, error) {
 		j.abortAgents()
 		return Result{ExitCode: ExitLaunchFailed}, err
 	}
-	return j.supervise(ctx, jobID), nil
+	return j.supervise(ctx), nil
 }
 
 // routeTo returns the local address the kernel would use to reach host, so
@@ -383,23 +381,19 @@ func (j *job) abortAgents() {
 }
 
 // supervise starts the ranks and runs the job to its end.
-func (j *job) supervise(ctx context.Context, jobID string) Result {
+func (j *job) supervise(ctx context.Context) Result {
 	cfg := j.cfg
-	var peers []string
-	addrOf := map[int]string{}
-	for _, a := range j.agents {
-		addrOf[a.host] = a.ready.Addr
-	}
+	var startEnv []string
 	peerOf := make([]string, len(j.places))
 	for _, a := range j.agents {
 		for i, rs := range a.ranks {
 			peerOf[rs.Rank] = net.JoinHostPort(a.ready.Addr, strconv.Itoa(a.ready.Ports[i]))
 			if rs.Rank == 0 {
-				peers = append(peers, "MASTER_ADDR="+a.ready.Addr, "MASTER_PORT="+strconv.Itoa(a.ready.MasterPort))
+				startEnv = append(startEnv, "MASTER_ADDR="+a.ready.Addr, "MASTER_PORT="+strconv.Itoa(a.ready.MasterPort))
 			}
 		}
 	}
-	startEnv := append(peers, "GORUN_PEERS="+strings.Join(peerOf, ","))
+	startEnv = append(startEnv, "GORUN_PEERS="+strings.Join(peerOf, ","))
 	events := make(chan event, 64)
 	var readers sync.WaitGroup
 	for _, a := range j.agents {

@@ -3,6 +3,7 @@ package launcher
 import (
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -10,7 +11,7 @@ import (
 func hostsOf(slots ...int) []Host {
 	var hs []Host
 	for i, s := range slots {
-		hs = append(hs, Host{Name: "h" + itoa(i+1), Slots: s})
+		hs = append(hs, Host{Name: "h" + strconv.Itoa(i+1), Slots: s})
 	}
 	return hs
 }
@@ -72,7 +73,7 @@ func TestPlaceInvariants(t *testing.T) {
 		hosts := make([]Host, n)
 		total := 0
 		for i := range hosts {
-			hosts[i] = Host{Name: "h" + itoa(i), Slots: 1 + rng.IntN(4)}
+			hosts[i] = Host{Name: "h" + strconv.Itoa(i), Slots: 1 + rng.IntN(4)}
 			total += hosts[i].Slots
 		}
 		np := 1 + rng.IntN(total*2)

@@ -41,7 +41,7 @@ func (s SSHSpawner) AgentCommand(host string) *exec.Cmd {
 	args := append([]string{}, s.SSH[1:]...)
 	args = append(args, "-o", "BatchMode=yes", "-T")
 	if s.ConnectTimeout > 0 {
-		args = append(args, "-o", "ConnectTimeout="+itoa(s.ConnectTimeout))
+		args = append(args, "-o", "ConnectTimeout="+strconv.Itoa(s.ConnectTimeout))
 	}
 	if strings.Contains(host, ":") { // IPv6
 		host = strings.Trim(host, "[]")
@@ -58,8 +58,6 @@ const AgentCommandName = "__agent"
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 // isLocal reports whether a hostfile name means this machine.
 func isLocal(host string) bool {

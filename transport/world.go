@@ -127,16 +127,12 @@ func IsCanceled(err error) bool {
 	return errors.Is(err, errCanceled) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
+// drain releases every undelivered frame; nothing sends any more.
 func (w *world) drain() {
 	for _, ch := range w.inbox {
-		for {
-			select {
-			case f := <-ch:
-				f.Release()
-				continue
-			default:
-			}
-			break
+		for len(ch) > 0 {
+			f := <-ch
+			f.Release()
 		}
 	}
 }
