@@ -8,28 +8,6 @@ import (
 	"testing"
 )
 
-// BenchmarkSumKernel compares the float32 sum kernel (gonum's Axpy) with a
-// plain loop.
-func BenchmarkSumKernel(b *testing.B) {
-	for _, n := range []int{1 << 10, 1 << 16, 1 << 22} {
-		dst, src := make([]float32, n), make([]float32, n)
-		b.Run(fmt.Sprintf("gonum/%d", n), func(b *testing.B) {
-			b.SetBytes(int64(4 * n))
-			for b.Loop() {
-				sumInto(dst, src)
-			}
-		})
-		b.Run(fmt.Sprintf("loop/%d", n), func(b *testing.B) {
-			b.SetBytes(int64(4 * n))
-			for b.Loop() {
-				for i := range dst {
-					dst[i] += src[i]
-				}
-			}
-		})
-	}
-}
-
 // BenchmarkAllReduceTCP runs 2 ranks in this process over loopback TCP.
 // (gorun -np N examples/allreduce measures separate processes.)
 func BenchmarkAllReduceTCP(b *testing.B) {

@@ -29,7 +29,7 @@ func (c *Comm) direct(nbytes int) bool {
 }
 
 func allReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, o ring.Options) error {
-	if !op.valid() {
+	if !op.Valid() {
 		return localError("unknown op %d", op)
 	}
 	var err error
@@ -95,7 +95,7 @@ func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 // scratch afterwards.
 func ReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) (mine []T, err error) {
 	err = c.do(ctx, kindReduceScatter, func(o ring.Options) error {
-		if !op.valid() {
+		if !op.Valid() {
 			return localError("unknown op %d", op)
 		}
 		s, err := ring.ReduceScatter(ctx, c.tr, buf, reducer[T](op), o)

@@ -1,0 +1,593 @@
+package ps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/transport"
+)
+
+const testSecret = "a-hub-secret-of-enough-length"
+
+// startHubs starts k hubs for n workers on loopback.
+func startHubs(t testing.TB, k, n int, elastic bool) ([]*Hub, []string) {
+	t.Helper()
+	var hubs []*Hub
+	var addrs []string
+	for i := range k {
+		cfg := DefaultHubConfig()
+		cfg.Index, cfg.Workers, cfg.JobID, cfg.Secret = i, n, "job", []byte(testSecret)
+		cfg.ListenAddr, cfg.Elastic = "127.0.0.1:0", elastic
+		h, err := NewHub(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		hubs = append(hubs, h)
+		addrs = append(addrs, h.Addr().String())
+	}
+	return hubs, addrs
+}
+
+func clientConfig(w, n int, addrs []string, partBytes int) ClientConfig {
+	cfg := DefaultClientConfig()
+	cfg.Worker, cfg.Workers, cfg.Hubs, cfg.JobID, cfg.Secret = w, n, addrs, "job", []byte(testSecret)
+	cfg.PartitionBytes = partBytes
+	cfg.HubTimeout = time.Second
+	return cfg
+}
+
+func dialAll(t testing.TB, n int, addrs []string, partBytes int) []*Client {
+	t.Helper()
+	cs := make([]*Client, n)
+	for w := range n {
+		c, err := Dial(context.Background(), clientConfig(w, n, addrs, partBytes))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		cs[w] = c
+	}
+	return cs
+}
+
+// each runs f for every worker concurrently and joins the errors.
+func each(n int, f func(w int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[w] = f(w)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func closeTo(a, b float64) bool {
+	return math.Abs(a-b) <= 1e-12*math.Max(1, math.Max(math.Abs(a), math.Abs(b)))
+}
+
+// TestHubBSPMatchesTable runs BSP training rounds through real hubs over
+// TCP (keys cut into many partitions over 1 or 3 hubs) and compares every
+// worker's pulled values with a Table fed the same pushes.
+func TestHubBSPMatchesTable(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	for _, n := range []int{1, 2, 3, 5} {
+		for _, k := range []int{1, 3} {
+			for _, mode := range []UpdateMode{Sum, SGD} {
+				t.Run(fmt.Sprintf("n%d/k%d/mode%d", n, k, mode), func(t *testing.T) {
+					_, addrs := startHubs(t, k, n, false)
+					cs := dialAll(t, n, addrs, 64) // 16 float32s per partition
+					keys := map[string]int{"w": 1 + rng.IntN(100), "b": rng.IntN(3), "big": 37 + rng.IntN(80)}
+					names := []string{"w", "b", "big"}
+					ref := NewTable(n)
+					for _, name := range names {
+						kc := KeyConfig{Len: keys[name], Update: mode, LR: 0.1, Momentum: 0.9}
+						kc.Init = make([]float64, kc.Len)
+						for i := range kc.Init {
+							kc.Init[i] = rng.NormFloat64()
+						}
+						if err := ref.Declare(name, kc); err != nil {
+							t.Fatal(err)
+						}
+						if err := each(n, func(w int) error { return cs[w].Declare(context.Background(), name, kc) }); err != nil {
+							t.Fatal(err)
+						}
+					}
+					for round := range 4 {
+						grads := make([]map[string][]float64, n)
+						samples := make([]int, n)
+						for w := range n {
+							samples[w] = 1 + rng.IntN(9)
+							grads[w] = map[string][]float64{}
+							for _, name := range names {
+								g := make([]float64, keys[name])
+								for i := range g {
+									g[i] = rng.NormFloat64()
+								}
+								grads[w][name] = g
+								if err := ref.Push(name, w, round, g, samples[w]); err != nil {
+									t.Fatal(err)
+								}
+							}
+						}
+						got := make([]map[string][]float64, n)
+						err := each(n, func(w int) error {
+							got[w] = map[string][]float64{}
+							var hs []*Handle
+							for _, name := range names {
+								dst := make([]float64, keys[name])
+								got[w][name] = dst
+								hs = append(hs, PushPull(cs[w], name, grads[w][name], samples[w], dst))
+							}
+							for _, h := range hs {
+								if err := h.Wait(context.Background()); err != nil {
+									return err
+								}
+							}
+							return nil
+						})
+						if err != nil {
+							t.Fatal(err)
+						}
+						for _, name := range names {
+							want, ready, _, err := ref.Pull(name, 0, round+1)
+							if err != nil || !ready {
+								t.Fatalf("reference pull: %v %v", ready, err)
+							}
+							for w := range n {
+								for i := range want {
+									if !closeTo(got[w][name][i], want[i]) {
+										t.Fatalf("round %d worker %d %s[%d] = %v, want %v", round, w, name, i, got[w][name][i], want[i])
+									}
+								}
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestHubFloat32Keys pushes float32 gradients: the wire carries float32
+// and the sums match a float64 reference within float32 rounding.
+func TestHubFloat32Keys(t *testing.T) {
+	_, addrs := startHubs(t, 2, 3, false)
+	cs := dialAll(t, 3, addrs, 40)
+	const n = 53
+	if err := each(3, func(w int) error { return cs[w].Declare(context.Background(), "g", KeyConfig{Len: n}) }); err != nil {
+		t.Fatal(err)
+	}
+	got := make([][]float32, 3)
+	err := each(3, func(w int) error {
+		g := make([]float32, n)
+		for i := range g {
+			g[i] = float32(w*1000 + i)
+		}
+		got[w] = make([]float32, n)
+		return PushPull(cs[w], "g", g, 1, got[w]).Wait(context.Background())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for w := range 3 {
+		for i := range n {
+			if want := float32(3000 + 3*i); got[w][i] != want {
+				t.Fatalf("worker %d [%d] = %v, want %v", w, i, got[w][i], want)
+			}
+		}
+	}
+}
+
+// TestHubSSPBoundUnderDelays: each worker pushes a one-hot 1 into its own
+// element at every clock, with random delays. A pull at clock c with
+// staleness s must see at least c-s pushes from every worker (all clocks
+// <= c-s-1) and never more than the pushes made so far.
+func TestHubSSPBoundUnderDelays(t *testing.T) {
+	for _, s := range []int{0, 1, 3} {
+		t.Run(fmt.Sprintf("s%d", s), func(t *testing.T) {
+			const n, clocks = 4, 12
+			_, addrs := startHubs(t, 2, n, false)
+			cs := dialAll(t, n, addrs, 8) // one float64 per partition... two hubs
+			if err := each(n, func(w int) error {
+				return cs[w].Declare(context.Background(), "c", KeyConfig{Len: n, Staleness: s})
+			}); err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			pushed := make([]int, n)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := each(n, func(w int) error {
+				rng := rand.New(rand.NewPCG(uint64(w), uint64(s)))
+				for c := 1; c <= clocks; c++ {
+					g := make([]float64, n)
+					g[w] = 1
+					time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+					mu.Lock()
+					pushed[w]++ // before the push: the hub may apply it before Wait returns
+					mu.Unlock()
+					if err := Push(cs[w], "c", g, 1).Wait(ctx); err != nil {
+						return err
+					}
+					v := make([]float64, n)
+					if err := Pull(cs[w], "c", v).Wait(ctx); err != nil {
+						return err
+					}
+					mu.Lock()
+					snapshot := append([]int(nil), pushed...)
+					mu.Unlock()
+					for o := range n {
+						if int(v[o]) < c-s {
+							return fmt.Errorf("worker %d at clock %d saw %v pushes of worker %d, bound s=%d needs >= %d", w, c, v[o], o, s, c-s)
+						}
+						if int(v[o]) > snapshot[o] {
+							return fmt.Errorf("worker %d saw %v pushes of worker %d, only %d made", w, v[o], o, snapshot[o])
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestHubASPStraggler: under ASP the fast workers finish all their
+// iterations while a worker 10x slower has done only a few; under BSP
+// they cannot get more than one clock ahead of it.
+func TestHubASPStraggler(t *testing.T) {
+	for _, stale := range []int{Async, 0} {
+		const n, iters = 3, 20
+		_, addrs := startHubs(t, 1, n, false)
+		cs := dialAll(t, n, addrs, 1<<10)
+		if err := each(n, func(w int) error {
+			return cs[w].Declare(context.Background(), "w", KeyConfig{Len: 4, Update: SGD, LR: 0.01, Staleness: stale})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var slowDone sync.WaitGroup
+		slowDone.Add(1)
+		var mu sync.Mutex
+		slowIters, slowAtFastEnd := 0, -1
+		fastLeft := n - 1
+		err := each(n, func(w int) error {
+			if w == 0 {
+				defer slowDone.Done()
+			}
+			v := make([]float64, 4)
+			for range iters {
+				d := time.Millisecond
+				if w == 0 {
+					d *= 10
+				}
+				time.Sleep(d)
+				if err := PushPull(cs[w], "w", []float64{1, 1, 1, 1}, 1, v).Wait(context.Background()); err != nil {
+					return err
+				}
+				if w == 0 {
+					mu.Lock()
+					slowIters++
+					mu.Unlock()
+				}
+			}
+			if w != 0 {
+				mu.Lock()
+				fastLeft--
+				if fastLeft == 0 {
+					slowAtFastEnd = slowIters
+				}
+				mu.Unlock()
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stale == Async && slowAtFastEnd > iters/2 {
+			t.Errorf("ASP: the slow worker had done %d of %d iterations when the fast ones finished; they were held back", slowAtFastEnd, iters)
+		}
+		if stale == 0 && slowAtFastEnd < iters-1 {
+			t.Errorf("BSP: the fast workers finished when the slow one had done only %d of %d", slowAtFastEnd, iters)
+		}
+	}
+}
+
+// TestHubSharesFollowSpeed: worker 0 reports 4x the compute time per
+// sample; the hub's shares converge to a 1:4:4 split of the batch.
+func TestHubSharesFollowSpeed(t *testing.T) {
+	const n, total = 3, 900
+	_, addrs := startHubs(t, 1, n, false)
+	cs := dialAll(t, n, addrs, 1<<10)
+	shares := []int{total / n, total / n, total / n}
+	for range 20 {
+		next := make([]int, n)
+		if err := each(n, func(w int) error {
+			per := time.Millisecond
+			if w == 0 {
+				per *= 4
+			}
+			var err error
+			next[w], err = cs[w].Share(context.Background(), total, shares[w], time.Duration(shares[w])*per)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		shares = next
+	}
+	want := []int{100, 400, 400}
+	sum := 0
+	for w := range n {
+		sum += shares[w]
+		if d := shares[w] - want[w]; d < -2 || d > 2 {
+			t.Errorf("worker %d share %d, want about %d (all: %v)", w, shares[w], want[w], shares)
+		}
+	}
+	if sum != total {
+		t.Errorf("shares %v add up to %d, want %d", shares, sum, total)
+	}
+}
+
+// kill drops a client's connections without a goodbye, as a crash does.
+func kill(c *Client) {
+	for _, h := range c.links() {
+		_ = h.l.c.Close()
+	}
+	c.Close()
+}
+
+// TestHubLostWorker: a worker that dies mid-round is reported to the
+// others with its number; with the elastic option the round completes
+// from the survivors, weighted by the samples they pushed.
+func TestHubLostWorker(t *testing.T) {
+	for _, elastic := range []bool{false, true} {
+		t.Run(fmt.Sprintf("elastic=%v", elastic), func(t *testing.T) {
+			const n = 4
+			hubs, addrs := startHubs(t, 2, n, elastic)
+			cs := dialAll(t, n, addrs, 16)
+			if err := each(n, func(w int) error {
+				return cs[w].Declare(context.Background(), "w", KeyConfig{Len: 6, Update: SGD, LR: 1})
+			}); err != nil {
+				t.Fatal(err)
+			}
+			got := make([][]float64, n)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := each(n, func(w int) error {
+				if w == 2 {
+					kill(cs[2])
+					return nil
+				}
+				g := []float64{float64(w), float64(w), float64(w), float64(w), float64(w), float64(w)}
+				got[w] = make([]float64, 6)
+				return PushPull(cs[w], "w", g, w+1, got[w]).Wait(ctx)
+			})
+			if !elastic {
+				if err == nil || !errors.Is(err, transport.ErrPeerLost) || !strings.Contains(err.Error(), "rank 2 lost") {
+					t.Fatalf("got %v, want every survivor to name worker 2", err)
+				}
+				if strings.Count(err.Error(), "rank 2 lost") != 3 {
+					t.Fatalf("not every survivor was told: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// weighted mean of survivors 0, 1, 3 with samples 1, 2, 4
+			want := -(0*1 + 1*2 + 3*4) / 7.0
+			for _, w := range []int{0, 1, 3} {
+				for i, v := range got[w] {
+					if !closeTo(v, want) {
+						t.Fatalf("worker %d [%d] = %v, want %v", w, i, v, want)
+					}
+				}
+			}
+			if hubs[0].Stats().Removed != 1 {
+				t.Errorf("hub stats %+v: want one worker removed", hubs[0].Stats())
+			}
+		})
+	}
+}
+
+// TestHubLost: a hub that dies, or freezes, is reported by every worker
+// waiting on it, by number and address.
+func TestHubLost(t *testing.T) {
+	const n = 3
+	hubs, addrs := startHubs(t, 2, n, false)
+	cs := dialAll(t, n, addrs, 8)
+	if err := each(n, func(w int) error { return cs[w].Declare(context.Background(), "w", KeyConfig{Len: 4}) }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := each(n, func(w int) error {
+		if w == 0 {
+			hubs[1].Close()
+			return nil
+		}
+		return Pull(cs[w], "w", make([]float64, 4)).Wait(ctx) // waits on worker 0's push
+	})
+	if err == nil || strings.Count(err.Error(), "hub 1 at "+addrs[1]+" lost") != 2 || !errors.Is(err, ErrHubLost) {
+		t.Fatalf("got %v, want both waiting workers to name hub 1", err)
+	}
+
+	// A hub that accepts and then never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				_, _ = transport.AcceptHandshake(c, "job", []byte(testSecret), func(transport.Ends) bool { return true }, time.Second)
+				time.Sleep(5 * time.Second)
+				c.Close()
+			}()
+		}
+	}()
+	c, err := Dial(context.Background(), clientConfig(0, 1, []string{ln.Addr().String()}, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	t0 := time.Now()
+	err = c.Declare(ctx, "x", KeyConfig{Len: 1})
+	if !errors.Is(err, ErrHubLost) || !strings.Contains(err.Error(), "no answer") {
+		t.Fatalf("frozen hub: got %v", err)
+	}
+	t.Logf("frozen hub detected after %v", time.Since(t0).Round(time.Millisecond))
+}
+
+// rawClient is an authenticated connection that sends hand-made frames.
+func rawClient(t *testing.T, addr string, w, n int) (net.Conn, *transport.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := transport.DialHandshake(c, "job", []byte(testSecret), transport.Ends{From: w, To: HubTag, Size: n}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return c, transport.NewReader(c, 1<<20)
+}
+
+func rawCall(t *testing.T, c net.Conn, r *transport.Reader, payload []byte) message {
+	t.Helper()
+	if _, err := c.Write(transport.AppendFrame(nil, transport.Header{Type: transport.TypeData}, payload)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, p, err := r.Next(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := decodeMessage(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestHubBadInput: garbage on the hub port, a malformed request, an
+// unknown key, shape mismatches and a push from the wrong clock each get
+// a clear error, and the hub goes on serving.
+func TestHubBadInput(t *testing.T) {
+	hubs, addrs := startHubs(t, 1, 2, false)
+	// Garbage instead of a handshake.
+	g, err := net.Dial("tcp", addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = g.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n" + strings.Repeat("\xff", 100)))
+	g.Close()
+	// A wrong secret.
+	bad := clientConfig(0, 2, addrs, 64)
+	bad.Secret = []byte("not-the-right-secret-at-all")
+	bad.ConnectTimeout = 2 * time.Second
+	if _, err := Dial(context.Background(), bad); !errors.Is(err, transport.ErrAuth) {
+		t.Fatalf("wrong secret: %v", err)
+	}
+
+	c, r := rawClient(t, addrs[0], 0, 2)
+	m := rawCall(t, c, r, []byte("garbage that is no message"))
+	if m.Type != msgError || m.Code != codeBadRequest || !strings.Contains(string(m.Data), "shorter than") {
+		t.Fatalf("garbage message: %+v %q", m, m.Data)
+	}
+	m = rawCall(t, c, r, (&message{Type: msgPush, ID: 7, Key: "nope", DType: 2, Samples: 1, Data: make([]byte, 8)}).encode())
+	if m.Type != msgError || m.ID != 7 || m.Code != codeUnknownKey || !strings.Contains(string(m.Data), `"nope"`) {
+		t.Fatalf("unknown key: %+v %q", m, m.Data)
+	}
+	m = rawCall(t, c, r, (&message{Type: msgDeclare, ID: 8, Key: "k", Count: 3}).encode())
+	if m.Type != msgReply || m.ID != 8 {
+		t.Fatalf("declare: %+v %q", m, m.Data)
+	}
+	m = rawCall(t, c, r, (&message{Type: msgDeclare, ID: 9, Key: "k", Count: 4}).encode())
+	if m.Code != codeShape || !strings.Contains(string(m.Data), "length 3") {
+		t.Fatalf("redeclare with another length: %+v %q", m, m.Data)
+	}
+	m = rawCall(t, c, r, (&message{Type: msgPush, ID: 10, Key: "k", DType: 2, Samples: 1, Data: make([]byte, 16)}).encode())
+	if m.Code != codeShape || !strings.Contains(string(m.Data), "has 3 elements, push from worker 0 has 2") {
+		t.Fatalf("shape: %+v %q", m, m.Data)
+	}
+	m = rawCall(t, c, r, (&message{Type: msgPush, ID: 11, Key: "k", Clock: 5, DType: 2, Samples: 1, Data: make([]byte, 24)}).encode())
+	if m.Code != codeClock {
+		t.Fatalf("clock: %+v %q", m, m.Data)
+	}
+	m = rawCall(t, c, r, (&message{Type: msgPush, ID: 12, Key: "k", DType: 3, Samples: 1, Data: make([]byte, 12)}).encode())
+	if m.Code != codeBadRequest || !strings.Contains(string(m.Data), "int32") {
+		t.Fatalf("int key: %+v %q", m, m.Data)
+	}
+	// A collective round whose parts disagree between the two workers.
+	c1, r1 := rawClient(t, addrs[0], 1, 2)
+	round := func(w uint32, count uint64) []byte {
+		return (&message{Type: msgRound, ID: 20 + w, Kind: kindReduce, Code: 1, DType: 4, Clock: 1, Count: count, N: 1, WantLen: 1, Data: make([]byte, 8)}).encode()
+	}
+	if _, err := c.Write(transport.AppendFrame(nil, transport.Header{Type: transport.TypeData}, round(0, 1))); err != nil {
+		t.Fatal(err)
+	}
+	m = rawCall(t, c1, r1, round(1, 2))
+	if m.Code != codeMismatch || !strings.Contains(string(m.Data), "buffer length") {
+		t.Fatalf("mismatch: %+v %q", m, m.Data)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, p, err := r.Next(nil); err != nil {
+		t.Fatal(err)
+	} else if m, _ := decodeMessage(p); m.Code != codeMismatch || m.ID != 20 {
+		t.Fatalf("the other side of the mismatch: %+v %q", m, m.Data)
+	}
+	// Still serving.
+	m = rawCall(t, c, r, (&message{Type: msgPush, ID: 30, Key: "k", DType: 2, Samples: 1, Data: make([]byte, 24)}).encode())
+	if m.Type != msgReply || m.ID != 30 {
+		t.Fatalf("hub stopped serving: %+v %q", m, m.Data)
+	}
+	if hubs[0].Stats().Requests < 8 {
+		t.Errorf("stats %+v", hubs[0].Stats())
+	}
+}
+
+// TestHubCostModel: a reduce round over one hub moves N·S bytes in and
+// N·S out of it; over K hubs each hub moves about N·S/K.
+func TestHubCostModel(t *testing.T) {
+	const n, count = 4, 1 << 16 // 256 KiB of float32 per worker
+	for _, k := range []int{1, 2, 4} {
+		hubs, addrs := startHubs(t, k, n, false)
+		cs := dialAll(t, n, addrs, 16<<10)
+		if err := each(n, func(w int) error {
+			buf := make([]byte, 4*count)
+			return cs[w].Collective(context.Background(), Collective{Seq: 1, Kind: RoundReduce, Op: 1, DType: 1, Count: count, Send: buf, Recv: buf, WantLen: count})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		s := float64(4 * count)
+		for i, h := range hubs {
+			st := h.Stats()
+			model := n * s / float64(k)
+			for _, b := range []int64{st.BytesIn, st.BytesOut} {
+				if math.Abs(float64(b)-model)/model > 0.05 {
+					t.Errorf("k=%d hub %d moved %d bytes in, %d out; model N*S/K = %.0f", k, i, st.BytesIn, st.BytesOut, model)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,225 @@
+// Package reduce holds the element types, reduction ops and vector kernels
+// that the ring and ParamHub share. It is a leaf: it does no I/O.
+package reduce
+
+import (
+	"fmt"
+	"unsafe"
+
+	"gonum.org/v1/gonum/blas/blas32"
+	"gonum.org/v1/gonum/floats"
+)
+
+// Number is an element type the collectives work on.
+type Number interface {
+	float32 | float64 | int32 | int64
+}
+
+// Op is a reduction. Its values cross the wire.
+type Op uint8
+
+// The reductions. Integer Avg is the sum divided by the number of ranks,
+// truncated toward zero; integer Sum and Prod wrap around on overflow.
+// ONLY APPEND.
+const (
+	Sum Op = iota + 1
+	Avg
+	Min
+	Max
+	Prod
+)
+
+func (o Op) String() string {
+	switch o {
+	case Sum:
+		return "sum"
+	case Avg:
+		return "avg"
+	case Min:
+		return "min"
+	case Max:
+		return "max"
+	case Prod:
+		return "prod"
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// Valid reports whether o is one of the reductions.
+func (o Op) Valid() bool { return o >= Sum && o <= Prod }
+
+// DType codes cross the wire. ONLY APPEND.
+const (
+	Float32 uint8 = iota + 1
+	Float64
+	Int32
+	Int64
+)
+
+// DTypeOf is T's wire code.
+func DTypeOf[T Number]() uint8 {
+	var z T
+	switch any(z).(type) {
+	case float32:
+		return Float32
+	case float64:
+		return Float64
+	case int32:
+		return Int32
+	}
+	return Int64
+}
+
+// Size is the size in bytes of one element of dtype, or 0 if dtype is
+// unknown.
+func Size(dtype uint8) int {
+	switch dtype {
+	case Float32, Int32:
+		return 4
+	case Float64, Int64:
+		return 8
+	}
+	return 0
+}
+
+// DTypeName names a dtype code for error messages.
+func DTypeName(dtype uint8) string {
+	switch dtype {
+	case Float32:
+		return "float32"
+	case Float64:
+		return "float64"
+	case Int32:
+		return "int32"
+	case Int64:
+		return "int64"
+	}
+	return fmt.Sprintf("dtype(%d)", dtype)
+}
+
+// Func returns dst[i] = dst[i] op src[i]. Avg reduces as Sum; the
+// division happens once at the end (see Finish). It returns nil for an
+// invalid op.
+func Func[T Number](op Op) func(dst, src []T) {
+	switch op {
+	case Sum, Avg:
+		return SumInto[T]
+	case Min:
+		return func(dst, src []T) {
+			for i := range dst {
+				dst[i] = min(dst[i], src[i])
+			}
+		}
+	case Max:
+		return func(dst, src []T) {
+			for i := range dst {
+				dst[i] = max(dst[i], src[i])
+			}
+		}
+	case Prod:
+		return func(dst, src []T) {
+			for i := range dst {
+				dst[i] *= src[i]
+			}
+		}
+	}
+	return nil
+}
+
+// SumInto adds src to dst, with gonum's vector kernels for floats.
+func SumInto[T Number](dst, src []T) {
+	switch d := any(dst).(type) {
+	case []float32:
+		s := any(src).([]float32)
+		if len(d) > 0 {
+			blas32.Axpy(1, blas32.Vector{N: len(s), Data: s, Inc: 1}, blas32.Vector{N: len(d), Data: d, Inc: 1})
+		}
+	case []float64:
+		floats.Add(d, any(src).([]float64))
+	default:
+		for i := range dst {
+			dst[i] += src[i]
+		}
+	}
+}
+
+// Finish applies Avg's division by n to buf.
+func Finish[T Number](op Op, buf []T, n int) {
+	if op != Avg || n == 1 {
+		return
+	}
+	for i := range buf {
+		buf[i] /= T(n)
+	}
+}
+
+// AsBytes views s as its bytes (little-endian on every platform gorun
+// supports); the view shares s's memory.
+func AsBytes[T Number](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
+}
+
+// View returns b as a []T sharing its memory when b is suitably aligned,
+// and ok=false otherwise (the caller then copies).
+func View[T Number](b []byte) (s []T, ok bool) {
+	var z T
+	size := int(unsafe.Sizeof(z))
+	n := len(b) / size
+	if n == 0 {
+		return nil, true
+	}
+	if uintptr(unsafe.Pointer(&b[0]))%uintptr(size) != 0 {
+		return nil, false
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n), true
+}
+
+// FromBytes returns b's elements as a []T, sharing b's memory when it is
+// aligned and copying otherwise.
+func FromBytes[T Number](b []byte) []T {
+	if s, ok := View[T](b); ok {
+		return s
+	}
+	s := make([]T, len(b)/int(unsafe.Sizeof(*new(T))))
+	copy(AsBytes(s), b)
+	return s
+}
+
+// Bytes reduces src into dst, both holding elements of dtype as bytes.
+// Results are written back even when dst had to be copied for alignment.
+func Bytes(dtype uint8, op Op, dst, src []byte) error {
+	if !op.Valid() {
+		return fmt.Errorf("reduce: unknown op %d", op)
+	}
+	if len(dst) != len(src) {
+		return fmt.Errorf("reduce: %d bytes into %d", len(src), len(dst))
+	}
+	switch dtype {
+	case Float32:
+		bytesOf[float32](op, dst, src)
+	case Float64:
+		bytesOf[float64](op, dst, src)
+	case Int32:
+		bytesOf[int32](op, dst, src)
+	case Int64:
+		bytesOf[int64](op, dst, src)
+	default:
+		return fmt.Errorf("reduce: unknown dtype %d", dtype)
+	}
+	return nil
+}
+
+func bytesOf[T Number](op Op, dst, src []byte) {
+	d, dok := View[T](dst)
+	s := FromBytes[T](src)
+	if !dok {
+		d = FromBytes[T](dst)
+	}
+	Func[T](op)(d, s)
+	if !dok {
+		copy(dst, AsBytes(d))
+	}
+}

@@ -1,0 +1,47 @@
+package transport
+
+import (
+	"fmt"
+	"net"
+	"time"
+)
+
+// Ends identifies the two ends of a connection in a handshake: the dialer
+// From, the acceptor To, in a job of Size ranks. Services beside the rank
+// mesh (ParamHub) use their own numbering for To.
+type Ends struct {
+	From, To, Size int
+}
+
+// DialHandshake runs the dialer's side of the handshake on c within
+// timeout: both sides prove they know secret, and the acceptor checks the
+// protocol version, job and ends.
+func DialHandshake(c net.Conn, jobID string, secret []byte, e Ends, timeout time.Duration) error {
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	defer c.SetDeadline(time.Time{})
+	h := hello{Version: ProtocolVersion, From: uint32(e.From), To: uint32(e.To), Size: uint32(e.Size), JobID: jobID}
+	return handshakeDial(c, secret, h)
+}
+
+// AcceptHandshake runs the acceptor's side on c within timeout. ok says
+// whether the dialer's ends are acceptable; the version and job are
+// checked here.
+func AcceptHandshake(c net.Conn, jobID string, secret []byte, ok func(Ends) bool, timeout time.Duration) (Ends, error) {
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	defer c.SetDeadline(time.Time{})
+	h, err := handshakeAccept(c, secret, func(h *hello) byte {
+		switch {
+		case h.Version != ProtocolVersion:
+			return statusVersion
+		case h.JobID != jobID:
+			return statusJob
+		case !ok(Ends{From: int(h.From), To: int(h.To), Size: int(h.Size)}):
+			return statusRanks
+		}
+		return statusOK
+	})
+	if err != nil {
+		return Ends{}, fmt.Errorf("transport: from %s: %w", c.RemoteAddr(), err)
+	}
+	return Ends{From: int(h.From), To: int(h.To), Size: int(h.Size)}, nil
+}
