@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/gorun/gorun/ps"
+	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/transport"
 )
@@ -33,7 +35,10 @@ func allReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, o ring.Op
 		return localError("unknown op %d", op)
 	}
 	var err error
-	if c.direct(bytesOf[T](len(buf))) {
+	if c.useHub.Load() {
+		b := reduce.AsBytes(buf)
+		err = c.hubRound(ctx, o, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: len(buf)})
+	} else if c.direct(bytesOf[T](len(buf))) {
 		err = ring.Direct(ctx, c.tr, buf, reducer[T](op), o)
 	} else {
 		err = ring.AllReduce(ctx, c.tr, buf, reducer[T](op), o)
@@ -61,6 +66,21 @@ func Reduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, root int) er
 		if root < 0 || root >= c.Size() {
 			return localError("root %d out of range for size %d", root, c.Size())
 		}
+		if c.useHub.Load() {
+			if !op.Valid() {
+				return localError("unknown op %d", op)
+			}
+			want := 0
+			if c.Rank() == root {
+				want = len(buf)
+			}
+			b := reduce.AsBytes(buf)
+			if err := c.hubRound(ctx, o, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: want}); err != nil {
+				return err
+			}
+			finish(op, buf[:want], c.Size())
+			return nil
+		}
 		return allReduce(ctx, c, buf, op, o)
 	}, header[T](op, len(buf)))
 }
@@ -70,6 +90,10 @@ func Broadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) error 
 	return c.do(ctx, kindBroadcast, func(o ring.Options) error {
 		if root < 0 || root >= c.Size() {
 			return localError("root %d out of range for size %d", root, c.Size())
+		}
+		if c.useHub.Load() {
+			b := reduce.AsBytes(buf)
+			return c.hubRound(ctx, o, ps.Collective{Kind: ps.RoundBroadcast, DType: dtype[T](), Root: root, Count: len(buf), Send: b, Recv: b})
 		}
 		return ring.Broadcast(ctx, c.tr, buf, root, c.direct(bytesOf[T](len(buf))), o)
 	}, header[T](Op(root%256), len(buf)))
@@ -83,6 +107,9 @@ func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 		n := len(send)
 		if len(recv) != n*c.Size() {
 			return localError("all-gather recv holds %d elements, want %d ranks x %d", len(recv), c.Size(), n)
+		}
+		if c.useHub.Load() {
+			return c.hubRound(ctx, o, ps.Collective{Kind: ps.RoundGather, DType: dtype[T](), Count: n, Send: reduce.AsBytes(send), Recv: reduce.AsBytes(recv)})
 		}
 		copy(recv[c.Rank()*n:], send)
 		return ring.AllGather(ctx, c.tr, recv, o)
@@ -98,7 +125,15 @@ func ReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) (mine
 		if !op.Valid() {
 			return localError("unknown op %d", op)
 		}
-		s, err := ring.ReduceScatter(ctx, c.tr, buf, reducer[T](op), o)
+		var s ring.Span
+		var err error
+		if c.useHub.Load() {
+			s = ring.Chunks(len(buf), c.Size())[c.Rank()]
+			b := reduce.AsBytes(buf)
+			err = c.hubRound(ctx, o, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantOff: s.Off, WantLen: s.Len})
+		} else {
+			s, err = ring.ReduceScatter(ctx, c.tr, buf, reducer[T](op), o)
+		}
 		if err != nil {
 			return err
 		}

@@ -8,8 +8,10 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gorun/gorun/membership"
+	"github.com/gorun/gorun/ps"
 	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/transport"
 )
@@ -32,6 +34,13 @@ type Comm struct {
 
 	mu  sync.Mutex // serialises collectives
 	seq uint32
+
+	// The hub strategy (see hub.go).
+	hub       *ps.Client
+	ownHub    *ps.Hub
+	useHub    atomic.Bool
+	stopWatch chan struct{}
+	watchDone chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -59,7 +68,14 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Size == 1 {
-		return &Comm{cfg: cfg, log: logger, tr: transport.NewMemNetwork(1).Transport(0)}, nil
+		c := &Comm{cfg: cfg, log: logger, tr: transport.NewMemNetwork(1).Transport(0)}
+		if cfg.Strategy == StrategyHub {
+			if err := c.startHub(ctx); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("collective: rank 0: starting ParamHub: %w", err)
+			}
+		}
+		return c, nil
 	}
 	tc := transport.DefaultConfig()
 	tc.Rank, tc.Size, tc.JobID, tc.Secret = cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret
@@ -100,6 +116,9 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	if err == nil {
 		err = tr.Connect(ctx, addrs)
 	}
+	if err == nil && cfg.Strategy == StrategyHub {
+		err = c.startHub(ctx)
+	}
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("collective: rank %d: joining job %s: %w", cfg.Rank, cfg.JobID, err)
@@ -111,6 +130,9 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 // without sockets. They behave like a real job: run each rank's code in its
 // own goroutine.
 func NewLocal(n int, cfg Config) ([]*Comm, error) {
+	if cfg.Strategy == StrategyHub {
+		return nil, fmt.Errorf("collective: NewLocal runs in memory; the hub strategy needs TCP (use New)")
+	}
 	cfg.Size, cfg.Rank = n, 0
 	cfg.Seeds = []string{"in-memory"}
 	cfg.JobID, cfg.Secret = "local", []byte("in-memory-job-secret")
@@ -142,6 +164,7 @@ func (c *Comm) Size() int { return c.cfg.Size }
 // idempotent and safe for concurrent use.
 func (c *Comm) Close() error {
 	c.closeOnce.Do(func() {
+		c.closeHub()
 		c.closeErr = c.tr.Close()
 		if c.member != nil {
 			if err := c.member.Close(); c.closeErr == nil {
@@ -163,11 +186,13 @@ const (
 	kindReduce
 	kindAllGather
 	kindReduceScatter
+	kindHubSetup
 )
 
 var kindName = map[uint8]string{
 	kindBarrier: "barrier", kindBroadcast: "broadcast", kindAllReduce: "allreduce",
 	kindReduce: "reduce", kindAllGather: "allgather", kindReduceScatter: "reducescatter",
+	kindHubSetup: "hub setup",
 }
 
 // do runs one collective under the Comm's lock. Any failure is sent to
@@ -194,6 +219,9 @@ func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error,
 // Barrier returns once every rank has entered it.
 func (c *Comm) Barrier(ctx context.Context) error {
 	return c.do(ctx, kindBarrier, func(o ring.Options) error {
+		if c.useHub.Load() {
+			return c.hubRound(ctx, o, ps.Collective{Kind: ps.RoundReduce, Op: Sum, DType: dtype[int64]()})
+		}
 		return ring.Barrier(ctx, c.tr, o)
 	}, transport.Header{})
 }

@@ -39,6 +39,20 @@ type Config struct {
 	Secret     []byte // the per-job secret; at least 16 bytes
 	Strategy   string // "ring" (default) or "hub"
 
+	// Hubs are the addresses of dedicated ParamHub processes (gorun
+	// --hubs K starts them and sets GORUN_HUBS). Without them the hub
+	// strategy runs ColocatedHubs hubs inside ranks 0..ColocatedHubs-1:
+	// 1 is a classic parameter server on rank 0, Size a shard in every
+	// rank (GORUN_COLOCATED_HUBS).
+	Hubs          []string
+	ColocatedHubs int
+	// HubPartitionBytes is the largest piece of a buffer one hub handles
+	// in one message; partitions are spread over the hubs.
+	HubPartitionBytes int
+	// HubTimeout: a hub that stays silent this long while owing an answer
+	// is lost.
+	HubTimeout time.Duration
+
 	// Seeds are the gossip addresses ("host:port") of the job's ranks;
 	// each rank joins every one.
 	Seeds []string
@@ -76,17 +90,20 @@ type Config struct {
 func DefaultConfig() Config {
 	gossip := membership.DefaultConfig()
 	return Config{
-		Strategy:      StrategyRing,
-		AdvertiseAddr: "127.0.0.1",
-		DataListen:    "0.0.0.0:0",
-		JoinTimeout:   60 * time.Second,
-		SmallBytes:    32 << 10,
-		SegmentBytes:  512 << 10,
-		MaxFrame:      transport.DefaultMaxPayload,
-		SpinTime:      transport.DefaultConfig().SpinTime,
-		ProbeInterval: gossip.ProbeInterval,
-		ProbeTimeout:  gossip.ProbeTimeout,
-		SuspicionMult: gossip.SuspicionMult,
+		Strategy:          StrategyRing,
+		ColocatedHubs:     1,
+		HubPartitionBytes: 4 << 20,
+		HubTimeout:        3 * time.Second,
+		AdvertiseAddr:     "127.0.0.1",
+		DataListen:        "0.0.0.0:0",
+		JoinTimeout:       60 * time.Second,
+		SmallBytes:        32 << 10,
+		SegmentBytes:      512 << 10,
+		MaxFrame:          transport.DefaultMaxPayload,
+		SpinTime:          transport.DefaultConfig().SpinTime,
+		ProbeInterval:     gossip.ProbeInterval,
+		ProbeTimeout:      gossip.ProbeTimeout,
+		SuspicionMult:     gossip.SuspicionMult,
 	}
 }
 
@@ -110,14 +127,18 @@ func (c *Config) validate() error {
 		}
 	}
 	switch c.Strategy {
-	case "", StrategyRing:
-	case StrategyHub:
-		errs = append(errs, errors.New(`strategy "hub" (ParamHub) is not available in this build yet; use "ring"`))
+	case "", StrategyRing, StrategyHub:
 	default:
 		errs = append(errs, fmt.Errorf("unknown strategy %q (want ring or hub)", c.Strategy))
 	}
 	if c.SegmentBytes < 8 || c.SegmentBytes > c.MaxFrame || c.SmallBytes < 0 || c.JoinTimeout <= 0 || c.SpinTime < 0 {
 		errs = append(errs, errors.New("SegmentBytes must be in [8, MaxFrame], SmallBytes >= 0, JoinTimeout > 0, SpinTime >= 0"))
+	}
+	if c.Strategy == StrategyHub && len(c.Hubs) == 0 && (c.ColocatedHubs < 1 || c.ColocatedHubs > c.Size) {
+		errs = append(errs, fmt.Errorf("ColocatedHubs %d: must be 1 to Size (%d) when no dedicated hubs are given", c.ColocatedHubs, c.Size))
+	}
+	if c.Strategy == StrategyHub && (c.HubPartitionBytes < 8 || c.HubPartitionBytes > c.MaxFrame || c.HubTimeout <= 0) {
+		errs = append(errs, errors.New("HubPartitionBytes must be in [8, MaxFrame] and HubTimeout > 0"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("collective: bad config: %w", err)
@@ -128,7 +149,7 @@ func (c *Config) validate() error {
 // ConfigFromEnv builds a Config from the environment gorun gives every
 // rank (GORUN_RANK, GORUN_SIZE, GORUN_JOB_ID, GORUN_JOB_SECRET,
 // GORUN_PEERS, GORUN_ADDR, GORUN_GOSSIP_PORT and optionally
-// GORUN_STRATEGY). lookup is os.LookupEnv in a real rank. This is the only
+// GORUN_STRATEGY, GORUN_HUBS and GORUN_COLOCATED_HUBS). lookup is os.LookupEnv in a real rank. This is the only
 // place gorun reads the environment.
 func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	cfg := DefaultConfig()
@@ -165,6 +186,14 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if s, ok := lookup("GORUN_STRATEGY"); ok && s != "" {
 		cfg.Strategy = s
+	}
+	if h, ok := lookup("GORUN_HUBS"); ok && h != "" {
+		cfg.Hubs = strings.Split(h, ",")
+	}
+	if k, ok := lookup("GORUN_COLOCATED_HUBS"); ok && k != "" {
+		if cfg.ColocatedHubs, err = strconv.Atoi(k); err != nil {
+			return Config{}, fmt.Errorf("collective: GORUN_COLOCATED_HUBS=%q: %w", k, err)
+		}
 	}
 	if ls, ok := lookup("GORUN_LOCAL_SIZE"); ok {
 		if n, err := strconv.Atoi(ls); err == nil && n > runtime.NumCPU() {

@@ -67,6 +67,9 @@ func (m *Mem) Size() int { return len(m.net.ts) }
 // Err implements Transport.
 func (m *Mem) Err() error { return m.w.Err() }
 
+// Failed implements Transport.
+func (m *Mem) Failed() <-chan struct{} { return m.w.Failed() }
+
 // Send implements Transport.
 func (m *Mem) Send(ctx context.Context, to int, h Header, payload []byte) error {
 	if err := m.w.checkPeer(to); err != nil {

@@ -130,6 +130,9 @@ func (t *TCP) Size() int { return t.cfg.Size }
 // Err implements Transport.
 func (t *TCP) Err() error { return t.w.Err() }
 
+// Failed implements Transport.
+func (t *TCP) Failed() <-chan struct{} { return t.w.Failed() }
+
 func (t *TCP) acceptLoop() {
 	defer t.wg.Done()
 	for {

@@ -30,6 +30,8 @@ type Transport interface {
 	Abort(err error)
 	// Err returns the error that failed the transport, or nil.
 	Err() error
+	// Failed is closed when the transport fails (Err is then set).
+	Failed() <-chan struct{}
 	Close() error
 }
 

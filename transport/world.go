@@ -50,6 +50,9 @@ func (w *world) fail(err error) {
 	})
 }
 
+// Failed is closed once the world has failed.
+func (w *world) Failed() <-chan struct{} { return w.failed }
+
 func (w *world) Err() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()

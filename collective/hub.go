@@ -1,0 +1,155 @@
+package collective
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/gorun/gorun/ps"
+	"github.com/gorun/gorun/reduce"
+	"github.com/gorun/gorun/ring"
+	"github.com/gorun/gorun/transport"
+)
+
+// The hub strategy runs every collective as rounds on ParamHub: each rank
+// sends its buffer, cut into partitions spread over the hubs, and gets the
+// result back. Reductions fold the ranks' parts in rank order at the hub,
+// so every rank ends with the same bits.
+
+const addrSlot = 16 // int64s per address in the setup exchange (128 bytes)
+
+// startHub starts this rank's colocated hub if it has one, learns every
+// hub's address, and connects to them.
+func (c *Comm) startHub(ctx context.Context) error {
+	addrs := c.cfg.Hubs
+	if len(addrs) == 0 {
+		k := c.cfg.ColocatedHubs
+		mine := ""
+		if c.cfg.Rank < k {
+			hc := ps.DefaultHubConfig()
+			hc.Index, hc.Workers, hc.JobID, hc.Secret = c.cfg.Rank, c.cfg.Size, c.cfg.JobID, c.cfg.Secret
+			host, _, err := net.SplitHostPort(c.cfg.DataListen)
+			if err != nil {
+				host = ""
+			}
+			hc.ListenAddr, hc.MaxFrame, hc.Logger = net.JoinHostPort(host, "0"), c.cfg.MaxFrame+4096, c.log
+			h, err := ps.NewHub(hc)
+			if err != nil {
+				return err
+			}
+			c.ownHub = h
+			mine = net.JoinHostPort(c.cfg.AdvertiseAddr, strconv.Itoa(h.Addr().(*net.TCPAddr).Port))
+		}
+		all, err := c.exchange(ctx, mine)
+		if err != nil {
+			return fmt.Errorf("exchanging hub addresses: %w", err)
+		}
+		addrs = all[:k]
+	}
+	cc := ps.DefaultClientConfig()
+	cc.Worker, cc.Workers, cc.Hubs, cc.JobID, cc.Secret = c.cfg.Rank, c.cfg.Size, addrs, c.cfg.JobID, c.cfg.Secret
+	cc.PartitionBytes, cc.MaxFrame, cc.HubTimeout, cc.Logger = c.cfg.HubPartitionBytes, c.cfg.MaxFrame+4096, c.cfg.HubTimeout, c.log
+	cc.ConnectTimeout = c.cfg.JoinTimeout
+	cl, err := ps.Dial(ctx, cc)
+	if err != nil {
+		return err
+	}
+	c.hub = cl
+	c.useHub.Store(true)
+	c.stopWatch = make(chan struct{})
+	c.watchDone = make(chan struct{})
+	go func() {
+		defer close(c.watchDone)
+		select {
+		case <-c.tr.Failed():
+			cl.Fail(c.tr.Err())
+		case <-c.stopWatch:
+		}
+	}()
+	return nil
+}
+
+// exchange all-gathers one short string per rank over the ring transport.
+func (c *Comm) exchange(ctx context.Context, mine string) ([]string, error) {
+	if len(mine) > addrSlot*8 {
+		return nil, fmt.Errorf("address %q too long", mine)
+	}
+	buf := make([]int64, addrSlot*c.cfg.Size)
+	b := reduce.AsBytes(buf[c.cfg.Rank*addrSlot : (c.cfg.Rank+1)*addrSlot])
+	copy(b, mine)
+	o := ring.Options{Header: transport.Header{Kind: kindHubSetup, DType: dtype[int64](), Count: addrSlot}, SegmentBytes: c.cfg.SegmentBytes}
+	if err := ring.AllGather(ctx, c.tr, buf, o); err != nil {
+		return nil, err
+	}
+	out := make([]string, c.cfg.Size)
+	for r := range out {
+		s := reduce.AsBytes(buf[r*addrSlot : (r+1)*addrSlot])
+		n := 0
+		for n < len(s) && s[n] != 0 {
+			n++
+		}
+		out[r] = string(s[:n])
+	}
+	return out, nil
+}
+
+// closeHub says goodbye to the hubs and, on a rank that hosts one, waits
+// (bounded) until every rank has said goodbye before stopping it.
+func (c *Comm) closeHub() {
+	if c.hub == nil {
+		return
+	}
+	close(c.stopWatch)
+	<-c.watchDone
+	_ = c.hub.Close()
+	if c.ownHub != nil {
+		select {
+		case <-c.ownHub.Done():
+		case <-c.tr.Failed():
+		case <-time.After(10 * time.Second):
+			c.log.Warn("closing this rank's hub while some ranks are still connected")
+		}
+		_ = c.ownHub.Close()
+	}
+}
+
+// SetStrategy switches the strategy of the collectives that follow, on
+// a Comm whose hubs were set up at join (Config.Strategy "hub"). Like a
+// collective, every rank must switch at the same point.
+func (c *Comm) SetStrategy(s string) error {
+	switch {
+	case s == StrategyRing:
+		c.useHub.Store(false)
+	case s == StrategyHub && c.hub != nil:
+		c.useHub.Store(true)
+	case s == StrategyHub:
+		return fmt.Errorf("collective: this Comm joined with strategy %q, so it has no hubs", c.cfg.Strategy)
+	default:
+		return fmt.Errorf("collective: unknown strategy %q (want ring or hub)", s)
+	}
+	return nil
+}
+
+// Strategy is the strategy the next collective uses.
+func (c *Comm) Strategy() string {
+	if c.useHub.Load() {
+		return StrategyHub
+	}
+	return StrategyRing
+}
+
+// HubBytes reports the payload bytes this rank has sent to and received
+// from each hub (nil without hubs): the cost model's per-hub traffic.
+func (c *Comm) HubBytes() (sent, recvd []int64) {
+	if c.hub == nil {
+		return nil, nil
+	}
+	return c.hub.HubBytes()
+}
+
+func (c *Comm) hubRound(ctx context.Context, o ring.Options, r ps.Collective) error {
+	r.Seq = o.Header.Seq
+	return c.hub.Collective(ctx, r)
+}
