@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	"github.com/gorun/gorun/internal/conformance"
 	"github.com/gorun/gorun/internal/proctest"
 	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/ps"
 )
 
 // The test binary doubles as gorun's agent and as the rank program, so the
@@ -25,6 +27,21 @@ func TestMain(m *testing.M) {
 		err := launcher.RunAgent(context.Background(), launcher.AgentConfig{In: os.Stdin, Out: os.Stdout, Environ: os.Environ()})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if len(os.Args) > 1 && os.Args[1] == launcher.HubCommandName {
+		cfg, err := ps.HubConfigFromEnv(os.LookupEnv)
+		if err == nil {
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+			var st ps.HubStats
+			st, err = ps.Serve(ctx, cfg)
+			stop()
+			fmt.Printf("hub %d served %d requests\n", cfg.Index, st.Requests)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "hub:", err)
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -59,11 +76,62 @@ func rankMain(mode string) int {
 		at, err := conformance.Drill(ctx, c, sig, 64, func(s string) { fmt.Println(s) })
 		fmt.Printf("LOST %d %v\n", at.UnixNano(), err)
 		return 3
+	case "hubkill":
+		// Rank 0 kills hub 0's process in the middle of a 64 MiB
+		// all-reduce; every rank must report the lost hub.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM)
+		buf := make([]float32, 16<<20)
+		for iter := 0; iter < 1000; iter++ {
+			if c.Rank() == 0 && iter == 2 {
+				pid, err := hubPid(os.Getenv("GORUN_JOB_ID"), 0)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					return 2
+				}
+				go func() {
+					time.Sleep(20 * time.Millisecond)
+					fmt.Printf("STRIKE %d\n", time.Now().UnixNano())
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}()
+			}
+			if err := collective.AllReduce(ctx, c, buf, collective.Sum); err != nil {
+				fmt.Printf("LOST %d %v\n", time.Now().UnixNano(), err)
+				return 3
+			}
+		}
+		return 2
 	}
 	return 2
 }
 
+// hubPid finds the process of hub index of job in /proc.
+func hubPid(job string, index int) (int, error) {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		env, _ := os.ReadFile("/proc/" + d.Name() + "/environ")
+		args := strings.Split(string(cmdline), "\x00")
+		vars := strings.Split(string(env), "\x00")
+		if len(args) > 1 && args[1] == launcher.HubCommandName && slices.Contains(vars, "GORUN_JOB_ID="+job) && slices.Contains(vars, "GORUN_HUB_INDEX="+strconv.Itoa(index)) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no process for hub %d of job %s", index, job)
+}
+
 func launch(t *testing.T, np int, mode string, grace time.Duration) (launcher.Result, string) {
+	t.Helper()
+	return launchWith(t, np, mode, grace, func(*launcher.Config) {})
+}
+
+func launchWith(t *testing.T, np int, mode string, grace time.Duration, set func(*launcher.Config)) (launcher.Result, string) {
 	t.Helper()
 	cfg := launcher.DefaultConfig()
 	cfg.NP, cfg.Program, cfg.Gorun = np, os.Args[0], os.Args[0]
@@ -71,6 +139,7 @@ func launch(t *testing.T, np int, mode string, grace time.Duration) (launcher.Re
 	cfg.Grace, cfg.Timeout = grace, 3*time.Minute
 	var out proctest.Buffer
 	cfg.Stdout, cfg.Stderr = &out, &out
+	set(&cfg)
 	res, err := launcher.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -97,8 +166,8 @@ var (
 // drill runs a fault drill on 4 processes: rank 3 dies (or freezes) in the
 // middle of a 64 MiB all-reduce. Every survivor must report ErrPeerLost
 // naming rank 3 within bound; the job must end non-zero.
-func drill(t *testing.T, mode string, bound time.Duration) {
-	res, out := launch(t, 4, mode, 3*time.Second)
+func drill(t *testing.T, mode string, bound time.Duration, set func(*launcher.Config)) {
+	res, out := launchWith(t, 4, mode, 3*time.Second, set)
 	if res.ExitCode == 0 {
 		t.Fatalf("job succeeded:\n%s", out)
 	}
@@ -126,6 +195,54 @@ func drill(t *testing.T, mode string, bound time.Duration) {
 
 // Bounds are generous (the machines are small and noisy); the measured
 // delays are logged. Typical: tens of ms for kill, under a second for stop.
-func TestKillDetected(t *testing.T) { drill(t, "kill", 5*time.Second) }
+func TestKillDetected(t *testing.T) { drill(t, "kill", 5*time.Second, func(*launcher.Config) {}) }
 
-func TestStopDetected(t *testing.T) { drill(t, "stop", 8*time.Second) }
+func TestStopDetected(t *testing.T) { drill(t, "stop", 8*time.Second, func(*launcher.Config) {}) }
+
+func hubs(k int) func(*launcher.Config) {
+	return func(cfg *launcher.Config) { cfg.Strategy, cfg.Hubs = "hub", k }
+}
+
+// TestProcessesHubVerify runs the reference-checked workload with the hub
+// strategy through 2 dedicated hub processes started by the launcher.
+func TestProcessesHubVerify(t *testing.T) {
+	res, out := launchWith(t, 4, "verify", 5*time.Second, hubs(2))
+	if res.ExitCode != 0 || strings.Count(out, "OK\n") != 4 {
+		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+	}
+	for h := range 2 {
+		m := regexp.MustCompile(fmt.Sprintf(`\[hub %d\] hub %d served (\d+) requests`, h, h)).FindStringSubmatch(out)
+		if m == nil || m[1] == "0" {
+			t.Fatalf("hub %d served nothing:\n%s", h, out)
+		}
+	}
+}
+
+// TestHubKillDetected: a rank killed mid all-reduce under the hub
+// strategy (one dedicated hub) is named by every survivor.
+func TestHubKillDetected(t *testing.T) { drill(t, "kill", 5*time.Second, hubs(1)) }
+
+// TestHubProcessKilled: a dedicated hub killed mid all-reduce is reported
+// by every rank, and the job fails naming it.
+func TestHubProcessKilled(t *testing.T) {
+	res, out := launchWith(t, 3, "hubkill", 3*time.Second, hubs(2))
+	if res.ExitCode == 0 || !strings.Contains(res.Failure, "hub 0") {
+		t.Fatalf("exit %d, failure %q:\n%s", res.ExitCode, res.Failure, out)
+	}
+	s := regexp.MustCompile(`STRIKE (\d+)`).FindStringSubmatch(out)
+	if s == nil {
+		t.Fatalf("no strike:\n%s", out)
+	}
+	strike, _ := strconv.ParseInt(s[1], 10, 64)
+	lost := lostRE.FindAllStringSubmatch(out, -1)
+	if len(lost) != 3 {
+		t.Fatalf("%d ranks reported, want 3:\n%s", len(lost), out)
+	}
+	for _, l := range lost {
+		at, _ := strconv.ParseInt(l[2], 10, 64)
+		t.Logf("rank %s saw the hub's loss after %v: %s", l[1], time.Duration(at-strike), l[3])
+		if !strings.Contains(l[3], "hub 0 at") || !strings.Contains(l[3], "lost") {
+			t.Fatalf("rank %s: error does not name hub 0: %s", l[1], l[3])
+		}
+	}
+}

@@ -317,7 +317,19 @@ func (a *agent) start(jobEnv []string) {
 		p := &rankProc{spec: rs}
 		a.procs = append(a.procs, p)
 		env := append(append(append(append(append([]string{}, a.environ...), a.threadEnv()...), a.spec.Env...), jobEnv...), a.rankEnv(i)...)
-		if err := a.startOne(p, env); err != nil {
+		prog, args := a.prog, a.spec.Args
+		if rs.Hub > 0 {
+			// A hub is this very binary, started as `gorun __hub`.
+			var err error
+			if prog, err = os.Executable(); err != nil {
+				prog = "/proc/self/exe"
+			}
+			args = []string{HubCommandName}
+			env = append(append([]string{}, a.environ...), jobEnv...)
+			env = append(env, a.spec.Env...)
+			env = append(env, "GORUN_HUB_INDEX="+strconv.Itoa(rs.Hub-1), "GORUN_HUB_PORT="+strconv.Itoa(a.ports[i]))
+		}
+		if err := a.startOne(p, prog, args, env); err != nil {
 			_ = a.conn.Send(&msg{Kind: msgOutput, Rank: rs.Rank, Stream: 2, Data: []byte("gorun: " + err.Error())})
 			_ = a.conn.Send(&msg{Kind: msgExit, Rank: rs.Rank, Exit: &exitInfo{Code: 127}})
 		}
@@ -327,9 +339,11 @@ func (a *agent) start(jobEnv []string) {
 // startOne starts one rank in a process group of its own. Its output goes
 // through pipes the agent owns, so that waiting for the process and reading
 // its output are independent.
-func (a *agent) startOne(p *rankProc, env []string) error {
-	cmd := exec.Command(a.prog, a.spec.Args...)
-	cmd.Args[0] = a.spec.Program
+func (a *agent) startOne(p *rankProc, prog string, args, env []string) error {
+	cmd := exec.Command(prog, args...)
+	if p.spec.Hub == 0 {
+		cmd.Args[0] = a.spec.Program
+	}
 	cmd.Dir = a.dir
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -355,7 +369,7 @@ func (a *agent) startOne(p *rankProc, env []string) error {
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		return fmt.Errorf("starting %s: %w", a.spec.Program, err)
+		return fmt.Errorf("starting %s: %w", prog, err)
 	}
 	p.cmd, p.alive = cmd, true
 	a.live++

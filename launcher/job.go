@@ -41,6 +41,11 @@ type Config struct {
 	Gorun         string        // this gorun binary, started locally as the agent
 	RemoteGorun   string        // gorun's path on remote hosts ("" = Gorun)
 	Strategy      string        // GORUN_STRATEGY for the ranks ("" = leave unset)
+	// Hubs starts this many dedicated ParamHub processes (gorun __hub) on
+	// the job's hosts, round-robin in host order, and gives every rank
+	// their addresses in GORUN_HUBS. They stop when the ranks are done.
+	Hubs       int
+	HubElastic bool // hubs finish BSP rounds without a lost rank
 
 	Stdin          io.Reader // forwarded to rank 0; nil = none
 	Stdout, Stderr io.Writer
@@ -69,6 +74,9 @@ func (c *Config) validate() error {
 	}
 	if c.NP < 0 {
 		return fmt.Errorf("-np must be positive, got %d", c.NP)
+	}
+	if c.Hubs < 0 || c.Hubs > 1024 {
+		return fmt.Errorf("--hubs %d: want 0 to 1024", c.Hubs)
 	}
 	if c.Grace < 0 || c.Timeout < 0 {
 		return errors.New("durations must not be negative")
@@ -153,6 +161,7 @@ type rankState struct {
 }
 
 type job struct {
+	np     int // ranks; hubs follow them in ranks
 	cfg    Config
 	hosts  []Host
 	places []Placement
@@ -182,12 +191,14 @@ func (j *job) run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{ExitCode: ExitLaunchFailed}, err
 	}
-	j.out, err = newOutput(cfg, len(j.places))
+	np := len(j.places)
+	j.out, err = newOutput(cfg, np, cfg.Hubs)
 	if err != nil {
 		return Result{ExitCode: ExitLaunchFailed}, err
 	}
 	defer j.out.Close()
-	j.ranks = make([]rankState, len(j.places))
+	j.np = np
+	j.ranks = make([]rankState, np+cfg.Hubs)
 	byHost := map[int][]rankSpec{}
 	var order []int
 	for _, p := range j.places {
@@ -196,6 +207,12 @@ func (j *job) run(ctx context.Context) (Result, error) {
 		}
 		byHost[p.Host] = append(byHost[p.Host], rankSpec{Rank: p.Rank, LocalRank: p.LocalRank, LocalSize: p.LocalSize, NodeRank: p.NodeRank})
 		j.ranks[p.Rank] = rankState{host: j.hosts[p.Host].Name, stderr: newTail(10)}
+	}
+	for h := range cfg.Hubs {
+		host := order[h%len(order)]
+		nodeRank := byHost[host][0].NodeRank
+		byHost[host] = append(byHost[host], rankSpec{Rank: np + h, NodeRank: nodeRank, Hub: h + 1})
+		j.ranks[np+h] = rankState{host: j.hosts[host].Name, stderr: newTail(10)}
 	}
 	wdir := cfg.Wdir
 	if wdir == "" {
@@ -211,6 +228,9 @@ func (j *job) run(ctx context.Context) (Result, error) {
 	}, cfg.Env...)
 	if cfg.Strategy != "" {
 		env = append(env, "GORUN_STRATEGY="+cfg.Strategy)
+	}
+	if cfg.HubElastic {
+		env = append(env, "GORUN_HUB_ELASTIC=1")
 	}
 	// Local ranks in a job with remote hosts must advertise an address the
 	// remote ranks can reach, not loopback.
@@ -384,7 +404,7 @@ func (j *job) abortAgents() {
 func (j *job) supervise(ctx context.Context) Result {
 	cfg := j.cfg
 	var startEnv []string
-	peerOf := make([]string, len(j.places))
+	peerOf := make([]string, len(j.ranks))
 	for _, a := range j.agents {
 		for i, rs := range a.ranks {
 			peerOf[rs.Rank] = net.JoinHostPort(a.ready.Addr, strconv.Itoa(a.ready.Ports[i]))
@@ -393,7 +413,10 @@ func (j *job) supervise(ctx context.Context) Result {
 			}
 		}
 	}
-	startEnv = append(startEnv, "GORUN_PEERS="+strings.Join(peerOf, ","))
+	startEnv = append(startEnv, "GORUN_PEERS="+strings.Join(peerOf[:j.np], ","))
+	if cfg.Hubs > 0 {
+		startEnv = append(startEnv, "GORUN_HUBS="+strings.Join(peerOf[j.np:], ","))
+	}
 	events := make(chan event, 64)
 	var readers sync.WaitGroup
 	for _, a := range j.agents {
@@ -495,6 +518,11 @@ func (j *job) supervise(ctx context.Context) Result {
 					terminate(syscall.SIGTERM)
 					armHardStop()
 				}
+				if terminating == 0 && ev.m.Rank < j.np && j.workersDone() {
+					// Every rank is done: the hubs have nothing left to serve.
+					terminate(syscall.SIGTERM)
+					armHardStop()
+				}
 			case msgDone:
 				a.done = true
 				remaining--
@@ -550,6 +578,24 @@ func (j *job) supervise(ctx context.Context) Result {
 	return res
 }
 
+// workersDone reports whether every rank (not hub) has exited.
+func (j *job) workersDone() bool {
+	for _, rs := range j.ranks[:j.np] {
+		if !rs.exited {
+			return false
+		}
+	}
+	return true
+}
+
+// name is how messages call a rank or a hub.
+func (j *job) name(rank int) string {
+	if rank >= j.np {
+		return fmt.Sprintf("hub %d", rank-j.np)
+	}
+	return fmt.Sprintf("rank %d", rank)
+}
+
 func (j *job) allExited(a *agentProc) bool {
 	for _, rs := range a.ranks {
 		if !j.ranks[rs.Rank].exited {
@@ -566,7 +612,7 @@ func (j *job) describeExit(rank int, ex *exitInfo) string {
 	if ex.Signal != 0 {
 		how = fmt.Sprintf("was killed by signal %d (%v)", ex.Signal, syscall.Signal(ex.Signal))
 	}
-	fmt.Fprintf(&b, "rank %d on %s (pid %d) %s", rank, rs.host, ex.Pid, how)
+	fmt.Fprintf(&b, "%s on %s (pid %d) %s", j.name(rank), rs.host, ex.Pid, how)
 	if lines := rs.stderr.lines(); len(lines) > 0 {
 		fmt.Fprintf(&b, "; its last stderr lines:")
 		for _, l := range lines {

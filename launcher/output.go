@@ -17,18 +17,22 @@ type output struct {
 	tag    bool
 	stdout io.Writer
 	stderr io.Writer
-	files  [][2]*os.File // per rank: stdout, stderr (nil without OutputDir)
+	files  [][2]*os.File // per rank, then per hub: stdout, stderr (nil without OutputDir)
+	np     int           // ranks; numbers from np on are hubs
 	buf    []byte
 }
 
-func newOutput(cfg Config, n int) (*output, error) {
-	o := &output{tag: cfg.TagOutput, stdout: cfg.Stdout, stderr: cfg.Stderr}
+func newOutput(cfg Config, n, hubs int) (*output, error) {
+	o := &output{tag: cfg.TagOutput, stdout: cfg.Stdout, stderr: cfg.Stderr, np: n}
 	if cfg.OutputDir == "" {
 		return o, nil
 	}
-	o.files = make([][2]*os.File, n)
-	for r := range n {
+	o.files = make([][2]*os.File, n+hubs)
+	for r := range n + hubs {
 		dir := filepath.Join(cfg.OutputDir, "rank."+strconv.Itoa(r))
+		if r >= n {
+			dir = filepath.Join(cfg.OutputDir, "hub."+strconv.Itoa(r-n))
+		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			o.Close()
 			return nil, fmt.Errorf("--output-filename: %w", err)
@@ -59,6 +63,10 @@ func (o *output) line(rank, stream int, data []byte) {
 	b := o.buf[:0]
 	if o.tag {
 		b = append(b, '[')
+		if rank >= o.np {
+			b = append(b, "hub "...)
+			rank -= o.np
+		}
 		b = strconv.AppendInt(b, int64(rank), 10)
 		b = append(b, "] "...)
 	}

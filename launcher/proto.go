@@ -39,6 +39,7 @@ const (
 
 type rankSpec struct {
 	Rank, LocalRank, LocalSize, NodeRank int
+	Hub                                  int // 0: a rank; h+1: ParamHub h (runs `gorun __hub`)
 }
 
 type hostSpec struct {

@@ -68,3 +68,6 @@ func isLocal(host string) bool {
 	name, err := os.Hostname()
 	return err == nil && host == name
 }
+
+// HubCommandName is the hidden subcommand that runs a dedicated ParamHub.
+const HubCommandName = "__hub"

@@ -146,11 +146,23 @@ func (h *Hub) Close() error {
 	h.closeOnce.Do(func() {
 		close(h.closing)
 		_ = h.ln.Close()
+		// Answers already queued (errors naming a lost worker, above all)
+		// get a moment to reach the workers before the connections close.
 		h.mu.Lock()
+		links := make([]*link, 0, len(h.links))
 		for l := range h.links {
-			_ = l.c.Close()
+			links = append(links, l)
+			l.kill()
 		}
 		h.mu.Unlock()
+		deadline := time.After(time.Second)
+		for _, l := range links {
+			select {
+			case <-l.done:
+			case <-deadline:
+			}
+			_ = l.c.Close()
+		}
 		h.wg.Wait()
 	})
 	return nil

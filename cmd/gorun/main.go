@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/ps"
 	"github.com/urfave/cli/v2"
 )
 
@@ -55,6 +56,11 @@ func newApp() *cli.App {
 				Hidden: true,
 				Action: agent,
 			},
+			{
+				Name:   launcher.HubCommandName,
+				Hidden: true,
+				Action: hub,
+			},
 		},
 	}
 }
@@ -75,6 +81,8 @@ func launchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "remote-gorun", Usage: "`PATH` of gorun on remote hosts (default: this binary's path)"},
 		&cli.StringFlag{Name: "wdir", Usage: "working `DIR` of the ranks (default: the current directory)"},
 		&cli.StringFlag{Name: "strategy", Usage: "collective strategy for the ranks: ring or hub (sets GORUN_STRATEGY)"},
+		&cli.IntFlag{Name: "hubs", Usage: "start `K` dedicated ParamHub processes on the job's hosts (sets GORUN_HUBS)"},
+		&cli.BoolFlag{Name: "hub-elastic", Usage: "hubs finish BSP rounds without a lost rank instead of failing"},
 		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log launcher progress to stderr"},
 	}
 }
@@ -130,6 +138,7 @@ func launch(c *cli.Context) error {
 	default:
 		return fmt.Errorf("--strategy %q: want ring or hub", s)
 	}
+	cfg.Hubs, cfg.HubElastic = c.Int("hubs"), c.Bool("hub-elastic")
 	if cfg.Gorun, err = os.Executable(); err != nil {
 		return err
 	}
@@ -185,5 +194,22 @@ func agent(c *cli.Context) error {
 		fmt.Fprintf(os.Stderr, "gorun agent: %v\n", err)
 		return exitError{1}
 	}
+	return nil
+}
+
+// hub runs one dedicated ParamHub process for the launcher.
+func hub(c *cli.Context) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	cfg, err := ps.HubConfigFromEnv(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st, err := ps.Serve(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "gorun hub %d: done; %d bytes in, %d bytes out, %d requests\n", cfg.Index, st.BytesIn, st.BytesOut, st.Requests)
 	return nil
 }

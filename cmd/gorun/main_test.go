@@ -20,7 +20,7 @@ import (
 // The test binary is also gorun: with GORUN_TEST_AS_GORUN=1, or when it is
 // started as an agent, it runs main's code instead of the tests.
 func TestMain(m *testing.M) {
-	if os.Getenv("GORUN_TEST_AS_GORUN") == "1" || len(os.Args) > 1 && os.Args[1] == launcher.AgentCommandName {
+	if os.Getenv("GORUN_TEST_AS_GORUN") == "1" || len(os.Args) > 1 && (os.Args[1] == launcher.AgentCommandName || os.Args[1] == launcher.HubCommandName) {
 		os.Exit(run(os.Args))
 	}
 	os.Exit(m.Run())
@@ -337,5 +337,25 @@ func TestOversubscribeAndWdir(t *testing.T) {
 	}
 	if strings.Count(r.stdout, dir+"\n") != 3 {
 		t.Fatalf("want 3 ranks in %s, got %q", dir, r.stdout)
+	}
+}
+
+// TestHubsFlag: --hubs 2 starts two hub processes (tagged [hub N]) whose
+// addresses every rank gets in GORUN_HUBS; they stop when the ranks are
+// done (here the ranks never connect), and nothing is left behind.
+func TestHubsFlag(t *testing.T) {
+	mark := marker(t)
+	r := gorun(t, "-np", "3", "--hubs", "2", "--strategy", "hub", "sh", "-c", `echo "H=$GORUN_HUBS S=$GORUN_STRATEGY"; : `+mark)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	re := regexp.MustCompile(`(?m)^\[\d\] H=(127\.0\.0\.1:\d+),(127\.0\.0\.1:\d+) S=hub$`)
+	m := re.FindAllStringSubmatch(r.stdout, -1)
+	if len(m) != 3 || m[0][1] == m[0][2] || m[1][1] != m[0][1] || m[2][2] != m[0][2] {
+		t.Fatalf("ranks did not all get the same two hub addresses:\n%s", r.stdout)
+	}
+	noLeftovers(t, mark)
+	if r := gorun(t, "-np", "1", "--hubs", "-1", "true"); r.code == 0 || !strings.Contains(r.stderr, "--hubs -1") {
+		t.Fatalf("--hubs -1: exit %d: %s", r.code, r.stderr)
 	}
 }
