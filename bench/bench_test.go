@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -85,5 +86,30 @@ func TestSweep(t *testing.T) {
 	var b strings.Builder
 	if err := WriteTable(&b, rows[0], 3); err != nil || !strings.Contains(b.String(), "64KiB") {
 		t.Fatalf("table: %v\n%s", err, b.String())
+	}
+}
+
+func TestCostModel(t *testing.T) {
+	for n := 2; n <= 16; n++ {
+		if got := ModelRatio(n, 1); math.Abs(got-float64(n)/2) > 1e-12 {
+			t.Errorf("one hub, %d ranks: %v, want n/2", n, got)
+		}
+		if got := ModelRatio(n, n); math.Abs(got-1) > 1e-12 {
+			t.Errorf("%d hubs, %d ranks: %v, want 1", n, n, got)
+		}
+	}
+	if got := ModelHubBytes(4, 2, 1000); got != 4000 {
+		t.Errorf("ModelHubBytes = %d", got)
+	}
+	pairs := []Pair{{Bytes: 4096, Ring: Row{Median: time.Millisecond}, Hub: Row{Median: 3 * time.Millisecond}, HubBytes: []int64{10, 30}}}
+	var b strings.Builder
+	if err := WriteComparison(&b, pairs, 4); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "3.00") || !strings.Contains(b.String(), "      4KiB ring |"+strings.Repeat("#", 16)+"\n") || !strings.Contains(b.String(), " 30 ") {
+		t.Fatalf("comparison:\n%s", b.String())
+	}
+	if err := WriteComparison(&b, nil, 4); err == nil {
+		t.Fatal("empty comparison accepted")
 	}
 }

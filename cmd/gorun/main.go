@@ -9,9 +9,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/gorun/gorun/bench"
+	"github.com/gorun/gorun/collective"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/ps"
 	"github.com/urfave/cli/v2"
@@ -61,6 +65,19 @@ func newApp() *cli.App {
 				Hidden: true,
 				Action: hub,
 			},
+			{
+				Name:      "bench",
+				Usage:     "time all-reduce through the ring and through ParamHub on the same job",
+				UsageText: "gorun bench [launch flags] [--hubs K | --colocated-hubs K] [--sizes 4KiB,16MiB] [--target 1s] [--format table|csv]",
+				Flags:     append(launchFlags(), benchFlags()...),
+				Action:    benchCmd,
+			},
+			{
+				Name:   benchRankCommand,
+				Hidden: true,
+				Flags:  benchFlags(),
+				Action: benchRank,
+			},
 		},
 	}
 }
@@ -91,10 +108,25 @@ func launch(c *cli.Context) error {
 	if c.NArg() == 0 {
 		return cli.ShowAppHelp(c)
 	}
-	cfg := launcher.DefaultConfig()
-	cfg.NP = c.Int("np")
+	cfg, err := launchConfig(c)
+	if err != nil {
+		return err
+	}
 	cfg.Program = c.Args().First()
 	cfg.Args = c.Args().Tail()
+	return runJob(cfg)
+}
+
+// launchConfig turns the launch flags into a launcher.Config (without the
+// program).
+func launchConfig(c *cli.Context) (launcher.Config, error) {
+	cfg := launcher.DefaultConfig()
+	cfg.NP = c.Int("np")
+	err := parseLaunchFlags(c, &cfg)
+	return cfg, err
+}
+
+func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 	var err error
 	if hf := c.String("hostfile"); hf != "" {
 		if c.String("H") != "" {
@@ -146,6 +178,11 @@ func launch(c *cli.Context) error {
 	if c.Bool("verbose") {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
+	return nil
+}
+
+// runJob runs a job with signals forwarded and exits with its code.
+func runJob(cfg launcher.Config) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
@@ -158,6 +195,84 @@ func launch(c *cli.Context) error {
 		return exitError{res.ExitCode}
 	}
 	return nil
+}
+
+const benchRankCommand = "__benchrank"
+
+func benchFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "sizes", Value: "4KiB,256KiB,4MiB,16MiB", Usage: "comma-separated all-reduce `SIZES`"},
+		&cli.DurationFlag{Name: "target", Value: time.Second, Usage: "time spent per size and strategy"},
+		&cli.IntFlag{Name: "colocated-hubs", Value: 1, Usage: "without --hubs: hubs inside ranks 0..`K`-1"},
+		&cli.StringFlag{Name: "format", Value: "table", Usage: "table (with a chart) or csv"},
+	}
+}
+
+// benchCmd launches gorun itself as the rank program of a bench job.
+func benchCmd(c *cli.Context) error {
+	cfg, err := launchConfig(c)
+	if err != nil {
+		return err
+	}
+	if cfg.NP == 0 && len(cfg.Hosts) == 0 {
+		cfg.NP = 2
+	}
+	if _, err := parseSizes(c.String("sizes")); err != nil {
+		return err
+	}
+	if f := c.String("format"); f != "table" && f != "csv" {
+		return fmt.Errorf("--format %q: want table or csv", f)
+	}
+	cfg.Program = cfg.Gorun
+	if cfg.RemoteGorun != "" && len(cfg.Hosts) > 0 {
+		cfg.Program = cfg.RemoteGorun
+	}
+	cfg.Args = []string{benchRankCommand, "--sizes", c.String("sizes"), "--target", c.Duration("target").String(),
+		"--colocated-hubs", strconv.Itoa(c.Int("colocated-hubs")), "--format", c.String("format")}
+	cfg.Strategy, cfg.TagOutput, cfg.Stdin = "hub", false, nil
+	return runJob(cfg)
+}
+
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := bench.ParseSize(f)
+		if err != nil {
+			return nil, fmt.Errorf("--sizes: %w", err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// benchRank is one rank of `gorun bench`.
+func benchRank(c *cli.Context) error {
+	sizes, err := parseSizes(c.String("sizes"))
+	if err != nil {
+		return err
+	}
+	cfg, err := collective.ConfigFromEnv(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	cfg.Strategy, cfg.ColocatedHubs = collective.StrategyHub, min(c.Int("colocated-hubs"), cfg.Size)
+	ctx := context.Background()
+	comm, err := collective.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer comm.Close()
+	pairs, err := bench.Compare(ctx, comm, sizes, c.Duration("target"))
+	if err != nil {
+		return err
+	}
+	if comm.Rank() != 0 {
+		return nil
+	}
+	if c.String("format") == "csv" {
+		return bench.WriteCSV(os.Stdout, pairs, comm.Size())
+	}
+	return bench.WriteComparison(os.Stdout, pairs, comm.Size())
 }
 
 // exportVar turns -x VAR or -x VAR=value into VAR=value.

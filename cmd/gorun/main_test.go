@@ -359,3 +359,42 @@ func TestHubsFlag(t *testing.T) {
 		t.Fatalf("--hubs -1: exit %d: %s", r.code, r.stderr)
 	}
 }
+
+// TestBench runs `gorun bench` on 3 local ranks with 2 dedicated hubs: it
+// must report both strategies for every size, and the bytes through the
+// busiest hub must match the cost model (2·N·S/K plus headers).
+func TestBench(t *testing.T) {
+	r := gorun(t, "bench", "-np", "3", "--hubs", "2", "--sizes", "4KiB,1MiB", "--target", "100ms", "--format", "csv")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s\n%s", r.code, r.stderr, r.stdout)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "bytes,ranks,hubs,ring_us") {
+		t.Fatalf("csv:\n%s", r.stdout)
+	}
+	for _, l := range lines[1:] {
+		f := strings.Split(l, ",")
+		var bytes, ranks, hubs int
+		var ringUS, hubUS float64
+		var busiest, model int64
+		fmt.Sscan(f[0], &bytes)
+		fmt.Sscan(f[1], &ranks)
+		fmt.Sscan(f[2], &hubs)
+		fmt.Sscan(f[3], &ringUS)
+		fmt.Sscan(f[5], &hubUS)
+		fmt.Sscan(f[9], &busiest)
+		fmt.Sscan(f[10], &model)
+		if ranks != 3 || hubs != 2 || ringUS <= 0 || hubUS <= 0 {
+			t.Fatalf("bad row %q", l)
+		}
+		// 1 MiB in 4 MiB partitions is one partition: it lands whole on
+		// one hub, so the busiest hub carries 2·N·S; 4 KiB likewise.
+		want := int64(2 * ranks * bytes)
+		if busiest < want || float64(busiest) > float64(want)*1.05+4096 {
+			t.Fatalf("%d bytes: busiest hub moved %d, want about %d (model for even spread %d)", bytes, busiest, want, model)
+		}
+	}
+	if r := gorun(t, "bench", "--sizes", "3"); r.code == 0 || !strings.Contains(r.stderr, "whole number of float32s") {
+		t.Fatalf("bad size: exit %d: %s", r.code, r.stderr)
+	}
+}
