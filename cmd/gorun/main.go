@@ -205,6 +205,7 @@ func benchFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "target", Value: time.Second, Usage: "time spent per size and strategy"},
 		&cli.IntFlag{Name: "colocated-hubs", Value: 1, Usage: "without --hubs: hubs inside ranks 0..`K`-1"},
 		&cli.StringFlag{Name: "format", Value: "table", Usage: "table (with a chart) or csv"},
+		&cli.StringFlag{Name: "partition", Value: "4MiB", Usage: "ParamHub partition `SIZE`"},
 	}
 }
 
@@ -228,7 +229,7 @@ func benchCmd(c *cli.Context) error {
 		cfg.Program = cfg.RemoteGorun
 	}
 	cfg.Args = []string{benchRankCommand, "--sizes", c.String("sizes"), "--target", c.Duration("target").String(),
-		"--colocated-hubs", strconv.Itoa(c.Int("colocated-hubs")), "--format", c.String("format")}
+		"--colocated-hubs", strconv.Itoa(c.Int("colocated-hubs")), "--format", c.String("format"), "--partition", c.String("partition")}
 	cfg.Strategy, cfg.TagOutput, cfg.Stdin = "hub", false, nil
 	return runJob(cfg)
 }
@@ -256,6 +257,9 @@ func benchRank(c *cli.Context) error {
 		return err
 	}
 	cfg.Strategy, cfg.ColocatedHubs = collective.StrategyHub, min(c.Int("colocated-hubs"), cfg.Size)
+	if cfg.HubPartitionBytes, err = bench.ParseSize(c.String("partition")); err != nil {
+		return fmt.Errorf("--partition: %w", err)
+	}
 	ctx := context.Background()
 	comm, err := collective.New(ctx, cfg)
 	if err != nil {
