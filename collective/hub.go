@@ -153,3 +153,9 @@ func (c *Comm) hubRound(ctx context.Context, o ring.Options, r ps.Collective) er
 	r.Seq = o.Header.Seq
 	return c.hub.Collective(ctx, r)
 }
+
+// Hub is the ParamHub client of a Comm that joined with the hub strategy
+// (nil otherwise), for keyed push and pull beside the collectives: the
+// same hubs, connections and failure handling. Declare keys on every rank
+// in the same order.
+func (c *Comm) Hub() *ps.Client { return c.hub }

@@ -717,10 +717,19 @@ func (c *Client) Tick(batch int, compute time.Duration) Metrics {
 	defer c.mmu.Unlock()
 	c.metrics = append(c.metrics, m)
 	if c.cfg.Metrics != nil {
-		b, _ := json.Marshal(m)
-		_, _ = c.cfg.Metrics.Write(append(b, '\n'))
+		_ = m.WriteJSON(c.cfg.Metrics)
 	}
 	return m
+}
+
+// WriteJSON writes m as one JSON line.
+func (m Metrics) WriteJSON(w io.Writer) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }
 
 // Metrics returns every iteration recorded by Tick so far.

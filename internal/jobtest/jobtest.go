@@ -1,0 +1,72 @@
+// Package jobtest lets a test binary double as gorun: as the per-host
+// agent, as a dedicated hub and as the rank program, so that tests start
+// real jobs of real processes with the launcher.
+package jobtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/internal/proctest"
+	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/ps"
+)
+
+// RankEnv marks a process started as a rank of a test job.
+const RankEnv = "GORUN_JOBTEST_RANK"
+
+// Dispatch runs this binary as gorun's agent or as a hub when it was
+// started as one, and exits. It returns in the test process and in ranks
+// (IsRank tells them apart).
+func Dispatch() {
+	if len(os.Args) < 2 {
+		return
+	}
+	var err error
+	switch os.Args[1] {
+	case launcher.AgentCommandName:
+		err = launcher.RunAgent(context.Background(), launcher.AgentConfig{In: os.Stdin, Out: os.Stdout, Environ: os.Environ()})
+	case launcher.HubCommandName:
+		var cfg ps.HubConfig
+		if cfg, err = ps.HubConfigFromEnv(os.LookupEnv); err == nil {
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+			_, err = ps.Serve(ctx, cfg)
+			stop()
+		}
+	default:
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// IsRank reports whether this process is a rank of a test job.
+func IsRank() bool { return os.Getenv(RankEnv) == "1" }
+
+// Launch runs np ranks of this binary with args; set adjusts the job. It
+// returns how the job ended and everything the ranks printed.
+func Launch(t testing.TB, np int, args []string, set func(*launcher.Config)) (launcher.Result, string) {
+	t.Helper()
+	cfg := launcher.DefaultConfig()
+	cfg.NP, cfg.Program, cfg.Gorun, cfg.Args = np, os.Args[0], os.Args[0], args
+	cfg.Env = []string{RankEnv + "=1", "GORACE=atexit_sleep_ms=0"}
+	cfg.Grace, cfg.Timeout = 3*time.Second, 3*time.Minute
+	var out proctest.Buffer
+	cfg.Stdout, cfg.Stderr = &out, &out
+	if set != nil {
+		set(&cfg)
+	}
+	res, err := launcher.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, out.String()
+}
