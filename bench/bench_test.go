@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -90,23 +91,37 @@ func TestSweep(t *testing.T) {
 }
 
 func TestCostModel(t *testing.T) {
+	const s = 16 << 20
 	for n := 2; n <= 16; n++ {
-		if got := ModelRatio(n, 1); math.Abs(got-float64(n)/2) > 1e-12 {
+		if got := ModelRatio(n, s, s); math.Abs(got-float64(n)/2) > 1e-12 {
 			t.Errorf("one hub, %d ranks: %v, want n/2", n, got)
 		}
-		if got := ModelRatio(n, n); math.Abs(got-1) > 1e-12 {
+		if got := ModelRatio(n, s, s/int64(n)); math.Abs(got-1) > 1e-6 { // s/n rounds down
 			t.Errorf("%d hubs, %d ranks: %v, want 1", n, n, got)
 		}
 	}
-	if got := ModelHubBytes(4, 2, 1000); got != 4000 {
+	if got := ModelHubBytes(4, 1000); got != 8000 {
 		t.Errorf("ModelHubBytes = %d", got)
 	}
-	pairs := []Pair{{Bytes: 4096, Ring: Row{Median: time.Millisecond}, Hub: Row{Median: 3 * time.Millisecond}, HubBytes: []int64{10, 30}}}
+	for _, c := range []struct {
+		s, part, k int
+		want       []int64
+	}{
+		{16 << 20, 4 << 20, 4, []int64{4 << 20, 4 << 20, 4 << 20, 4 << 20}},
+		{4 << 20, 4 << 20, 2, []int64{4 << 20, 0}},
+		{5 << 20, 4 << 20, 2, []int64{4 << 20, 1 << 20}},
+		{0, 4 << 20, 3, []int64{0, 0, 0}},
+	} {
+		if got := HubLoads(c.s, c.part, c.k); !slices.Equal(got, c.want) {
+			t.Errorf("HubLoads(%d, %d, %d) = %v, want %v", c.s, c.part, c.k, got, c.want)
+		}
+	}
+	pairs := []Pair{{Bytes: 4096, Ring: Row{Median: time.Millisecond}, Hub: Row{Median: 3 * time.Millisecond}, HubBytes: []int64{10, 30}, Loads: []int64{4096, 0}}}
 	var b strings.Builder
 	if err := WriteComparison(&b, pairs, 4); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "3.00") || !strings.Contains(b.String(), "      4KiB ring |"+strings.Repeat("#", 16)+"\n") || !strings.Contains(b.String(), " 30 ") {
+	if !strings.Contains(b.String(), "3.00       2.00") || !strings.Contains(b.String(), "      4KiB ring |"+strings.Repeat("#", 16)+"\n") || !strings.Contains(b.String(), " 30 ") {
 		t.Fatalf("comparison:\n%s", b.String())
 	}
 	if err := WriteComparison(&b, nil, 4); err == nil {

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/gorun/gorun/collective"
+	"github.com/gorun/gorun/ps"
 )
 
 // Pair is one size measured through the ring and through ParamHub on the
@@ -16,42 +18,58 @@ import (
 type Pair struct {
 	Bytes     int
 	Ring, Hub Row
+	// Loads is the model's bytes of the buffer on each hub.
+	Loads []int64
 	// HubBytes is the payload bytes (in plus out) through each hub per
 	// all-reduce, summed over ranks.
 	HubBytes []int64
 }
 
 // Busiest is the largest per-hub traffic of p.
-func (p Pair) Busiest() int64 {
-	var b int64
-	for _, x := range p.HubBytes {
-		b = max(b, x)
+func (p Pair) Busiest() int64 { return slices.Max(append([]int64{0}, p.HubBytes...)) }
+
+// Lmax is the model's bytes of the buffer on the busiest hub.
+func (p Pair) Lmax() int64 { return slices.Max(append([]int64{0}, p.Loads...)) }
+
+// HubLoads is how many bytes of an s-byte float32 buffer each of k hubs
+// handles when it is cut into partitions of part bytes, placed as ParamHub
+// places them.
+func HubLoads(s, part, k int) []int64 {
+	loads := make([]int64, k)
+	parts, err := ps.Place(map[string]int{"": s / 4}, max(1, part/4), k)
+	if err != nil {
+		return loads
 	}
-	return b
+	for _, p := range parts {
+		loads[p.Hub] += int64(4 * p.Len)
+	}
+	return loads
 }
 
 // ModelRatio is the time of a hub all-reduce over a ring all-reduce that
-// a bandwidth-bound cost model predicts for n ranks, one per host, with k
-// hubs beside them (hub h on host h): a host's link carries its rank's
-// traffic to the other hubs, (k-1)/k·S, plus its hub's to the other ranks,
-// (n-1)/k·S, against the ring's 2(n-1)/n·S. It is n/2 for one hub and 1
-// for k = n.
-func ModelRatio(n, k int) float64 {
-	if n < 2 || k < 1 {
+// a bandwidth-bound cost model predicts for n ranks, one per host, with
+// hub h beside rank h and lmax the bytes of the s-byte buffer on the
+// busiest hub: that host's link carries its rank's traffic to the other
+// hubs, s-lmax, plus its hub's to the other ranks, (n-1)·lmax, against the
+// ring's 2(n-1)/n·s. With lmax = s/k it is n(n+k-2)/(2k(n-1)): n/2 for
+// one hub and 1 for k = n.
+func ModelRatio(n int, s, lmax int64) float64 {
+	if n < 2 || s <= 0 {
 		return 1
 	}
-	return float64(n*(n+k-2)) / float64(2*k*(n-1))
+	return float64(s+int64(n-2)*lmax) * float64(n) / (2 * float64(n-1) * float64(s))
 }
 
-// ModelHubBytes is the payload through each of k hubs per all-reduce of
-// s bytes on n ranks: n·s/k in and as much out.
-func ModelHubBytes(n, k, s int) int64 { return int64(2 * n * s / k) }
+// ModelHubBytes is the payload in and out of the busiest hub per
+// all-reduce on n ranks: n·lmax each way.
+func ModelHubBytes(n int, lmax int64) int64 { return 2 * int64(n) * lmax }
 
 // Compare times float32 Sum all-reduces of each size through the ring
 // and then through the hubs, on a Comm that joined with the hub strategy,
 // and counts the bytes through each hub. Every rank calls it with the same
 // arguments and gets the same pairs. It leaves the Comm on the ring.
-func Compare(ctx context.Context, c *collective.Comm, sizes []int, target time.Duration) ([]Pair, error) {
+// part is the Comm's HubPartitionBytes, for the model.
+func Compare(ctx context.Context, c *collective.Comm, sizes []int, target time.Duration, part int) ([]Pair, error) {
 	if err := c.SetStrategy(collective.StrategyHub); err != nil {
 		return nil, err
 	}
@@ -77,6 +95,7 @@ func Compare(ctx context.Context, c *collective.Comm, sizes []int, target time.D
 		if p.HubBytes, err = hubTraffic(ctx, c, bytes); err != nil {
 			return nil, err
 		}
+		p.Loads = HubLoads(bytes, part, len(p.HubBytes))
 		out = append(out, p)
 	}
 	return out, nil
@@ -125,18 +144,19 @@ func WriteComparison(w io.Writer, pairs []Pair, ranks int) error {
 	k := len(pairs[0].HubBytes)
 	var b strings.Builder
 	fmt.Fprintf(&b, "# ring vs ParamHub: %d ranks, %d hub(s); float32 sum; median time per all-reduce\n", ranks, k)
-	fmt.Fprintf(&b, "%10s %12s %10s %12s %10s %10s %10s %14s %14s\n", "size", "ring(us)", "ring busbw", "hub(us)", "hub busbw", "hub/ring", "model", "busiest hub B", "model N*S/K*2")
+	fmt.Fprintf(&b, "%10s %12s %10s %12s %10s %10s %10s %14s %14s\n", "size", "ring(us)", "ring busbw", "hub(us)", "hub busbw", "hub/ring", "model", "busiest hub B", "model 2nL")
 	for _, p := range pairs {
 		ratio := 0.0
 		if p.Ring.Median > 0 {
 			ratio = float64(p.Hub.Median) / float64(p.Ring.Median)
 		}
 		fmt.Fprintf(&b, "%10s %12.1f %10.3f %12.1f %10.3f %10.2f %10.2f %14d %14d\n", FormatSize(p.Bytes),
-			us(p.Ring.Median), p.Ring.BusBW/1e9, us(p.Hub.Median), p.Hub.BusBW/1e9, ratio, ModelRatio(ranks, k),
-			p.Busiest(), ModelHubBytes(ranks, k, p.Bytes))
+			us(p.Ring.Median), p.Ring.BusBW/1e9, us(p.Hub.Median), p.Hub.BusBW/1e9, ratio, ModelRatio(ranks, int64(p.Bytes), p.Lmax()),
+			p.Busiest(), ModelHubBytes(ranks, p.Lmax()))
 	}
-	b.WriteString("# busbw = algbw*2(n-1)/n for both; model = n(n+k-2)/(2k(n-1)), bandwidth-bound, one rank per host, hub h beside rank h\n")
-	b.WriteString("# busiest hub B = payload bytes in+out of the busiest hub per all-reduce (model: 2*N*S/K)\n\n")
+	b.WriteString("# busbw = algbw*2(n-1)/n for both; model = (S+(n-2)L)n/(2(n-1)S), bandwidth-bound, one rank per host, hub h beside rank h,\n")
+	b.WriteString("#   L = bytes on the busiest hub (S/K when the partitions spread evenly: n(n+K-2)/(2K(n-1)), n/2 for one hub)\n")
+	b.WriteString("# busiest hub B = payload bytes in+out of the busiest hub per all-reduce (model: 2nL)\n\n")
 	longest := time.Duration(0)
 	for _, p := range pairs {
 		longest = max(longest, p.Ring.Median, p.Hub.Median)
@@ -164,7 +184,7 @@ func WriteCSV(w io.Writer, pairs []Pair, ranks int) error {
 	for _, p := range pairs {
 		k := len(p.HubBytes)
 		fmt.Fprintf(&b, "%d,%d,%d,%.1f,%.4g,%.1f,%.4g,%.3f,%.3f,%d,%d\n", p.Bytes, ranks, k, us(p.Ring.Median), p.Ring.BusBW,
-			us(p.Hub.Median), p.Hub.BusBW, float64(p.Hub.Median)/float64(max(p.Ring.Median, 1)), ModelRatio(ranks, k), p.Busiest(), ModelHubBytes(ranks, k, p.Bytes))
+			us(p.Hub.Median), p.Hub.BusBW, float64(p.Hub.Median)/float64(max(p.Ring.Median, 1)), ModelRatio(ranks, int64(p.Bytes), p.Lmax()), p.Busiest(), ModelHubBytes(ranks, p.Lmax()))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

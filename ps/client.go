@@ -615,7 +615,8 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 	parts := placeKey("", r.Count, partElems, make([]int, len(c.hubs)))
 	h := c.newHandle(kindOther, len(parts))
 	isRoot := r.Kind == kindBroadcast && r.Root == c.cfg.Worker
-	for i, p := range parts {		m := &message{Type: msgRound, Kind: r.Kind, Code: uint8(r.Op), DType: r.DType, Clock: r.Seq, Part: uint32(i),
+	for i, p := range parts {
+		m := &message{Type: msgRound, Kind: r.Kind, Code: uint8(r.Op), DType: r.DType, Clock: r.Seq, Part: uint32(i),
 			Root: uint32(r.Root), Count: uint64(r.Count), Off: uint64(p.Off), N: uint64(p.Len)}
 		if r.Kind != kindBroadcast || isRoot {
 			m.Data = r.Send[p.Off*size : (p.Off+p.Len)*size]

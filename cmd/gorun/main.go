@@ -266,7 +266,7 @@ func benchRank(c *cli.Context) error {
 		return err
 	}
 	defer comm.Close()
-	pairs, err := bench.Compare(ctx, comm, sizes, c.Duration("target"))
+	pairs, err := bench.Compare(ctx, comm, sizes, c.Duration("target"), cfg.HubPartitionBytes)
 	if err != nil {
 		return err
 	}

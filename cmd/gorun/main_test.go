@@ -390,7 +390,7 @@ func TestBench(t *testing.T) {
 		// 1 MiB in 4 MiB partitions is one partition: it lands whole on
 		// one hub, so the busiest hub carries 2·N·S; 4 KiB likewise.
 		want := int64(2 * ranks * bytes)
-		if busiest < want || float64(busiest) > float64(want)*1.05+4096 {
+		if model != want || busiest < want || float64(busiest) > float64(want)*1.05+4096 {
 			t.Fatalf("%d bytes: busiest hub moved %d, want about %d (model for even spread %d)", bytes, busiest, want, model)
 		}
 	}
