@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/hashicorp/memberlist v0.7.0
+	github.com/klauspost/compress v1.18.0
 	github.com/urfave/cli/v2 v2.27.7
 	gonum.org/v1/gonum v0.17.0
 )

@@ -85,9 +85,10 @@ type Client struct {
 	closing   chan struct{}
 	wg        sync.WaitGroup
 
-	iter    iterCounters
-	mmu     sync.Mutex
-	metrics []Metrics
+	iter       iterCounters
+	shareClock atomic.Uint32
+	mmu        sync.Mutex
+	metrics    []Metrics
 }
 
 type keyState struct {
@@ -562,14 +563,17 @@ func pullInto[T Float](c *Client, dst []T) func(*message) {
 
 // Share reports this worker's last iteration (samples and compute time)
 // to hub 0 and returns its LB-BSP share of a global batch of total
-// samples, proportional to its measured speed.
+// samples, proportional to its measured speed. Every worker asks once per
+// iteration, with the same total: the hub answers when all have asked,
+// and the shares add up to total.
 func (c *Client) Share(ctx context.Context, total, samples int, compute time.Duration) (int, error) {
 	if total < 0 || samples < 0 {
 		return 0, fmt.Errorf("ps: share of %d samples after %d: must not be negative", total, samples)
 	}
 	var share int
 	h := c.newHandle(kindOther, 1)
-	c.send(0, &message{Type: msgShare, Count: uint64(total), Samples: uint32(samples), Nanos: int64(compute)}, h, func(m *message) { share = int(m.Count) })
+	clock := c.shareClock.Add(1) - 1
+	c.send(0, &message{Type: msgShare, Clock: clock, Count: uint64(total), Samples: uint32(samples), Nanos: int64(compute)}, h, func(m *message) { share = int(m.Count) })
 	if err := h.Wait(ctx); err != nil {
 		return 0, err
 	}

@@ -267,7 +267,7 @@ func (h *Hub) loop() {
 	s := &hubState{
 		h: h, table: NewTable(h.cfg.Workers), speeds: make([]Speed, h.cfg.Workers),
 		links: make([]*link, h.cfg.Workers), seen: make([]bool, h.cfg.Workers), gone: make([]bool, h.cfg.Workers),
-		rounds: map[roundID]*roundState{},
+		rounds: map[roundID]*roundState{}, shares: map[uint32]*shareRound{},
 	}
 	for i := range s.speeds {
 		s.speeds[i].Alpha = h.cfg.SpeedAlpha
@@ -320,6 +320,7 @@ type hubState struct {
 	failed error
 	pulls  []pendingPull
 	rounds map[roundID]*roundState
+	shares map[uint32]*shareRound
 }
 
 func (s *hubState) handle(ev hubEvent) {
@@ -421,27 +422,57 @@ func (s *hubState) servePulls() {
 	s.pulls = kept
 }
 
-// share answers an LB-BSP request: fold in the worker's last iteration,
-// then give it its share of the global batch.
+// share takes an LB-BSP request. The shares of one iteration are computed
+// once every live worker has asked, from every worker's last iteration,
+// so that they add up to the global batch exactly.
 func (s *hubState) share(w int, l *link, m *message) {
-	s.speeds[w].Observe(int(m.Samples), time.Duration(m.Nanos))
-	var rates []float64
-	mine := -1
-	for i := range s.speeds {
-		if s.gone[i] && i != w {
-			continue
-		}
-		if i == w {
-			mine = len(rates)
-		}
-		rates = append(rates, s.speeds[i].Rate())
+	r := s.shares[m.Clock]
+	if r == nil {
+		r = &shareRound{total: int(m.Count), reqs: make([]roundReq, s.h.cfg.Workers)}
+		s.shares[m.Clock] = r
 	}
-	shares, err := Shares(int(m.Count), rates)
-	if err != nil {
-		s.replyErr(l, m.ID, err)
+	if r.reqs[w].arrived || int(m.Count) != r.total {
+		s.replyErr(l, m.ID, fmt.Errorf("%w: worker %d asked for its share of iteration %d twice, or of another batch (%d, not %d)", ErrBadRequest, w, m.Clock, m.Count, r.total))
 		return
 	}
-	s.reply(l, m.ID, message{Count: uint64(shares[mine])})
+	r.reqs[w] = roundReq{l: l, id: m.ID, arrived: true}
+	s.speeds[w].Observe(int(m.Samples), time.Duration(m.Nanos))
+	s.serveShares()
+}
+
+type shareRound struct {
+	total int
+	reqs  []roundReq
+}
+
+// serveShares answers every share round that all live workers have joined.
+func (s *hubState) serveShares() {
+	for clock, r := range s.shares {
+		var rates []float64
+		var who []int
+		complete := true
+		for i := range r.reqs {
+			switch {
+			case r.reqs[i].arrived:
+				rates = append(rates, s.speeds[i].Rate())
+				who = append(who, i)
+			case !s.gone[i]:
+				complete = false
+			}
+		}
+		if !complete {
+			continue
+		}
+		delete(s.shares, clock)
+		shares, err := Shares(r.total, rates)
+		for j, i := range who {
+			if err != nil {
+				s.replyErr(r.reqs[i].l, r.reqs[i].id, err)
+				continue
+			}
+			s.reply(r.reqs[i].l, r.reqs[i].id, message{Count: uint64(shares[j])})
+		}
+	}
 }
 
 func (s *hubState) workerGone(w int, clean bool, reason string) {
@@ -465,6 +496,7 @@ func (s *hubState) workerGone(w int, clean bool, reason string) {
 		}
 		_ = s.table.Remove(w)
 		s.servePulls()
+		s.serveShares()
 	} else if s.failed == nil {
 		s.h.log.Warn("worker lost; failing every request", "worker", w, "reason", reason)
 		s.failed = lost
@@ -472,6 +504,14 @@ func (s *hubState) workerGone(w int, clean bool, reason string) {
 			s.replyErr(p.l, p.id, lost)
 		}
 		s.pulls = nil
+		for clock, r := range s.shares {
+			for _, q := range r.reqs {
+				if q.arrived {
+					s.replyErr(q.l, q.id, lost)
+				}
+			}
+			delete(s.shares, clock)
+		}
 	}
 	for id, r := range s.rounds {
 		if !r.reqs[w].arrived || s.failed != nil {

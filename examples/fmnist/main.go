@@ -1,0 +1,252 @@
+// Command fmnist reproduces the orchestration study behind ParamHub on
+// Fashion-MNIST: softmax regression trained data-parallel through the
+// ring, or through the hub under BSP, SSP, ASP and LB-BSP, with or without
+// a straggler, for a fixed wall-clock budget. Rank 0 prints one result
+// line: samples trained, test accuracy, and how much of the workers' time
+// went to waiting.
+//
+//	gorun -np 4 ./fmnist -mode ring
+//	gorun -np 4 --strategy hub ./fmnist -mode bsp -straggler 3 -slow 4
+//	gorun -np 4 --hubs 2 --strategy hub ./fmnist -mode asp -straggler 3 -slow 4
+//	examples/fmnist/study.sh      # every mode, with and without a straggler
+//
+// With -data DIR it reads the original gzipped IDX files
+// (train-images-idx3-ubyte.gz and so on); without, it trains on a
+// synthetic stand-in of the same shape, and says so.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/gorun/gorun/collective"
+	"github.com/gorun/gorun/ps"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout)) }
+
+type options struct {
+	mode      string
+	data      string
+	duration  time.Duration
+	batch     int // global batch per iteration
+	lr, mom   float64
+	staleness int
+	straggler int
+	slow      float64
+	seed      uint64
+	metrics   string
+}
+
+func run(args []string, out io.Writer) int {
+	var o options
+	fs := flag.NewFlagSet("fmnist", flag.ContinueOnError)
+	fs.StringVar(&o.mode, "mode", "ring", "ring, bsp, ssp, asp or lbbsp")
+	fs.StringVar(&o.data, "data", "", "directory with the Fashion-MNIST .gz files (default: synthetic data)")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "training time budget")
+	fs.IntVar(&o.batch, "batch", 256, "global batch per iteration, split over the ranks")
+	fs.Float64Var(&o.lr, "lr", 0.5, "learning rate")
+	fs.Float64Var(&o.mom, "momentum", 0.5, "momentum")
+	fs.IntVar(&o.staleness, "staleness", 2, "SSP staleness bound")
+	fs.IntVar(&o.straggler, "straggler", -1, "rank that computes -slow times slower (-1: none)")
+	fs.Float64Var(&o.slow, "slow", 4, "slow-down of the straggler")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed shared by every rank")
+	fs.StringVar(&o.metrics, "metrics", "", "write per-iteration metrics as JSON lines to FILE.RANK")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := train(o, out); err != nil {
+		fmt.Fprintln(os.Stderr, "fmnist:", err)
+		return 1
+	}
+	return 0
+}
+
+func load(o options) (train, test *dataset, source string, err error) {
+	if o.data == "" {
+		return synthetic(o.seed, 12000), synthetic(o.seed+1, 2000), "synthetic", nil
+	}
+	if train, err = loadIDX(o.data, "train"); err == nil {
+		test, err = loadIDX(o.data, "t10k")
+	}
+	return train, test, "fashion-mnist", err
+}
+
+// worker is one rank's training state.
+type worker struct {
+	o     options
+	c     *collective.Comm
+	hub   *ps.Client
+	train *dataset
+	mine  []int // this rank's samples
+	rng   *rand.Rand
+	w, g  []float64
+	vel   []float64 // ring: the local optimizer's momentum
+	// totals
+	samples        int
+	compute, idle  time.Duration
+	iters, maxStal int
+}
+
+func train(o options, out io.Writer) error {
+	ctx := context.Background()
+	c, err := collective.Join(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	trainSet, testSet, source, err := load(o)
+	if err != nil {
+		return err
+	}
+	wk := &worker{o: o, c: c, train: trainSet, rng: rand.New(rand.NewPCG(o.seed, uint64(c.Rank()))),
+		w: make([]float64, params), g: make([]float64, params+1)}
+	for i := c.Rank(); i < trainSet.len(); i += c.Size() {
+		wk.mine = append(wk.mine, i)
+	}
+	var mw io.Writer
+	if o.metrics != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", o.metrics, c.Rank()))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		mw = f
+	}
+	t0 := time.Now()
+	switch o.mode {
+	case "ring":
+		err = wk.ring(ctx, t0)
+	case "bsp", "ssp", "asp", "lbbsp":
+		if wk.hub = c.Hub(); wk.hub == nil {
+			return errors.New("hub modes need the hub strategy: gorun --strategy hub")
+		}
+		err = wk.hubLoop(ctx, t0, mw)
+	default:
+		return fmt.Errorf("-mode %q: want ring, bsp, ssp, asp or lbbsp", o.mode)
+	}
+	if err != nil {
+		return err
+	}
+	elapsed := time.Since(t0)
+	// Totals over the ranks, through the ring (the hub may have finished
+	// some workers already).
+	if err := c.SetStrategy(collective.StrategyRing); err != nil && o.mode != "ring" {
+		return err
+	}
+	tot := []int64{int64(wk.samples), int64(wk.compute), int64(wk.idle), int64(wk.iters)}
+	if err := collective.AllReduce(ctx, c, tot, collective.Sum); err != nil {
+		return err
+	}
+	stale := []int64{int64(wk.maxStal)}
+	if err := collective.AllReduce(ctx, c, stale, collective.Max); err != nil {
+		return err
+	}
+	if c.Rank() == 0 {
+		straggler := "none"
+		if o.straggler >= 0 {
+			straggler = fmt.Sprintf("rank %d x%g", o.straggler, o.slow)
+		}
+		fmt.Fprintf(out, "mode=%s straggler=%q data=%s ranks=%d time=%.2fs iterations=%d samples=%d accuracy=%.4f idle=%.2f max_staleness=%d\n",
+			o.mode, straggler, source, c.Size(), elapsed.Seconds(), tot[3], tot[0], accuracy(wk.w, testSet),
+			float64(tot[2])/float64(max(1, tot[1]+tot[2])), stale[0])
+	}
+	return nil
+}
+
+// step computes the gradient of a batch of n of this rank's samples,
+// slowed down on the straggler, and returns the compute time.
+func (wk *worker) step(n int) time.Duration {
+	t0 := time.Now()
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = wk.mine[wk.rng.IntN(len(wk.mine))]
+	}
+	gradient(wk.w, wk.train, idx, wk.g[:params])
+	d := time.Since(t0)
+	if wk.c.Rank() == wk.o.straggler && wk.o.slow > 1 {
+		time.Sleep(time.Duration(float64(d) * (wk.o.slow - 1)))
+		d = time.Since(t0)
+	}
+	wk.samples += n
+	wk.compute += d
+	wk.iters++
+	return d
+}
+
+// ring: average the gradients with AllReduce; every rank applies the same
+// momentum step. The last element is the stop vote: rank 0 sets it when
+// the budget is spent, so that every rank stops after the same iteration.
+func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
+	wk.vel = make([]float64, params)
+	share := max(1, wk.o.batch/wk.c.Size())
+	for {
+		wk.step(share)
+		wk.g[params] = 0
+		if wk.c.Rank() == 0 && time.Since(t0) > wk.o.duration {
+			wk.g[params] = 1
+		}
+		t1 := time.Now()
+		if err := collective.AllReduce(ctx, wk.c, wk.g, collective.Sum); err != nil {
+			return err
+		}
+		wk.idle += time.Since(t1)
+		inv := 1 / float64(wk.c.Size())
+		for j := range params {
+			wk.vel[j] = wk.o.mom*wk.vel[j] + wk.g[j]*inv
+			wk.w[j] -= wk.o.lr * wk.vel[j]
+		}
+		if wk.g[params] > 0 {
+			return nil
+		}
+	}
+}
+
+// hubLoop pushes each gradient with its sample count and pulls the
+// weights, with the optimizer at the hub. A worker stops at the budget and
+// says goodbye; BSP rounds then go on without it.
+func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error {
+	cfg := ps.KeyConfig{Len: params, Update: ps.SGD, LR: wk.o.lr, Momentum: wk.o.mom}
+	switch wk.o.mode {
+	case "ssp":
+		cfg.Staleness = wk.o.staleness
+	case "asp":
+		cfg.Staleness = ps.Async
+	}
+	if err := wk.hub.Declare(ctx, "w", cfg); err != nil {
+		return err
+	}
+	share := max(1, wk.o.batch/wk.c.Size())
+	var last time.Duration
+	lastN := 0
+	for time.Since(t0) < wk.o.duration {
+		if wk.o.mode == "lbbsp" {
+			n, err := wk.hub.Share(ctx, wk.o.batch, lastN, last)
+			if err != nil {
+				return err
+			}
+			share = max(1, n)
+		}
+		d := wk.step(share)
+		last, lastN = d, share
+		if err := ps.PushPull(wk.hub, "w", wk.g[:params], share, wk.w).Wait(ctx); err != nil {
+			return err
+		}
+		m := wk.hub.Tick(share, d)
+		wk.idle += m.Wait
+		wk.maxStal = max(wk.maxStal, m.Staleness)
+		if mw != nil {
+			if err := m.WriteJSON(mw); err != nil {
+				return err
+			}
+		}
+	}
+	// Leave the hubs: rounds no longer wait for this worker.
+	return wk.hub.Close()
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/gorun/gorun/internal/jobtest"
+	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/ps"
+)
+
+func TestMain(m *testing.M) {
+	jobtest.Dispatch()
+	if jobtest.IsRank() {
+		os.Exit(run(os.Args[1:], os.Stdout))
+	}
+	os.Exit(m.Run())
+}
+
+var resultRE = regexp.MustCompile(`\[0\] mode=(\w+) straggler="([^"]*)" data=synthetic ranks=3 time=[0-9.]+s iterations=(\d+) samples=(\d+) accuracy=([0-9.]+) idle=([0-9.]+) max_staleness=(\d+)`)
+
+// TestModesLearn: every mode trains the synthetic set well past chance
+// (10%) on 3 real ranks with a straggler.
+func TestModesLearn(t *testing.T) {
+	for _, mode := range []string{"ring", "bsp", "ssp", "asp"} {
+		t.Run(mode, func(t *testing.T) {
+			res, out := jobtest.Launch(t, 3, []string{"-mode", mode, "-duration", "1500ms", "-straggler", "2"}, func(c *launcher.Config) {
+				if mode != "ring" {
+					c.Strategy = "hub"
+				}
+			})
+			m := resultRE.FindStringSubmatch(out)
+			if res.ExitCode != 0 || m == nil || m[1] != mode || m[2] != "rank 2 x4" {
+				t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+			}
+			acc, _ := strconv.ParseFloat(m[5], 64)
+			stale, _ := strconv.Atoi(m[7])
+			if acc < 0.8 {
+				t.Fatalf("accuracy %v:\n%s", acc, out)
+			}
+			if (mode == "bsp" || mode == "ring") && stale != 0 || mode == "ssp" && stale > 2 {
+				t.Fatalf("%s saw staleness %d", mode, stale)
+			}
+		})
+	}
+}
+
+// TestLBBSPShrinksTheStraggler: with LB-BSP the hub gives the 4x slower
+// rank a smaller share of the global batch than the others, and the
+// shares always add up to the global batch.
+func TestLBBSPShrinksTheStraggler(t *testing.T) {
+	metrics := filepath.Join(t.TempDir(), "m")
+	res, out := jobtest.Launch(t, 3, []string{"-mode", "lbbsp", "-duration", "2s", "-straggler", "2", "-batch", "300", "-metrics", metrics},
+		func(c *launcher.Config) { c.Strategy, c.Hubs = "hub", 1 })
+	if res.ExitCode != 0 || resultRE.FindStringSubmatch(out) == nil {
+		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+	}
+	batches := make([][]int, 3)
+	for r := range 3 {
+		f, err := os.Open(fmt.Sprintf("%s.%d", metrics, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var m ps.Metrics
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Fatal(err)
+			}
+			batches[r] = append(batches[r], m.Batch)
+		}
+		f.Close()
+	}
+	n := min(len(batches[0]), len(batches[1]), len(batches[2]))
+	if n < 10 {
+		t.Fatalf("only %d iterations", n)
+	}
+	late := func(r int) float64 {
+		s := 0
+		for _, b := range batches[r][n/2 : n] {
+			s += b
+		}
+		return float64(s) / float64(n-n/2)
+	}
+	for i := n / 2; i < n; i++ {
+		if sum := batches[0][i] + batches[1][i] + batches[2][i]; sum != 300 {
+			t.Fatalf("iteration %d: shares %d+%d+%d != 300", i, batches[0][i], batches[1][i], batches[2][i])
+		}
+	}
+	if s, f := late(2), (late(0)+late(1))/2; s > 0.6*f {
+		t.Fatalf("straggler's share %.1f, the others' %.1f: not rebalanced", s, f)
+	}
+}
