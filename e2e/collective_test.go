@@ -53,3 +53,23 @@ func TestKillDrillOverSSH(t *testing.T) {
 	}
 	r.noLeftovers(t)
 }
+
+// TestHubsOverSSH: 4 ranks on 4 hosts run the reference-checked workload
+// through 2 dedicated hubs that gorun starts on the first two hosts; then
+// a kill drill under the hub strategy: every survivor names the victim.
+func TestHubsOverSSH(t *testing.T) {
+	r := needRig(t)
+	bin := r.selftest(t)
+	hf := r.hostfile(t, 4, 1)
+	res := r.run(t, "-hostfile", hf, "--hubs", "2", "--strategy", "hub", bin, "-rounds", "40", "-seed", "3")
+	if res.code != 0 || strings.Count(res.stdout, "40 rounds OK") != 4 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
+	}
+	r.noLeftovers(t)
+	res = r.run(t, "-hostfile", hf, "--hubs", "2", "--strategy", "hub", "--grace", "2s", bin, "-drill", "kill", "-mib", "16")
+	lost := regexp.MustCompile(`\[(\d)\] LOST \d+ peerlost=true err=.*rank 3 lost`).FindAllString(res.stdout, -1)
+	if res.code == 0 || len(lost) != 3 {
+		t.Fatalf("exit %d; %d of 3 survivors reported rank 3 lost:\n%s\n%s", res.code, len(lost), res.stdout, res.stderr)
+	}
+	r.noLeftovers(t)
+}
