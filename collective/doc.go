@@ -63,4 +63,16 @@
 // a one-round direct exchange for buffers up to Config.SmallBytes. Results
 // are bitwise identical on every rank. Reduce is an AllReduce whose result
 // non-root ranks discard.
+//
+// The hub strategy (Config.Strategy "hub", GORUN_STRATEGY=hub, gorun
+// --strategy hub) runs every collective through ParamHub (package ps):
+// each rank sends its buffer, cut into Config.HubPartitionBytes partitions
+// spread over the hubs, and receives the result. The hubs are dedicated
+// processes (gorun --hubs K, Config.Hubs) or run inside ranks
+// 0..ColocatedHubs-1. A hub folds the ranks' parts in rank order, so the
+// result is the same bits on every rank and for any number of hubs. The
+// contract above holds unchanged; in addition a lost hub fails every rank
+// with ErrPeerLost naming the hub, and Comm.Hub gives the hub client for
+// keyed push and pull beside the collectives. SetStrategy switches between
+// ring and hubs at the same point on every rank.
 package collective

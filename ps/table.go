@@ -1,23 +1,3 @@
-// Package ps is ParamHub, gorun's parameter server. This file holds its
-// pure core: a Table of keyed tensors and the clock engine that decides
-// when a pull may see what. It does no I/O and reads no clock; the hub
-// server and its transport sit around it.
-//
-// # Consistency
-//
-// Every worker has a clock: its k-th push of a key is clock k-1. With
-// staleness s, a pull at clock c is served once every live worker has
-// pushed clocks 0..c-s-1, so it sees every update from clocks <= c-s-1.
-// BSP is s = 0, SSP is s > 0, and ASP (Async) never waits.
-//
-// # Updates
-//
-// Under BSP a round's pushes are combined when the round is complete: sum
-// mode adds their sum to the value; SGD mode takes the sample-weighted mean
-// gradient and applies one momentum step. Under SSP and ASP each push is
-// applied when it arrives. A worker that is removed (elastic mode) no longer
-// holds rounds back; a round it did not push is combined from the samples
-// the others actually pushed.
 package ps
 
 import (

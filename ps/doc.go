@@ -1,0 +1,48 @@
+// Package ps is ParamHub, gorun's parameter server, in three layers: a
+// pure Table of keyed tensors with the clock engine that decides when a
+// pull may see what (no I/O, no clock); the Hub server, one goroutine that
+// owns a Table behind authenticated TCP connections; and the Client a
+// worker uses, with asynchronous handles.
+//
+// # Keys, pushes and pulls
+//
+// Workers Declare keys (every worker, in the same order: the partitions of
+// a key are placed on the hubs by a deterministic least-loaded rule every
+// worker computes alike), then Push, Pull and PushPull float32 or float64
+// tensors. Calls return a Handle at once; Wait blocks with a context. A
+// buffer passed to a call belongs to the call until its handle is done.
+// Every push carries its sample count.
+//
+// # Consistency
+//
+// Every worker has a clock: its k-th push of a key is clock k-1. With
+// staleness s, a pull at clock c is served once every live worker has
+// pushed clocks 0..c-s-1, so it sees every update from clocks <= c-s-1.
+// BSP is s = 0, SSP is s > 0, and ASP (Async) never waits.
+//
+// # Updates
+//
+// Under BSP a round's pushes are combined when the round is complete: sum
+// mode adds their sum to the value; SGD mode takes the sample-weighted mean
+// gradient and applies one momentum step. Under SSP and ASP each push is
+// applied when it arrives. A worker that is removed (elastic mode) or has
+// left cleanly no longer holds rounds back; a round it did not push is
+// combined from the samples the others actually pushed.
+//
+// # Collectives
+//
+// Client.Collective runs one collective of the collective package's hub
+// strategy: every worker sends its part of every partition, and the hub
+// folds the parts in rank order (or concatenates them, or forwards the
+// root's), and answers each worker with the part of the result it wants.
+//
+// # Failure
+//
+// A worker's connection that breaks without a goodbye is a lost worker:
+// by default every request from then on fails with an error naming it
+// (errors.Is(err, transport.ErrPeerLost)); with HubConfig.Elastic the
+// worker is removed instead. A hub whose connection breaks, or that says
+// nothing for ClientConfig.HubTimeout while it owes an answer, fails the
+// client with a HubLostError naming it. Bad requests get errors (ErrUnknownKey,
+// ErrShape, ErrClock, ErrBadRequest) and never stop the hub.
+package ps
