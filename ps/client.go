@@ -111,7 +111,8 @@ type hubLink struct {
 
 type call struct {
 	h  *Handle
-	on func(m *message) // consumes a reply's data; runs under h.mu
+	on   func(m *message) // consumes a reply's data; runs under h.mu
+	want int              // bytes of data the reply must carry; -1: any
 }
 
 // Dial connects worker cfg.Worker to every hub.
@@ -273,6 +274,12 @@ func (c *Client) reader(h *hubLink) {
 		if cl == nil {
 			continue // the answer to a request given up on
 		}
+		if cl.want >= 0 && len(m.Data) != cl.want {
+			lost := &HubLostError{Hub: h.idx, Addr: h.addr, Reason: fmt.Sprintf("sent %d bytes where %d were due", len(m.Data), cl.want)}
+			cl.h.finish(lost, nil)
+			c.Fail(lost)
+			return
+		}
 		cl.h.finish(nil, func() {
 			if cl.on != nil {
 				cl.on(&m)
@@ -315,7 +322,7 @@ func (c *Client) watchdog() {
 }
 
 // send registers a call on hub i and queues m.
-func (c *Client) send(i int, m *message, h *Handle, on func(*message)) {
+func (c *Client) send(i int, m *message, h *Handle, on func(*message), want int) {
 	hl := c.hubs[i]
 	hl.mu.Lock()
 	if len(hl.pending) == 0 {
@@ -323,7 +330,7 @@ func (c *Client) send(i int, m *message, h *Handle, on func(*message)) {
 	}
 	hl.nextID++
 	m.ID = hl.nextID
-	hl.pending[m.ID] = &call{h: h, on: on}
+	hl.pending[m.ID] = &call{h: h, on: on, want: want}
 	hl.mu.Unlock()
 	if !hl.l.send(m) {
 		h.finish(c.errOr(&HubLostError{Hub: i, Addr: hl.addr, Reason: "connection closed"}), nil)
@@ -450,7 +457,7 @@ func (c *Client) Declare(ctx context.Context, key string, cfg KeyConfig) error {
 		if cfg.Init != nil {
 			m.Data = reduce.AsBytes(cfg.Init[p.Off : p.Off+p.Len])
 		}
-		c.send(p.Hub, m, h, nil)
+		c.send(p.Hub, m, h, nil, 0)
 	}
 	return h.Wait(ctx)
 }
@@ -528,10 +535,11 @@ func push[T Float](c *Client, key string, grad []T, samples int, dst []T, typ ms
 	for _, p := range ks.parts {
 		m := &message{Type: typ, Key: partKey(key, p.Off), Clock: uint32(clock), Samples: uint32(samples), DType: reduce.DTypeOf[T](), Data: reduce.AsBytes(grad[p.Off : p.Off+p.Len])}
 		var on func(*message)
+		want := 0
 		if dst != nil {
-			on = pullInto(c, dst[p.Off:p.Off+p.Len])
+			on, want = pullInto(c, dst[p.Off:p.Off+p.Len]), p.Len*size
 		}
-		c.send(p.Hub, m, h, on)
+		c.send(p.Hub, m, h, on, want)
 	}
 	return h
 }
@@ -549,7 +557,7 @@ func Pull[T Float](c *Client, key string, dst []T) *Handle {
 	h := c.newHandle(kindPull, len(ks.parts))
 	for _, p := range ks.parts {
 		m := &message{Type: msgPull, Key: partKey(key, p.Off), Clock: uint32(clock), DType: reduce.DTypeOf[T]()}
-		c.send(p.Hub, m, h, pullInto(c, dst[p.Off:p.Off+p.Len]))
+		c.send(p.Hub, m, h, pullInto(c, dst[p.Off:p.Off+p.Len]), p.Len*int(reduce.Size(reduce.DTypeOf[T]())))
 	}
 	return h
 }
@@ -573,7 +581,7 @@ func (c *Client) Share(ctx context.Context, total, samples int, compute time.Dur
 	var share int
 	h := c.newHandle(kindOther, 1)
 	clock := c.shareClock.Add(1) - 1
-	c.send(0, &message{Type: msgShare, Clock: clock, Count: uint64(total), Samples: uint32(samples), Nanos: int64(compute)}, h, func(m *message) { share = int(m.Count) })
+	c.send(0, &message{Type: msgShare, Clock: clock, Count: uint64(total), Samples: uint32(samples), Nanos: int64(compute)}, h, func(m *message) { share = int(m.Count) }, 0)
 	if err := h.Wait(ctx); err != nil {
 		return 0, err
 	}
@@ -636,6 +644,10 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 		if hi > lo {
 			m.WantOff, m.WantLen = uint64(lo-p.Off), uint64(hi-lo)
 		}
+		want := max(0, hi-lo) * size
+		if r.Kind == kindGather {
+			want = c.cfg.Workers * p.Len * size
+		}
 		on := func(rep *message) {
 			c.iter.addBytes(0, int64(len(rep.Data)))
 			if r.Kind != kindGather {
@@ -646,7 +658,7 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 				copy(r.Recv[(w*r.Count+p.Off)*size:(w*r.Count+p.Off+p.Len)*size], rep.Data[w*p.Len*size:])
 			}
 		}
-		c.send(p.Hub, m, h, on)
+		c.send(p.Hub, m, h, on, want)
 	}
 	return h.Wait(ctx)
 }

@@ -591,3 +591,55 @@ func TestHubCostModel(t *testing.T) {
 		}
 	}
 }
+
+// TestClientRejectsBadReplies: a "hub" that answers a pull with the wrong
+// number of bytes is declared lost; the client never copies it.
+func TestClientRejectsBadReplies(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if _, err := transport.AcceptHandshake(c, "job", []byte(testSecret), func(transport.Ends) bool { return true }, time.Second); err != nil {
+			return
+		}
+		r := transport.NewReader(c, 1<<20)
+		for {
+			_, p, err := r.Next(nil)
+			if err != nil {
+				return
+			}
+			m, err := decodeMessage(p)
+			if err != nil {
+				return
+			}
+			reply := message{Type: msgReply, ID: m.ID, DType: 2, Data: make([]byte, 8*3)}
+			if m.Type == msgDeclare {
+				reply.Data = nil
+			}
+			_, _ = c.Write(transport.AppendFrame(nil, transport.Header{Type: transport.TypeData}, reply.encode()))
+		}
+	}()
+	c, err := Dial(context.Background(), clientConfig(0, 1, []string{ln.Addr().String()}, 1024))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Declare(context.Background(), "k", KeyConfig{Len: 4}); err != nil {
+		t.Fatal(err)
+	}
+	dst := []float64{7, 7, 7, 7}
+	err = Pull(c, "k", dst).Wait(context.Background())
+	if !errors.Is(err, ErrHubLost) || !strings.Contains(err.Error(), "sent 24 bytes where 32 were due") {
+		t.Fatalf("got %v", err)
+	}
+	if dst[0] != 7 {
+		t.Fatal("a bad reply was copied")
+	}
+}
