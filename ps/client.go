@@ -110,7 +110,7 @@ type hubLink struct {
 }
 
 type call struct {
-	h  *Handle
+	h    *Handle
 	on   func(m *message) // consumes a reply's data; runs under h.mu
 	want int              // bytes of data the reply must carry; -1: any
 }
