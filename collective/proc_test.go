@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 		if err == nil {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 			var st ps.HubStats
-			st, err = ps.Serve(ctx, cfg)
+			st, err = ps.Serve(ctx, cfg, time.Second)
 			stop()
 			fmt.Printf("hub %d served %d requests\n", cfg.Index, st.Requests)
 		}

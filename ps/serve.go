@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // HubConfigFromEnv builds the config of a dedicated hub from the
@@ -45,7 +46,10 @@ func HubConfigFromEnv(lookup func(string) (string, bool)) (HubConfig, error) {
 }
 
 // Serve runs a hub until every worker has come and gone, or ctx ends.
-func Serve(ctx context.Context, cfg HubConfig) (HubStats, error) {
+// When ctx ends (the launcher is ending the job) the hub still serves for
+// up to drain, so that what it has to tell the workers (a lost worker's
+// name, above all) reaches them before its connections close.
+func Serve(ctx context.Context, cfg HubConfig, drain time.Duration) (HubStats, error) {
 	h, err := NewHub(cfg)
 	if err != nil {
 		return HubStats{}, err
@@ -54,6 +58,10 @@ func Serve(ctx context.Context, cfg HubConfig) (HubStats, error) {
 	select {
 	case <-h.Done():
 	case <-ctx.Done():
+		select {
+		case <-h.Done():
+		case <-time.After(drain):
+		}
 	}
 	return h.Stats(), nil
 }

@@ -325,7 +325,7 @@ func hub(c *cli.Context) error {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := ps.Serve(ctx, cfg)
+	st, err := ps.Serve(ctx, cfg, time.Second)
 	if err != nil {
 		return err
 	}

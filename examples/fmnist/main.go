@@ -35,6 +35,8 @@ type options struct {
 	mode      string
 	data      string
 	duration  time.Duration
+	iters     int // per worker; 0: until the duration is spent
+	samples   int // synthetic training samples
 	batch     int // global batch per iteration
 	lr, mom   float64
 	staleness int
@@ -50,6 +52,8 @@ func run(args []string, out io.Writer) int {
 	fs.StringVar(&o.mode, "mode", "ring", "ring, bsp, ssp, asp or lbbsp")
 	fs.StringVar(&o.data, "data", "", "directory with the Fashion-MNIST .gz files (default: synthetic data)")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "training time budget")
+	fs.IntVar(&o.iters, "iters", 0, "stop each worker after this many iterations (0: run for -duration)")
+	fs.IntVar(&o.samples, "samples", 12000, "training samples of the synthetic data")
 	fs.IntVar(&o.batch, "batch", 256, "global batch per iteration, split over the ranks")
 	fs.Float64Var(&o.lr, "lr", 0.5, "learning rate")
 	fs.Float64Var(&o.mom, "momentum", 0.5, "momentum")
@@ -70,7 +74,7 @@ func run(args []string, out io.Writer) int {
 
 func load(o options) (train, test *dataset, source string, err error) {
 	if o.data == "" {
-		return synthetic(o.seed, 12000), synthetic(o.seed+1, 2000), "synthetic", nil
+		return synthetic(o.seed, o.samples), synthetic(o.seed+1, 2000), "synthetic", nil
 	}
 	if train, err = loadIDX(o.data, "train"); err == nil {
 		test, err = loadIDX(o.data, "t10k")
@@ -160,6 +164,14 @@ func train(o options, out io.Writer) error {
 	return nil
 }
 
+// done reports whether this worker has spent its budget.
+func (wk *worker) done(t0 time.Time) bool {
+	if wk.o.iters > 0 {
+		return wk.iters >= wk.o.iters
+	}
+	return time.Since(t0) > wk.o.duration
+}
+
 // step computes the gradient of a batch of n of this rank's samples,
 // slowed down on the straggler, and returns the compute time.
 func (wk *worker) step(n int) time.Duration {
@@ -189,7 +201,7 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 	for {
 		wk.step(share)
 		wk.g[params] = 0
-		if wk.c.Rank() == 0 && time.Since(t0) > wk.o.duration {
+		if wk.c.Rank() == 0 && wk.done(t0) {
 			wk.g[params] = 1
 		}
 		t1 := time.Now()
@@ -225,7 +237,7 @@ func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error
 	share := max(1, wk.o.batch/wk.c.Size())
 	var last time.Duration
 	lastN := 0
-	for time.Since(t0) < wk.o.duration {
+	for !wk.done(t0) {
 		if wk.o.mode == "lbbsp" {
 			n, err := wk.hub.Share(ctx, wk.o.batch, lastN, last)
 			if err != nil {

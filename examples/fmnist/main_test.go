@@ -30,13 +30,13 @@ var resultRE = regexp.MustCompile(`\[0\] mode=(\w+) straggler="([^"]*)" data=syn
 func TestModesLearn(t *testing.T) {
 	for _, mode := range []string{"ring", "bsp", "ssp", "asp"} {
 		t.Run(mode, func(t *testing.T) {
-			res, out := jobtest.Launch(t, 3, []string{"-mode", mode, "-duration", "1500ms", "-straggler", "2"}, func(c *launcher.Config) {
+			res, out := jobtest.Launch(t, 3, []string{"-mode", mode, "-iters", "150", "-samples", "3000", "-straggler", "2", "-slow", "2"}, func(c *launcher.Config) {
 				if mode != "ring" {
 					c.Strategy = "hub"
 				}
 			})
 			m := resultRE.FindStringSubmatch(out)
-			if res.ExitCode != 0 || m == nil || m[1] != mode || m[2] != "rank 2 x4" {
+			if res.ExitCode != 0 || m == nil || m[1] != mode || m[2] != "rank 2 x2" || m[3] != "450" {
 				t.Fatalf("exit %d:\n%s", res.ExitCode, out)
 			}
 			acc, _ := strconv.ParseFloat(m[5], 64)
@@ -56,7 +56,7 @@ func TestModesLearn(t *testing.T) {
 // shares always add up to the global batch.
 func TestLBBSPShrinksTheStraggler(t *testing.T) {
 	metrics := filepath.Join(t.TempDir(), "m")
-	res, out := jobtest.Launch(t, 3, []string{"-mode", "lbbsp", "-duration", "2s", "-straggler", "2", "-batch", "300", "-metrics", metrics},
+	res, out := jobtest.Launch(t, 3, []string{"-mode", "lbbsp", "-iters", "60", "-samples", "3000", "-straggler", "2", "-batch", "300", "-metrics", metrics},
 		func(c *launcher.Config) { c.Strategy, c.Hubs = "hub", 1 })
 	if res.ExitCode != 0 || resultRE.FindStringSubmatch(out) == nil {
 		t.Fatalf("exit %d:\n%s", res.ExitCode, out)

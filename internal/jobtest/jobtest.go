@@ -35,7 +35,7 @@ func Dispatch() {
 		var cfg ps.HubConfig
 		if cfg, err = ps.HubConfigFromEnv(os.LookupEnv); err == nil {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-			_, err = ps.Serve(ctx, cfg)
+			_, err = ps.Serve(ctx, cfg, time.Second)
 			stop()
 		}
 	default:
