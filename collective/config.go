@@ -52,6 +52,11 @@ type Config struct {
 	// HubTimeout: a hub that stays silent this long while owing an answer
 	// is lost.
 	HubTimeout time.Duration
+	// HubElastic (GORUN_HUB_ELASTIC=1, gorun --hub-elastic): colocated
+	// hubs finish BSP rounds without a lost rank, and a lost rank does not
+	// break this rank's hub client (keyed push and pull go on; the ring
+	// and the hub strategy's collectives still fail).
+	HubElastic bool
 
 	// Seeds are the gossip addresses ("host:port") of the job's ranks;
 	// each rank joins every one.
@@ -189,6 +194,9 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if h, ok := lookup("GORUN_HUBS"); ok && h != "" {
 		cfg.Hubs = strings.Split(h, ",")
+	}
+	if v, _ := lookup("GORUN_HUB_ELASTIC"); v == "1" || v == "true" {
+		cfg.HubElastic = true
 	}
 	if k, ok := lookup("GORUN_COLOCATED_HUBS"); ok && k != "" {
 		if cfg.ColocatedHubs, err = strconv.Atoi(k); err != nil {

@@ -35,6 +35,7 @@ func (c *Comm) startHub(ctx context.Context) error {
 				host = ""
 			}
 			hc.ListenAddr, hc.MaxFrame, hc.Logger = net.JoinHostPort(host, "0"), c.cfg.MaxFrame+4096, c.log
+			hc.Elastic = c.cfg.HubElastic
 			h, err := ps.NewHub(hc)
 			if err != nil {
 				return err
@@ -64,7 +65,9 @@ func (c *Comm) startHub(ctx context.Context) error {
 		defer close(c.watchDone)
 		select {
 		case <-c.tr.Failed():
-			cl.Fail(c.tr.Err())
+			if !c.cfg.HubElastic {
+				cl.Fail(c.tr.Err())
+			}
 		case <-c.stopWatch:
 		}
 	}()
@@ -105,9 +108,13 @@ func (c *Comm) closeHub() {
 	<-c.watchDone
 	_ = c.hub.Close()
 	if c.ownHub != nil {
+		failed := c.tr.Failed()
+		if c.cfg.HubElastic {
+			failed = nil // the others may still be training
+		}
 		select {
 		case <-c.ownHub.Done():
-		case <-c.tr.Failed():
+		case <-failed:
 		case <-time.After(10 * time.Second):
 			c.log.Warn("closing this rank's hub while some ranks are still connected")
 		}

@@ -76,6 +76,26 @@ func rankMain(mode string) int {
 		at, err := conformance.Drill(ctx, c, sig, 64, func(s string) { fmt.Println(s) })
 		fmt.Printf("LOST %d %v\n", at.UnixNano(), err)
 		return 3
+	case "elastic":
+		// The last rank dies before its 11th push; with --hub-elastic the
+		// others finish every BSP round without it.
+		hub := c.Hub()
+		if err := hub.Declare(ctx, "w", ps.KeyConfig{Len: 1}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		v := []float64{0}
+		for iter := range 40 {
+			if c.Rank() == c.Size()-1 && iter == 10 {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+			if err := ps.PushPull(hub, "w", []float64{1}, 1, v).Wait(ctx); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+		fmt.Printf("ELASTIC %v\n", v[0])
+		return 0
 	case "hubkill":
 		// Rank 0 kills hub 0's process in the middle of a 64 MiB
 		// all-reduce; every rank must report the lost hub.
@@ -221,6 +241,27 @@ func TestProcessesHubVerify(t *testing.T) {
 // TestHubKillDetected: a rank killed mid all-reduce under the hub
 // strategy (one dedicated hub) is named by every survivor.
 func TestHubKillDetected(t *testing.T) { drill(t, "kill", 5*time.Second, hubs(1)) }
+
+// TestHubElasticJob: under --hub-elastic a rank that dies mid-training
+// does not end the job: the hub finishes every BSP round from the others,
+// the launcher says so, and the job succeeds.
+func TestHubElasticJob(t *testing.T) {
+	res, out := launchWith(t, 4, "elastic", 3*time.Second, func(cfg *launcher.Config) {
+		cfg.Strategy, cfg.Hubs, cfg.HubElastic = "hub", 1, true
+	})
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d (%s):\n%s", res.ExitCode, res.Failure, out)
+	}
+	// 10 rounds of 4 pushes of 1, then 30 rounds of 3.
+	if strings.Count(out, "ELASTIC 130\n") != 3 {
+		t.Fatalf("want 3 survivors at 130:\n%s", out)
+	}
+	for _, want := range []string{"rank 3 on localhost", "--hub-elastic: the job goes on without it", "finished without 1 lost rank(s) [3]"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("no %q in:\n%s", want, out)
+		}
+	}
+}
 
 // TestHubProcessKilled: a dedicated hub killed mid all-reduce is reported
 // by every rank, and the job fails naming it.

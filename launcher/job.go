@@ -157,6 +157,7 @@ type rankState struct {
 	pid     int
 	started bool
 	exited  bool
+	ok      bool // exited with code 0
 	stderr  *tail
 }
 
@@ -474,6 +475,8 @@ func (j *job) supervise(ctx context.Context) Result {
 	}
 	started := 0
 	remaining := len(j.agents)
+	var lost []int // ranks lost under --hub-elastic
+	lostCode := 0
 	for remaining > 0 {
 		select {
 		case ev := <-events:
@@ -513,11 +516,21 @@ func (j *job) supervise(ctx context.Context) Result {
 				if ex.Signal != 0 {
 					code = 128 + ex.Signal
 				}
-				if code != 0 && terminating == 0 {
+				switch {
+				case code == 0 || terminating != 0:
+				case cfg.HubElastic && ev.m.Rank < j.np && !j.workersDone():
+					// Elastic: the hubs finish their rounds without it.
+					lost = append(lost, ev.m.Rank)
+					if lostCode == 0 {
+						lostCode = code
+					}
+					fmt.Fprintf(cfg.Stderr, "gorun: %s; --hub-elastic: the job goes on without it\n", j.describeExit(ev.m.Rank, ex))
+				default:
 					setFailure(code, j.describeExit(ev.m.Rank, ex))
 					terminate(syscall.SIGTERM)
 					armHardStop()
 				}
+				rs.ok = code == 0
 				if terminating == 0 && ev.m.Rank < j.np && j.workersDone() {
 					// Every rank is done: the hubs have nothing left to serve.
 					terminate(syscall.SIGTERM)
@@ -572,6 +585,14 @@ func (j *job) supervise(ctx context.Context) Result {
 	go func() { readers.Wait(); close(events) }()
 	for range events {
 	}
+	if len(lost) > 0 && !failed {
+		// The job went on without them: it succeeded if a rank finished.
+		if !j.anyOK() {
+			setFailure(lostCode, fmt.Sprintf("every rank was lost (elastic: %v)", lost))
+		} else {
+			fmt.Fprintf(cfg.Stderr, "gorun: finished without %d lost rank(s) %v (--hub-elastic)\n", len(lost), lost)
+		}
+	}
 	if res.Failure != "" {
 		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", res.Failure)
 	}
@@ -586,6 +607,16 @@ func (j *job) workersDone() bool {
 		}
 	}
 	return true
+}
+
+// anyOK reports whether some rank (not hub) exited with code 0.
+func (j *job) anyOK() bool {
+	for _, rs := range j.ranks[:j.np] {
+		if rs.ok {
+			return true
+		}
+	}
+	return false
 }
 
 // name is how messages call a rank or a hub.
