@@ -242,6 +242,10 @@ func TestProcessesHubVerify(t *testing.T) {
 // strategy (one dedicated hub) is named by every survivor.
 func TestHubKillDetected(t *testing.T) { drill(t, "kill", 5*time.Second, hubs(1)) }
 
+// TestHubStopDetected: a rank frozen under the hub strategy is found by
+// gossip, and that wakes every survivor waiting on the hub.
+func TestHubStopDetected(t *testing.T) { drill(t, "stop", 8*time.Second, hubs(1)) }
+
 // TestHubElasticJob: under --hub-elastic a rank that dies mid-training
 // does not end the job: the hub finishes every BSP round from the others,
 // the launcher says so, and the job succeeds.
