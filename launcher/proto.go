@@ -16,7 +16,7 @@ import (
 // remote shell prints before it (a chatty .bashrc) is skipped.
 const (
 	agentMagic     = "GORUN-AGENT-1"
-	protoVersion   = 1
+	protoVersion   = 2 // 2: rankSpec.Hub (dedicated ParamHub processes)
 	maxBannerLines = 10000
 )
 
