@@ -26,7 +26,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) ./ps
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 20x ./ring ./collective
+	$(GO) test -run '^$$' -bench . -benchtime 20x ./ring ./collective ./ps
 
 integ:
 	GORUN_REQUIRE_TESTNET=1 $(GO) test -race -count=1 -v ./e2e

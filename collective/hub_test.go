@@ -163,14 +163,14 @@ func TestHubStrategyMatchesReference(t *testing.T) {
 
 // TestHubAgreesWithRing: the same float64 inputs all-reduced through the
 // hubs and through the ring agree to 1e-12 (the hub folds in rank order;
-// the ring's order differs per chunk), and 1 hub and 3 hubs give the
-// same bits.
+// the ring's order differs per chunk), and 1 hub, 3 hubs and a shard in
+// every rank give the same bits.
 func TestHubAgreesWithRing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const size = 4
 	results := map[int][][]float64{}
-	for _, k := range []int{1, 3} {
+	for _, k := range []int{1, 3, size} {
 		comms := hubComms(t, size, k)
 		results[k] = make([][]float64, size)
 		err := runAll(comms, func(c *Comm) error {
@@ -206,10 +206,12 @@ func TestHubAgreesWithRing(t *testing.T) {
 		}
 		closeAll(comms)
 	}
-	for r := range size {
-		for i := range results[1][r] {
-			if results[1][r][i] != results[3][r][i] {
-				t.Fatalf("rank %d [%d]: 1 hub %v, 3 hubs %v", r, i, results[1][r][i], results[3][r][i])
+	for _, k := range []int{3, size} {
+		for r := range size {
+			for i := range results[1][r] {
+				if results[1][r][i] != results[k][r][i] {
+					t.Fatalf("rank %d [%d]: 1 hub %v, %d hubs %v", r, i, results[1][r][i], k, results[k][r][i])
+				}
 			}
 		}
 	}
