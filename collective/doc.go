@@ -74,5 +74,7 @@
 // contract above holds unchanged; in addition a lost hub fails every rank
 // with ErrPeerLost naming the hub, and Comm.Hub gives the hub client for
 // keyed push and pull beside the collectives. SetStrategy switches between
-// ring and hubs at the same point on every rank.
+// ring and hubs at the same point on every rank. A rank that hosts a hub
+// waits in Close until every rank has closed its Comm (at most
+// JoinTimeout), as MPI_Finalize does, so that no rank loses its hub early.
 package collective

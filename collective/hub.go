@@ -99,7 +99,8 @@ func (c *Comm) exchange(ctx context.Context, mine string) ([]string, error) {
 }
 
 // closeHub says goodbye to the hubs and, on a rank that hosts one, waits
-// (bounded) until every rank has said goodbye before stopping it.
+// until every rank has said goodbye (or a rank is lost, or JoinTimeout
+// passes) before stopping it.
 func (c *Comm) closeHub() {
 	if c.hub == nil {
 		return
@@ -115,8 +116,8 @@ func (c *Comm) closeHub() {
 		select {
 		case <-c.ownHub.Done():
 		case <-failed:
-		case <-time.After(10 * time.Second):
-			c.log.Warn("closing this rank's hub while some ranks are still connected")
+		case <-time.After(c.cfg.JoinTimeout):
+			c.log.Warn("closing this rank's hub while some ranks are still connected", "waited", c.cfg.JoinTimeout)
 		}
 		_ = c.ownHub.Close()
 	}
