@@ -235,20 +235,20 @@ func TestHubMismatch(t *testing.T) {
 	}
 }
 
-// TestHubRankLost: a rank whose process dies (its connections drop
-// without a goodbye) is named by every other rank, through the hub.
-func TestHubRankLost(t *testing.T) {
+// TestHubRankGivesUp: a rank whose hub client fails (here: on purpose)
+// tells the hub why, and every other rank gets that reason, naming it.
+func TestHubRankGivesUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	comms := hubComms(t, 4, 1) // the hub lives in rank 0
 	err := runAll(comms, func(c *Comm) error {
 		if c.Rank() == 2 {
-			c.hub.Fail(errors.New("simulated crash")) // drops its hub connection
+			c.hub.Fail(errors.New("simulated failure"))
 			return nil
 		}
 		err := AllReduce(ctx, c, make([]float32, 1<<16), Sum)
-		if !errors.Is(err, ErrPeerLost) || !strings.Contains(err.Error(), "rank 2") {
-			return fmt.Errorf("got %v, want a lost rank 2", err)
+		if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "rank 2 aborted: simulated failure") {
+			return fmt.Errorf("got %v, want rank 2's reason", err)
 		}
 		return nil
 	})

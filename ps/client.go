@@ -198,9 +198,11 @@ func (c *Client) Fail(err error) {
 	c.failOnce.Do(func() {
 		c.err = err
 		close(c.failed)
+		// Last words: the hubs tell the other workers why, instead of
+		// blaming this one for a broken connection.
 		for _, h := range c.links() {
-			h.l.kill()
-			_ = h.l.c.Close()
+			h.l.queue(outFrame{typ: transport.TypeAbort, hdr: transport.EncodeAbort(err)})
+			h.l.close(200 * time.Millisecond)
 		}
 	})
 }

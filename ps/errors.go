@@ -27,6 +27,7 @@ const (
 	codeMismatch
 	codePeerLost
 	codeBadRequest
+	codeAborted
 )
 
 func codeOf(err error) uint8 {
@@ -45,14 +46,16 @@ func codeOf(err error) uint8 {
 		return codePeerLost
 	case errors.Is(err, ErrBadRequest):
 		return codeBadRequest
+	case errors.Is(err, transport.ErrAborted):
+		return codeAborted
 	}
 	return codeOther
 }
 
 // HubError is an error a hub sent back for a request. errors.Is maps it
 // onto the sentinels: ErrUnknownKey, ErrShape, ErrClock, ErrWorker,
-// ErrBadRequest, and transport's ErrSizeMismatch and ErrPeerLost (a lost
-// worker).
+// ErrBadRequest, and transport's ErrSizeMismatch, ErrPeerLost (a lost
+// worker) and ErrAborted (a worker gave up and said why).
 type HubError struct {
 	Hub  int
 	Code uint8
@@ -78,6 +81,8 @@ func (e *HubError) Is(target error) bool {
 		return e.Code == codePeerLost
 	case ErrBadRequest:
 		return e.Code == codeBadRequest
+	case transport.ErrAborted:
+		return e.Code == codeAborted
 	}
 	return false
 }

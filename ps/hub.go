@@ -97,7 +97,7 @@ type hubEvent struct {
 	joined bool
 	gone   bool
 	clean  bool
-	reason string
+	cause  error // why a worker that did not say goodbye is gone
 }
 
 // NewHub starts a hub listening on cfg.ListenAddr.
@@ -216,6 +216,7 @@ func (h *Hub) serveConn(c net.Conn) {
 		return
 	}
 	clean, reason := false, ""
+	var cause error // what the worker said when it gave up
 	for {
 		fh, p, err := l.r.Next(nil)
 		if err != nil {
@@ -243,13 +244,17 @@ func (h *Hub) serveConn(c net.Conn) {
 		case transport.TypeBye:
 			clean = true
 		case transport.TypeAbort:
-			reason = "gave up: " + string(p)
+			cause = transport.DecodeAbort(w, p)
+			reason = cause.Error()
 		}
 		if clean || reason != "" {
 			break
 		}
 	}
-	h.post(hubEvent{worker: w, l: l, gone: true, clean: clean, reason: reason})
+	if cause == nil && !clean {
+		cause = workerLost(w, reason)
+	}
+	h.post(hubEvent{worker: w, l: l, gone: true, clean: clean, cause: cause})
 }
 
 func (h *Hub) post(ev hubEvent) bool {
@@ -338,7 +343,7 @@ func (s *hubState) handle(ev hubEvent) {
 		if s.links[w] != ev.l {
 			return
 		}
-		s.workerGone(w, ev.clean, ev.reason)
+		s.workerGone(w, ev.clean, ev.cause)
 	default:
 		if s.links[w] != ev.l {
 			return
@@ -475,11 +480,13 @@ func (s *hubState) serveShares() {
 	}
 }
 
-func (s *hubState) workerGone(w int, clean bool, reason string) {
+// workerGone takes w out: cleanly (it said goodbye), or lost with cause
+// (its connection broke, or it gave up and said why).
+func (s *hubState) workerGone(w int, clean bool, cause error) {
 	s.links[w] = nil
 	s.gone[w] = true
 	if clean {
-		reason = "it closed its connection (left the job)"
+		cause = workerLost(w, "it closed its connection (left the job)")
 	}
 	s.h.mu.Lock()
 	switch {
@@ -489,16 +496,16 @@ func (s *hubState) workerGone(w int, clean bool, reason string) {
 		s.h.stats.Removed++
 	}
 	s.h.mu.Unlock()
-	lost := workerLost(w, reason)
+	lost := cause
 	if clean || s.h.cfg.Elastic {
 		if !clean {
-			s.h.log.Warn("worker lost; elastic: rounds go on without it", "worker", w, "reason", reason)
+			s.h.log.Warn("worker lost; elastic: rounds go on without it", "worker", w, "cause", cause)
 		}
 		_ = s.table.Remove(w)
 		s.servePulls()
 		s.serveShares()
 	} else if s.failed == nil {
-		s.h.log.Warn("worker lost; failing every request", "worker", w, "reason", reason)
+		s.h.log.Warn("worker lost; failing every request", "worker", w, "cause", cause)
 		s.failed = lost
 		for _, p := range s.pulls {
 			s.replyErr(p.l, p.id, lost)

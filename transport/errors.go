@@ -103,3 +103,11 @@ func (e *MismatchError) Error() string {
 
 // Is reports ErrSizeMismatch.
 func (e *MismatchError) Is(target error) bool { return target == ErrSizeMismatch }
+
+// EncodeAbort is the payload of an abort frame that carries err: its
+// code and its text. Services beside the rank mesh (ParamHub) use it too.
+func EncodeAbort(err error) []byte { return abortPayload(err) }
+
+// DecodeAbort turns the payload of an abort frame from rank from into a
+// RemoteError.
+func DecodeAbort(from int, p []byte) error { return parseAbort(from, p) }
