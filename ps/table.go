@@ -3,6 +3,7 @@ package ps
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -74,6 +75,12 @@ func NewTable(workers int) *Table {
 func (t *Table) Declare(name string, cfg KeyConfig) error {
 	if cfg.Len < 0 || cfg.Staleness < Async || cfg.Init != nil && len(cfg.Init) != cfg.Len {
 		return fmt.Errorf("ps: key %q: bad config (len %d, staleness %d, init %d)", name, cfg.Len, cfg.Staleness, len(cfg.Init))
+	}
+	if cfg.Update != Sum && cfg.Update != SGD {
+		return fmt.Errorf("ps: key %q: unknown update mode %d", name, cfg.Update)
+	}
+	if cfg.Update == SGD && (!(cfg.LR >= 0) || math.IsInf(cfg.LR, 0) || !(cfg.Momentum >= 0 && cfg.Momentum < 1)) {
+		return fmt.Errorf("ps: key %q: SGD needs a finite LR >= 0 and momentum in [0, 1), got %v and %v", name, cfg.LR, cfg.Momentum)
 	}
 	if k, ok := t.keys[name]; ok {
 		if k.cfg.Len != cfg.Len || k.cfg.Update != cfg.Update || k.cfg.Staleness != cfg.Staleness {

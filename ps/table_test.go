@@ -232,6 +232,11 @@ func TestTableErrors(t *testing.T) {
 	if err := tb.Declare("bad", KeyConfig{Len: 2, Init: []float64{1}}); err == nil {
 		t.Error("init of the wrong length accepted")
 	}
+	for _, kc := range []KeyConfig{{Len: 1, Update: 7}, {Len: 1, Update: SGD, LR: math.NaN()}, {Len: 1, Update: SGD, LR: 1, Momentum: 1}, {Len: 1, Update: SGD, LR: -1}} {
+		if err := tb.Declare("bad", kc); err == nil {
+			t.Errorf("%+v accepted", kc)
+		}
+	}
 }
 
 // TestSharesFollowSpeed: an artificially slowed worker's share converges to
