@@ -35,6 +35,7 @@ integ:
 demo: build
 	CGO_ENABLED=0 $(GO) build -o bin/hello ./examples/hello
 	bin/gorun -np 4 bin/hello
+	bin/gorun -np 4 --strategy hub bin/hello
 
 clean:
 	rm -rf bin

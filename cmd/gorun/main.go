@@ -177,6 +177,7 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 	cfg.Stdin = os.Stdin
 	if c.Bool("verbose") {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		cfg.Env = append(cfg.Env, "GORUN_HUB_STATS=1") // hubs report their traffic
 	}
 	return nil
 }
@@ -329,6 +330,8 @@ func hub(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "gorun hub %d: done; %d bytes in, %d bytes out, %d requests\n", cfg.Index, st.BytesIn, st.BytesOut, st.Requests)
+	if os.Getenv("GORUN_HUB_STATS") == "1" {
+		fmt.Fprintf(os.Stderr, "gorun hub %d: done; %d bytes in, %d bytes out, %d requests\n", cfg.Index, st.BytesIn, st.BytesOut, st.Requests)
+	}
 	return nil
 }
