@@ -2,6 +2,7 @@ package collective
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -65,8 +66,20 @@ func (c *Comm) startHub(ctx context.Context) error {
 		defer close(c.watchDone)
 		select {
 		case <-c.tr.Failed():
+			err := c.tr.Err()
 			if !c.cfg.HubElastic {
-				cl.Fail(c.tr.Err())
+				cl.Fail(err)
+				return
+			}
+			// Elastic: the hubs go on without a lost rank, but one that is
+			// frozen still looks connected to them; tell them.
+			var pl *transport.PeerLostError
+			if errors.As(err, &pl) {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if rerr := cl.ReportLost(ctx, pl.Rank, pl.Reason); rerr != nil {
+					c.log.Warn("could not report a lost rank to the hubs", "rank", pl.Rank, "err", rerr)
+				}
 			}
 		case <-c.stopWatch:
 		}

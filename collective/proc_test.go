@@ -76,9 +76,9 @@ func rankMain(mode string) int {
 		at, err := conformance.Drill(ctx, c, sig, 64, func(s string) { fmt.Println(s) })
 		fmt.Printf("LOST %d %v\n", at.UnixNano(), err)
 		return 3
-	case "elastic":
-		// The last rank dies before its 11th push; with --hub-elastic the
-		// others finish every BSP round without it.
+	case "elastic", "elastic-stop":
+		// The last rank dies (or freezes) before its 11th push; with
+		// --hub-elastic the others finish every BSP round without it.
 		hub := c.Hub()
 		if err := hub.Declare(ctx, "w", ps.KeyConfig{Len: 1}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -87,7 +87,12 @@ func rankMain(mode string) int {
 		v := []float64{0}
 		for iter := range 40 {
 			if c.Rank() == c.Size()-1 && iter == 10 {
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				if mode == "elastic-stop" {
+					fmt.Printf("VICTIM %d\n", os.Getpid())
+					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				} else {
+					_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				}
 			}
 			if err := ps.PushPull(hub, "w", []float64{1}, 1, v).Wait(ctx); err != nil {
 				fmt.Fprintln(os.Stderr, err)
@@ -264,6 +269,38 @@ func TestHubElasticJob(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Fatalf("no %q in:\n%s", want, out)
 		}
+	}
+}
+
+// TestHubElasticFrozenRank: a rank that freezes is found by gossip; the
+// survivors tell the elastic hub, which finishes the rounds without it, so
+// nobody hangs. (The launcher then waits for the frozen process, as it
+// waits for any rank; the test kills it.)
+func TestHubElasticFrozenRank(t *testing.T) {
+	var out proctest.Buffer
+	cfg := launcher.DefaultConfig()
+	cfg.NP, cfg.Program, cfg.Gorun = 4, os.Args[0], os.Args[0]
+	cfg.Env = []string{"GORUN_TEST_RANK=elastic-stop", "GORACE=atexit_sleep_ms=0"}
+	cfg.Grace, cfg.Timeout = 3*time.Second, 2*time.Minute
+	cfg.Stdout, cfg.Stderr = &out, &out
+	cfg.Strategy, cfg.Hubs, cfg.HubElastic = "hub", 1, true
+	done := make(chan launcher.Result, 1)
+	go func() {
+		res, err := launcher.Run(context.Background(), cfg)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	proctest.WaitFor(t, time.Minute, func() bool { return strings.Count(out.String(), "ELASTIC 130\n") == 3 }, "3 survivors to finish at 130")
+	m := regexp.MustCompile(`VICTIM (\d+)`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no victim:\n%s", out.String())
+	}
+	pid, _ := strconv.Atoi(m[1])
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	if res := <-done; res.ExitCode != 0 {
+		t.Fatalf("exit %d (%s):\n%s", res.ExitCode, res.Failure, out.String())
 	}
 }
 

@@ -590,6 +590,18 @@ func (c *Client) Share(ctx context.Context, total, samples int, compute time.Dur
 	return share, nil
 }
 
+// ReportLost tells every hub that worker is lost (found dead by gossip:
+// a frozen or cut-off worker whose connections to the hubs may still look
+// fine), so that rounds stop waiting for it: elastic hubs remove it, the
+// others fail every request naming it.
+func (c *Client) ReportLost(ctx context.Context, worker int, reason string) error {
+	h := c.newHandle(kindOther, len(c.hubs))
+	for i := range c.hubs {
+		c.send(i, &message{Type: msgLost, Root: uint32(worker), Data: []byte(reason)}, h, nil, 0)
+	}
+	return h.Wait(ctx)
+}
+
 // Round kinds of Collective.
 const (
 	RoundReduce    = kindReduce

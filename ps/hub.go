@@ -399,6 +399,22 @@ func (s *hubState) request(w int, l *link, m *message) {
 		s.share(w, l, m)
 	case msgRound:
 		s.round(w, l, m)
+	case msgLost:
+		// Another worker's membership found worker Root dead (frozen or cut
+		// off: its connection here may look fine).
+		x := int(m.Root)
+		if x < 0 || x >= len(s.gone) || x == w {
+			s.replyErr(l, m.ID, fmt.Errorf("%w: worker %d reports worker %d lost", ErrBadRequest, w, x))
+			return
+		}
+		if !s.gone[x] {
+			if xl := s.links[x]; xl != nil {
+				xl.kill()
+				_ = xl.c.Close()
+			}
+			s.workerGone(x, false, workerLost(x, fmt.Sprintf("reported by worker %d: %s", w, m.Data)))
+		}
+		s.reply(l, m.ID, message{})
 	default:
 		s.replyErr(l, m.ID, fmt.Errorf("%w: a hub does not take %v messages", ErrBadRequest, m.Type))
 	}

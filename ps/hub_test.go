@@ -643,3 +643,42 @@ func TestClientRejectsBadReplies(t *testing.T) {
 		t.Fatal("a bad reply was copied")
 	}
 }
+
+// TestReportLost: a worker that is silent but still connected (frozen)
+// holds a BSP round until another worker reports it lost; an elastic hub
+// then finishes the round without it.
+func TestReportLost(t *testing.T) {
+	const n = 3
+	_, addrs := startHubs(t, 2, n, true)
+	cs := dialAll(t, n, addrs, 16)
+	if err := each(n, func(w int) error { return cs[w].Declare(context.Background(), "w", KeyConfig{Len: 4}) }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got := make([][]float64, n)
+	hs := make([]*Handle, n)
+	for _, w := range []int{0, 1} { // worker 2 never pushes
+		got[w] = make([]float64, 4)
+		hs[w] = PushPull(cs[w], "w", []float64{1, 1, 1, 1}, 1, got[w])
+	}
+	select {
+	case <-hs[0].Done():
+		t.Fatal("the round completed without worker 2 and before any report")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := cs[0].ReportLost(ctx, 2, "gossip: no answer"); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []int{0, 1} {
+		if err := hs[w].Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got[w][0] != 2 {
+			t.Fatalf("worker %d: %v, want the sum of the two survivors", w, got[w])
+		}
+	}
+	if err := cs[0].ReportLost(ctx, 0, "self"); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("reporting itself: %v", err)
+	}
+}

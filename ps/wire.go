@@ -26,10 +26,11 @@ const (
 	msgShare                       // LB-BSP: Count=global batch, Samples and Nanos of the last iteration
 	msgReply                       // ID; Data, Stale (staleness seen), Count (a share)
 	msgError                       // ID; Code, Data=text
+	msgLost                        // a worker reports that worker Root is lost; Data=reason
 	msgEnd
 )
 
-var msgName = [...]string{"?", "declare", "push", "pull", "pushpull", "round", "share", "reply", "error"}
+var msgName = [...]string{"?", "declare", "push", "pull", "pushpull", "round", "share", "reply", "error", "lost"}
 
 func (t msgType) String() string {
 	if t > 0 && t < msgEnd {
