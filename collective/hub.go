@@ -2,7 +2,6 @@ package collective
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -72,19 +71,48 @@ func (c *Comm) startHub(ctx context.Context) error {
 				return
 			}
 			// Elastic: the hubs go on without a lost rank, but one that is
-			// frozen still looks connected to them; tell them.
-			var pl *transport.PeerLostError
-			if errors.As(err, &pl) {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				if rerr := cl.ReportLost(ctx, pl.Rank, pl.Reason); rerr != nil {
-					c.log.Warn("could not report a lost rank to the hubs", "rank", pl.Rank, "err", rerr)
-				}
-			}
+			// frozen still looks connected to them; tell them whom this
+			// rank found lost (its transport may have failed first on
+			// another rank's abort, and confirm its own verdict later).
+			c.reportLost(cl)
 		case <-c.stopWatch:
 		}
 	}()
 	return nil
+}
+
+// reportLost tells the hubs about every rank the transport finds lost in
+// the next few seconds (the confirmation of gossip's verdict takes up to
+// its ConfirmTimeout).
+func (c *Comm) reportLost(cl *ps.Client) {
+	lt, ok := c.tr.(interface{ Lost() map[int]string })
+	if !ok {
+		return
+	}
+	reported := map[int]bool{}
+	deadline := time.After(transport.DefaultConfig().ConfirmTimeout + 3*time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for rank, reason := range lt.Lost() {
+			if reported[rank] {
+				continue
+			}
+			reported[rank] = true
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := cl.ReportLost(ctx, rank, reason); err != nil {
+				c.log.Warn("could not report a lost rank to the hubs", "rank", rank, "err", err)
+			}
+			cancel()
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return
+		case <-c.stopWatch:
+			return
+		}
+	}
 }
 
 // exchange all-gathers one short string per rank over the ring transport.

@@ -25,7 +25,7 @@ type link struct {
 	wake chan struct{}
 	dead bool
 	done chan struct{} // closed when the writer has stopped
-	sent func(n int)   // counts payload bytes written
+	sent func(n int)   // counts payload bytes queued
 }
 
 type outFrame struct {
@@ -61,6 +61,11 @@ func (l *link) queue(f outFrame) bool {
 	}
 	l.q = append(l.q, f)
 	l.mu.Unlock()
+	if l.sent != nil {
+		// Counted when queued: a call's bytes are all counted when its
+		// answer arrives, whatever the writer is doing.
+		l.sent(len(f.hdr) + len(f.data))
+	}
 	select {
 	case l.wake <- struct{}{}:
 	default:
@@ -85,9 +90,6 @@ func (l *link) writer() {
 				l.kill()
 				_ = l.c.Close()
 				return
-			}
-			if l.sent != nil {
-				l.sent(n)
 			}
 		}
 		if dead && len(q) == 0 {

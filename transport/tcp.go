@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"runtime"
 	"slices"
@@ -76,6 +77,9 @@ type TCP struct {
 	closeCtx  context.Context // cancelled when Close starts tearing down
 	cancel    context.CancelFunc
 	closeOnce sync.Once
+
+	lostMu sync.Mutex
+	lost   map[int]string // peers found lost here (see Lost)
 }
 
 var _ Transport = (*TCP)(nil)
@@ -457,12 +461,29 @@ func (t *TCP) lose(peer int, reason string) {
 		default:
 		}
 	}
+	t.lostMu.Lock()
+	if t.lost == nil {
+		t.lost = map[int]string{}
+	}
+	if _, seen := t.lost[peer]; !seen {
+		t.lost[peer] = reason
+	}
+	t.lostMu.Unlock()
 	if t.w.Err() != nil {
 		return
 	}
 	err := &PeerLostError{Rank: peer, Reason: reason}
 	t.broadcastAbort(err, peer, 500*time.Millisecond)
 	t.w.fail(err)
+}
+
+// Lost returns the peers this transport itself found lost, and why, even
+// those found after it had failed for another reason (another rank's
+// abort, say). Elastic services use it to learn exactly who is gone.
+func (t *TCP) Lost() map[int]string {
+	t.lostMu.Lock()
+	defer t.lostMu.Unlock()
+	return maps.Clone(t.lost)
 }
 
 func (t *TCP) peers() []*peerConn {
@@ -530,8 +551,6 @@ func (t *TCP) PeerLost(peer int, reason string) {
 				t.log.Warn("gossip declared a rank dead, but it answered on the data plane; keeping it", "rank", peer)
 				return
 			case <-ctx.Done():
-			case <-t.w.failed:
-				return
 			case <-t.closing:
 				return
 			}

@@ -248,3 +248,36 @@ func TestGossipVerdictConfirmed(t *testing.T) {
 		t.Fatalf("got %v, want rank 1 lost after an unanswered ping", err)
 	}
 }
+
+// TestLostAfterFailure: a peer that gossip declares dead and that does not
+// answer its ping is recorded in Lost even when the transport had already
+// failed on another rank's abort.
+func TestLostAfterFailure(t *testing.T) {
+	ts := mesh(t, 3, func(r int, c *Config) { c.ConfirmTimeout = 300 * time.Millisecond })
+	ts[2].Abort(errors.New("rank 2 gives up"))
+	deadline := time.Now().Add(5 * time.Second)
+	for ts[0].Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ts[0].Err() == nil {
+		t.Fatal("rank 2's abort never arrived")
+	}
+	// Rank 1 vanishes without a word (its connections just close).
+	for _, pc := range ts[1].peers() {
+		_ = pc.c.Close()
+	}
+	ts[0].PeerLost(1, "declared dead by gossip")
+	for time.Now().Before(deadline) {
+		if reason, ok := ts[0].Lost()[1]; ok {
+			if !strings.Contains(reason, "declared dead by gossip") {
+				t.Fatalf("reason %q", reason)
+			}
+			if _, ok := ts[0].Lost()[2]; ok {
+				t.Fatal("rank 2 (which aborted cleanly) recorded as lost")
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("rank 1 not in Lost: %v", ts[0].Lost())
+}
