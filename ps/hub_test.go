@@ -342,8 +342,13 @@ func TestHubSharesFollowSpeed(t *testing.T) {
 	}
 }
 
-// kill drops a client's connections without a goodbye, as a crash does.
+// kill drops a client's connections without a goodbye or last words, all
+// at once, as a crash does.
 func kill(c *Client) {
+	c.failOnce.Do(func() { // so that nothing more is said
+		c.err = errors.New("crashed")
+		close(c.failed)
+	})
 	for _, h := range c.links() {
 		_ = h.l.c.Close()
 	}
