@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,35 +150,19 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 }
 
 func (c *Client) dial(ctx context.Context, i int, addr string) error {
-	var last error
-	for attempt := 0; ; attempt++ {
-		d := net.Dialer{Timeout: c.cfg.HandshakeTimeout}
-		conn, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
-			err = transport.DialHandshake(conn, c.cfg.JobID, c.cfg.Secret, transport.Ends{From: c.cfg.Worker, To: HubTag + i, Size: c.cfg.Workers}, c.cfg.HandshakeTimeout)
-			if err == nil {
-				hl := &hubLink{idx: i, addr: addr, pending: map[uint32]*call{}}
-				hl.l = newLink(conn, c.cfg.MaxFrame, func(n int) { hl.sent.Add(int64(n)) })
-				hl.lastHeard.Store(time.Now().UnixNano())
-				c.mu.Lock()
-				c.hubs[i] = hl
-				c.mu.Unlock()
-				c.wg.Add(1)
-				go c.reader(hl)
-				return nil
-			}
-			conn.Close()
-			if errors.Is(err, transport.ErrAuth) {
-				return fmt.Errorf("ps: worker %d: hub %d at %s: %w", c.cfg.Worker, i, addr, err)
-			}
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("ps: worker %d: connecting to hub %d at %s: %w (last error: %v)", c.cfg.Worker, i, addr, context.Cause(ctx), last)
-		case <-time.After(min(time.Duration(attempt+1)*20*time.Millisecond, 500*time.Millisecond)):
-		}
+	conn, err := transport.DialAuth(ctx, addr, c.cfg.JobID, c.cfg.Secret, transport.Ends{From: c.cfg.Worker, To: HubTag + i, Size: c.cfg.Workers}, c.cfg.HandshakeTimeout, c.cfg.HandshakeTimeout)
+	if err != nil {
+		return fmt.Errorf("ps: worker %d: hub %d: %w", c.cfg.Worker, i, err)
 	}
+	hl := &hubLink{idx: i, addr: addr, pending: map[uint32]*call{}}
+	hl.l = newLink(conn, c.cfg.MaxFrame, func(n int) { hl.sent.Add(int64(n)) })
+	hl.lastHeard.Store(time.Now().UnixNano())
+	c.mu.Lock()
+	c.hubs[i] = hl
+	c.mu.Unlock()
+	c.wg.Add(1)
+	go c.reader(hl)
+	return nil
 }
 
 // Err is the error that broke the client, or nil.

@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -44,4 +46,31 @@ func AcceptHandshake(c net.Conn, jobID string, secret []byte, ok func(Ends) bool
 		return Ends{}, fmt.Errorf("transport: from %s: %w", c.RemoteAddr(), err)
 	}
 	return Ends{From: int(h.From), To: int(h.To), Size: int(h.Size)}, nil
+}
+
+// DialAuth dials addr until it connects and passes the handshake, or ctx
+// ends; a peer that is not listening yet is retried with a growing pause.
+// A refused handshake (ErrAuth) is final. On ctx's end the error names
+// the cause and the last failure.
+func DialAuth(ctx context.Context, addr, jobID string, secret []byte, e Ends, dialTimeout, handshakeTimeout time.Duration) (net.Conn, error) {
+	var last error
+	for attempt := 0; ; attempt++ {
+		d := net.Dialer{Timeout: dialTimeout}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			if err = DialHandshake(c, jobID, secret, e, handshakeTimeout); err == nil {
+				return c, nil
+			}
+			c.Close()
+			if errors.Is(err, ErrAuth) {
+				return nil, err
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connecting to %s: %w (last error: %v)", addr, context.Cause(ctx), last)
+		case <-time.After(min(time.Duration(attempt+1)*20*time.Millisecond, 500*time.Millisecond)):
+		}
+	}
 }

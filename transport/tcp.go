@@ -264,34 +264,15 @@ func (t *TCP) missing() []int {
 }
 
 func (t *TCP) dial(ctx context.Context, peer int, addr string) error {
-	var lastErr error
-	for attempt := 0; ; attempt++ {
-		d := net.Dialer{Timeout: t.cfg.DialTimeout}
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
-			_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-			h := hello{Version: ProtocolVersion, From: uint32(t.cfg.Rank), To: uint32(peer), Size: uint32(t.cfg.Size), JobID: t.cfg.JobID}
-			err = handshakeDial(c, t.cfg.Secret, h)
-			if err == nil {
-				_ = c.SetDeadline(time.Time{})
-				if !t.register(peer, c) {
-					c.Close()
-					return fmt.Errorf("transport: rank %d: duplicate connection to rank %d", t.cfg.Rank, peer)
-				}
-				return nil
-			}
-			c.Close()
-			if errors.Is(err, ErrAuth) {
-				return fmt.Errorf("transport: rank %d: %w", t.cfg.Rank, err)
-			}
-		}
-		lastErr = err
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("transport: rank %d: connecting to rank %d at %s: %w (last error: %v)", t.cfg.Rank, peer, addr, context.Cause(ctx), lastErr)
-		case <-time.After(min(time.Duration(attempt+1)*20*time.Millisecond, 500*time.Millisecond)):
-		}
+	c, err := DialAuth(ctx, addr, t.cfg.JobID, t.cfg.Secret, Ends{From: t.cfg.Rank, To: peer, Size: t.cfg.Size}, t.cfg.DialTimeout, t.cfg.HandshakeTimeout)
+	if err != nil {
+		return fmt.Errorf("transport: rank %d: rank %d: %w", t.cfg.Rank, peer, err)
 	}
+	if !t.register(peer, c) {
+		c.Close()
+		return fmt.Errorf("transport: rank %d: duplicate connection to rank %d", t.cfg.Rank, peer)
+	}
+	return nil
 }
 
 func (t *TCP) readLoop(pc *peerConn) {
