@@ -196,6 +196,22 @@ var (
 	lostRE   = regexp.MustCompile(`\[(\d+)\] LOST (\d+) (.*)`)
 )
 
+// reports returns when a drill struck (nanoseconds) and the 3 reports
+// of what the others saw: rank, time, error.
+func reports(t *testing.T, out string) (int64, [][]string) {
+	t.Helper()
+	s := strikeRE.FindStringSubmatch(out)
+	if s == nil {
+		t.Fatalf("no strike:\n%s", out)
+	}
+	strike, _ := strconv.ParseInt(s[2], 10, 64)
+	lost := lostRE.FindAllStringSubmatch(out, -1)
+	if len(lost) != 3 {
+		t.Fatalf("%d ranks reported, want 3:\n%s", len(lost), out)
+	}
+	return strike, lost
+}
+
 // drill runs a fault drill on 4 processes: rank 3 dies (or freezes) in the
 // middle of a 64 MiB all-reduce. Every survivor must report ErrPeerLost
 // naming rank 3 within bound; the job must end non-zero.
@@ -204,15 +220,10 @@ func drill(t *testing.T, mode string, bound time.Duration, set func(*launcher.Co
 	if res.ExitCode == 0 {
 		t.Fatalf("job succeeded:\n%s", out)
 	}
-	s := strikeRE.FindStringSubmatch(out)
-	if s == nil || s[1] != "3" {
+	if s := strikeRE.FindStringSubmatch(out); s == nil || s[1] != "3" {
 		t.Fatalf("no strike by rank 3:\n%s", out)
 	}
-	strike, _ := strconv.ParseInt(s[2], 10, 64)
-	lost := lostRE.FindAllStringSubmatch(out, -1)
-	if len(lost) != 3 {
-		t.Fatalf("%d survivors reported, want 3:\n%s", len(lost), out)
-	}
+	strike, lost := reports(t, out)
 	for _, l := range lost {
 		at, _ := strconv.ParseInt(l[2], 10, 64)
 		delay := time.Duration(at - strike)
@@ -326,15 +337,7 @@ func TestHubProcessKilled(t *testing.T) {
 	if res.ExitCode == 0 || !strings.Contains(res.Failure, "hub 0") {
 		t.Fatalf("exit %d, failure %q:\n%s", res.ExitCode, res.Failure, out)
 	}
-	s := regexp.MustCompile(`STRIKE (\d+)`).FindStringSubmatch(out)
-	if s == nil {
-		t.Fatalf("no strike:\n%s", out)
-	}
-	strike, _ := strconv.ParseInt(s[1], 10, 64)
-	lost := lostRE.FindAllStringSubmatch(out, -1)
-	if len(lost) != 3 {
-		t.Fatalf("%d ranks reported, want 3:\n%s", len(lost), out)
-	}
+	strike, lost := reports(t, out)
 	for _, l := range lost {
 		at, _ := strconv.ParseInt(l[2], 10, 64)
 		t.Logf("rank %s saw the hub's loss after %v: %s", l[1], time.Duration(at-strike), l[3])
