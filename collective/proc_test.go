@@ -16,6 +16,7 @@ import (
 
 	"github.com/gorun/gorun/collective"
 	"github.com/gorun/gorun/internal/conformance"
+	"github.com/gorun/gorun/internal/jobtest"
 	"github.com/gorun/gorun/internal/proctest"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/ps"
@@ -24,28 +25,8 @@ import (
 // The test binary doubles as gorun's agent and as the rank program, so the
 // tests below start real processes that talk over real TCP.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == launcher.AgentCommandName {
-		err := launcher.RunAgent(context.Background(), launcher.AgentConfig{In: os.Stdin, Out: os.Stdout, Environ: os.Environ()})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	if len(os.Args) > 1 && os.Args[1] == launcher.HubCommandName {
-		cfg, err := ps.HubConfigFromEnv(os.LookupEnv)
-		if err == nil {
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-			var st ps.HubStats
-			st, err = ps.Serve(ctx, cfg, time.Second)
-			stop()
-			fmt.Printf("hub %d served %d requests\n", cfg.Index, st.Requests)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "hub:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+	if code, ok := jobtest.Dispatch(os.Stdout); ok {
+		os.Exit(code)
 	}
 	if mode := os.Getenv("GORUN_TEST_RANK"); mode != "" {
 		os.Exit(rankMain(mode))

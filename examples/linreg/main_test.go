@@ -16,7 +16,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	jobtest.Dispatch()
+	if code, ok := jobtest.Dispatch(os.Stdout); ok {
+		os.Exit(code)
+	}
 	if jobtest.IsRank() {
 		os.Exit(run(os.Args[1:], os.Stdout))
 	}

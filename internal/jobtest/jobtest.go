@@ -6,6 +6,7 @@ package jobtest
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -21,11 +22,13 @@ import (
 const RankEnv = "GORUN_JOBTEST_RANK"
 
 // Dispatch runs this binary as gorun's agent or as a hub when it was
-// started as one, and exits. It returns in the test process and in ranks
-// (IsRank tells them apart).
-func Dispatch() {
+// started as one, and then reports ok with the exit code for TestMain to
+// exit with; a hub writes what it served, and either writes its error, to
+// w. It returns ok=false in the test process and in ranks (IsRank tells
+// them apart).
+func Dispatch(w io.Writer) (code int, ok bool) {
 	if len(os.Args) < 2 {
-		return
+		return 0, false
 	}
 	var err error
 	switch os.Args[1] {
@@ -35,17 +38,20 @@ func Dispatch() {
 		var cfg ps.HubConfig
 		if cfg, err = ps.HubConfigFromEnv(os.LookupEnv); err == nil {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-			_, err = ps.Serve(ctx, cfg, time.Second)
+			var st ps.HubStats
+			st, err = ps.Serve(ctx, cfg, time.Second)
 			stop()
+			// Tests check that the hubs really served.
+			fmt.Fprintf(w, "hub %d served %d requests\n", cfg.Index, st.Requests)
 		}
 	default:
-		return
+		return 0, false
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		fmt.Fprintln(w, err)
+		return 1, true
 	}
-	os.Exit(0)
+	return 0, true
 }
 
 // IsRank reports whether this process is a rank of a test job.
