@@ -324,13 +324,22 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil || cfg.Rank != 1 || cfg.Size != 2 || cfg.GossipPort != 1001 || len(cfg.Seeds) != 2 {
 		t.Fatalf("%+v %v", cfg, err)
 	}
-	if cfg.SpinTime <= 0 {
-		t.Fatalf("spinning off without oversubscription: %v", cfg.SpinTime)
+	if cfg.SpinTime <= 0 || cfg.SpinYield {
+		t.Fatalf("want a plain spin without oversubscription: %v yield %v", cfg.SpinTime, cfg.SpinYield)
 	}
 	env["GORUN_LOCAL_SIZE"] = strconv.Itoa(runtime.NumCPU() + 1)
-	if cfg, err := ConfigFromEnv(lookup); err != nil || cfg.SpinTime != 0 {
-		t.Fatalf("oversubscribed ranks must not spin: %v %v", cfg.SpinTime, err)
+	if cfg, err := ConfigFromEnv(lookup); err != nil || cfg.SpinTime != OversubscribedSpinTime || !cfg.SpinYield {
+		t.Fatalf("oversubscribed ranks must spin yielding: %v yield %v, %v", cfg.SpinTime, cfg.SpinYield, err)
 	}
+	env["GORUN_SPIN"] = "0"
+	if cfg, err := ConfigFromEnv(lookup); err != nil || cfg.SpinTime != 0 {
+		t.Fatalf("GORUN_SPIN=0 must turn spinning off: %v %v", cfg.SpinTime, err)
+	}
+	env["GORUN_SPIN"] = "fast"
+	if _, err := ConfigFromEnv(lookup); err == nil || !contains(err.Error(), "GORUN_SPIN") {
+		t.Fatalf("a bad GORUN_SPIN was not named: %v", err)
+	}
+	delete(env, "GORUN_SPIN")
 	delete(env, "GORUN_LOCAL_SIZE")
 	env["GORUN_STRATEGY"] = "tree"
 	if _, err := ConfigFromEnv(lookup); err == nil {

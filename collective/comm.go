@@ -81,6 +81,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	tc.Rank, tc.Size, tc.JobID, tc.Secret = cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret
 	tc.ListenAddr, tc.MaxPayload, tc.Logger = cfg.DataListen, cfg.MaxFrame, logger
 	tc.SpinTime = cfg.SpinTime
+	tc.SpinYield = cfg.SpinYield
 	tr, err := transport.Listen(tc)
 	if err != nil {
 		return nil, err

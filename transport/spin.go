@@ -15,6 +15,12 @@ import (
 // a few. So while a Recv waits on a peer, that peer's reader polls its
 // socket without blocking for up to SpinTime before it parks; at other
 // times it parks at once and burns nothing.
+//
+// With more ranks than cores a plain spin would hold a core the sender
+// needs, and a park costs a sleep and a wake-up per message. There the
+// reader gives its core away between polls (Config.SpinYield, as MPI
+// libraries do when oversubscribed): a rank with nothing to read lets the
+// others run, and is running again as soon as they yield or block.
 
 // spinState is the part of a peer connection the spinning reader and Recv
 // share.
@@ -30,10 +36,11 @@ type spinReader struct {
 	rc    syscall.RawConn
 	st    *spinState
 	spin  time.Duration
+	yield bool
 	alive func() bool // false once the transport failed or is closing
 }
 
-func newSpinReader(c net.Conn, st *spinState, spin time.Duration, alive func() bool) io.Reader {
+func newSpinReader(c net.Conn, st *spinState, spin time.Duration, yield bool, alive func() bool) io.Reader {
 	sc, ok := c.(syscall.Conn)
 	if !ok || spin <= 0 {
 		return c
@@ -42,7 +49,7 @@ func newSpinReader(c net.Conn, st *spinState, spin time.Duration, alive func() b
 	if err != nil {
 		return c
 	}
-	return &spinReader{c: c, rc: rc, st: st, spin: spin, alive: alive}
+	return &spinReader{c: c, rc: rc, st: st, spin: spin, yield: yield, alive: alive}
 }
 
 func (s *spinReader) Read(p []byte) (int, error) {
@@ -76,6 +83,9 @@ func (s *spinReader) Read(p []byte) (int, error) {
 					return false
 				}
 				s.st.parked.Store(false)
+				if s.yield {
+					osYield()
+				}
 			}
 		})
 		if err != nil {

@@ -27,6 +27,10 @@ type Config struct {
 	// SpinTime is how long a reader polls its socket for a frame that a
 	// Recv is waiting for before it parks; 0 never spins.
 	SpinTime time.Duration
+	// SpinYield gives the core away between polls while spinning
+	// (sched_yield): right when ranks outnumber cores, where SpinTime
+	// should then be a few milliseconds.
+	SpinYield bool
 	// ConfirmTimeout is how long a rank that gossip declared dead gets to
 	// answer a ping on its data connection before it is lost; 0 trusts
 	// gossip at once.
@@ -279,7 +283,7 @@ func (t *TCP) readLoop(pc *peerConn) {
 	defer t.wg.Done()
 	defer t.readers.Done()
 	alive := func() bool { return t.w.Err() == nil }
-	fr := NewReader(bufio.NewReaderSize(newSpinReader(pc.c, &pc.spin, t.cfg.SpinTime, alive), 256<<10), t.cfg.MaxPayload)
+	fr := NewReader(bufio.NewReaderSize(newSpinReader(pc.c, &pc.spin, t.cfg.SpinTime, t.cfg.SpinYield, alive), readBufferSize), t.cfg.MaxPayload)
 	bye := false
 	for {
 		h, p, err := fr.Next(getBuf)
@@ -332,6 +336,12 @@ func (t *TCP) readLoop(pc *peerConn) {
 		}
 	}
 }
+
+// readBufferSize is a reader's buffer. It lets one read take in many small
+// frames; a large payload is read straight into its own buffer, except for
+// the part the buffer took in with the header, so a small buffer copies
+// less.
+const readBufferSize = 64 << 10
 
 // Send implements Transport.
 func (t *TCP) Send(ctx context.Context, to int, h Header, payload []byte) error {

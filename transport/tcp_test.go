@@ -281,3 +281,69 @@ func TestLostAfterFailure(t *testing.T) {
 	}
 	t.Fatalf("rank 1 not in Lost: %v", ts[0].Lost())
 }
+
+// TestTCPSpinModes moves frames of many sizes (below, at and above the
+// reader's buffer) in both directions while the receivers park, spin, or
+// spin yielding, and checks every byte and the order. Some frames come
+// after the receiver's spin has run out, so it must park and still wake.
+func TestTCPSpinModes(t *testing.T) {
+	modes := []struct {
+		name  string
+		spin  time.Duration
+		yield bool
+	}{{"park", 0, false}, {"spin", 100 * time.Microsecond, false}, {"yield", 2 * time.Millisecond, true}}
+	sizes := []int{0, 1, 7, HeaderSize, readBufferSize - HeaderSize, readBufferSize, readBufferSize + 1, 3*readBufferSize + 5, 1 << 20}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			ts := mesh(t, 2, func(_ int, c *Config) { c.SpinTime, c.SpinYield = m.spin, m.yield })
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			payload := func(from, i int) []byte {
+				b := make([]byte, sizes[i%len(sizes)])
+				for j := range b {
+					b[j] = byte(from*31 + i*7 + j)
+				}
+				return b
+			}
+			const frames = 40
+			var wg sync.WaitGroup
+			errs := make([]error, 4)
+			for r := range 2 {
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					for i := range frames {
+						if i%10 == 9 {
+							time.Sleep(5 * time.Millisecond) // outlast the spin
+						}
+						if err := ts[r].Send(ctx, 1-r, Header{Step: uint32(i)}, payload(r, i)); err != nil {
+							errs[r] = err
+							return
+						}
+					}
+				}()
+				go func() {
+					defer wg.Done()
+					for i := range frames {
+						f, err := ts[r].Recv(ctx, 1-r)
+						if err != nil {
+							errs[2+r] = err
+							return
+						}
+						if f.Step != uint32(i) || !bytes.Equal(f.Payload, payload(1-r, i)) {
+							errs[2+r] = fmt.Errorf("rank %d frame %d: step %d, %d bytes, wrong content", r, i, f.Step, len(f.Payload))
+						}
+						f.Release()
+						if errs[2+r] != nil {
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
