@@ -135,7 +135,7 @@ func testAllReduce[T Number](t *testing.T, algo Algorithm) {
 }
 
 func TestAllReduce(t *testing.T) {
-	for _, algo := range []Algorithm{Auto, Ring, Direct} {
+	for _, algo := range []Algorithm{Auto, Ring, Direct, Doubling} {
 		t.Run(fmt.Sprint("algo", algo), func(t *testing.T) {
 			testAllReduce[float32](t, algo)
 			testAllReduce[float64](t, algo)
@@ -330,6 +330,10 @@ func TestConfigFromEnv(t *testing.T) {
 	env["GORUN_LOCAL_SIZE"] = strconv.Itoa(runtime.NumCPU() + 1)
 	if cfg, err := ConfigFromEnv(lookup); err != nil || cfg.SpinTime != OversubscribedSpinTime || !cfg.SpinYield {
 		t.Fatalf("oversubscribed ranks must spin yielding: %v yield %v, %v", cfg.SpinTime, cfg.SpinYield, err)
+	}
+	env["GORUN_LOCAL_SIZE"] = strconv.Itoa(2*runtime.NumCPU() + 1)
+	if cfg, err := ConfigFromEnv(lookup); err != nil || cfg.SpinTime != 0 {
+		t.Fatalf("ranks more than twice the cores must not spin: %v %v", cfg.SpinTime, err)
 	}
 	env["GORUN_SPIN"] = "0"
 	if cfg, err := ConfigFromEnv(lookup); err != nil || cfg.SpinTime != 0 {

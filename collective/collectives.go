@@ -30,6 +30,16 @@ func (c *Comm) direct(nbytes int) bool {
 	return c.cfg.Algorithm == Direct || c.cfg.Algorithm == Auto && nbytes <= c.cfg.SmallBytes
 }
 
+// doubling says whether an AllReduce of nbytes runs recursive doubling:
+// Auto picks it for small buffers when the size is a power of two from 4
+// up. Measured on 4 ranks (2 cores), 4 KiB: 55-62 us against Direct's
+// 66-125 us; at 3, 5 and 6 ranks its extra fold-in and send-back rounds
+// made it slower than Direct.
+func (c *Comm) doubling(nbytes int) bool {
+	n := c.Size()
+	return c.cfg.Algorithm == Doubling || c.cfg.Algorithm == Auto && nbytes <= c.cfg.SmallBytes && n >= 4 && n&(n-1) == 0
+}
+
 func allReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, o ring.Options) error {
 	if !op.Valid() {
 		return localError("unknown op %d", op)
@@ -38,6 +48,8 @@ func allReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, o ring.Op
 	if c.useHub.Load() {
 		b := reduce.AsBytes(buf)
 		err = c.hubRound(ctx, o, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: len(buf)})
+	} else if c.doubling(bytesOf[T](len(buf))) {
+		err = ring.Doubling(ctx, c.tr, buf, reducer[T](op), o)
 	} else if c.direct(bytesOf[T](len(buf))) {
 		err = ring.Direct(ctx, c.tr, buf, reducer[T](op), o)
 	} else {

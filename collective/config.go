@@ -17,12 +17,16 @@ import (
 type Algorithm int
 
 const (
-	// Auto uses Direct for buffers up to Config.SmallBytes and Ring above.
+	// Auto uses Ring above Config.SmallBytes; below, Doubling when the
+	// size is a power of two from 4 up and Direct otherwise.
 	Auto Algorithm = iota
 	// Ring is the bandwidth-optimal pipelined ring (chain for Broadcast).
 	Ring
-	// Direct is the one-round, latency-optimal exchange.
+	// Direct is the one-round exchange: every rank sends its buffer to
+	// every other rank.
 	Direct
+	// Doubling is recursive doubling: log2(N) rounds of one message each.
+	Doubling
 )
 
 // Strategies.
@@ -80,7 +84,8 @@ type Config struct {
 	// 0 never spins. SpinYield gives the core away between polls, which
 	// is what a host with more ranks than cores needs: ConfigFromEnv
 	// turns it on, with OversubscribedSpinTime, when GORUN_LOCAL_SIZE
-	// exceeds the CPUs. GORUN_SPIN=<duration> overrides SpinTime.
+	// exceeds the CPUs, and turns spinning off when it exceeds twice the
+	// CPUs. GORUN_SPIN=<duration> overrides SpinTime.
 	SpinTime  time.Duration
 	SpinYield bool
 
@@ -213,8 +218,14 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	if ls, ok := lookup("GORUN_LOCAL_SIZE"); ok {
 		if n, err := strconv.Atoi(ls); err == nil && n > runtime.NumCPU() {
 			// Oversubscribed: a plain spin would starve the peers, and
-			// parking costs a sleep and a wake-up per message.
+			// parking costs a sleep and a wake-up per message. Up to two
+			// ranks per core, spinning yielding wins; beyond, the spinners
+			// take so much of the cores from the ranks doing work (and
+			// from gossip) that parking wins.
 			cfg.SpinTime, cfg.SpinYield = OversubscribedSpinTime, true
+			if n > 2*runtime.NumCPU() {
+				cfg.SpinTime, cfg.SpinYield = 0, false
+			}
 		}
 	}
 	if v, ok := lookup("GORUN_SPIN"); ok && v != "" {

@@ -59,9 +59,10 @@
 // # Algorithms
 //
 // The ring strategy runs AllReduce as a pipelined ring (reduce-scatter then
-// all-gather), which moves 2(N-1)/N of the buffer per rank, and switches to
-// a one-round direct exchange for buffers up to Config.SmallBytes. Results
-// are bitwise identical on every rank. Reduce is an AllReduce whose result
+// all-gather), which moves 2(N-1)/N of the buffer per rank. Buffers up to
+// Config.SmallBytes take fewer, smaller steps: recursive doubling (log2 N
+// rounds of one message) when N is a power of two from 4 up, else a
+// one-round direct exchange. Results are bitwise identical on every rank. Reduce is an AllReduce whose result
 // non-root ranks discard.
 //
 // The hub strategy (Config.Strategy "hub", GORUN_STRATEGY=hub, gorun

@@ -3,6 +3,7 @@ package ring
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -71,7 +72,7 @@ func TestAllReduceMatchesReference(t *testing.T) {
 					}
 				}
 				for algo, run := range map[string]func(context.Context, Transport, []int64, func(dst, src []int64), Options) error{
-					"ring": AllReduce[int64], "direct": Direct[int64],
+					"ring": AllReduce[int64], "direct": Direct[int64], "doubling": Doubling[int64],
 				} {
 					bufs := make([][]int64, size)
 					errs, _ := runAll(size, func(tr *transport.Mem) error {
@@ -196,7 +197,7 @@ func TestBarrierWaitsForAll(t *testing.T) {
 // hang and never write out of bounds.
 func TestMismatchDetected(t *testing.T) {
 	for size := 2; size <= 6; size++ {
-		for _, algo := range []string{"ring", "direct"} {
+		for _, algo := range []string{"ring", "direct", "doubling"} {
 			odd := size - 1
 			errs, _ := runAll(size, func(tr *transport.Mem) error {
 				n := 10
@@ -205,10 +206,13 @@ func TestMismatchDetected(t *testing.T) {
 				}
 				buf := make([]int64, n)
 				var err error
-				if algo == "ring" {
+				switch algo {
+				case "ring":
 					err = AllReduce(context.Background(), tr, buf, sum, opts(n, 16))
-				} else {
+				case "direct":
 					err = Direct(context.Background(), tr, buf, sum, opts(n, 16))
+				default:
+					err = Doubling(context.Background(), tr, buf, sum, opts(n, 16))
 				}
 				if err != nil {
 					tr.Abort(err)
@@ -225,9 +229,16 @@ func TestMismatchDetected(t *testing.T) {
 }
 
 // TestKillMidRing is the deterministic failure harness: rank k is killed
-// exactly when the m-th frame of the ring is about to be sent. Every
-// survivor must return an error naming rank k; none may hang.
+// exactly when the m-th frame of the ring (or of recursive doubling) is
+// about to be sent. Every survivor must return an error naming rank k;
+// none may hang.
 func TestKillMidRing(t *testing.T) {
+	for _, run := range []func(context.Context, Transport, []int64, func(dst, src []int64), Options) error{AllReduce[int64], Doubling[int64]} {
+		killMid(t, run)
+	}
+}
+
+func killMid(t *testing.T, run func(context.Context, Transport, []int64, func(dst, src []int64), Options) error) {
 	for size := 2; size <= 7; size++ {
 		for victim := range size {
 			for _, at := range []int{0, 1, size, 3 * size} {
@@ -247,7 +258,7 @@ func TestKillMidRing(t *testing.T) {
 					go func() {
 						defer wg.Done()
 						buf := make([]int64, 97)
-						errs[r] = AllReduce(context.Background(), nw.Transport(r), buf, sum, opts(97, 8*4))
+						errs[r] = run(context.Background(), nw.Transport(r), buf, sum, opts(97, 8*4))
 					}()
 				}
 				done := make(chan struct{})
@@ -265,6 +276,49 @@ func TestKillMidRing(t *testing.T) {
 					if !errors.As(err, &pl) || pl.Rank != victim {
 						t.Fatalf("size %d victim %d at %d: rank %d got %v", size, victim, at, r, err)
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestDoublingSameBits: an op that is not commutative bit for bit (a
+// min that keeps its first operand when either is NaN) must still leave
+// every rank with the same bits, because partners combine the lower
+// ranks' part first.
+func TestDoublingSameBits(t *testing.T) {
+	firstMin := func(dst, src []float64) {
+		for i := range dst {
+			if src[i] < dst[i] {
+				dst[i] = src[i]
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for size := 2; size <= 9; size++ {
+		const n = 64
+		in := make([][]float64, size)
+		for r := range in {
+			in[r] = make([]float64, n)
+			for i := range in[r] {
+				in[r][i] = rng.Float64()
+				if rng.IntN(3) == 0 {
+					in[r][i] = math.Float64frombits(0x7ff8000000000000 | uint64(rng.IntN(1<<20))) // NaNs with payloads
+				}
+			}
+		}
+		got := make([][]float64, size)
+		errs, _ := runAll(size, func(tr *transport.Mem) error {
+			got[tr.Rank()] = slices.Clone(in[tr.Rank()])
+			return Doubling(context.Background(), tr, got[tr.Rank()], firstMin, opts(n, 1<<10))
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		for r := 1; r < size; r++ {
+			for i := range n {
+				if math.Float64bits(got[r][i]) != math.Float64bits(got[0][i]) {
+					t.Fatalf("size %d: ranks 0 and %d differ at %d: %x vs %x", size, r, i, math.Float64bits(got[0][i]), math.Float64bits(got[r][i]))
 				}
 			}
 		}

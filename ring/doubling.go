@@ -1,0 +1,127 @@
+package ring
+
+import (
+	"context"
+	"fmt"
+)
+
+// Doubling is the recursive-doubling all-reduce: in round k every rank
+// swaps its partial result with the rank 2^k away and combines the two,
+// so log2(N) rounds of one message each replace Direct's N-1 messages.
+// When N is not a power of two, the first 2·(N−p) ranks (p the largest
+// power of two below N) first fold in pairs, and the result is sent back
+// to the ranks that sat out. Partners combine the lower ranks' part first,
+// so every rank ends with the same bits.
+func Doubling[T Elem](ctx context.Context, tr Transport, buf []T, reduce func(dst, src []T), o Options) error {
+	rank, size := tr.Rank(), tr.Size()
+	if size < 2 {
+		return nil
+	}
+	p := 1
+	for p*2 <= size {
+		p *= 2
+	}
+	rem := size - p
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	x := exchanger[T]{ctx: ctx, cancel: cancel, tr: tr, o: o, seg: max(1, o.SegmentBytes/elemSize[T]())}
+	tmp := make([]T, len(buf))
+	// combine leaves lower op higher in buf, whichever of the two is ours.
+	combine := func(theirsLower bool) {
+		if theirsLower {
+			reduce(tmp, buf)
+			copy(buf, tmp)
+		} else {
+			reduce(buf, tmp)
+		}
+	}
+	// Virtual rank v in the power-of-two group; -1 for a rank that sits out.
+	v := rank - rem
+	if rank < 2*rem {
+		if rank%2 == 0 {
+			if err := x.send(rank+1, 0, buf); err != nil {
+				return err
+			}
+			v = -1
+		} else {
+			if err := x.recv(rank-1, 0, tmp); err != nil {
+				return err
+			}
+			combine(true)
+			v = rank / 2
+		}
+	}
+	real := func(v int) int {
+		if v < rem {
+			return 2*v + 1
+		}
+		return v + rem
+	}
+	step := uint32(1)
+	for dist := 1; dist < p; dist, step = dist*2, step+1 {
+		if v < 0 {
+			continue
+		}
+		peer := real(v ^ dist)
+		if err := x.swap(peer, step, buf, tmp); err != nil {
+			return err
+		}
+		combine(v^dist < v)
+	}
+	if rank < 2*rem {
+		if rank%2 == 1 {
+			return x.send(rank-1, step, buf)
+		}
+		return x.recv(rank+1, step, buf)
+	}
+	return nil
+}
+
+// exchanger moves whole buffers between two ranks in segments, for the
+// executors that talk to one peer at a time.
+type exchanger[T Elem] struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	tr     Transport
+	o      Options
+	seg    int
+}
+
+func (x *exchanger[T]) send(to int, step uint32, data []T) error {
+	return x.swap(to, step, data, nil)
+}
+
+func (x *exchanger[T]) recv(from int, step uint32, dst []T) error {
+	if err := recvInto(x.ctx, x.tr, from, step, dst, x.seg, nil, x.o); err != nil {
+		return fmt.Errorf("step %d: %w", step, err)
+	}
+	return nil
+}
+
+// swap sends data to peer and, if dst is not nil, receives peer's data of
+// the same step into dst. Small buffers are written inline, since they fit
+// in the socket buffers; large ones from a sender goroutine, so that the
+// two ranks never both block writing.
+func (x *exchanger[T]) swap(peer int, step uint32, data, dst []T) error {
+	segs := segments(Span{0, len(data)}, x.seg)
+	if len(segs) == 1 && len(data)*elemSize[T]() <= inlineBytes {
+		h := x.o.Header
+		h.Step = step
+		if err := x.tr.Send(x.ctx, peer, h, asBytes(data)); err != nil {
+			return fmt.Errorf("step %d: send to rank %d: %w", step, peer, err)
+		}
+		if dst == nil {
+			return nil
+		}
+		return x.recv(peer, step, dst)
+	}
+	snd := startSender[T](x.ctx, x.cancel, x.tr, len(segs), x.o)
+	for _, s := range segs {
+		snd.queue <- sendItem[T]{peer, step, data[s.Off : s.Off+s.Len]}
+	}
+	var err error
+	if dst != nil {
+		err = x.recv(peer, step, dst)
+	}
+	return snd.wait(err)
+}
