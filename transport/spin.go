@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -83,6 +84,10 @@ func (s *spinReader) Read(p []byte) (int, error) {
 					return false
 				}
 				s.st.parked.Store(false)
+				// Let the rank's other goroutines (its sender above all)
+				// run between polls: with one P a spin that kept it would
+				// starve them until sysmon took the P back, up to 10 ms.
+				runtime.Gosched()
 				if s.yield {
 					osYield()
 				}
