@@ -9,7 +9,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 peers=${PEERS:-$repo/../shared/peers}
-out=${1:-$repo/results/compare-$(date -u +%Y%m%d-%H%M).md}
+out=$(realpath -m "${1:-$repo/results/compare-$(date -u +%Y%m%d-%H%M).md}") # the peers run elsewhere
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp -r "$peers"/. "$work"/
