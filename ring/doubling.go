@@ -51,7 +51,7 @@ func Doubling[T Elem](ctx context.Context, tr Transport, buf []T, reduce func(ds
 			v = rank / 2
 		}
 	}
-	real := func(v int) int {
+	peerOf := func(v int) int {
 		if v < rem {
 			return 2*v + 1
 		}
@@ -62,7 +62,7 @@ func Doubling[T Elem](ctx context.Context, tr Transport, buf []T, reduce func(ds
 		if v < 0 {
 			continue
 		}
-		peer := real(v ^ dist)
+		peer := peerOf(v ^ dist)
 		if err := x.swap(peer, step, buf, tmp); err != nil {
 			return err
 		}
