@@ -16,13 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if code, ok := jobtest.Dispatch(os.Stdout); ok {
-		os.Exit(code)
-	}
-	if jobtest.IsRank() {
-		os.Exit(run(os.Args[1:], os.Stdout))
-	}
-	os.Exit(m.Run())
+	os.Exit(jobtest.Main(m, func() int { return run(os.Args[1:], os.Stdout) }))
 }
 
 var resultRE = regexp.MustCompile(`\[0\] mode=(\w+) straggler="([^"]*)" data=synthetic ranks=3 time=[0-9.]+s iterations=(\d+) samples=(\d+) accuracy=([0-9.]+) idle=([0-9.]+) max_staleness=(\d+)`)

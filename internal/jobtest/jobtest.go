@@ -54,6 +54,20 @@ func Dispatch(w io.Writer) (code int, ok bool) {
 	return 0, true
 }
 
+// Main is the body of TestMain for a test binary that doubles as gorun:
+// it serves as the agent or a hub when started as one, runs rank when
+// started as a rank of a test job, and otherwise runs the tests. TestMain
+// exits with the code it returns.
+func Main(m *testing.M, rank func() int) int {
+	if code, ok := Dispatch(os.Stdout); ok {
+		return code
+	}
+	if IsRank() {
+		return rank()
+	}
+	return m.Run()
+}
+
 // IsRank reports whether this process is a rank of a test job.
 func IsRank() bool { return os.Getenv(RankEnv) == "1" }
 
