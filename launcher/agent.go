@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -245,32 +244,6 @@ func resolveProgram(prog, dir, path string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s: command not found in PATH", prog)
-}
-
-// freePort finds a port that is free for both TCP and UDP (memberlist binds
-// both) and not already in taken.
-func freePort(taken []int) (int, error) {
-	for range 50 {
-		l, err := net.Listen("tcp", ":0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, uerr := net.ListenPacket("udp", ":"+strconv.Itoa(port))
-		l.Close()
-		if uerr != nil {
-			continue
-		}
-		u.Close()
-		dup := false
-		for _, t := range taken {
-			dup = dup || t == port
-		}
-		if !dup {
-			return port, nil
-		}
-	}
-	return 0, errors.New("no free port found")
 }
 
 func envValue(env []string, key string) string {

@@ -1,0 +1,43 @@
+package launcher
+
+import (
+	"net"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// TestFreePortBelowEphemeral: reserved ports lie below the ephemeral range
+// (where no outgoing connection can take them before the rank binds),
+// avoid the ports already taken, and can be bound.
+func TestFreePortBelowEphemeral(t *testing.T) {
+	hi := ephemeralStart()
+	var taken []int
+	for range 30 {
+		p, err := freePort(taken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p < portFloor || p >= hi {
+			t.Fatalf("port %d outside [%d, %d)", p, portFloor, hi)
+		}
+		if slices.Contains(taken, p) {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		l, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+		if err != nil {
+			t.Fatalf("port %d: %v", p, err)
+		}
+		l.Close()
+		taken = append(taken, p)
+	}
+	// A port that is in use is never handed out.
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if bindable(l.Addr().(*net.TCPAddr).Port) {
+		t.Fatal("a port in use counted as bindable")
+	}
+}
