@@ -1,7 +1,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: build test check fuzz bench integ demo clean
+.PHONY: build test test-short check fuzz bench integ demo clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/gorun ./cmd/gorun
@@ -9,6 +9,10 @@ build:
 # The whole suite, SSH end-to-end tests included (they need root; see e2e/doc.go).
 test:
 	$(GO) test -race -count=1 $(PKGS)
+
+# The edit-test loop: unit and in-process tests only (no processes, no SSH).
+test-short:
+	$(GO) test -short -count=1 $(PKGS)
 
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }

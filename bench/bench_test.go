@@ -2,8 +2,11 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"math"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -126,5 +129,68 @@ func TestCostModel(t *testing.T) {
 	}
 	if err := WriteComparison(&b, nil, 4); err == nil {
 		t.Fatal("empty comparison accepted")
+	}
+}
+
+// TestPredictedHubTraffic runs Compare on a real job (3 ranks over TCP and
+// gossip on loopback, 2 colocated hubs) and checks that the bytes the
+// cost model predicts through each hub, from the placement ParamHub uses,
+// are the bytes the clients measured: 2·n·L for a hub holding L bytes.
+func TestPredictedHubTraffic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a TCP job")
+	}
+	const n, hubs, part = 3, 2, 4096
+	ports := make([]string, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().String()
+		l.Close()
+	}
+	sizes := []int{4, 4 * 1031, 64 << 10}
+	out := make([][]Pair, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := collective.DefaultConfig()
+			cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret = r, n, "benchjob", []byte("bench-test-secret-0123456789")
+			cfg.Seeds, cfg.AdvertiseAddr, cfg.DataListen = ports, "127.0.0.1", "127.0.0.1:0"
+			_, p, _ := net.SplitHostPort(ports[r])
+			cfg.GossipPort, _ = strconv.Atoi(p)
+			cfg.Strategy, cfg.ColocatedHubs, cfg.HubPartitionBytes = collective.StrategyHub, hubs, part
+			cfg.JoinTimeout = 20 * time.Second
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			c, err := collective.New(ctx, cfg)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer c.Close()
+			out[r], errs[r] = Compare(ctx, c, sizes, 5*time.Millisecond, part)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range out[0] {
+		if len(p.HubBytes) != hubs || len(p.Loads) != hubs {
+			t.Fatalf("%d bytes: %d hubs measured, %d modelled", p.Bytes, len(p.HubBytes), len(p.Loads))
+		}
+		for h := range hubs {
+			if want := ModelHubBytes(n, p.Loads[h]); p.HubBytes[h] != want {
+				t.Errorf("%d bytes, hub %d: measured %d bytes, model predicts %d (loads %v)", p.Bytes, h, p.HubBytes[h], want, p.Loads)
+			}
+		}
+		if p.Busiest() != ModelHubBytes(n, p.Lmax()) {
+			t.Errorf("%d bytes: busiest hub %d, model %d", p.Bytes, p.Busiest(), ModelHubBytes(n, p.Lmax()))
+		}
 	}
 }

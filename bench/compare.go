@@ -36,11 +36,7 @@ func (p Pair) Lmax() int64 { return slices.Max(append([]int64{0}, p.Loads...)) }
 // places them.
 func HubLoads(s, part, k int) []int64 {
 	loads := make([]int64, k)
-	parts, err := ps.Place(map[string]int{"": s / 4}, max(1, part/4), k)
-	if err != nil {
-		return loads
-	}
-	for _, p := range parts {
+	for _, p := range ps.RoundPartitions(ps.RoundReduce, s/4, 4, part, 1, k) {
 		loads[p.Hub] += int64(4 * p.Len)
 	}
 	return loads

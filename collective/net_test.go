@@ -43,6 +43,10 @@ func tcpConfigs(t testing.TB, n int, secret string) []Config {
 		_, port, _ := net.SplitHostPort(seeds[r])
 		fmt.Sscan(port, &c.GossipPort)
 		c.JoinTimeout = 10 * time.Second
+		// Up to 9 ranks in one process under -race on 2 cores: slow
+		// gossip timers, so that a starved process does not declare its
+		// own ranks dead (these tests are not about failure detection).
+		c.ProbeTimeout, c.SuspicionMult = 500*time.Millisecond, 8
 		cfgs[r] = c
 	}
 	return cfgs

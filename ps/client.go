@@ -72,9 +72,9 @@ type Client struct {
 	log  *slog.Logger
 	hubs []*hubLink
 
-	mu   sync.Mutex
-	keys map[string]*keyState
-	load []int
+	mu    sync.Mutex
+	keys  map[string]*keyState
+	place *Placement // of the keys
 
 	failOnce sync.Once
 	failed   chan struct{}
@@ -123,8 +123,12 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Client{
-		cfg: cfg, log: log, keys: map[string]*keyState{}, load: make([]int, len(cfg.Hubs)),
+	place, err := NewPlacement(len(cfg.Hubs), max(1, cfg.PartitionBytes/4))
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{place: place,
+		cfg: cfg, log: log, keys: map[string]*keyState{},
 		failed: make(chan struct{}), closing: make(chan struct{}),
 		hubs: make([]*hubLink, len(cfg.Hubs)),
 	}
@@ -155,7 +159,7 @@ func (c *Client) dial(ctx context.Context, i int, addr string) error {
 		return fmt.Errorf("ps: worker %d: hub %d: %w", c.cfg.Worker, i, err)
 	}
 	hl := &hubLink{idx: i, addr: addr, pending: map[uint32]*call{}}
-	hl.l = newLink(conn, c.cfg.MaxFrame, func(n int) { hl.sent.Add(int64(n)) })
+	hl.l = newLink(conn, c.cfg.MaxFrame, nil)
 	hl.lastHeard.Store(time.Now().UnixNano())
 	c.mu.Lock()
 	c.hubs[i] = hl
@@ -234,7 +238,6 @@ func (c *Client) reader(h *hubLink) {
 			return
 		}
 		h.lastHeard.Store(time.Now().UnixNano())
-		h.recvd.Add(int64(len(p)))
 		if fh.Type != transport.TypeData {
 			continue // pong, bye
 		}
@@ -243,6 +246,7 @@ func (c *Client) reader(h *hubLink) {
 			c.Fail(&HubLostError{Hub: h.idx, Addr: h.addr, Reason: "sent a malformed reply: " + err.Error()})
 			return
 		}
+		h.recvd.Add(int64(len(m.Data)))
 		h.mu.Lock()
 		cl := h.pending[m.ID]
 		delete(h.pending, m.ID)
@@ -317,6 +321,9 @@ func (c *Client) send(i int, m *message, h *Handle, on func(*message), want int)
 	m.ID = hl.nextID
 	hl.pending[m.ID] = &call{h: h, on: on, want: want}
 	hl.mu.Unlock()
+	// Counted when queued: a call's bytes are all counted when its answer
+	// arrives, whatever the writer is doing.
+	hl.sent.Add(int64(len(m.Data)))
 	if !hl.l.send(m) {
 		h.finish(c.errOr(&HubLostError{Hub: i, Addr: hl.addr, Reason: "connection closed"}), nil)
 	}
@@ -432,7 +439,7 @@ func (c *Client) Declare(ctx context.Context, key string, cfg KeyConfig) error {
 	c.mu.Lock()
 	ks, ok := c.keys[key]
 	if !ok {
-		ks = &keyState{cfg: cfg, parts: placeKey(key, cfg.Len, max(1, c.cfg.PartitionBytes/4), c.load)}
+		ks = &keyState{cfg: cfg, parts: c.place.Add(key, cfg.Len)}
 		c.keys[key] = ks
 	}
 	c.mu.Unlock()
@@ -448,26 +455,6 @@ func (c *Client) Declare(ctx context.Context, key string, cfg KeyConfig) error {
 }
 
 func partKey(key string, off int) string { return fmt.Sprintf("%s@%d", key, off) }
-
-// placeKey cuts a key into partitions and places each on the least-loaded
-// hub, updating load.
-func placeKey(key string, n, partElems int, load []int) []Partition {
-	var parts []Partition
-	for off := 0; off < n || off == 0; off += partElems {
-		p := Partition{Key: key, Off: off, Len: min(partElems, n-off)}
-		for h := range load {
-			if load[h] < load[p.Hub] {
-				p.Hub = h
-			}
-		}
-		load[p.Hub] += p.Len
-		parts = append(parts, p)
-		if n == 0 {
-			break
-		}
-	}
-	return parts
-}
 
 func (c *Client) key(name string, n int) (*keyState, error) {
 	c.mu.Lock()
@@ -609,6 +596,22 @@ type Collective struct {
 	WantOff, WantLen int
 }
 
+// RoundPartitions is how a collective round of count elements of size
+// bytes is cut and placed on hubs hubs: partitions of at most
+// partitionBytes (for a gather, of the gathered result), each on the
+// least-loaded hub. Every worker computes the same.
+func RoundPartitions(kind uint8, count, size, partitionBytes, workers, hubs int) []Partition {
+	partElems := max(1, partitionBytes/max(size, 1))
+	if kind == kindGather {
+		partElems = max(1, partElems/max(workers, 1))
+	}
+	p, err := NewPlacement(max(hubs, 1), partElems)
+	if err != nil {
+		return nil
+	}
+	return p.Add("", count)
+}
+
 // Collective runs one collective round through the hubs: the buffer is
 // cut into partitions placed on the hubs, every partition is sent, and
 // the results are copied into Recv as they come back.
@@ -617,11 +620,7 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 	if size == 0 {
 		return fmt.Errorf("%w: unknown element type %d", ErrBadRequest, r.DType)
 	}
-	partElems := max(1, c.cfg.PartitionBytes/size)
-	if r.Kind == kindGather {
-		partElems = max(1, partElems/c.cfg.Workers)
-	}
-	parts := placeKey("", r.Count, partElems, make([]int, len(c.hubs)))
+	parts := RoundPartitions(r.Kind, r.Count, size, c.cfg.PartitionBytes, c.cfg.Workers, len(c.hubs))
 	h := c.newHandle(kindOther, len(parts))
 	isRoot := r.Kind == kindBroadcast && r.Root == c.cfg.Worker
 	for i, p := range parts {
@@ -660,8 +659,8 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 	return h.Wait(ctx)
 }
 
-// HubBytes reports the payload bytes this worker has sent to and received
-// from each hub.
+// HubBytes reports the data bytes (tensor contents, without message
+// headers) this worker has sent to and received from each hub.
 func (c *Client) HubBytes() (sent, recvd []int64) {
 	for _, h := range c.hubs {
 		sent = append(sent, h.sent.Load())

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -299,42 +300,47 @@ func TestSharesFollowSpeed(t *testing.T) {
 	}
 }
 
-// TestPlace: partitions cover every key exactly, placement is deterministic
-// and balanced to within one partition, and K=1 puts everything on hub 0.
+// TestPlace: partitions cover every key exactly, in order, placement is
+// deterministic and balanced to within one partition, and K=1 puts
+// everything on hub 0.
 func TestPlace(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
+	if _, err := NewPlacement(0, 4); err == nil {
+		t.Fatal("no hubs accepted")
+	}
 	for range 300 {
-		keys := map[string]int{}
+		var names []string
+		lens := map[string]int{}
 		for i := range 1 + rng.IntN(6) {
-			keys[string(rune('a'+i))] = rng.IntN(5000)
+			k := string(rune('a' + i))
+			names = append(names, k)
+			lens[k] = rng.IntN(5000)
 		}
 		part, hubs := 1+rng.IntN(1024), 1+rng.IntN(5)
-		p1, err := Place(keys, part, hubs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p2, _ := Place(keys, part, hubs)
+		p1, _ := NewPlacement(hubs, part)
+		p2, _ := NewPlacement(hubs, part)
 		load := make([]int, hubs)
-		covered := map[string]int{}
-		for i, p := range p1 {
-			if p != p2[i] {
-				t.Fatal("placement is not deterministic")
+		for _, k := range names {
+			a, b := p1.Add(k, lens[k]), p2.Add(k, lens[k])
+			covered := 0
+			for i, p := range a {
+				if p != b[i] {
+					t.Fatal("placement is not deterministic")
+				}
+				if p.Key != k || p.Off != covered || p.Len > part || p.Hub < 0 || p.Hub >= hubs || hubs == 1 && p.Hub != 0 {
+					t.Fatalf("bad partition %+v", p)
+				}
+				covered += p.Len
+				load[p.Hub] += p.Len
 			}
-			if p.Off != covered[p.Key] || p.Len > part || p.Hub < 0 || p.Hub >= hubs {
-				t.Fatalf("bad partition %+v", p)
-			}
-			covered[p.Key] += p.Len
-			load[p.Hub] += p.Len
-		}
-		lo, hi := load[0], load[0]
-		for k, n := range keys {
-			if covered[k] != n {
-				t.Fatalf("key %s: %d of %d elements placed", k, covered[k], n)
+			if covered != lens[k] || len(a) == 0 {
+				t.Fatalf("key %s: %d of %d elements placed in %d partitions", k, covered, lens[k], len(a))
 			}
 		}
-		for _, l := range load {
-			lo, hi = min(lo, l), max(hi, l)
+		if !slices.Equal(load, p1.Loads()) {
+			t.Fatalf("Loads %v, partitions add up to %v", p1.Loads(), load)
 		}
+		lo, hi := slices.Min(load), slices.Max(load)
 		if hi-lo > part {
 			t.Fatalf("hub loads %v differ by more than a partition (%d)", load, part)
 		}

@@ -153,6 +153,9 @@ func Finish[T Number](op Op, buf []T, n int) {
 	}
 }
 
+// SizeOf is the size of one T in bytes.
+func SizeOf[T Number]() int { return int(unsafe.Sizeof(*new(T))) }
+
 // AsBytes views s as its bytes (little-endian on every platform gorun
 // supports); the view shares s's memory.
 func AsBytes[T Number](s []T) []byte {

@@ -3,6 +3,8 @@ package ring
 import (
 	"context"
 	"fmt"
+
+	"github.com/gorun/gorun/reduce"
 )
 
 // Doubling is the recursive-doubling all-reduce: in round k every rank
@@ -12,7 +14,7 @@ import (
 // power of two below N) first fold in pairs, and the result is sent back
 // to the ranks that sat out. Partners combine the lower ranks' part first,
 // so every rank ends with the same bits.
-func Doubling[T Elem](ctx context.Context, tr Transport, buf []T, reduce func(dst, src []T), o Options) error {
+func Doubling[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst, src []T), o Options) error {
 	rank, size := tr.Rank(), tr.Size()
 	if size < 2 {
 		return nil
@@ -24,15 +26,15 @@ func Doubling[T Elem](ctx context.Context, tr Transport, buf []T, reduce func(ds
 	rem := size - p
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	x := exchanger[T]{ctx: ctx, cancel: cancel, tr: tr, o: o, seg: max(1, o.SegmentBytes/elemSize[T]())}
+	x := exchanger[T]{ctx: ctx, cancel: cancel, tr: tr, o: o, seg: max(1, o.SegmentBytes/reduce.SizeOf[T]())}
 	tmp := make([]T, len(buf))
 	// combine leaves lower op higher in buf, whichever of the two is ours.
 	combine := func(theirsLower bool) {
 		if theirsLower {
-			reduce(tmp, buf)
+			fold(tmp, buf)
 			copy(buf, tmp)
 		} else {
-			reduce(buf, tmp)
+			fold(buf, tmp)
 		}
 	}
 	// Virtual rank v in the power-of-two group; -1 for a rank that sits out.
@@ -104,10 +106,10 @@ func (x *exchanger[T]) recv(from int, step uint32, dst []T) error {
 // two ranks never both block writing.
 func (x *exchanger[T]) swap(peer int, step uint32, data, dst []T) error {
 	segs := segments(Span{0, len(data)}, x.seg)
-	if len(segs) == 1 && len(data)*elemSize[T]() <= inlineBytes {
+	if len(segs) == 1 && len(data)*reduce.SizeOf[T]() <= inlineBytes {
 		h := x.o.Header
 		h.Step = step
-		if err := x.tr.Send(x.ctx, peer, h, asBytes(data)); err != nil {
+		if err := x.tr.Send(x.ctx, peer, h, reduce.AsBytes(data)); err != nil {
 			return fmt.Errorf("step %d: send to rank %d: %w", step, peer, err)
 		}
 		if dst == nil {

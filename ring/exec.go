@@ -3,8 +3,8 @@ package ring
 import (
 	"context"
 	"fmt"
-	"unsafe"
 
+	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
 )
 
@@ -18,9 +18,7 @@ type Transport interface {
 }
 
 // Elem is an element type the executors move.
-type Elem interface {
-	~float32 | ~float64 | ~int32 | ~int64
-}
+type Elem = reduce.Number
 
 // Options are the per-call settings of an executor.
 type Options struct {
@@ -29,27 +27,6 @@ type Options struct {
 	Header transport.Header
 	// SegmentBytes is the pipelining unit.
 	SegmentBytes int
-}
-
-func asBytes[T Elem](s []T) []byte {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
-}
-
-func fromBytes[T Elem](b []byte) []T {
-	var zero T
-	n := len(b) / int(unsafe.Sizeof(zero))
-	if n == 0 {
-		return nil
-	}
-	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
-}
-
-func elemSize[T Elem]() int {
-	var zero T
-	return int(unsafe.Sizeof(zero))
 }
 
 // check compares a received frame with what this rank expects.
@@ -73,17 +50,17 @@ func check(f *transport.Frame, want transport.Header, peer int, step uint32, wan
 }
 
 // Run executes steps of a ring plan over buf, whose chunks are spans. For
-// reduce steps it calls reduce(dst, src), which must do dst[i] = dst[i] op
+// reduce steps it calls fold(dst, src), which must do dst[i] = dst[i] op
 // src[i]. Each received segment is forwarded as the next step's send as
 // soon as it is ready. Run returns when every send has been written, so
 // the caller owns buf again.
-func Run[T Elem](ctx context.Context, tr Transport, buf []T, spans []Span, steps []Step, reduce func(dst, src []T), o Options) (err error) {
+func Run[T Elem](ctx context.Context, tr Transport, buf []T, spans []Span, steps []Step, fold func(dst, src []T), o Options) (err error) {
 	if len(steps) == 0 {
 		return nil
 	}
 	rank, size := tr.Rank(), tr.Size()
 	right, left := Right(rank, size), Left(rank, size)
-	seg := max(1, o.SegmentBytes/elemSize[T]())
+	seg := max(1, o.SegmentBytes/reduce.SizeOf[T]())
 	total := 0
 	for _, st := range steps {
 		total += len(segments(spans[st.Send], seg))
@@ -96,7 +73,7 @@ func Run[T Elem](ctx context.Context, tr Transport, buf []T, spans []Span, steps
 	for _, s := range segments(spans[steps[0].Send], seg) {
 		snd.queue <- sendItem[T]{right, 0, buf[s.Off : s.Off+s.Len]}
 	}
-	es := elemSize[T]()
+	es := reduce.SizeOf[T]()
 	for t, st := range steps {
 		for _, s := range segments(spans[st.Recv], seg) {
 			f, err := tr.Recv(ctx, left)
@@ -109,9 +86,9 @@ func Run[T Elem](ctx context.Context, tr Transport, buf []T, spans []Span, steps
 			}
 			dst := buf[s.Off : s.Off+s.Len]
 			if st.Reduce {
-				reduce(dst, fromBytes[T](f.Payload))
+				fold(dst, reduce.FromBytes[T](f.Payload))
 			} else {
-				copy(dst, fromBytes[T](f.Payload))
+				copy(reduce.AsBytes(dst), f.Payload)
 			}
 			f.Release()
 			if t+1 < len(steps) {
@@ -124,19 +101,19 @@ func Run[T Elem](ctx context.Context, tr Transport, buf []T, spans []Span, steps
 
 // AllReduce runs the whole ring plan: afterwards every rank's buf holds the
 // reduction of all ranks' buffers, bit for bit the same on every rank.
-func AllReduce[T Elem](ctx context.Context, tr Transport, buf []T, reduce func(dst, src []T), o Options) error {
+func AllReduce[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst, src []T), o Options) error {
 	size := tr.Size()
-	return Run(ctx, tr, buf, Chunks(len(buf), size), Plan(tr.Rank(), size), reduce, o)
+	return Run(ctx, tr, buf, Chunks(len(buf), size), Plan(tr.Rank(), size), fold, o)
 }
 
 // ReduceScatter runs the reduce-scatter half of the plan. Afterwards this
 // rank's chunk of buf, Chunks(len(buf), size)[rank], holds the reduction of
 // that chunk over all ranks; the rest of buf is scratch.
-func ReduceScatter[T Elem](ctx context.Context, tr Transport, buf []T, reduce func(dst, src []T), o Options) (Span, error) {
+func ReduceScatter[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst, src []T), o Options) (Span, error) {
 	size := tr.Size()
 	spans := Chunks(len(buf), size)
 	steps := Plan(tr.Rank(), size)
-	return spans[tr.Rank()], Run(ctx, tr, buf, spans, steps[:len(steps)/2], reduce, o)
+	return spans[tr.Rank()], Run(ctx, tr, buf, spans, steps[:len(steps)/2], fold, o)
 }
 
 // AllGather runs the all-gather half of the plan over recv, which holds
