@@ -147,6 +147,7 @@ func launch(t *testing.T, np int, mode string, grace time.Duration) (launcher.Re
 
 func launchWith(t *testing.T, np int, mode string, grace time.Duration, set func(*launcher.Config)) (launcher.Result, string) {
 	t.Helper()
+	proctest.SkipShort(t)
 	cfg := launcher.DefaultConfig()
 	cfg.NP, cfg.Program, cfg.Gorun = np, os.Args[0], os.Args[0]
 	cfg.Env = []string{"GORUN_TEST_RANK=" + mode, "GORACE=atexit_sleep_ms=0"}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -33,6 +34,11 @@ const hosts = 4
 
 func TestMain(m *testing.M) {
 	code := func() int {
+		flag.Parse()
+		if testing.Short() {
+			skipWhy = "-short"
+			return m.Run()
+		}
 		r, cleanup, err := setup()
 		if err != nil {
 			if os.Getenv("GORUN_REQUIRE_TESTNET") == "1" {
@@ -104,6 +110,7 @@ func setup() (*rig, func(), error) {
 
 func needRig(t *testing.T) *rig {
 	t.Helper()
+	proctest.SkipShort(t)
 	if theRig == nil {
 		t.Skip("testnet unavailable: " + skipWhy)
 	}

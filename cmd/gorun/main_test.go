@@ -34,6 +34,7 @@ type result struct {
 // gorun starts the test binary as gorun and returns the command, not yet
 // started, with its output captured.
 func gorunCmd(t *testing.T, args ...string) (*exec.Cmd, *proctest.Buffer, *proctest.Buffer) {
+	proctest.SkipShort(t)
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "GORUN_TEST_AS_GORUN=1", "GORACE=atexit_sleep_ms=0")

@@ -75,6 +75,7 @@ func IsRank() bool { return os.Getenv(RankEnv) == "1" }
 // returns how the job ended and everything the ranks printed.
 func Launch(t testing.TB, np int, args []string, set func(*launcher.Config)) (launcher.Result, string) {
 	t.Helper()
+	proctest.SkipShort(t)
 	cfg := launcher.DefaultConfig()
 	cfg.NP, cfg.Program, cfg.Gorun, cfg.Args = np, os.Args[0], os.Args[0], args
 	cfg.Env = []string{RankEnv + "=1", "GORACE=atexit_sleep_ms=0"}

@@ -37,3 +37,12 @@ func WaitFor(t testing.TB, timeout time.Duration, cond func() bool, what string)
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// SkipShort skips a test that starts processes or SSH hosts under
+// go test -short (make test-short, the edit-test loop).
+func SkipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts processes; skipped under -short")
+	}
+}
