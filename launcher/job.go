@@ -257,9 +257,9 @@ func (j *job) run(ctx context.Context) (Result, error) {
 			return Result{ExitCode: ExitLaunchFailed}, err
 		}
 	}
-	if err := j.preflight(); err != nil {
+	if code, err := j.preflight(ctx); err != nil {
 		j.abortAgents()
-		return Result{ExitCode: ExitLaunchFailed}, err
+		return Result{ExitCode: code}, err
 	}
 	return j.supervise(ctx), nil
 }
@@ -315,17 +315,20 @@ func (j *job) startAgent(a *agentProc, spec *hostSpec) error {
 	return nil
 }
 
+type preflightResult struct {
+	a   *agentProc
+	err error
+}
+
 // preflight waits until every agent has checked its host and reserved ports,
-// and reports every host that failed, each on its own line.
-func (j *job) preflight() error {
-	type res struct {
-		a   *agentProc
-		err error
-	}
-	ch := make(chan res, len(j.agents))
+// and reports every host that failed, each on its own line, with the exit
+// code for the job. A signal (Ctrl-C) or the end of ctx ends the wait at
+// once: nothing has started yet, so the agents are simply killed.
+func (j *job) preflight(ctx context.Context) (int, error) {
+	ch := make(chan preflightResult, len(j.agents))
 	for _, a := range j.agents {
 		go func() {
-			ch <- res{a, j.awaitReady(a)}
+			ch <- preflightResult{a, j.awaitReady(a)}
 		}()
 	}
 	timer := time.NewTimer(j.cfg.Preflight)
@@ -348,9 +351,38 @@ func (j *job) preflight() error {
 				_ = a.cmd.Process.Kill()
 			}
 			pending = nil
+		case sig := <-j.cfg.Signals:
+			s, _ := sig.(syscall.Signal)
+			if s == 0 {
+				s = syscall.SIGTERM
+			}
+			j.stopPending(pending, ch)
+			return 128 + int(s), fmt.Errorf("gorun received %v during pre-flight (%d host(s) still checking); no rank was started", s, len(pending))
+		case <-ctx.Done():
+			j.stopPending(pending, ch)
+			return ExitTimeout, fmt.Errorf("cancelled during pre-flight (%d host(s) still checking): %w", len(pending), context.Cause(ctx))
 		}
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return ExitLaunchFailed, err
+	}
+	return 0, nil
+}
+
+// stopPending kills the agents still in pre-flight and waits (at most 5 s)
+// for their readers, which reap them, so that nothing else waits on them.
+func (j *job) stopPending(pending map[*agentProc]bool, done <-chan preflightResult) {
+	for a := range pending {
+		_ = a.cmd.Process.Kill()
+	}
+	limit := time.After(5 * time.Second)
+	for range pending {
+		select {
+		case <-done:
+		case <-limit:
+			return
+		}
+	}
 }
 
 func (j *job) awaitReady(a *agentProc) error {
