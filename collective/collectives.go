@@ -47,7 +47,7 @@ func allReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, o ring.Op
 	var err error
 	if c.useHub.Load() {
 		b := reduce.AsBytes(buf)
-		err = c.hubRound(ctx, o, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: len(buf)})
+		err = c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: len(buf)})
 	} else if c.doubling(bytesOf[T](len(buf))) {
 		err = ring.Doubling(ctx, c.tr, buf, reducer[T](op), o)
 	} else if c.direct(bytesOf[T](len(buf))) {
@@ -87,7 +87,7 @@ func Reduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, root int) er
 				want = len(buf)
 			}
 			b := reduce.AsBytes(buf)
-			if err := c.hubRound(ctx, o, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: want}); err != nil {
+			if err := c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: want}); err != nil {
 				return err
 			}
 			finish(op, buf[:want], c.Size())
@@ -105,7 +105,7 @@ func Broadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) error 
 		}
 		if c.useHub.Load() {
 			b := reduce.AsBytes(buf)
-			return c.hubRound(ctx, o, ps.Collective{Kind: ps.RoundBroadcast, DType: dtype[T](), Root: root, Count: len(buf), Send: b, Recv: b})
+			return c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundBroadcast, DType: dtype[T](), Root: root, Count: len(buf), Send: b, Recv: b})
 		}
 		return ring.Broadcast(ctx, c.tr, buf, root, c.direct(bytesOf[T](len(buf))), o)
 	}, header[T](Op(root%256), len(buf)))
@@ -121,7 +121,7 @@ func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 			return localError("all-gather recv holds %d elements, want %d ranks x %d", len(recv), c.Size(), n)
 		}
 		if c.useHub.Load() {
-			return c.hubRound(ctx, o, ps.Collective{Kind: ps.RoundGather, DType: dtype[T](), Count: n, Send: reduce.AsBytes(send), Recv: reduce.AsBytes(recv)})
+			return c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundGather, DType: dtype[T](), Count: n, Send: reduce.AsBytes(send), Recv: reduce.AsBytes(recv)})
 		}
 		copy(recv[c.Rank()*n:], send)
 		return ring.AllGather(ctx, c.tr, recv, o)
@@ -142,7 +142,7 @@ func ReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) (mine
 		if c.useHub.Load() {
 			s = ring.Chunks(len(buf), c.Size())[c.Rank()]
 			b := reduce.AsBytes(buf)
-			err = c.hubRound(ctx, o, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantOff: s.Off, WantLen: s.Len})
+			err = c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantOff: s.Off, WantLen: s.Len})
 		} else {
 			s, err = ring.ReduceScatter(ctx, c.tr, buf, reducer[T](op), o)
 		}

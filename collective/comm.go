@@ -2,6 +2,7 @@ package collective
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -32,8 +33,9 @@ type Comm struct {
 	tr     transport.Transport
 	member *membership.Member
 
-	mu  sync.Mutex // serialises collectives
-	seq uint32
+	turn   chan struct{} // holds one token: whoever has it runs a collective
+	closed chan struct{}  // closed by Close
+	seq    uint32
 
 	// The hub strategy (see hub.go).
 	hub       *ps.Client
@@ -44,6 +46,12 @@ type Comm struct {
 
 	closeOnce sync.Once
 	closeErr  error
+}
+
+func newComm(cfg Config, log *slog.Logger, tr transport.Transport) *Comm {
+	c := &Comm{cfg: cfg, log: log, tr: tr, turn: make(chan struct{}, 1), closed: make(chan struct{})}
+	c.turn <- struct{}{}
+	return c
 }
 
 // Join joins the job gorun started this process in, as described by its
@@ -68,7 +76,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Size == 1 {
-		c := &Comm{cfg: cfg, log: logger, tr: transport.NewMemNetwork(1).Transport(0)}
+		c := newComm(cfg, logger, transport.NewMemNetwork(1).Transport(0))
 		if cfg.Strategy == StrategyHub {
 			if err := c.startHub(ctx); err != nil {
 				c.Close()
@@ -110,7 +118,8 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		tr.Close()
 		return nil, err
 	}
-	c := &Comm{cfg: cfg, log: logger, tr: tr, member: member}
+	c := newComm(cfg, logger, tr)
+	c.member = member
 	ctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
 	addrs, err := member.WaitAll(ctx)
@@ -149,7 +158,7 @@ func NewLocal(n int, cfg Config) ([]*Comm, error) {
 		if logger == nil {
 			logger = slog.New(slog.DiscardHandler)
 		}
-		comms[r] = &Comm{cfg: c, log: logger, tr: nw.Transport(r)}
+		comms[r] = newComm(c, logger, nw.Transport(r))
 	}
 	return comms, nil
 }
@@ -165,6 +174,7 @@ func (c *Comm) Size() int { return c.cfg.Size }
 // idempotent and safe for concurrent use.
 func (c *Comm) Close() error {
 	c.closeOnce.Do(func() {
+		close(c.closed)
 		c.closeHub()
 		c.closeErr = c.tr.Close()
 		if c.member != nil {
@@ -196,12 +206,24 @@ var kindName = map[uint8]string{
 	kindHubSetup: "hub setup",
 }
 
-// do runs one collective under the Comm's lock. Any failure is sent to
-// every peer (so that none of them waits for this rank) and breaks the
-// Comm.
+// do runs one collective, one at a time: a call waits for the one before
+// it, its ctx and Close. Any failure is sent to every peer (so that none of
+// them waits for this rank) and breaks the Comm; Close during a collective
+// returns ErrClosed and tells the peers nothing more than the closing does.
 func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error, h transport.Header) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	select {
+	case <-c.closed:
+		return fmt.Errorf("collective: rank %d: %s: %w", c.cfg.Rank, kindName[kind], ErrClosed)
+	default:
+	}
+	select {
+	case <-c.turn:
+	default:
+		if err := c.waitTurn(ctx, kind); err != nil {
+			return err
+		}
+	}
+	defer func() { c.turn <- struct{}{} }()
 	c.seq++
 	h.Kind, h.Seq = kind, c.seq
 	if err := c.tr.Err(); err != nil {
@@ -211,17 +233,43 @@ func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error,
 	if err == nil {
 		return nil
 	}
+	select {
+	case <-c.closed:
+		// Closed under the call: whatever the transport or the hubs said
+		// as they shut down, the cause is Close.
+		if !errors.Is(err, ErrClosed) {
+			err = fmt.Errorf("%w (%v)", ErrClosed, err)
+		}
+		return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
+	default:
+	}
 	if c.tr.Err() == nil {
 		c.tr.Abort(fmt.Errorf("rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err))
 	}
 	return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
 }
 
+// waitTurn waits while another goroutine runs a collective on c. Giving up
+// (ctx ended) breaks the Comm like any other failure: this rank will never
+// issue the collective its peers expect next, so they are told.
+func (c *Comm) waitTurn(ctx context.Context, kind uint8) error {
+	select {
+	case <-c.turn:
+		return nil
+	case <-c.closed:
+		return fmt.Errorf("collective: rank %d: %s: %w", c.cfg.Rank, kindName[kind], ErrClosed)
+	case <-ctx.Done():
+		err := fmt.Errorf("rank %d: %s: gave up waiting for the collective before it: %w", c.cfg.Rank, kindName[kind], context.Cause(ctx))
+		c.tr.Abort(err)
+		return fmt.Errorf("collective: %w", err)
+	}
+}
+
 // Barrier returns once every rank has entered it.
 func (c *Comm) Barrier(ctx context.Context) error {
 	return c.do(ctx, kindBarrier, func(o ring.Options) error {
 		if c.useHub.Load() {
-			return c.hubRound(ctx, o, ps.Collective{Kind: ps.RoundReduce, Op: Sum, DType: dtype[int64]()})
+			return c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: Sum, DType: dtype[int64]()})
 		}
 		return ring.Barrier(ctx, c.tr, o)
 	}, transport.Header{})

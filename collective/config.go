@@ -74,6 +74,10 @@ type Config struct {
 	DataListen string
 	// JoinTimeout bounds New: finding every rank and connecting to it.
 	JoinTimeout time.Duration
+	// CloseTimeout bounds Close on a rank that hosts a hub: it keeps the
+	// hub serving until every rank has left it, a rank is lost, or this
+	// long has passed.
+	CloseTimeout time.Duration
 
 	Algorithm    Algorithm
 	SmallBytes   int // Auto's threshold between Direct and Ring
@@ -114,6 +118,7 @@ func DefaultConfig() Config {
 		AdvertiseAddr:     "127.0.0.1",
 		DataListen:        "0.0.0.0:0",
 		JoinTimeout:       60 * time.Second,
+		CloseTimeout:      30 * time.Second,
 		SmallBytes:        32 << 10,
 		SegmentBytes:      512 << 10,
 		MaxFrame:          transport.DefaultMaxPayload,
@@ -148,8 +153,8 @@ func (c *Config) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("unknown strategy %q (want ring or hub)", c.Strategy))
 	}
-	if c.SegmentBytes < 8 || c.SegmentBytes > c.MaxFrame || c.SmallBytes < 0 || c.JoinTimeout <= 0 || c.SpinTime < 0 {
-		errs = append(errs, errors.New("SegmentBytes must be in [8, MaxFrame], SmallBytes >= 0, JoinTimeout > 0, SpinTime >= 0"))
+	if c.SegmentBytes < 8 || c.SegmentBytes > c.MaxFrame || c.SmallBytes < 0 || c.JoinTimeout <= 0 || c.CloseTimeout <= 0 || c.SpinTime < 0 {
+		errs = append(errs, errors.New("SegmentBytes must be in [8, MaxFrame], SmallBytes >= 0, JoinTimeout and CloseTimeout > 0, SpinTime >= 0"))
 	}
 	if c.Strategy == StrategyHub && len(c.Hubs) == 0 && (c.ColocatedHubs < 1 || c.ColocatedHubs > c.Size) {
 		errs = append(errs, fmt.Errorf("ColocatedHubs %d: must be 1 to Size (%d) when no dedicated hubs are given", c.ColocatedHubs, c.Size))

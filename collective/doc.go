@@ -48,7 +48,8 @@
 //   - ErrSizeMismatch: ranks disagree on the collective, as above.
 //   - ErrAborted: a peer gave up the collective, for example because its
 //     context was cancelled; its reason is in the message.
-//   - ErrClosed: this Comm was closed.
+//   - ErrClosed: this Comm was closed, also under a call blocked in another
+//     goroutine or waiting for its turn (ring and hub strategies alike).
 //   - ErrAuth: a connection failed its job or secret check while joining.
 //
 // Any error breaks the Comm for good: the rank that sees it first tells
@@ -77,5 +78,8 @@
 // keyed push and pull beside the collectives. SetStrategy switches between
 // ring and hubs at the same point on every rank. A rank that hosts a hub
 // waits in Close until every rank has closed its Comm (at most
-// JoinTimeout), as MPI_Finalize does, so that no rank loses its hub early.
+// Config.CloseTimeout, 30 s by default), as MPI_Finalize does, so that no
+// rank loses its hub early; Close on any other rank takes at most about
+// 2 s. Calls on one Comm run one at a time: a call from another goroutine
+// waits for its turn, its context and Close.
 package collective

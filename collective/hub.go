@@ -140,7 +140,7 @@ func (c *Comm) exchange(ctx context.Context, mine string) ([]string, error) {
 }
 
 // closeHub says goodbye to the hubs and, on a rank that hosts one, waits
-// until every rank has said goodbye (or a rank is lost, or JoinTimeout
+// until every rank has said goodbye (or a rank is lost, or CloseTimeout
 // passes) before stopping it.
 func (c *Comm) closeHub() {
 	if c.hub == nil {
@@ -157,8 +157,8 @@ func (c *Comm) closeHub() {
 		select {
 		case <-c.ownHub.Done():
 		case <-failed:
-		case <-time.After(c.cfg.JoinTimeout):
-			c.log.Warn("closing this rank's hub while some ranks are still connected", "waited", c.cfg.JoinTimeout)
+		case <-time.After(c.cfg.CloseTimeout):
+			c.log.Warn("closing this rank's hub while some ranks are still connected", "waited", c.cfg.CloseTimeout)
 		}
 		_ = c.ownHub.Close()
 	}
@@ -198,8 +198,9 @@ func (c *Comm) HubBytes() (sent, recvd []int64) {
 	return c.hub.HubBytes()
 }
 
-func (c *Comm) hubRound(ctx context.Context, o ring.Options, r ps.Collective) error {
-	r.Seq = o.Header.Seq
+// hubRound runs collective number seq as a round on the hubs.
+func (c *Comm) hubRound(ctx context.Context, seq uint32, r ps.Collective) error {
+	r.Seq = seq
 	return c.hub.Collective(ctx, r)
 }
 

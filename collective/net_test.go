@@ -155,3 +155,70 @@ func TestWrongSecret(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseDuringCollective: under both strategies, Close makes a
+// collective blocked in another goroutine return ErrClosed (not a lost
+// peer, not the hub client's own error), and so does every later call.
+func TestCloseDuringCollective(t *testing.T) {
+	for _, strategy := range []string{StrategyRing, StrategyHub} {
+		t.Run(strategy, func(t *testing.T) {
+			comms := strategyComms(t, 3, strategy)
+			c := comms[0]
+			blocked := make(chan error, 1)
+			go func() { blocked <- AllReduce(context.Background(), c, make([]float32, 1000), Sum) }()
+			// Rank 0 alone is in the all-reduce: it waits for ranks 1 and 2.
+			time.Sleep(100 * time.Millisecond)
+			select {
+			case err := <-blocked:
+				t.Fatalf("all-reduce returned before Close: %v", err)
+			default:
+			}
+			c.Close()
+			if err := <-blocked; !errors.Is(err, ErrClosed) || errors.Is(err, ErrPeerLost) {
+				t.Fatalf("got %v, want ErrClosed", err)
+			}
+			if err := c.Barrier(context.Background()); !errors.Is(err, ErrClosed) {
+				t.Fatalf("a call after Close: %v", err)
+			}
+		})
+	}
+}
+
+// TestWaitForTurnHonoursContext: a call that waits for another
+// goroutine's collective returns when its context ends, and since this
+// rank will never issue the collective its peers expect next, every rank's
+// call fails instead of hanging.
+func TestWaitForTurnHonoursContext(t *testing.T) {
+	comms := strategyComms(t, 3, StrategyRing)
+	blocked := make(chan error, 1)
+	go func() { blocked <- AllReduce(context.Background(), comms[0], make([]float32, 1000), Sum) }()
+	time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := comms[0].Barrier(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a call waiting for its turn: got %v, want its context's deadline", err)
+	}
+	if err := <-blocked; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the call it waited for: got %v, want the abort it caused", err)
+	}
+	for _, c := range comms[1:] {
+		// Rank 0's all-reduce frames may reach it before the abort does.
+		if err := c.Barrier(context.Background()); !errors.Is(err, ErrAborted) && !errors.Is(err, ErrSizeMismatch) {
+			t.Fatalf("rank %d: got %v, want ErrAborted (or the mismatch with rank 0's all-reduce)", c.Rank(), err)
+		}
+	}
+}
+
+func strategyComms(t *testing.T, n int, strategy string) []*Comm {
+	t.Helper()
+	cfgs := tcpConfigs(t, n, "a-secret-of-the-right-length")
+	for i := range cfgs {
+		cfgs[i].Strategy, cfgs[i].CloseTimeout = strategy, time.Second
+	}
+	comms, errs := newAll(cfgs)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeAll(comms) })
+	return comms
+}

@@ -206,15 +206,24 @@ func (c *Client) links() []*hubLink {
 	return out
 }
 
-// Close says goodbye to every hub and releases the connections. It is
-// idempotent and waits for the client's goroutines.
+// Close says goodbye to every hub and releases the connections; it takes
+// at most about 2 s, however many hubs there are. A request waiting in
+// another goroutine returns ErrClosed. Close is idempotent and waits for
+// the client's goroutines.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closing)
+		// Every hub at once: each gets at most 2 s to take the goodbye.
+		var wg sync.WaitGroup
 		for _, h := range c.links() {
-			h.l.control(transport.TypeBye)
-			h.l.close(2 * time.Second)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h.l.control(transport.TypeBye)
+				h.l.close(2 * time.Second)
+			}()
 		}
+		wg.Wait()
 		c.Fail(ErrClosed)
 		c.wg.Wait()
 	})

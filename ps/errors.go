@@ -13,8 +13,9 @@ var (
 	ErrHubLost = errors.New("ps: hub lost")
 	// ErrBadRequest: the hub could not decode or does not accept a request.
 	ErrBadRequest = errors.New("ps: bad request")
-	// ErrClosed: the client was closed.
-	ErrClosed = errors.New("ps: client closed")
+	// ErrClosed: the client was closed. It is also transport.ErrClosed
+	// (and so collective.ErrClosed) under errors.Is.
+	ErrClosed = fmt.Errorf("ps: client %w", transport.ErrClosed)
 )
 
 // Error codes a hub sends back. ONLY APPEND.
