@@ -34,7 +34,7 @@ type Comm struct {
 	member *membership.Member
 
 	turn   chan struct{} // holds one token: whoever has it runs a collective
-	closed chan struct{}  // closed by Close
+	closed chan struct{} // closed by Close
 	seq    uint32
 
 	// The hub strategy (see hub.go).
