@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/membership"
 	"github.com/gorun/gorun/transport"
 )
@@ -169,76 +169,45 @@ func (c *Config) validate() error {
 }
 
 // ConfigFromEnv builds a Config from the environment gorun gives every
-// rank (GORUN_RANK, GORUN_SIZE, GORUN_JOB_ID, GORUN_JOB_SECRET,
-// GORUN_PEERS, GORUN_ADDR, GORUN_GOSSIP_PORT and optionally
-// GORUN_STRATEGY, GORUN_HUBS and GORUN_COLOCATED_HUBS). lookup is os.LookupEnv in a real rank. This is the only
-// place gorun reads the environment.
+// rank (see internal/jobenv for the names: GORUN_RANK, GORUN_SIZE,
+// GORUN_JOB_ID, GORUN_JOB_SECRET, GORUN_PEERS, GORUN_ADDR,
+// GORUN_GOSSIP_PORT and optionally GORUN_STRATEGY, GORUN_HUBS,
+// GORUN_HUB_ELASTIC, GORUN_COLOCATED_HUBS, GORUN_LOCAL_SIZE and
+// GORUN_SPIN). lookup is os.LookupEnv in a real rank. This is the only
+// place a rank reads the environment.
 func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	cfg := DefaultConfig()
-	var missing []string
-	get := func(k string) string {
-		v, ok := lookup(k)
-		if !ok || v == "" {
-			missing = append(missing, k)
+	env := jobenv.NewReader(lookup)
+	cfg.Rank, cfg.Size = env.Int(jobenv.RankVar), env.Int(jobenv.SizeVar)
+	cfg.JobID = env.String(jobenv.JobIDVar)
+	cfg.Secret = []byte(env.String(jobenv.SecretVar))
+	peers := env.String(jobenv.PeersVar)
+	cfg.AdvertiseAddr = env.String(jobenv.AddrVar)
+	cfg.GossipPort = env.Int(jobenv.GossipPortVar)
+	if v, ok := env.Lookup(jobenv.StrategyVar); ok {
+		cfg.Strategy = v
+	}
+	cfg.Hubs = env.List(jobenv.HubsVar)
+	cfg.HubElastic = env.Flag(jobenv.HubElasticVar)
+	cfg.ColocatedHubs = env.OptionalInt(jobenv.ColocatedHubsVar, cfg.ColocatedHubs)
+	if n := env.OptionalInt(jobenv.LocalSizeVar, 0); n > runtime.NumCPU() {
+		// Oversubscribed: a plain spin would starve the peers, and
+		// parking costs a sleep and a wake-up per message. Up to two
+		// ranks per core, spinning yielding wins; beyond, the spinners
+		// take so much of the cores from the ranks doing work (and from
+		// gossip) that parking wins.
+		cfg.SpinTime, cfg.SpinYield = OversubscribedSpinTime, true
+		if n > 2*runtime.NumCPU() {
+			cfg.SpinTime, cfg.SpinYield = 0, false
 		}
-		return v
 	}
-	rank, size := get("GORUN_RANK"), get("GORUN_SIZE")
-	cfg.JobID = get("GORUN_JOB_ID")
-	cfg.Secret = []byte(get("GORUN_JOB_SECRET"))
-	peers := get("GORUN_PEERS")
-	cfg.AdvertiseAddr = get("GORUN_ADDR")
-	port := get("GORUN_GOSSIP_PORT")
-	if len(missing) > 0 {
-		return Config{}, fmt.Errorf("collective: %s not set: start this program with gorun (or use collective.New with a Config)", strings.Join(missing, ", "))
-	}
-	var err error
-	if cfg.Rank, err = strconv.Atoi(rank); err != nil {
-		return Config{}, fmt.Errorf("collective: GORUN_RANK=%q: %w", rank, err)
-	}
-	if cfg.Size, err = strconv.Atoi(size); err != nil {
-		return Config{}, fmt.Errorf("collective: GORUN_SIZE=%q: %w", size, err)
-	}
-	if cfg.GossipPort, err = strconv.Atoi(port); err != nil {
-		return Config{}, fmt.Errorf("collective: GORUN_GOSSIP_PORT=%q: %w", port, err)
+	cfg.SpinTime = env.Duration(jobenv.SpinVar, cfg.SpinTime)
+	if err := env.Err("start this program with gorun (or use collective.New with a Config)"); err != nil {
+		return Config{}, fmt.Errorf("collective: %w", err)
 	}
 	cfg.Seeds = strings.Split(peers, ",")
 	if len(cfg.Seeds) != cfg.Size {
-		return Config{}, fmt.Errorf("collective: GORUN_PEERS lists %d ranks, GORUN_SIZE is %d", len(cfg.Seeds), cfg.Size)
-	}
-	if s, ok := lookup("GORUN_STRATEGY"); ok && s != "" {
-		cfg.Strategy = s
-	}
-	if h, ok := lookup("GORUN_HUBS"); ok && h != "" {
-		cfg.Hubs = strings.Split(h, ",")
-	}
-	if v, _ := lookup("GORUN_HUB_ELASTIC"); v == "1" || v == "true" {
-		cfg.HubElastic = true
-	}
-	if k, ok := lookup("GORUN_COLOCATED_HUBS"); ok && k != "" {
-		if cfg.ColocatedHubs, err = strconv.Atoi(k); err != nil {
-			return Config{}, fmt.Errorf("collective: GORUN_COLOCATED_HUBS=%q: %w", k, err)
-		}
-	}
-	if ls, ok := lookup("GORUN_LOCAL_SIZE"); ok {
-		if n, err := strconv.Atoi(ls); err == nil && n > runtime.NumCPU() {
-			// Oversubscribed: a plain spin would starve the peers, and
-			// parking costs a sleep and a wake-up per message. Up to two
-			// ranks per core, spinning yielding wins; beyond, the spinners
-			// take so much of the cores from the ranks doing work (and
-			// from gossip) that parking wins.
-			cfg.SpinTime, cfg.SpinYield = OversubscribedSpinTime, true
-			if n > 2*runtime.NumCPU() {
-				cfg.SpinTime, cfg.SpinYield = 0, false
-			}
-		}
-	}
-	if v, ok := lookup("GORUN_SPIN"); ok && v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return Config{}, fmt.Errorf("collective: GORUN_SPIN=%q: %w", v, err)
-		}
-		cfg.SpinTime = d
+		return Config{}, fmt.Errorf("collective: %s lists %d ranks, %s is %d", jobenv.PeersVar, len(cfg.Seeds), jobenv.SizeVar, cfg.Size)
 	}
 	return cfg, cfg.validate()
 }

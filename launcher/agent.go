@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gorun/gorun/internal/jobenv"
 )
 
 // AgentConfig is what the per-host agent needs from its process.
@@ -259,16 +261,7 @@ func envValue(env []string, key string) string {
 // rankEnv is the per-rank part of the environment.
 func (a *agent) rankEnv(i int) []string {
 	r := a.spec.Ranks[i]
-	kv := func(k string, v int) string { return k + "=" + strconv.Itoa(v) }
-	return []string{
-		kv("GORUN_RANK", r.Rank), kv("GORUN_LOCAL_RANK", r.LocalRank),
-		kv("GORUN_LOCAL_SIZE", r.LocalSize), kv("GORUN_NODE_RANK", r.NodeRank),
-		kv("RANK", r.Rank), kv("LOCAL_RANK", r.LocalRank), kv("LOCAL_WORLD_SIZE", r.LocalSize),
-		kv("GROUP_RANK", r.NodeRank),
-		kv("OMPI_COMM_WORLD_RANK", r.Rank), kv("OMPI_COMM_WORLD_LOCAL_RANK", r.LocalRank),
-		kv("OMPI_COMM_WORLD_LOCAL_SIZE", r.LocalSize), kv("OMPI_COMM_WORLD_NODE_RANK", r.NodeRank),
-		"GORUN_ADDR=" + a.addr, kv("GORUN_GOSSIP_PORT", a.ports[i]),
-	}
+	return jobenv.Rank{Rank: r.Rank, LocalRank: r.LocalRank, LocalSize: r.LocalSize, NodeRank: r.NodeRank, Addr: a.addr, GossipPort: a.ports[i]}.Env()
 }
 
 // threadEnv gives Go ranks an equal share of this host's CPUs, as torchrun
@@ -300,7 +293,7 @@ func (a *agent) start(jobEnv []string) {
 			args = []string{HubCommandName}
 			env = append(append([]string{}, a.environ...), jobEnv...)
 			env = append(env, a.spec.Env...)
-			env = append(env, "GORUN_HUB_INDEX="+strconv.Itoa(rs.Hub-1), "GORUN_HUB_PORT="+strconv.Itoa(a.ports[i]))
+			env = append(env, jobenv.Hub(rs.Hub-1, a.ports[i])...)
 		}
 		if err := a.startOne(p, prog, args, env); err != nil {
 			_ = a.conn.Send(&msg{Kind: msgOutput, Rank: rs.Rank, Stream: 2, Data: []byte("gorun: " + err.Error())})

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gorun/gorun/internal/jobenv"
 )
 
 // Config describes one job. Build it with DefaultConfig and change what
@@ -221,18 +223,7 @@ func (j *job) run(ctx context.Context) (Result, error) {
 	} else if abs, err := filepath.Abs(wdir); err == nil {
 		wdir = abs
 	}
-	env := append([]string{
-		"GORUN_JOB_ID=" + jobID, "GORUN_JOB_SECRET=" + secret,
-		"GORUN_SIZE=" + strconv.Itoa(len(j.places)),
-		"WORLD_SIZE=" + strconv.Itoa(len(j.places)),
-		"OMPI_COMM_WORLD_SIZE=" + strconv.Itoa(len(j.places)),
-	}, cfg.Env...)
-	if cfg.Strategy != "" {
-		env = append(env, "GORUN_STRATEGY="+cfg.Strategy)
-	}
-	if cfg.HubElastic {
-		env = append(env, "GORUN_HUB_ELASTIC=1")
-	}
+	env := jobEnv(cfg, jobID, secret, np)
 	// Local ranks in a job with remote hosts must advertise an address the
 	// remote ranks can reach, not loopback.
 	remote := ""
@@ -262,6 +253,12 @@ func (j *job) run(ctx context.Context) (Result, error) {
 		return Result{ExitCode: code}, err
 	}
 	return j.supervise(ctx), nil
+}
+
+// jobEnv is what every process of the job is told, before the ports are
+// known; the user's -x variables come last and win.
+func jobEnv(cfg Config, jobID, secret string, np int) []string {
+	return append(jobenv.Job{ID: jobID, Secret: secret, Size: np, Strategy: cfg.Strategy, HubElastic: cfg.HubElastic}.Env(), cfg.Env...)
 }
 
 // routeTo returns the local address the kernel would use to reach host, so
@@ -436,20 +433,17 @@ func (j *job) abortAgents() {
 // supervise starts the ranks and runs the job to its end.
 func (j *job) supervise(ctx context.Context) Result {
 	cfg := j.cfg
-	var startEnv []string
 	peerOf := make([]string, len(j.ranks))
+	masterAddr, masterPort := "", 0
 	for _, a := range j.agents {
 		for i, rs := range a.ranks {
 			peerOf[rs.Rank] = net.JoinHostPort(a.ready.Addr, strconv.Itoa(a.ready.Ports[i]))
 			if rs.Rank == 0 {
-				startEnv = append(startEnv, "MASTER_ADDR="+a.ready.Addr, "MASTER_PORT="+strconv.Itoa(a.ready.MasterPort))
+				masterAddr, masterPort = a.ready.Addr, a.ready.MasterPort
 			}
 		}
 	}
-	startEnv = append(startEnv, "GORUN_PEERS="+strings.Join(peerOf[:j.np], ","))
-	if cfg.Hubs > 0 {
-		startEnv = append(startEnv, "GORUN_HUBS="+strings.Join(peerOf[j.np:], ","))
-	}
+	startEnv := jobenv.Peers(peerOf[:j.np], peerOf[j.np:], masterAddr, masterPort)
 	events := make(chan event, 64)
 	var readers sync.WaitGroup
 	for _, a := range j.agents {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gorun/gorun/bench"
 	"github.com/gorun/gorun/collective"
+	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/ps"
 	"github.com/urfave/cli/v2"
@@ -177,7 +178,7 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 	cfg.Stdin = os.Stdin
 	if c.Bool("verbose") {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-		cfg.Env = append(cfg.Env, "GORUN_HUB_STATS=1") // hubs report their traffic
+		cfg.Env = append(cfg.Env, jobenv.HubStatsVar+"=1") // hubs report their traffic
 	}
 	return nil
 }
@@ -330,7 +331,7 @@ func hub(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if os.Getenv("GORUN_HUB_STATS") == "1" {
+	if os.Getenv(jobenv.HubStatsVar) == "1" {
 		fmt.Fprintf(os.Stderr, "gorun hub %d: done; %d bytes in, %d bytes out, %d requests\n", cfg.Index, st.BytesIn, st.BytesOut, st.Requests)
 	}
 	return nil

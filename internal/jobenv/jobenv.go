@@ -1,0 +1,196 @@
+// Package jobenv is the one description of the environment gorun gives a
+// job's processes: the launcher writes it (Job, Peers, Rank, Hub), and
+// ranks and hubs read it back with a Reader (collective.ConfigFromEnv,
+// ps.HubConfigFromEnv). Every GORUN_* name is spelled here and nowhere
+// else.
+package jobenv
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The variables gorun sets, and the ones users may set to tune a rank.
+const (
+	RankVar       = "GORUN_RANK"
+	SizeVar       = "GORUN_SIZE"
+	LocalRankVar  = "GORUN_LOCAL_RANK"
+	LocalSizeVar  = "GORUN_LOCAL_SIZE"
+	NodeRankVar   = "GORUN_NODE_RANK"
+	JobIDVar      = "GORUN_JOB_ID"
+	SecretVar     = "GORUN_JOB_SECRET"
+	PeersVar      = "GORUN_PEERS"       // every rank's gossip address, in rank order
+	AddrVar       = "GORUN_ADDR"        // the address other ranks reach this one at
+	GossipPortVar = "GORUN_GOSSIP_PORT" // where this rank's gossip listens
+	StrategyVar   = "GORUN_STRATEGY"    // ring or hub
+	HubsVar       = "GORUN_HUBS"        // dedicated hubs' addresses (gorun --hubs K)
+	HubElasticVar = "GORUN_HUB_ELASTIC" // 1: hubs go on without a lost rank
+	HubIndexVar   = "GORUN_HUB_INDEX"   // a dedicated hub's number
+	HubPortVar    = "GORUN_HUB_PORT"    // where a dedicated hub listens
+	HubStatsVar   = "GORUN_HUB_STATS"   // 1: dedicated hubs report their traffic (gorun -v)
+	// Set by users (exported or with -x).
+	ColocatedHubsVar = "GORUN_COLOCATED_HUBS"
+	SpinVar          = "GORUN_SPIN"
+)
+
+// Job is what every process of a job is told.
+type Job struct {
+	ID, Secret string
+	Size       int
+	Strategy   string // "" leaves GORUN_STRATEGY unset
+	HubElastic bool
+	HubStats   bool
+}
+
+// Env is the job-wide part of the environment, with the Open MPI and
+// torchrun spellings of the size.
+func (j Job) Env() []string {
+	env := []string{
+		JobIDVar + "=" + j.ID, SecretVar + "=" + j.Secret,
+		kv(SizeVar, j.Size), kv("WORLD_SIZE", j.Size), kv("OMPI_COMM_WORLD_SIZE", j.Size),
+	}
+	if j.Strategy != "" {
+		env = append(env, StrategyVar+"="+j.Strategy)
+	}
+	if j.HubElastic {
+		env = append(env, HubElasticVar+"=1")
+	}
+	if j.HubStats {
+		env = append(env, HubStatsVar+"=1")
+	}
+	return env
+}
+
+// Peers is the part known once every host has reserved its ports: every
+// rank's gossip address, the dedicated hubs' addresses, and torchrun's
+// rendezvous on rank 0's host.
+func Peers(peers, hubs []string, masterAddr string, masterPort int) []string {
+	env := []string{PeersVar + "=" + strings.Join(peers, ","), "MASTER_ADDR=" + masterAddr, kv("MASTER_PORT", masterPort)}
+	if len(hubs) > 0 {
+		env = append(env, HubsVar+"="+strings.Join(hubs, ","))
+	}
+	return env
+}
+
+// Rank is one rank's own part.
+type Rank struct {
+	Rank, LocalRank, LocalSize, NodeRank int
+	Addr                                 string
+	GossipPort                           int
+}
+
+// Env is the rank's environment under gorun's, torchrun's and Open MPI's
+// names.
+func (r Rank) Env() []string {
+	return []string{
+		kv(RankVar, r.Rank), kv(LocalRankVar, r.LocalRank), kv(LocalSizeVar, r.LocalSize), kv(NodeRankVar, r.NodeRank),
+		kv("RANK", r.Rank), kv("LOCAL_RANK", r.LocalRank), kv("LOCAL_WORLD_SIZE", r.LocalSize), kv("GROUP_RANK", r.NodeRank),
+		kv("OMPI_COMM_WORLD_RANK", r.Rank), kv("OMPI_COMM_WORLD_LOCAL_RANK", r.LocalRank),
+		kv("OMPI_COMM_WORLD_LOCAL_SIZE", r.LocalSize), kv("OMPI_COMM_WORLD_NODE_RANK", r.NodeRank),
+		AddrVar + "=" + r.Addr, kv(GossipPortVar, r.GossipPort),
+	}
+}
+
+// Hub is a dedicated hub process's own part.
+func Hub(index, port int) []string {
+	return []string{kv(HubIndexVar, index), kv(HubPortVar, port)}
+}
+
+func kv(k string, v int) string { return k + "=" + strconv.Itoa(v) }
+
+// Reader reads variables through a lookup function (os.LookupEnv in a real
+// process) and collects what is missing or malformed, so that one error
+// names every problem.
+type Reader struct {
+	lookup  func(string) (string, bool)
+	missing []string
+	bad     []error
+}
+
+// NewReader reads through lookup.
+func NewReader(lookup func(string) (string, bool)) *Reader { return &Reader{lookup: lookup} }
+
+// Lookup returns a variable's value and whether it is set and not empty.
+func (r *Reader) Lookup(name string) (string, bool) {
+	v, ok := r.lookup(name)
+	return v, ok && v != ""
+}
+
+// String returns a required variable, recording it as missing if unset.
+func (r *Reader) String(name string) string {
+	v, ok := r.Lookup(name)
+	if !ok {
+		r.missing = append(r.missing, name)
+	}
+	return v
+}
+
+// Int returns a required integer variable.
+func (r *Reader) Int(name string) int {
+	v, ok := r.Lookup(name)
+	if !ok {
+		r.missing = append(r.missing, name)
+		return 0
+	}
+	return r.parseInt(name, v)
+}
+
+// OptionalInt returns an integer variable, or def if it is unset.
+func (r *Reader) OptionalInt(name string, def int) int {
+	v, ok := r.Lookup(name)
+	if !ok {
+		return def
+	}
+	return r.parseInt(name, v)
+}
+
+func (r *Reader) parseInt(name, v string) int {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		r.bad = append(r.bad, fmt.Errorf("%s=%q: not an integer", name, v))
+	}
+	return n
+}
+
+// List returns a comma-separated variable's items (nil if unset).
+func (r *Reader) List(name string) []string {
+	v, ok := r.Lookup(name)
+	if !ok {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// Flag reports whether a variable is set to 1 or true.
+func (r *Reader) Flag(name string) bool {
+	v, _ := r.Lookup(name)
+	return v == "1" || v == "true"
+}
+
+// Duration returns a duration variable (any Go duration), or def if unset.
+func (r *Reader) Duration(name string, def time.Duration) time.Duration {
+	v, ok := r.Lookup(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		r.bad = append(r.bad, fmt.Errorf("%s=%q: not a duration (e.g. 2ms)", name, v))
+		return def
+	}
+	return d
+}
+
+// Err is nil if every required variable was set and every value parsed;
+// otherwise it names them all. hint says how the process should have been
+// started.
+func (r *Reader) Err(hint string) error {
+	var errs []error
+	if len(r.missing) > 0 {
+		errs = append(errs, fmt.Errorf("%s not set: %s", strings.Join(r.missing, ", "), hint))
+	}
+	return errors.Join(append(errs, r.bad...)...)
+}

@@ -1,0 +1,82 @@
+package launcher
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gorun/gorun/collective"
+	"github.com/gorun/gorun/internal/jobenv"
+	"github.com/gorun/gorun/ps"
+)
+
+func lookupIn(env []string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := "", false
+		for _, kv := range env { // the last one wins, as in a process
+			if name, val, found := strings.Cut(kv, "="); found && name == k {
+				v, ok = val, true
+			}
+		}
+		return v, ok
+	}
+}
+
+// TestEnvRoundTrip: what the launcher and its agents set for a rank and
+// for a dedicated hub is what collective.ConfigFromEnv and
+// ps.HubConfigFromEnv read back.
+func TestEnvRoundTrip(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Strategy, cfg.HubElastic = "hub", true
+	cfg.Env = []string{jobenv.ColocatedHubsVar + "=2"}
+	const jobID, secret = "0123456789abcdef", "a-job-secret-of-enough-length-0123"
+	peers := []string{"10.0.0.1:10001", "10.0.0.1:10002", "10.0.0.2:10001"}
+	hubs := []string{"10.0.0.2:10003"}
+	env := append(jobEnv(cfg, jobID, secret, len(peers)), jobenv.Peers(peers, hubs, "10.0.0.1", 29500)...)
+	a := &agent{spec: &hostSpec{Ranks: []rankSpec{{Rank: 2, LocalRank: 0, LocalSize: 1, NodeRank: 1}, {Rank: 3, Hub: 1}}}, addr: "10.0.0.2", ports: []int{10001, 10003}}
+
+	got, err := collective.ConfigFromEnv(lookupIn(append(env, a.rankEnv(0)...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Rank != 2 || got.Size != 3 || got.JobID != jobID || string(got.Secret) != secret || !slices.Equal(got.Seeds, peers) ||
+		got.AdvertiseAddr != "10.0.0.2" || got.GossipPort != 10001 || got.Strategy != "hub" || !got.HubElastic ||
+		!slices.Equal(got.Hubs, hubs) || got.ColocatedHubs != 2 {
+		t.Fatalf("rank read back %+v", got)
+	}
+	for _, want := range []string{"RANK=2", "WORLD_SIZE=3", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500", "OMPI_COMM_WORLD_RANK=2", "LOCAL_WORLD_SIZE=1"} {
+		k, v, _ := strings.Cut(want, "=")
+		if got, _ := lookupIn(append(env, a.rankEnv(0)...))(k); got != v {
+			t.Errorf("%s=%q, want %q", k, got, v)
+		}
+	}
+
+	hc, err := ps.HubConfigFromEnv(lookupIn(append(env, jobenv.Hub(0, a.ports[1])...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hc.Index != 0 || hc.Workers != 3 || hc.JobID != jobID || string(hc.Secret) != secret || !hc.Elastic || hc.ListenAddr != ":10003" {
+		t.Fatalf("hub read back %+v", hc)
+	}
+}
+
+// TestEnvErrorsNameEveryProblem: a rank started without gorun, or with a
+// malformed value, gets one error naming each variable.
+func TestEnvErrorsNameEveryProblem(t *testing.T) {
+	_, err := collective.ConfigFromEnv(lookupIn(nil))
+	for _, name := range []string{jobenv.RankVar, jobenv.SizeVar, jobenv.JobIDVar, jobenv.SecretVar, jobenv.PeersVar, jobenv.AddrVar, jobenv.GossipPortVar} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Fatalf("missing %s not named: %v", name, err)
+		}
+	}
+	env := append(jobEnv(DefaultConfig(), "job", "a-job-secret-of-enough-length-0123", 1), jobenv.Peers([]string{"h:1"}, nil, "h", 1)...)
+	env = append(env, jobenv.Rank{Addr: "h", GossipPort: 1}.Env()...)
+	env = append(env, jobenv.SpinVar+"=fast", jobenv.ColocatedHubsVar+"=two")
+	_, err = collective.ConfigFromEnv(lookupIn(env))
+	if err == nil || !strings.Contains(err.Error(), `GORUN_SPIN="fast"`) || !strings.Contains(err.Error(), `GORUN_COLOCATED_HUBS="two"`) {
+		t.Fatalf("bad values not named: %v", err)
+	}
+	if _, err := ps.HubConfigFromEnv(lookupIn(env)); err == nil || !strings.Contains(err.Error(), jobenv.HubIndexVar) {
+		t.Fatalf("hub without its index: %v", err)
+	}
+}
