@@ -34,7 +34,7 @@ func (c *Comm) startHub(ctx context.Context) error {
 			if err != nil {
 				host = ""
 			}
-			hc.ListenAddr, hc.MaxFrame, hc.Logger = net.JoinHostPort(host, "0"), c.cfg.MaxFrame+4096, c.log
+			hc.ListenAddr, hc.MaxFrame, hc.Logger = net.JoinHostPort(host, "0"), c.cfg.MaxFrame+ps.FrameSlack, c.log
 			hc.Elastic = c.cfg.HubElastic
 			h, err := ps.NewHub(hc)
 			if err != nil {
@@ -51,7 +51,7 @@ func (c *Comm) startHub(ctx context.Context) error {
 	}
 	cc := ps.DefaultClientConfig()
 	cc.Worker, cc.Workers, cc.Hubs, cc.JobID, cc.Secret = c.cfg.Rank, c.cfg.Size, addrs, c.cfg.JobID, c.cfg.Secret
-	cc.PartitionBytes, cc.MaxFrame, cc.HubTimeout, cc.Logger = c.cfg.HubPartitionBytes, c.cfg.MaxFrame+4096, c.cfg.HubTimeout, c.log
+	cc.PartitionBytes, cc.MaxFrame, cc.HubTimeout, cc.Logger = c.cfg.HubPartitionBytes, c.cfg.MaxFrame+ps.FrameSlack, c.cfg.HubTimeout, c.log
 	cc.ConnectTimeout = c.cfg.JoinTimeout
 	cl, err := ps.Dial(ctx, cc)
 	if err != nil {
@@ -85,16 +85,12 @@ func (c *Comm) startHub(ctx context.Context) error {
 // the next few seconds (the confirmation of gossip's verdict takes up to
 // its ConfirmTimeout).
 func (c *Comm) reportLost(cl *ps.Client) {
-	lt, ok := c.tr.(interface{ Lost() map[int]string })
-	if !ok {
-		return
-	}
 	reported := map[int]bool{}
 	deadline := time.After(transport.DefaultConfig().ConfirmTimeout + 3*time.Second)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		for rank, reason := range lt.Lost() {
+		for rank, reason := range c.tr.Lost() {
 			if reported[rank] {
 				continue
 			}

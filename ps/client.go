@@ -42,7 +42,7 @@ type ClientConfig struct {
 func DefaultClientConfig() ClientConfig {
 	return ClientConfig{
 		PartitionBytes:   4 << 20,
-		MaxFrame:         transport.DefaultMaxPayload + 4096,
+		MaxFrame:         transport.DefaultMaxPayload + FrameSlack,
 		ConnectTimeout:   30 * time.Second,
 		HandshakeTimeout: 5 * time.Second,
 		HubTimeout:       3 * time.Second,

@@ -39,7 +39,7 @@ type HubConfig struct {
 func DefaultHubConfig() HubConfig {
 	return HubConfig{
 		ListenAddr:       ":0",
-		MaxFrame:         transport.DefaultMaxPayload + 4096,
+		MaxFrame:         transport.DefaultMaxPayload + FrameSlack,
 		HandshakeTimeout: 5 * time.Second,
 		SpeedAlpha:       0.3,
 	}

@@ -50,6 +50,10 @@ const (
 const (
 	msgHeaderSize = 96
 	maxKeyLen     = 255
+	// FrameSlack is what a hub message needs on top of its data (header
+	// and key): a frame cap of payload+FrameSlack carries payload bytes of
+	// tensor data.
+	FrameSlack = 4096
 )
 
 // message is one decoded ParamHub message. Fields a type does not use are

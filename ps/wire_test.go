@@ -69,3 +69,9 @@ func FuzzDecodeMessage(f *testing.F) {
 		}
 	})
 }
+
+func TestFrameSlackHoldsHeaderAndKey(t *testing.T) {
+	if need := msgHeaderSize + pad8(maxKeyLen); need > FrameSlack {
+		t.Fatalf("a message needs %d bytes beyond its data, FrameSlack is %d", need, FrameSlack)
+	}
+}

@@ -15,6 +15,7 @@ type MemNetwork struct {
 	// failMu makes an abort or a kill reach every rank at once, as seen by
 	// Send: a rank that finds a peer failed also finds the reason.
 	failMu sync.Mutex
+	killed map[int]string // under failMu
 
 	mu sync.Mutex
 	// BeforeSend, if set, is called before every data frame is sent. It may
@@ -56,6 +57,23 @@ func (nw *MemNetwork) Kill(r int) {
 			t.w.fail(&PeerLostError{Rank: r, Reason: "killed"})
 		}
 	}
+	if nw.killed == nil {
+		nw.killed = map[int]string{}
+	}
+	nw.killed[r] = "killed"
+}
+
+// Lost implements Transport: the ranks Kill removed.
+func (m *Mem) Lost() map[int]string {
+	m.net.failMu.Lock()
+	defer m.net.failMu.Unlock()
+	out := map[int]string{}
+	for r, why := range m.net.killed {
+		if r != m.rank {
+			out[r] = why
+		}
+	}
+	return out
 }
 
 // Rank implements Transport.

@@ -32,6 +32,10 @@ type Transport interface {
 	Err() error
 	// Failed is closed when the transport fails (Err is then set).
 	Failed() <-chan struct{}
+	// Lost returns the peers this transport itself found lost, and why,
+	// even those found after it failed for another reason (another rank's
+	// abort, say). Elastic services use it to learn exactly who is gone.
+	Lost() map[int]string
 	Close() error
 }
 
