@@ -266,429 +266,74 @@ func (h *Hub) post(ev hubEvent) bool {
 	}
 }
 
-// loop owns the hub's state.
+// loop owns the hub's state: the pure core, and which connection is each
+// worker's. It feeds the core the readers' events and sends its replies.
 func (h *Hub) loop() {
 	defer h.wg.Done()
-	s := &hubState{
-		h: h, table: NewTable(h.cfg.Workers), speeds: make([]Speed, h.cfg.Workers),
-		links: make([]*link, h.cfg.Workers), seen: make([]bool, h.cfg.Workers), gone: make([]bool, h.cfg.Workers),
-		rounds: map[roundID]*roundState{}, shares: map[uint32]*shareRound{},
-	}
-	for i := range s.speeds {
-		s.speeds[i].Alpha = h.cfg.SpeedAlpha
-	}
+	c := newCore(h.cfg.Workers, h.cfg.Elastic, h.cfg.SpeedAlpha)
+	links := make([]*link, h.cfg.Workers)
 	for {
 		select {
 		case ev := <-h.events:
-			s.handle(ev)
+			h.handle(c, links, ev)
 		case <-h.closing:
 			return
 		}
 	}
 }
 
-type pendingPull struct {
-	worker int
-	l      *link
-	id     uint32
-	key    string
-	clock  int
-	dtype  uint8
-}
-
-type roundID struct{ seq, part uint32 }
-
-type roundReq struct {
-	l       *link
-	id      uint32
-	arrived bool
-	want    [2]uint64
-	data    []byte
-}
-
-type roundState struct {
-	spec    message // the first arrival's header
-	reqs    []roundReq
-	arrived int
-	acc     []byte
-	next    int // reduce: the next worker to fold in
-	err     error
-}
-
-type hubState struct {
-	h      *Hub
-	table  *Table
-	speeds []Speed
-	links  []*link
-	seen   []bool
-	gone   []bool
-	failed error
-	pulls  []pendingPull
-	rounds map[roundID]*roundState
-	shares map[uint32]*shareRound
-}
-
-func (s *hubState) handle(ev hubEvent) {
+func (h *Hub) handle(c *core, links []*link, ev hubEvent) {
 	w := ev.worker
+	var out []reply
+	var kill []int
 	switch {
 	case ev.joined:
-		if s.links[w] != nil || s.gone[w] {
-			s.h.log.Warn("refused a second connection from a worker", "worker", w)
-			ev.l.send(&message{Type: msgError, Code: codeWorker, Data: []byte(fmt.Sprintf("worker %d is already connected or has left", w))})
+		if err := c.join(w); err != nil {
+			h.log.Warn("refused a second connection from a worker", "worker", w)
+			ev.l.send(&message{Type: msgError, Code: codeOf(err), Data: []byte(err.Error())})
 			ev.l.kill()
 			return
 		}
-		s.links[w], s.seen[w] = ev.l, true
+		links[w] = ev.l
+		return
+	case links[w] != ev.l:
+		return // from a connection that was refused or dropped
 	case ev.gone:
-		if s.links[w] != ev.l {
-			return
-		}
-		s.workerGone(w, ev.clean, ev.cause)
-	default:
-		if s.links[w] != ev.l {
-			return
-		}
-		s.request(w, ev.l, ev.msg)
-	}
-}
-
-func (s *hubState) reply(l *link, id uint32, m message) {
-	m.Type, m.ID = msgReply, id
-	l.send(&m)
-}
-
-func (s *hubState) replyErr(l *link, id uint32, err error) {
-	l.send(&message{Type: msgError, ID: id, Code: codeOf(err), Data: []byte(err.Error())})
-}
-
-func (s *hubState) request(w int, l *link, m *message) {
-	if s.failed != nil {
-		s.replyErr(l, m.ID, s.failed)
-		return
-	}
-	switch m.Type {
-	case msgDeclare:
-		init, err := toFloat64(reduce.Float64, m.Data)
-		if err == nil {
-			err = s.table.Declare(m.Key, KeyConfig{Len: int(m.Count), Update: UpdateMode(m.Code), LR: m.LR, Momentum: m.Mom, Staleness: int(m.Stale), Init: init})
-		}
-		if err != nil {
-			s.replyErr(l, m.ID, err)
-			return
-		}
-		s.reply(l, m.ID, message{})
-	case msgPush, msgPushPull:
-		grad, err := toFloat64(m.DType, m.Data)
-		if err == nil {
-			err = s.table.Push(m.Key, w, int(m.Clock), grad, int(m.Samples))
-		}
-		if err != nil {
-			s.replyErr(l, m.ID, err)
-			return
-		}
-		if m.Type == msgPushPull {
-			s.pulls = append(s.pulls, pendingPull{worker: w, l: l, id: m.ID, key: m.Key, clock: int(m.Clock) + 1, dtype: m.DType})
-		} else {
-			s.reply(l, m.ID, message{})
-		}
-		s.servePulls()
-	case msgPull:
-		s.pulls = append(s.pulls, pendingPull{worker: w, l: l, id: m.ID, key: m.Key, clock: int(m.Clock), dtype: m.DType})
-		s.servePulls()
-	case msgShare:
-		s.share(w, l, m)
-	case msgRound:
-		s.round(w, l, m)
-	case msgLost:
-		// Another worker's membership found worker Root dead (frozen or cut
-		// off: its connection here may look fine).
-		x := int(m.Root)
-		if x < 0 || x >= len(s.gone) || x == w {
-			s.replyErr(l, m.ID, fmt.Errorf("%w: worker %d reports worker %d lost", ErrBadRequest, w, x))
-			return
-		}
-		if !s.gone[x] {
-			if xl := s.links[x]; xl != nil {
-				xl.kill()
-				_ = xl.c.Close()
-			}
-			s.workerGone(x, false, workerLost(x, fmt.Sprintf("reported by worker %d: %s", w, m.Data)))
-		}
-		s.reply(l, m.ID, message{})
-	default:
-		s.replyErr(l, m.ID, fmt.Errorf("%w: a hub does not take %v messages", ErrBadRequest, m.Type))
-	}
-}
-
-// servePulls answers every parked pull that its key's bound now allows.
-func (s *hubState) servePulls() {
-	kept := s.pulls[:0]
-	for _, p := range s.pulls {
-		v, ready, stale, err := s.table.Pull(p.key, p.worker, p.clock)
 		switch {
-		case err != nil:
-			s.replyErr(p.l, p.id, err)
-		case ready:
-			data, err := fromFloat64(p.dtype, v)
-			if err != nil {
-				s.replyErr(p.l, p.id, err)
-				continue
-			}
-			s.reply(p.l, p.id, message{DType: p.dtype, Stale: int32(stale), Data: data})
+		case ev.clean:
+		case h.cfg.Elastic:
+			h.log.Warn("worker lost; elastic: rounds go on without it", "worker", w, "cause", ev.cause)
 		default:
-			kept = append(kept, p)
+			h.log.Warn("worker lost; failing every request", "worker", w, "cause", ev.cause)
+		}
+		links[w] = nil
+		out = c.leave(w, ev.clean, ev.cause)
+	default:
+		out, kill = c.request(w, ev.msg)
+	}
+	for _, x := range kill {
+		if xl := links[x]; xl != nil {
+			h.log.Warn("dropping a worker another worker reported lost", "worker", x)
+			xl.kill()
+			_ = xl.c.Close()
+			links[x] = nil
 		}
 	}
-	clear(s.pulls[len(kept):])
-	s.pulls = kept
-}
-
-// share takes an LB-BSP request. The shares of one iteration are computed
-// once every live worker has asked, from every worker's last iteration,
-// so that they add up to the global batch exactly.
-func (s *hubState) share(w int, l *link, m *message) {
-	r := s.shares[m.Clock]
-	if r == nil {
-		r = &shareRound{total: int(m.Count), reqs: make([]roundReq, s.h.cfg.Workers)}
-		s.shares[m.Clock] = r
-	}
-	if r.reqs[w].arrived || int(m.Count) != r.total {
-		s.replyErr(l, m.ID, fmt.Errorf("%w: worker %d asked for its share of iteration %d twice, or of another batch (%d, not %d)", ErrBadRequest, w, m.Clock, m.Count, r.total))
-		return
-	}
-	r.reqs[w] = roundReq{l: l, id: m.ID, arrived: true}
-	s.speeds[w].Observe(int(m.Samples), time.Duration(m.Nanos))
-	s.serveShares()
-}
-
-type shareRound struct {
-	total int
-	reqs  []roundReq
-}
-
-// serveShares answers every share round that all live workers have joined.
-func (s *hubState) serveShares() {
-	for clock, r := range s.shares {
-		var rates []float64
-		var who []int
-		complete := true
-		for i := range r.reqs {
-			switch {
-			case r.reqs[i].arrived:
-				rates = append(rates, s.speeds[i].Rate())
-				who = append(who, i)
-			case !s.gone[i]:
-				complete = false
-			}
-		}
-		if !complete {
-			continue
-		}
-		delete(s.shares, clock)
-		shares, err := Shares(r.total, rates)
-		for j, i := range who {
-			if err != nil {
-				s.replyErr(r.reqs[i].l, r.reqs[i].id, err)
-				continue
-			}
-			s.reply(r.reqs[i].l, r.reqs[i].id, message{Count: uint64(shares[j])})
+	for i := range out {
+		if l := links[out[i].worker]; l != nil {
+			l.send(&out[i].msg)
 		}
 	}
-}
-
-// workerGone takes w out: cleanly (it said goodbye), or lost with cause
-// (its connection broke, or it gave up and said why).
-func (s *hubState) workerGone(w int, clean bool, cause error) {
-	s.links[w] = nil
-	s.gone[w] = true
-	if clean {
-		cause = workerLost(w, "it closed its connection (left the job)")
-	}
-	s.h.mu.Lock()
-	switch {
-	case clean:
-		s.h.stats.Left++
-	case s.h.cfg.Elastic:
-		s.h.stats.Removed++
-	}
-	s.h.mu.Unlock()
-	lost := cause
-	if clean || s.h.cfg.Elastic {
-		if !clean {
-			s.h.log.Warn("worker lost; elastic: rounds go on without it", "worker", w, "cause", cause)
-		}
-		_ = s.table.Remove(w)
-		s.servePulls()
-		s.serveShares()
-	} else if s.failed == nil {
-		s.h.log.Warn("worker lost; failing every request", "worker", w, "cause", cause)
-		s.failed = lost
-		for _, p := range s.pulls {
-			s.replyErr(p.l, p.id, lost)
-		}
-		s.pulls = nil
-		for clock, r := range s.shares {
-			for _, q := range r.reqs {
-				if q.arrived {
-					s.replyErr(q.l, q.id, lost)
-				}
-			}
-			delete(s.shares, clock)
-		}
-	}
-	for id, r := range s.rounds {
-		if !r.reqs[w].arrived || s.failed != nil {
-			s.failRound(r, lost)
-			delete(s.rounds, id)
-		}
-	}
-	all := true
-	for i := range s.gone {
-		all = all && s.gone[i]
-	}
-	if all {
+	h.mu.Lock()
+	h.stats.Left, h.stats.Removed = c.left, c.removed
+	h.mu.Unlock()
+	if c.allGone() {
 		select {
-		case <-s.h.done:
+		case <-h.done:
 		default:
-			close(s.h.done)
+			close(h.done)
 		}
 	}
-}
-
-// round handles one worker's part of a collective round. A round is
-// complete when every worker has sent its part; a reduction folds the
-// parts in rank order, so the result does not depend on arrival order.
-func (s *hubState) round(w int, l *link, m *message) {
-	id := roundID{m.Clock, m.Part}
-	r := s.rounds[id]
-	if r == nil {
-		r = &roundState{spec: *m, reqs: make([]roundReq, s.h.cfg.Workers)}
-		r.spec.Data = nil
-		s.rounds[id] = r
-	}
-	if r.reqs[w].arrived {
-		s.replyErr(l, m.ID, fmt.Errorf("%w: worker %d sent part %d of collective #%d twice", ErrBadRequest, w, m.Part, m.Clock))
-		return
-	}
-	r.reqs[w] = roundReq{l: l, id: m.ID, arrived: true, want: [2]uint64{m.WantOff, m.WantLen}}
-	r.arrived++
-	if r.err == nil {
-		r.err = s.checkRound(r, w, m)
-	}
-	for i, g := range s.gone {
-		if g && r.err == nil {
-			r.err = workerLost(i, "it is gone from the job")
-		}
-	}
-	if r.err != nil {
-		s.failRound(r, r.err)
-	} else {
-		s.fold(r, w, m.Data)
-	}
-	if r.arrived < len(r.reqs) {
-		return
-	}
-	delete(s.rounds, id)
-	if r.err != nil {
-		return
-	}
-	size := uint64(reduce.Size(r.spec.DType))
-	var result []byte
-	switch r.spec.Kind {
-	case kindReduce:
-		result = r.acc
-	case kindGather:
-		for i := range r.reqs {
-			result = append(result, r.reqs[i].data...)
-		}
-	case kindBroadcast:
-		result = r.reqs[r.spec.Root].data
-	}
-	for i := range r.reqs {
-		q := &r.reqs[i]
-		out := result
-		if r.spec.Kind != kindGather {
-			out = result[q.want[0]*size : (q.want[0]+q.want[1])*size]
-		}
-		s.reply(q.l, q.id, message{DType: r.spec.DType, Data: out})
-	}
-}
-
-// checkRound compares a worker's part with the round's first one.
-func (s *hubState) checkRound(r *roundState, w int, m *message) error {
-	f := &r.spec
-	mismatch := func(what string, mine, theirs any) error {
-		return &transport.MismatchError{Peer: w, What: fmt.Sprintf("%s of collective #%d", what, m.Clock), Mine: mine, Got: theirs}
-	}
-	switch {
-	case m.Kind != f.Kind:
-		return mismatch("the collective", f.Kind, m.Kind)
-	case m.DType != f.DType:
-		return mismatch("the element type", reduce.DTypeName(f.DType), reduce.DTypeName(m.DType))
-	case m.Code != f.Code:
-		return mismatch("the op", reduce.Op(f.Code), reduce.Op(m.Code))
-	case m.Count != f.Count:
-		return mismatch("the buffer length", f.Count, m.Count)
-	case m.Off != f.Off || m.N != f.N:
-		return mismatch("the partition", [2]uint64{f.Off, f.N}, [2]uint64{m.Off, m.N})
-	case m.Root != f.Root:
-		return mismatch("the root", f.Root, m.Root)
-	}
-	if m.Kind == kindReduce && !reduce.Op(m.Code).Valid() {
-		return fmt.Errorf("%w: unknown op %d", ErrBadRequest, m.Code)
-	}
-	size := uint64(reduce.Size(m.DType))
-	want := m.N * size
-	if m.Kind == kindBroadcast && uint32(w) != m.Root {
-		want = 0
-	}
-	if m.Kind == kindBroadcast && int(m.Root) >= len(r.reqs) {
-		return fmt.Errorf("%w: root %d out of range", ErrBadRequest, m.Root)
-	}
-	if uint64(len(m.Data)) != want {
-		return fmt.Errorf("%w: worker %d sent %d bytes for a partition of %d bytes", transport.ErrSizeMismatch, w, len(m.Data), want)
-	}
-	if m.Kind != kindGather && (m.WantOff > m.N || m.WantLen > m.N-m.WantOff) {
-		return fmt.Errorf("%w: worker %d wants [%d, +%d) of a partition of %d", ErrBadRequest, w, m.WantOff, m.WantLen, m.N)
-	}
-	return nil
-}
-
-// fold takes worker w's data into the round. Reductions fold in rank
-// order: a part that arrives early waits for its turn.
-func (s *hubState) fold(r *roundState, w int, data []byte) {
-	r.reqs[w].data = data
-	if r.spec.Kind != kindReduce {
-		return
-	}
-	for r.next < len(r.reqs) && r.reqs[r.next].arrived {
-		d := r.reqs[r.next].data
-		if r.next == 0 {
-			r.acc = d
-		} else if err := reduce.Bytes(r.spec.DType, reduce.Op(r.spec.Code), r.acc, d); err != nil {
-			r.err = err
-			s.failRound(r, err)
-			return
-		}
-		r.reqs[r.next].data = nil
-		r.next++
-	}
-}
-
-// failRound answers every worker of the round that has arrived with err;
-// those that arrive later get it on arrival.
-func (s *hubState) failRound(r *roundState, err error) {
-	if r.err == nil {
-		r.err = err
-	}
-	for i := range r.reqs {
-		q := &r.reqs[i]
-		if q.arrived && q.l != nil {
-			s.replyErr(q.l, q.id, r.err)
-			q.l = nil
-		}
-	}
-	r.acc = nil
 }
 
 func toFloat64(dtype uint8, b []byte) ([]float64, error) {
