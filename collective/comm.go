@@ -40,6 +40,7 @@ type Comm struct {
 	// The hub strategy (see hub.go).
 	hub       *ps.Client
 	ownHub    *ps.Hub
+	localHubs *localHubs // NewLocal's hubs, shared by its Comms
 	useHub    atomic.Bool
 	stopWatch chan struct{}
 	watchDone chan struct{}
@@ -138,11 +139,11 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 
 // NewLocal returns n Comms connected in memory, for tests of training code
 // without sockets. They behave like a real job: run each rank's code in its
-// own goroutine.
+// own goroutine. With Strategy "hub" the collectives run through
+// cfg.ColocatedHubs ParamHub hubs, also in memory (the same server,
+// handshake and framing as over TCP), and Comm.Hub gives keyed push and
+// pull; the hubs stop when the last of the Comms closes.
 func NewLocal(n int, cfg Config) ([]*Comm, error) {
-	if cfg.Strategy == StrategyHub {
-		return nil, fmt.Errorf("collective: NewLocal runs in memory; the hub strategy needs TCP (use New)")
-	}
 	cfg.Size, cfg.Rank = n, 0
 	cfg.Seeds = []string{"in-memory"}
 	cfg.JobID, cfg.Secret = "local", []byte("in-memory-job-secret")
@@ -159,6 +160,11 @@ func NewLocal(n int, cfg Config) ([]*Comm, error) {
 			logger = slog.New(slog.DiscardHandler)
 		}
 		comms[r] = newComm(c, logger, nw.Transport(r))
+	}
+	if cfg.Strategy == StrategyHub {
+		if err := startLocalHubs(comms, cfg); err != nil {
+			return nil, err
+		}
 	}
 	return comms, nil
 }

@@ -2,9 +2,11 @@ package collective
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gorun/gorun/ps"
@@ -49,7 +51,14 @@ func (c *Comm) startHub(ctx context.Context) error {
 		}
 		addrs = all[:k]
 	}
+	return c.connectHubs(ctx, addrs, nil)
+}
+
+// connectHubs connects this rank's hub client to the hubs at addrs (over
+// dial, if not nil) and ties it to the transport's failure.
+func (c *Comm) connectHubs(ctx context.Context, addrs []string, dial transport.DialFunc) error {
 	cc := ps.DefaultClientConfig()
+	cc.Dial = dial
 	cc.Worker, cc.Workers, cc.Hubs, cc.JobID, cc.Secret = c.cfg.Rank, c.cfg.Size, addrs, c.cfg.JobID, c.cfg.Secret
 	cc.PartitionBytes, cc.MaxFrame, cc.HubTimeout, cc.Logger = c.cfg.HubPartitionBytes, c.cfg.MaxFrame+ps.FrameSlack, c.cfg.HubTimeout, c.log
 	cc.ConnectTimeout = c.cfg.JoinTimeout
@@ -145,6 +154,9 @@ func (c *Comm) closeHub() {
 	close(c.stopWatch)
 	<-c.watchDone
 	_ = c.hub.Close()
+	if c.localHubs != nil {
+		c.localHubs.release()
+	}
 	if c.ownHub != nil {
 		failed := c.tr.Failed()
 		if c.cfg.HubElastic {
@@ -205,3 +217,78 @@ func (c *Comm) hubRound(ctx context.Context, seq uint32, r ps.Collective) error 
 // same hubs, connections and failure handling. Declare keys on every rank
 // in the same order.
 func (c *Comm) Hub() *ps.Client { return c.hub }
+
+// localHubs are the in-memory hubs of a NewLocal group: they stop when the
+// last of the group's Comms closes, in whatever order the Comms close.
+type localHubs struct {
+	mu   sync.Mutex
+	refs int
+	hubs []*ps.Hub
+	lns  map[string]*transport.MemListener
+}
+
+func (l *localHubs) dial(ctx context.Context, addr string) (net.Conn, error) {
+	ln, ok := l.lns[addr]
+	if !ok {
+		return nil, fmt.Errorf("no in-memory hub at %q", addr)
+	}
+	return ln.Dial(ctx)
+}
+
+func (l *localHubs) release() {
+	l.mu.Lock()
+	l.refs--
+	last := l.refs == 0
+	l.mu.Unlock()
+	if last {
+		for _, h := range l.hubs {
+			_ = h.Close()
+		}
+	}
+}
+
+// startLocalHubs runs cfg.ColocatedHubs hubs in memory for the n Comms of
+// a NewLocal group and connects every Comm to them.
+func startLocalHubs(comms []*Comm, cfg Config) error {
+	l := &localHubs{refs: len(comms), lns: map[string]*transport.MemListener{}}
+	var addrs []string
+	for i := range cfg.ColocatedHubs {
+		addr := fmt.Sprintf("in-memory-hub-%d", i)
+		ln := transport.NewMemListener(addr)
+		hc := ps.DefaultHubConfig()
+		hc.Index, hc.Workers, hc.JobID, hc.Secret = i, len(comms), cfg.JobID, cfg.Secret
+		hc.Listener, hc.MaxFrame, hc.Elastic, hc.Logger = ln, cfg.MaxFrame+ps.FrameSlack, cfg.HubElastic, cfg.Logger
+		h, err := ps.NewHub(hc)
+		if err != nil {
+			for _, h := range l.hubs {
+				h.Close()
+			}
+			return err
+		}
+		l.hubs, l.lns[addr] = append(l.hubs, h), ln
+		addrs = append(addrs, addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.JoinTimeout)
+	defer cancel()
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		c.localHubs = l
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = c.connectHubs(ctx, addrs, l.dial)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, c := range comms {
+			c.Close()
+		}
+		for _, h := range l.hubs {
+			h.Close()
+		}
+		return fmt.Errorf("collective: in-memory hubs: %w", err)
+	}
+	return nil
+}

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/ps"
 )
 
 // hubComms starts n ranks over TCP with the hub strategy, hubs colocated
@@ -282,5 +285,57 @@ func TestHubConfig(t *testing.T) {
 	defer c.Close()
 	if err := c.SetStrategy(StrategyHub); err == nil {
 		t.Fatal("switched to hubs that were never set up")
+	}
+}
+
+// TestLocalHubStrategy: NewLocal runs the hub strategy in memory: every
+// collective, op and length through 1 to 9 ranks, exact, and keyed
+// push/pull through Comm.Hub; the Comms close one after another.
+func TestLocalHubStrategy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for size := 1; size <= 9; size++ {
+		k := 1 + size/2
+		t.Run(fmt.Sprintf("n%d/hubs%d", size, k), func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Strategy, cfg.ColocatedHubs, cfg.HubPartitionBytes = StrategyHub, k, 96
+			comms, err := NewLocal(size, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				for _, c := range comms { // one after another, in rank order
+					c.Close()
+				}
+			}()
+			err = runAll(comms, func(c *Comm) error {
+				if c.Strategy() != StrategyHub || c.Hub() == nil {
+					return errors.New("not using the hubs")
+				}
+				// One float and one integer type (TestHubStrategyMatchesReference
+				// runs all four over TCP).
+				if err := errors.Join(hubSuite[float32](ctx, c, 1), hubSuite[int64](ctx, c, 4)); err != nil {
+					return err
+				}
+				h := c.Hub()
+				if err := h.Declare(ctx, "w", ps.KeyConfig{Len: 5}); err != nil {
+					return err
+				}
+				grad := []float32{1, 2, 3, 4, float32(c.Rank())}
+				got := make([]float32, 5)
+				if err := ps.PushPull(h, "w", grad, 1, got).Wait(ctx); err != nil {
+					return err
+				}
+				n := float32(c.Size())
+				want := []float32{n, 2 * n, 3 * n, 4 * n, n * (n - 1) / 2}
+				if !slices.Equal(got, want) {
+					return fmt.Errorf("keyed push-pull: got %v, want %v", got, want)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

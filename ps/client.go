@@ -30,6 +30,9 @@ type ClientConfig struct {
 	// HubTimeout: a hub that sends nothing for this long while a request
 	// is outstanding is lost (it is pinged after half of it).
 	HubTimeout time.Duration
+	// Dial, if set, replaces TCP: collective.NewLocal connects to hubs
+	// listening on transport.MemListener with it.
+	Dial transport.DialFunc
 	// Metrics, if set, receives one JSON line per iteration (see Tick).
 	Metrics io.Writer
 	Logger  *slog.Logger
@@ -152,7 +155,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 }
 
 func (c *Client) dial(ctx context.Context, i int, addr string) error {
-	conn, err := transport.DialAuth(ctx, addr, c.cfg.JobID, c.cfg.Secret, transport.Ends{From: c.cfg.Worker, To: HubTag + i, Size: c.cfg.Workers}, c.cfg.HandshakeTimeout, c.cfg.HandshakeTimeout)
+	conn, err := transport.DialAuth(ctx, c.cfg.Dial, addr, c.cfg.JobID, c.cfg.Secret, transport.Ends{From: c.cfg.Worker, To: HubTag + i, Size: c.cfg.Workers}, c.cfg.HandshakeTimeout, c.cfg.HandshakeTimeout)
 	if err != nil {
 		return fmt.Errorf("ps: worker %d: hub %d: %w", c.cfg.Worker, i, err)
 	}

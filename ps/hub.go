@@ -21,6 +21,9 @@ type HubConfig struct {
 	Secret  []byte
 	// ListenAddr is where the hub listens ("host:port"; port 0 picks one).
 	ListenAddr string
+	// Listener, if set, is used instead of listening on ListenAddr (a
+	// transport.MemListener runs a hub in memory); the hub closes it.
+	Listener net.Listener
 	// MaxFrame caps a request's size; a bigger one is refused before
 	// anything is allocated.
 	MaxFrame int
@@ -105,9 +108,12 @@ func NewHub(cfg HubConfig) (*Hub, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.ListenAddr)
-	if err != nil {
-		return nil, fmt.Errorf("ps: hub %d: listen: %w", cfg.Index, err)
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
+			return nil, fmt.Errorf("ps: hub %d: listen: %w", cfg.Index, err)
+		}
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -48,15 +48,24 @@ func AcceptHandshake(c net.Conn, jobID string, secret []byte, ok func(Ends) bool
 	return Ends{From: int(h.From), To: int(h.To), Size: int(h.Size)}, nil
 }
 
+// DialFunc opens a connection to addr.
+type DialFunc func(ctx context.Context, addr string) (net.Conn, error)
+
 // DialAuth dials addr until it connects and passes the handshake, or ctx
 // ends; a peer that is not listening yet is retried with a growing pause.
 // A refused handshake (ErrAuth) is final. On ctx's end the error names
 // the cause and the last failure.
-func DialAuth(ctx context.Context, addr, jobID string, secret []byte, e Ends, dialTimeout, handshakeTimeout time.Duration) (net.Conn, error) {
+// dial, if not nil, replaces TCP (an in-memory listener's Dial, say).
+func DialAuth(ctx context.Context, dial DialFunc, addr, jobID string, secret []byte, e Ends, dialTimeout, handshakeTimeout time.Duration) (net.Conn, error) {
+	if dial == nil {
+		dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: dialTimeout}
+			return d.DialContext(ctx, "tcp", addr)
+		}
+	}
 	var last error
 	for attempt := 0; ; attempt++ {
-		d := net.Dialer{Timeout: dialTimeout}
-		c, err := d.DialContext(ctx, "tcp", addr)
+		c, err := dial(ctx, addr)
 		if err == nil {
 			if err = DialHandshake(c, jobID, secret, e, handshakeTimeout); err == nil {
 				return c, nil

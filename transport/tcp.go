@@ -268,7 +268,7 @@ func (t *TCP) missing() []int {
 }
 
 func (t *TCP) dial(ctx context.Context, peer int, addr string) error {
-	c, err := DialAuth(ctx, addr, t.cfg.JobID, t.cfg.Secret, Ends{From: t.cfg.Rank, To: peer, Size: t.cfg.Size}, t.cfg.DialTimeout, t.cfg.HandshakeTimeout)
+	c, err := DialAuth(ctx, nil, addr, t.cfg.JobID, t.cfg.Secret, Ends{From: t.cfg.Rank, To: peer, Size: t.cfg.Size}, t.cfg.DialTimeout, t.cfg.HandshakeTimeout)
 	if err != nil {
 		return fmt.Errorf("transport: rank %d: rank %d: %w", t.cfg.Rank, peer, err)
 	}
