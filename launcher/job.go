@@ -159,7 +159,6 @@ type rankState struct {
 	pid     int
 	started bool
 	exited  bool
-	ok      bool // exited with code 0
 	stderr  *tail
 }
 
@@ -473,36 +472,25 @@ func (j *job) supervise(ctx context.Context) Result {
 		timeout = t.C
 	}
 	res := Result{}
-	failed := false
-	setFailure := func(code int, text string) {
-		if failed {
-			return
+	pol := newPolicy(j.np, cfg.Hubs, cfg.HubElastic)
+	var hardStop <-chan time.Time
+	apply := func(d decision) {
+		if d.Note != "" {
+			fmt.Fprintf(cfg.Stderr, "gorun: %s\n", d.Note)
 		}
-		failed = true
-		res.ExitCode, res.Failure = code, text
-	}
-	terminating := 0
-	terminate := func(sig syscall.Signal) {
-		if terminating == int(syscall.SIGKILL) || terminating == int(sig) {
-			return
-		}
-		terminating = int(sig)
-		for _, a := range j.agents {
-			if !a.done {
-				_ = a.conn.Send(&msg{Kind: msgTerminate, Signal: int(sig)})
+		if d.Signal != 0 {
+			for _, a := range j.agents {
+				if !a.done {
+					_ = a.conn.Send(&msg{Kind: msgTerminate, Signal: int(d.Signal)})
+				}
 			}
 		}
-	}
-	var hardStop <-chan time.Time
-	armHardStop := func() {
-		if hardStop == nil {
+		if d.HardStop && hardStop == nil {
 			hardStop = time.After(cfg.Grace + 10*time.Second)
 		}
 	}
 	started := 0
 	remaining := len(j.agents)
-	var lost []int // ranks lost under --hub-elastic
-	lostCode := 0
 	for remaining > 0 {
 		select {
 		case ev := <-events:
@@ -512,11 +500,7 @@ func (j *job) supervise(ctx context.Context) Result {
 					a.done = true
 					remaining--
 					werr := a.cmd.Wait()
-					if !j.allExited(a) {
-						setFailure(ExitAgentLost, fmt.Sprintf("lost the agent on %s: %s", a.name, a.describeFailure(werr, nil)))
-						terminate(syscall.SIGTERM)
-						armHardStop()
-					}
+					apply(pol.agentLost(j.allExited(a), fmt.Sprintf("lost the agent on %s: %s", a.name, a.describeFailure(werr, nil))))
 				}
 				continue
 			}
@@ -535,63 +519,31 @@ func (j *job) supervise(ctx context.Context) Result {
 				}
 				j.out.line(ev.m.Rank, ev.m.Stream, ev.m.Data)
 			case msgExit:
-				rs := &j.ranks[ev.m.Rank]
-				rs.exited = true
+				j.ranks[ev.m.Rank].exited = true
 				ex := ev.m.Exit
 				code := ex.Code
 				if ex.Signal != 0 {
 					code = 128 + ex.Signal
 				}
-				switch {
-				case code == 0 || terminating != 0:
-				case cfg.HubElastic && ev.m.Rank < j.np && !j.workersDone():
-					// Elastic: the hubs finish their rounds without it.
-					lost = append(lost, ev.m.Rank)
-					if lostCode == 0 {
-						lostCode = code
-					}
-					fmt.Fprintf(cfg.Stderr, "gorun: %s; --hub-elastic: the job goes on without it\n", j.describeExit(ev.m.Rank, ex))
-				default:
-					setFailure(code, j.describeExit(ev.m.Rank, ex))
-					terminate(syscall.SIGTERM)
-					armHardStop()
-				}
-				rs.ok = code == 0
-				if terminating == 0 && ev.m.Rank < j.np && j.workersDone() {
-					// Every rank is done: the hubs have nothing left to serve.
-					terminate(syscall.SIGTERM)
-					armHardStop()
-				}
+				apply(pol.rankExited(ev.m.Rank, code, j.describeExit(ev.m.Rank, ex)))
 			case msgDone:
 				a.done = true
 				remaining--
 				_ = a.stdin.Close()
 			case msgError:
-				setFailure(ExitAgentLost, fmt.Sprintf("%s: agent: %s", a.name, ev.m.Err))
-				terminate(syscall.SIGTERM)
-				armHardStop()
+				apply(pol.agentError(fmt.Sprintf("%s: agent: %s", a.name, ev.m.Err)))
 			}
 		case sig := <-cfg.Signals:
 			s, _ := sig.(syscall.Signal)
 			if s == 0 {
 				s = syscall.SIGTERM
 			}
-			if terminating != 0 {
-				terminate(syscall.SIGKILL)
-				continue
-			}
-			setFailure(128+int(s), fmt.Sprintf("gorun received %v; forwarded it to every rank", s))
-			terminate(s)
-			armHardStop()
+			apply(pol.signal(s))
 		case <-timeout:
 			timeout = nil
-			setFailure(ExitTimeout, fmt.Sprintf("job timed out after %v; terminated every rank", cfg.Timeout))
-			terminate(syscall.SIGTERM)
-			armHardStop()
+			apply(pol.timedOut(fmt.Sprintf("job timed out after %v; terminated every rank", cfg.Timeout)))
 		case <-ctx.Done():
-			setFailure(ExitTimeout, "cancelled: "+ctx.Err().Error())
-			terminate(syscall.SIGTERM)
-			armHardStop()
+			apply(pol.timedOut("cancelled: " + ctx.Err().Error()))
 			ctx = context.Background()
 		case <-hardStop:
 			// Agents that do not finish after the grace period plus a
@@ -611,38 +563,15 @@ func (j *job) supervise(ctx context.Context) Result {
 	go func() { readers.Wait(); close(events) }()
 	for range events {
 	}
-	if len(lost) > 0 && !failed {
-		// The job went on without them: it succeeded if a rank finished.
-		if !j.anyOK() {
-			setFailure(lostCode, fmt.Sprintf("every rank was lost (elastic: %v)", lost))
-		} else {
-			fmt.Fprintf(cfg.Stderr, "gorun: finished without %d lost rank(s) %v (--hub-elastic)\n", len(lost), lost)
-		}
+	var note string
+	res.ExitCode, res.Failure, note = pol.result()
+	if note != "" {
+		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", note)
 	}
 	if res.Failure != "" {
 		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", res.Failure)
 	}
 	return res
-}
-
-// workersDone reports whether every rank (not hub) has exited.
-func (j *job) workersDone() bool {
-	for _, rs := range j.ranks[:j.np] {
-		if !rs.exited {
-			return false
-		}
-	}
-	return true
-}
-
-// anyOK reports whether some rank (not hub) exited with code 0.
-func (j *job) anyOK() bool {
-	for _, rs := range j.ranks[:j.np] {
-		if rs.ok {
-			return true
-		}
-	}
-	return false
 }
 
 // name is how messages call a rank or a hub.
