@@ -93,10 +93,11 @@ type Member struct {
 	log  *slog.Logger
 	meta []byte
 
-	mu     sync.Mutex
-	peers  map[int]string // rank -> data address
-	joined chan struct{}  // signalled on every join
-	ev     Events
+	mu      sync.Mutex
+	peers   map[int]string // rank -> data address
+	leaving map[int]bool   // ranks that said goodbye before leaving
+	joined  chan struct{}  // signalled on every join
+	ev      Events
 
 	closeOnce sync.Once
 }
@@ -110,7 +111,7 @@ func Start(cfg Config, ev Events) (*Member, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Member{cfg: cfg, log: logger, peers: map[int]string{}, joined: make(chan struct{}, 1), ev: ev}
+	m := &Member{cfg: cfg, log: logger, peers: map[int]string{}, leaving: map[int]bool{}, joined: make(chan struct{}, 1), ev: ev}
 	m.meta = binary.LittleEndian.AppendUint32(nil, uint32(cfg.Rank))
 	m.meta = append(m.meta, cfg.DataAddr...)
 
@@ -220,12 +221,55 @@ func (m *Member) missing() []int {
 func (m *Member) Close() error {
 	var err error
 	m.closeOnce.Do(func() {
+		m.sayGoodbye(500 * time.Millisecond)
 		err = m.ml.Leave(500 * time.Millisecond)
 		if serr := m.ml.Shutdown(); err == nil {
 			err = serr
 		}
 	})
 	return err
+}
+
+// byeMsg is the user message a member sends every other member, over
+// memberlist's encrypted and labelled channel, just before it leaves.
+// memberlist hands NotifyLeave a node whose State field is never set
+// (it updates a field of its own that shadows it), so a clean leave cannot
+// be told from a death without it.
+const byeMsg = 'B'
+
+func encodeBye(rank int) []byte {
+	return binary.LittleEndian.AppendUint32([]byte{byeMsg}, uint32(rank))
+}
+
+// parseBye decodes a goodbye; anything else is not one.
+func parseBye(b []byte) (int, bool) {
+	if len(b) != 5 || b[0] != byeMsg {
+		return 0, false
+	}
+	return int(binary.LittleEndian.Uint32(b[1:])), true
+}
+
+// sayGoodbye tells every other member, at once, that this rank is leaving
+// cleanly; it gives up after d.
+func (m *Member) sayGoodbye(d time.Duration) {
+	msg := encodeBye(m.cfg.Rank)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, n := range m.ml.Members() {
+		if n.Name == m.ml.LocalNode().Name {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = m.ml.SendReliable(n, msg)
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
 }
 
 // parseMeta decodes a member's rank and data address.
@@ -249,7 +293,14 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	}
 	return d.meta
 }
-func (d *delegate) NotifyMsg([]byte)                {}
+func (d *delegate) NotifyMsg(b []byte) {
+	m := (*Member)(d)
+	if r, ok := parseBye(b); ok && r >= 0 && r < m.cfg.Size {
+		m.mu.Lock()
+		m.leaving[r] = true
+		m.mu.Unlock()
+	}
+}
 func (d *delegate) GetBroadcasts(int, int) [][]byte { return nil }
 func (d *delegate) LocalState(bool) []byte          { return nil }
 func (d *delegate) MergeRemoteState([]byte, bool)   {}
@@ -278,7 +329,10 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	if !ok || r == m.cfg.Rank {
 		return
 	}
-	if n.State == memberlist.StateLeft {
+	m.mu.Lock()
+	left := m.leaving[r]
+	m.mu.Unlock()
+	if left || n.State == memberlist.StateLeft {
 		if m.ev.Left != nil {
 			m.ev.Left(r)
 		}

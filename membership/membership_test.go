@@ -1,0 +1,227 @@
+package membership
+
+import (
+	"context"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// group starts size members of one job on loopback, each seeded with all
+// the others, with the events each one sees recorded.
+type group struct {
+	ms  []*Member
+	rec []*recorder
+}
+
+type recorder struct {
+	mu   sync.Mutex
+	dead map[int]time.Time
+	left map[int]bool
+}
+
+func (r *recorder) events() Events {
+	return Events{
+		Dead: func(rank int, _ string) { r.mu.Lock(); r.dead[rank] = time.Now(); r.mu.Unlock() },
+		Left: func(rank int) { r.mu.Lock(); r.left[rank] = true; r.mu.Unlock() },
+	}
+}
+
+func (r *recorder) sawDead(rank int) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.dead[rank]
+	return t, ok
+}
+
+func (r *recorder) sawLeft(rank int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.left[rank]
+}
+
+func testConfig(job string, rank, size int, secret string) Config {
+	c := DefaultConfig()
+	c.JobID, c.Rank, c.Size, c.Secret = job, rank, size, []byte(secret)
+	c.BindAddr, c.AdvertiseAddr = "127.0.0.1", "127.0.0.1"
+	c.DataAddr = "127.0.0.1:" + strconv.Itoa(20000+rank)
+	return c
+}
+
+func start(t *testing.T, cfgs []Config) *group {
+	t.Helper()
+	g := &group{}
+	for _, c := range cfgs {
+		r := &recorder{dead: map[int]time.Time{}, left: map[int]bool{}}
+		m, err := Start(c, r.events())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		g.ms, g.rec = append(g.ms, m), append(g.rec, r)
+	}
+	var seeds []string
+	for _, m := range g.ms {
+		seeds = append(seeds, net.JoinHostPort("127.0.0.1", strconv.Itoa(m.Port())))
+	}
+	for i, m := range g.ms {
+		m.cfg.Seeds = slices.Delete(slices.Clone(seeds), i, i+1)
+	}
+	return g
+}
+
+// waitAll runs WaitAll on every member at once.
+func (g *group) waitAll(timeout time.Duration) ([][]string, []error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	addrs, errs := make([][]string, len(g.ms)), make([]error, len(g.ms))
+	var wg sync.WaitGroup
+	for i, m := range g.ms {
+		wg.Add(1)
+		go func() { defer wg.Done(); addrs[i], errs[i] = m.WaitAll(ctx) }()
+	}
+	wg.Wait()
+	return addrs, errs
+}
+
+func TestJoinAll(t *testing.T) {
+	var cfgs []Config
+	for r := range 4 {
+		cfgs = append(cfgs, testConfig("job1", r, 4, "secret-secret-secret"))
+	}
+	g := start(t, cfgs)
+	addrs, errs := g.waitAll(10 * time.Second)
+	for i := range g.ms {
+		if errs[i] != nil {
+			t.Fatalf("rank %d: %v", i, errs[i])
+		}
+		for r, a := range addrs[i] {
+			if a != cfgs[r].DataAddr {
+				t.Fatalf("rank %d sees rank %d at %q, want %q", i, r, a, cfgs[r].DataAddr)
+			}
+		}
+	}
+}
+
+// TestWrongSecret: a member with another secret never joins, and the
+// errors say which ranks are missing and that the secret is wrong.
+func TestWrongSecret(t *testing.T) {
+	cfgs := []Config{testConfig("job2", 0, 3, "secret-secret-secret"), testConfig("job2", 1, 3, "secret-secret-secret"), testConfig("job2", 2, 3, "another-secret-entirely")}
+	g := start(t, cfgs)
+	_, errs := g.waitAll(2 * time.Second)
+	if errs[2] == nil || !strings.Contains(errs[2].Error(), "ranks [0 1] never appeared") || !strings.Contains(errs[2].Error(), "wrong job secret") {
+		t.Fatalf("rank 2: %v", errs[2])
+	}
+	for _, r := range []int{0, 1} {
+		if errs[r] == nil || !strings.Contains(errs[r].Error(), "ranks [2] never appeared") {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+	}
+}
+
+// TestOtherJob: a member of another job (same secret, other job id, so
+// another label) is never taken for one of this job's ranks.
+func TestOtherJob(t *testing.T) {
+	cfgs := []Config{testConfig("jobA", 0, 3, "secret-secret-secret"), testConfig("jobA", 1, 3, "secret-secret-secret"), testConfig("jobB", 2, 3, "secret-secret-secret")}
+	g := start(t, cfgs)
+	_, errs := g.waitAll(2 * time.Second)
+	for _, r := range []int{0, 1} {
+		if errs[r] == nil || !strings.Contains(errs[r].Error(), "ranks [2] never appeared") {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+	}
+	if errs[2] == nil || !strings.Contains(errs[2].Error(), "ranks [0 1] never appeared") {
+		t.Fatalf("the other job's member: %v", errs[2])
+	}
+}
+
+// TestBadMetadata: members whose metadata is short, names no valid
+// address, claims a rank out of range or a name that does not match its
+// rank are ignored.
+func TestBadMetadata(t *testing.T) {
+	g := start(t, []Config{testConfig("job3", 0, 2, "secret-secret-secret")})
+	meta := func(rank int, addr string) []byte {
+		b := []byte{byte(rank), byte(rank >> 8), byte(rank >> 16), byte(rank >> 24)}
+		return append(b, addr...)
+	}
+	for _, n := range []*memberlist.Node{
+		{Name: "job3-1", Meta: []byte{1, 0}},
+		{Name: "job3-1", Meta: meta(1, "no-port")},
+		{Name: "job3-7", Meta: meta(7, "127.0.0.1:1")},
+		{Name: "job3-0", Meta: meta(1, "127.0.0.1:1")},
+		{Name: "other-1", Meta: meta(1, "127.0.0.1:1")},
+	} {
+		(*events)(g.ms[0]).NotifyJoin(n)
+	}
+	if miss := g.ms[0].missing(); !slices.Equal(miss, []int{1}) {
+		t.Fatalf("after bad members, missing %v, want [1]", miss)
+	}
+	(*events)(g.ms[0]).NotifyJoin(&memberlist.Node{Name: "job3-1", Meta: meta(1, "127.0.0.1:1")})
+	if miss := g.ms[0].missing(); len(miss) != 0 {
+		t.Fatalf("a good member was not taken: missing %v", miss)
+	}
+	if r, ok := parseBye(encodeBye(5)); !ok || r != 5 {
+		t.Fatal("goodbye does not round-trip")
+	}
+	for _, b := range [][]byte{nil, {'B'}, {'X', 1, 0, 0, 0}, append(encodeBye(1), 0)} {
+		if _, ok := parseBye(b); ok {
+			t.Fatalf("parseBye(%q) accepted", b)
+		}
+	}
+	for _, b := range [][]byte{nil, {1, 2, 3}, meta(0, ""), meta(0, "host")} {
+		if _, _, ok := parseMeta(b); ok {
+			t.Fatalf("parseMeta(%q) accepted", b)
+		}
+	}
+}
+
+// TestDeadAndLeft: a member that vanishes without leaving is reported
+// dead by every other member within the configured timers' bound; one that
+// closes cleanly is reported as left, not dead.
+func TestDeadAndLeft(t *testing.T) {
+	var cfgs []Config
+	for r := range 4 {
+		cfgs = append(cfgs, testConfig("job4", r, 4, "secret-secret-secret"))
+	}
+	g := start(t, cfgs)
+	if _, errs := g.waitAll(10 * time.Second); errs[0] != nil || errs[3] != nil {
+		t.Fatal(errs)
+	}
+	// Suspicion runs SuspicionMult probe intervals (at most twice that),
+	// after a probe cycle over the members: about 2 s with the defaults.
+	c := cfgs[0]
+	bound := time.Duration(c.SuspicionMult*2+len(cfgs)+2)*c.ProbeInterval + c.ProbeTimeout
+	t0 := time.Now()
+	g.ms[3].closeOnce.Do(func() { _ = g.ms[3].ml.Shutdown() }) // no goodbye: as SIGKILL
+	g.ms[2].Close() // a clean goodbye
+	deadline := time.Now().Add(4 * bound) // slack for a loaded machine
+	for _, i := range []int{0, 1} {
+		for {
+			at, ok := g.rec[i].sawDead(3)
+			if ok {
+				t.Logf("rank %d saw rank 3 dead after %v (configured bound %v)", i, at.Sub(t0).Round(time.Millisecond), bound)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("rank %d: rank 3 not declared dead within %v", i, 4*bound)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		for !g.rec[i].sawLeft(2) {
+			if time.Now().After(deadline) {
+				_, d := g.rec[i].sawDead(2)
+				t.Fatalf("rank %d: rank 2's clean leave not reported (reported dead: %v)", i, d)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if _, dead := g.rec[i].sawDead(2); dead {
+			t.Fatalf("rank %d: rank 2 left cleanly but was reported dead", i)
+		}
+	}
+}
