@@ -266,8 +266,9 @@ func TestHubConfig(t *testing.T) {
 	if _, err := New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "ColocatedHubs 2") {
 		t.Fatalf("2 colocated hubs in 1 rank: %v", err)
 	}
-	if _, err := NewLocal(2, cfg); err == nil || !strings.Contains(err.Error(), "needs TCP") {
-		t.Fatalf("NewLocal with hubs: %v", err)
+	cfg.ColocatedHubs = 3
+	if _, err := NewLocal(2, cfg); err == nil || !strings.Contains(err.Error(), "ColocatedHubs 3") {
+		t.Fatalf("NewLocal with 3 hubs in 2 ranks: %v", err)
 	}
 	env := map[string]string{
 		"GORUN_RANK": "0", "GORUN_SIZE": "2", "GORUN_JOB_ID": "abc", "GORUN_JOB_SECRET": "0123456789abcdef0123",

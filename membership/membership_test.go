@@ -199,8 +199,8 @@ func TestDeadAndLeft(t *testing.T) {
 	bound := time.Duration(c.SuspicionMult*2+len(cfgs)+2)*c.ProbeInterval + c.ProbeTimeout
 	t0 := time.Now()
 	g.ms[3].closeOnce.Do(func() { _ = g.ms[3].ml.Shutdown() }) // no goodbye: as SIGKILL
-	g.ms[2].Close() // a clean goodbye
-	deadline := time.Now().Add(4 * bound) // slack for a loaded machine
+	g.ms[2].Close()                                            // a clean goodbye
+	deadline := time.Now().Add(4 * bound)                      // slack for a loaded machine
 	for _, i := range []int{0, 1} {
 		for {
 			at, ok := g.rec[i].sawDead(3)
