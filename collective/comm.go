@@ -91,6 +91,10 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	tc.ListenAddr, tc.MaxPayload, tc.Logger = cfg.DataListen, cfg.MaxFrame, logger
 	tc.SpinTime = cfg.SpinTime
 	tc.SpinYield = cfg.SpinYield
+	tc.Shm, tc.HostKey = cfg.Shm, cfg.HostKey
+	if tc.HostKey != "" {
+		tc.HostKey = cfg.JobID + "/" + tc.HostKey
+	}
 	tr, err := transport.Listen(tc)
 	if err != nil {
 		return nil, err

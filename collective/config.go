@@ -93,6 +93,15 @@ type Config struct {
 	SpinTime  time.Duration
 	SpinYield bool
 
+	// Shm (default on; GORUN_SHM=0 turns it off) moves data between ranks
+	// on one host through shared memory instead of loopback TCP.
+	Shm bool
+	// HostKey names this rank's host for Shm: ranks share memory only with
+	// ranks of an equal key on the same kernel. ConfigFromEnv sets it from
+	// the launcher's placement (job and node number); "" means the
+	// hostname.
+	HostKey string
+
 	// Gossip timers: a silent rank is declared dead after roughly
 	// ProbeInterval * (a few + SuspicionMult).
 	ProbeInterval time.Duration
@@ -123,6 +132,7 @@ func DefaultConfig() Config {
 		SegmentBytes:      512 << 10,
 		MaxFrame:          transport.DefaultMaxPayload,
 		SpinTime:          transport.DefaultConfig().SpinTime,
+		Shm:               true,
 		ProbeInterval:     gossip.ProbeInterval,
 		ProbeTimeout:      gossip.ProbeTimeout,
 		SuspicionMult:     gossip.SuspicionMult,
@@ -202,6 +212,10 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 		}
 	}
 	cfg.SpinTime = env.Duration(jobenv.SpinVar, cfg.SpinTime)
+	cfg.Shm = env.Switch(jobenv.ShmVar, cfg.Shm)
+	if node, ok := env.Lookup(jobenv.NodeRankVar); ok {
+		cfg.HostKey = "node-" + node
+	}
 	if err := env.Err("start this program with gorun (or use collective.New with a Config)"); err != nil {
 		return Config{}, fmt.Errorf("collective: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/jobenv"
+	"github.com/gorun/gorun/transport"
 )
 
 // AgentConfig is what the per-host agent needs from its process.
@@ -88,6 +89,7 @@ func RunAgent(ctx context.Context, cfg AgentConfig) error {
 	for {
 		if started && a.running() == 0 {
 			a.wg.Wait()
+			a.removeSegments()
 			if !orphaned {
 				return c.Send(&msg{Kind: msgDone})
 			}
@@ -134,6 +136,21 @@ func RunAgent(ctx context.Context, cfg AgentConfig) error {
 		}
 	}
 }
+
+// removeSegments deletes this job's shared memory files on this host once
+// its ranks are gone. Ranks remove each segment as soon as its pair has
+// mapped it, so only a rank killed in between leaves one behind.
+func (a *agent) removeSegments() {
+	left, _ := filepath.Glob(transport.ShmSegmentPattern(shmDir, a.spec.JobID))
+	for _, f := range left {
+		if err := os.Remove(f); err == nil {
+			a.log.Info("removed a shared memory segment the job left", "file", f)
+		}
+	}
+}
+
+// shmDir is where ranks create their segments (transport.Config.ShmDir).
+const shmDir = "/dev/shm"
 
 func fail(c *conn, err error) error {
 	_ = c.Send(&msg{Kind: msgError, Err: err.Error()})

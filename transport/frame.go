@@ -12,12 +12,14 @@ type Type uint8
 
 // ONLY APPEND TO THIS LIST: the values cross the wire.
 const (
-	TypeData  Type = iota + 1 // part of a collective
-	TypeAbort                 // the sender gives up the current collective; payload: code byte + text
-	TypeBye                   // the sender is closing cleanly
-	TypePing                  // are you alive? (answered by the reader, not the application)
-	TypePong                  // yes
-	typeEnd                   // one past the last valid type
+	TypeData      Type = iota + 1 // part of a collective
+	TypeAbort                     // the sender gives up the current collective; payload: code byte + text
+	TypeBye                       // the sender is closing cleanly
+	TypePing                      // are you alive? (answered by the reader, not the application)
+	TypePong                      // yes
+	TypeShmOffer                  // the lower rank of a pair offers a shared memory segment (or declines)
+	TypeShmAnswer                 // the higher rank attached (0) or refused (1 + reason)
+	typeEnd                       // one past the last valid type
 )
 
 // HeaderSize is the size of an encoded Header.

@@ -35,7 +35,24 @@ type Config struct {
 	// answer a ping on its data connection before it is lost; 0 trusts
 	// gossip at once.
 	ConfirmTimeout time.Duration
-	Logger         *slog.Logger
+	// Shm lets ranks on one host exchange data through shared memory
+	// (see shm.go); pairs on different hosts, or that cannot set it up,
+	// use TCP.
+	Shm bool
+	// ShmDir is where segments are created ("" = /dev/shm).
+	ShmDir string
+	// ShmRingBytes is one direction's ring capacity (rounded up to a
+	// power of two; 0 = DefaultShmRingBytes).
+	ShmRingBytes int
+	// HostKey names this rank's host: ranks share memory only when their
+	// keys (and kernels) are equal. "" = the hostname. The launcher's node
+	// number is a good key: test hosts in network namespaces share a
+	// kernel but are separate hosts to the job.
+	HostKey string
+	Logger  *slog.Logger
+
+	// shmReserve replaces fallocate in tests that need a full ShmDir.
+	shmReserve func(fd int, size int64) error
 }
 
 // DefaultConfig returns the defaults for everything but the job's identity.
@@ -47,6 +64,7 @@ func DefaultConfig() Config {
 		HandshakeTimeout: 5 * time.Second,
 		SpinTime:         100 * time.Microsecond,
 		ConfirmTimeout:   time.Second,
+		Shm:              true,
 	}
 }
 
@@ -84,6 +102,8 @@ type TCP struct {
 
 	lostMu sync.Mutex
 	lost   map[int]string // peers found lost here (see Lost)
+
+	shmWarn sync.Once
 }
 
 var _ Transport = (*TCP)(nil)
@@ -95,6 +115,9 @@ type peerConn struct {
 	hdr  [HeaderSize]byte
 	spin spinState
 	pong chan struct{} // signalled when the peer answers a ping
+
+	shm    *shmPeer    // set once by Connect if the pair shares memory
+	shmCtl chan []byte // the peer's shared memory offer or answer
 }
 
 // Listen starts listening; the transport is usable after Connect.
@@ -120,7 +143,7 @@ func Listen(cfg Config) (*TCP, error) {
 		closing:   make(chan struct{}),
 	}
 	t.closeCtx, t.cancel = context.WithCancel(context.Background())
-	t.w.onFail = t.unblock
+	t.w.onFail = func() { t.unblock(); t.shmWakeAll() }
 	t.wg.Add(1)
 	go t.acceptLoop()
 	return t, nil
@@ -208,7 +231,7 @@ func (t *TCP) register(peer int, c net.Conn) bool {
 		_ = tc.SetReadBuffer(4 << 20)
 		_ = tc.SetWriteBuffer(4 << 20)
 	}
-	pc := &peerConn{peer: peer, c: c, pong: make(chan struct{}, 1)}
+	pc := &peerConn{peer: peer, c: c, pong: make(chan struct{}, 1), shmCtl: make(chan []byte, 1)}
 	t.conns[peer] = pc
 	t.wg.Add(1)
 	t.readers.Add(1)
@@ -243,7 +266,7 @@ func (t *TCP) Connect(ctx context.Context, addrs []string) error {
 	for {
 		missing := t.missing()
 		if len(missing) == 0 {
-			return nil
+			return t.setupShm(ctx)
 		}
 		select {
 		case <-t.connected:
@@ -333,6 +356,11 @@ func (t *TCP) readLoop(pc *peerConn) {
 			case pc.pong <- struct{}{}:
 			default:
 			}
+		case TypeShmOffer, TypeShmAnswer:
+			select {
+			case pc.shmCtl <- p:
+			default: // one per pair: more is a peer gone wrong; ignored
+			}
 		}
 	}
 }
@@ -359,6 +387,9 @@ func (t *TCP) Send(ctx context.Context, to int, h Header, payload []byte) error 
 	t.mu.Unlock()
 	if pc == nil {
 		return fmt.Errorf("transport: rank %d: not connected to rank %d", t.cfg.Rank, to)
+	}
+	if pc.shm != nil {
+		return t.shmSend(ctx, pc.shm, h, payload)
 	}
 	h.Type = TypeData
 	err := t.write(ctx, pc, h, payload)
@@ -395,6 +426,17 @@ func (t *TCP) write(ctx context.Context, pc *peerConn, h Header, payload []byte)
 
 // Recv implements Transport.
 func (t *TCP) Recv(ctx context.Context, from int) (Frame, error) {
+	if from >= 0 && from < t.cfg.Size && from != t.cfg.Rank {
+		t.mu.Lock()
+		pc := t.conns[from]
+		t.mu.Unlock()
+		if pc != nil && pc.shm != nil {
+			if err := t.w.Err(); err != nil {
+				return Frame{}, err
+			}
+			return t.shmRecv(ctx, pc.shm)
+		}
+	}
 	if t.cfg.SpinTime > 0 && from >= 0 && from < t.cfg.Size {
 		select {
 		case f := <-t.w.inbox[from]:
@@ -610,6 +652,7 @@ func (t *TCP) Close() error {
 		}
 		t.wg.Wait()
 		t.w.drain()
+		t.closeShm()
 	})
 	return nil
 }

@@ -226,7 +226,8 @@ func TestMemKill(t *testing.T) {
 // its reader is stuck behind a full inbox, as a frozen process would be) is
 // lost.
 func TestGossipVerdictConfirmed(t *testing.T) {
-	ts := mesh(t, 2, func(r int, c *Config) { c.ConfirmTimeout = 300 * time.Millisecond })
+	// TCP's own confirmation: rank 1's reader must stall on a full inbox.
+	ts := mesh(t, 2, func(r int, c *Config) { c.ConfirmTimeout, c.Shm = 300*time.Millisecond, false })
 	ts[0].PeerLost(1, "declared dead by gossip")
 	time.Sleep(600 * time.Millisecond)
 	if err := ts[0].Err(); err != nil {

@@ -34,6 +34,7 @@ const (
 	// Set by users (exported or with -x).
 	ColocatedHubsVar = "GORUN_COLOCATED_HUBS"
 	SpinVar          = "GORUN_SPIN"
+	ShmVar           = "GORUN_SHM" // 0: no shared memory between ranks on one host
 )
 
 // Job is what every process of a job is told.
@@ -162,6 +163,21 @@ func (r *Reader) List(name string) []string {
 		return nil
 	}
 	return strings.Split(v, ",")
+}
+
+// Switch returns a variable set to 1/true or 0/false, or def if unset.
+func (r *Reader) Switch(name string, def bool) bool {
+	v, ok := r.Lookup(name)
+	switch {
+	case !ok:
+		return def
+	case v == "1" || v == "true":
+		return true
+	case v == "0" || v == "false":
+		return false
+	}
+	r.bad = append(r.bad, fmt.Errorf("%s=%q: want 0 or 1", name, v))
+	return def
 }
 
 // Flag reports whether a variable is set to 1 or true.

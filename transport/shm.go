@@ -1,0 +1,496 @@
+package transport
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Shared memory between ranks on one host.
+//
+// After the TCP mesh is up, every pair of ranks negotiates over its
+// authenticated connection: the lower rank creates a segment holding one
+// ring each way (a file in ShmDir, mode 0600, named with 128 random bits,
+// every page reserved up front) and offers its name and host key; the
+// higher rank maps it if the host keys match and the file checks out,
+// removes the name, and answers. From then on that pair's data frames go
+// through the rings, read and written by the calling goroutines (no
+// reader goroutine, no hand-off); the TCP connection stays for
+// liveness, aborts and goodbyes, so a dead or frozen peer is found as
+// before and wakes every waiter. Any refusal (another host, shared memory
+// off, a full ShmDir) leaves the pair on TCP, with one warning naming the
+// reason when it is a failure rather than a choice.
+
+// ShmPrefix starts the name of every segment gorun creates; a job's
+// segments are ShmPrefix + sanitised job id + "-...". The launcher's agents
+// remove a job's leftovers (a rank killed between creating a segment and
+// its peer attaching) when its ranks are gone.
+const ShmPrefix = "gorun-"
+
+// DefaultShmRingBytes is the capacity of one direction of a pair's
+// channel: four 512 KiB ring segments in flight.
+const DefaultShmRingBytes = 2 << 20
+
+// ShmSegmentPattern is the glob of a job's segment files in dir.
+func ShmSegmentPattern(dir, jobID string) string {
+	return filepath.Join(dir, ShmPrefix+sanitize(jobID)+"-*")
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// shmPeer is a pair's channel: out is written by this rank, in by the peer.
+type shmPeer struct {
+	peer    int
+	out, in *shmRing
+	mem     []byte
+	smu     sync.Mutex   // Send may be called from several goroutines
+	use     sync.RWMutex // held (read) by every Send and Recv; Close takes it to unmap
+	closed  bool         // under use: the mapping is gone
+}
+
+// shmOffer is what the lower rank of a pair sends; Path "" declines, and
+// Reason says why.
+type shmOffer struct {
+	HostKey string
+	Path    string
+	RingCap uint32
+	Reason  string
+}
+
+func (o shmOffer) encode() []byte {
+	var b []byte
+	for _, s := range []string{o.HostKey, o.Path, o.Reason} {
+		b = binary.LittleEndian.AppendUint16(b, uint16(min(len(s), 1<<15)))
+		b = append(b, s[:min(len(s), 1<<15)]...)
+	}
+	return binary.LittleEndian.AppendUint32(b, o.RingCap)
+}
+
+func decodeShmOffer(b []byte) (shmOffer, error) {
+	var f [3]string
+	for i := range f {
+		if len(b) < 2 {
+			return shmOffer{}, shmCorrupt("short offer")
+		}
+		n := int(binary.LittleEndian.Uint16(b))
+		if len(b) < 2+n {
+			return shmOffer{}, shmCorrupt("offer field of %d bytes in %d", n, len(b)-2)
+		}
+		f[i], b = string(b[2:2+n]), b[2+n:]
+	}
+	if len(b) != 4 {
+		return shmOffer{}, shmCorrupt("offer ends with %d bytes, want 4", len(b))
+	}
+	return shmOffer{HostKey: f[0], Path: f[1], Reason: f[2], RingCap: binary.LittleEndian.Uint32(b)}, nil
+}
+
+// hostKey is what two ranks compare to decide that they share a host.
+func (t *TCP) hostKey() string {
+	if t.cfg.HostKey != "" {
+		return t.cfg.HostKey + "/" + bootID()
+	}
+	h, _ := os.Hostname()
+	return h + "/" + bootID()
+}
+
+func (t *TCP) shmDir() string {
+	if t.cfg.ShmDir != "" {
+		return t.cfg.ShmDir
+	}
+	return "/dev/shm"
+}
+
+// setupShm negotiates shared memory with every peer; a pair that cannot
+// have it stays on TCP. It returns when every pair is settled.
+func (t *TCP) setupShm(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.HandshakeTimeout)
+	defer cancel()
+	errs := make([]error, t.cfg.Size)
+	var wg sync.WaitGroup
+	for _, pc := range t.peers() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if pc.peer > t.cfg.Rank {
+				errs[pc.peer] = t.offerShm(ctx, pc)
+			} else {
+				errs[pc.peer] = t.answerShm(ctx, pc)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (t *TCP) ringCap() int {
+	c := t.cfg.ShmRingBytes
+	if c <= 0 {
+		c = DefaultShmRingBytes
+	}
+	p := 4096
+	for p < c {
+		p *= 2
+	}
+	return p
+}
+
+// offerShm is the lower rank's side.
+func (t *TCP) offerShm(ctx context.Context, pc *peerConn) error {
+	o := shmOffer{HostKey: t.hostKey(), RingCap: uint32(t.ringCap())}
+	var mem []byte
+	switch {
+	case !t.cfg.Shm:
+		o.Reason = "shared memory is off on rank " + fmt.Sprint(t.cfg.Rank)
+	case !shmSupported:
+		o.Reason = errNoShm.Error()
+	default:
+		var nonce [16]byte
+		_, _ = rand.Read(nonce[:])
+		o.Path = filepath.Join(t.shmDir(), fmt.Sprintf("%s%s-%d-%d-%s", ShmPrefix, sanitize(t.cfg.JobID), t.cfg.Rank, pc.peer, hex.EncodeToString(nonce[:])))
+		var err error
+		if mem, err = createSegment(o.Path, 2*shmRingSize(int(o.RingCap)), t.cfg.shmReserve); err != nil {
+			t.shmWarn.Do(func() {
+				t.log.Warn("shared memory unavailable; ranks on this host use TCP", "rank", t.cfg.Rank, "err", err)
+			})
+			o.Path, o.Reason = "", err.Error()
+		}
+	}
+	if err := t.write(ctx, pc, Header{Type: TypeShmOffer}, o.encode()); err != nil {
+		t.dropSegment(o.Path, mem)
+		return fmt.Errorf("transport: rank %d: shared memory offer to rank %d: %w", t.cfg.Rank, pc.peer, err)
+	}
+	var answer []byte
+	select {
+	case answer = <-pc.shmCtl:
+	case <-t.w.failed:
+		t.dropSegment(o.Path, mem)
+		return t.w.Err()
+	case <-ctx.Done():
+		t.dropSegment(o.Path, mem)
+		return fmt.Errorf("transport: rank %d: rank %d never answered the shared memory offer: %w", t.cfg.Rank, pc.peer, context.Cause(ctx))
+	}
+	_ = os.Remove(o.Path)
+	if mem == nil {
+		return nil
+	}
+	if len(answer) == 0 || answer[0] != 0 {
+		reason := "refused"
+		if len(answer) > 1 {
+			reason = string(answer[1:])
+		}
+		t.log.Debug("shared memory declined; TCP to this peer", "peer", pc.peer, "reason", reason)
+		_ = unmapSegment(mem)
+		return nil
+	}
+	rc := shmRingSize(int(o.RingCap))
+	out, _ := newShmRing(mem[:rc], int(o.RingCap))
+	in, _ := newShmRing(mem[rc:], int(o.RingCap))
+	t.attach(pc, &shmPeer{peer: pc.peer, out: out, in: in, mem: mem})
+	return nil
+}
+
+func (t *TCP) dropSegment(path string, mem []byte) {
+	if path != "" {
+		_ = os.Remove(path)
+	}
+	if mem != nil {
+		_ = unmapSegment(mem)
+	}
+}
+
+// answerShm is the higher rank's side.
+func (t *TCP) answerShm(ctx context.Context, pc *peerConn) error {
+	var p []byte
+	select {
+	case p = <-pc.shmCtl:
+	case <-t.w.failed:
+		return t.w.Err()
+	case <-ctx.Done():
+		return fmt.Errorf("transport: rank %d: no shared memory offer from rank %d: %w", t.cfg.Rank, pc.peer, context.Cause(ctx))
+	}
+	o, err := decodeShmOffer(p)
+	if err != nil {
+		return fmt.Errorf("transport: rank %d: offer from rank %d: %w", t.cfg.Rank, pc.peer, err)
+	}
+	sp, reason := t.acceptOffer(pc.peer, o)
+	answer := []byte{0}
+	if sp == nil {
+		answer = append([]byte{1}, reason...)
+	}
+	if err := t.write(ctx, pc, Header{Type: TypeShmAnswer}, answer); err != nil {
+		if sp != nil {
+			_ = unmapSegment(sp.mem)
+		}
+		return fmt.Errorf("transport: rank %d: shared memory answer to rank %d: %w", t.cfg.Rank, pc.peer, err)
+	}
+	if sp != nil {
+		t.attach(pc, sp)
+	}
+	return nil
+}
+
+func (t *TCP) acceptOffer(peer int, o shmOffer) (*shmPeer, string) {
+	switch {
+	case o.Path == "":
+		return nil, o.Reason
+	case !t.cfg.Shm:
+		return nil, fmt.Sprintf("shared memory is off on rank %d", t.cfg.Rank)
+	case o.HostKey != t.hostKey():
+		return nil, "another host"
+	case o.RingCap < 4096 || o.RingCap&(o.RingCap-1) != 0 || o.RingCap > 1<<30:
+		return nil, fmt.Sprintf("bad ring capacity %d", o.RingCap)
+	case filepath.Dir(o.Path) != filepath.Clean(t.shmDir()) || !strings.HasPrefix(filepath.Base(o.Path), ShmPrefix+sanitize(t.cfg.JobID)+"-"):
+		return nil, fmt.Sprintf("segment %q is not one of this job's", o.Path)
+	}
+	rc := shmRingSize(int(o.RingCap))
+	mem, err := attachSegment(o.Path, 2*rc)
+	_ = os.Remove(o.Path)
+	if err != nil {
+		t.log.Warn("could not attach a peer's shared memory; TCP to it", "peer", peer, "err", err)
+		return nil, err.Error()
+	}
+	// The peer's out ring is this rank's in ring.
+	in, _ := newShmRing(mem[:rc], int(o.RingCap))
+	out, _ := newShmRing(mem[rc:], int(o.RingCap))
+	return &shmPeer{peer: peer, out: out, in: in, mem: mem}, ""
+}
+
+func (t *TCP) attach(pc *peerConn, sp *shmPeer) {
+	sp.out.wake, sp.in.wake = futexWake, futexWake
+	t.mu.Lock()
+	pc.shm = sp
+	t.mu.Unlock()
+}
+
+// SharedMemoryPeers lists the peers this rank reaches through shared
+// memory.
+func (t *TCP) SharedMemoryPeers() []int {
+	var out []int
+	for _, pc := range t.peers() {
+		if pc.shm != nil {
+			out = append(out, pc.peer)
+		}
+	}
+	return out
+}
+
+// shmWakeAll wakes every goroutine asleep on a ring, after a failure.
+func (t *TCP) shmWakeAll() {
+	for _, pc := range t.peers() {
+		if sp := pc.shm; sp != nil {
+			sp.in.pseq.Add(1)
+			futexWake(sp.in.pseq)
+			sp.out.cseq.Add(1)
+			futexWake(sp.out.cseq)
+		}
+	}
+}
+
+// shmSleep is the longest one futex sleep lasts before the waiter looks
+// at its context and the world again; failures and cancellations also
+// wake it at once.
+const shmSleep = 20 * time.Millisecond
+
+// shmWait waits until ready reports true: first polling (SpinTime, giving
+// the core away between polls when SpinYield), then asleep on word with
+// sleeping raised. It returns early with the world's failure, ctx's
+// error, or (if left is not nil and closes) errLeft.
+func (t *TCP) shmWait(ctx context.Context, word, sleeping *atomic.Uint32, left <-chan struct{}, ready func() (bool, error)) error {
+	var start time.Time
+	for i := 0; ; i++ {
+		ok, err := ready()
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-t.w.failed:
+			return t.w.Err()
+		case <-ctx.Done():
+			select {
+			case <-t.w.failed:
+				return t.w.Err()
+			default:
+			}
+			return ctxErr(ctx)
+		case <-left:
+			if ok, err := ready(); ok || err != nil {
+				return err
+			}
+			return errLeft
+		default:
+		}
+		if i < 64 {
+			continue // a few plain polls first: the data is often on its way
+		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		if time.Since(start) < t.cfg.SpinTime {
+			runtime.Gosched()
+			if t.cfg.SpinYield {
+				osYield()
+			}
+			continue
+		}
+		seq := word.Load()
+		sleeping.Store(1)
+		if ok, err := ready(); ok || err != nil {
+			sleeping.Store(0)
+			return err
+		}
+		stop := context.AfterFunc(ctx, func() { word.Add(1); futexWake(word) })
+		futexWait(word, seq, shmSleep)
+		stop()
+		sleeping.Store(0)
+		start = time.Time{}
+		i = 0
+	}
+}
+
+var (
+	errLeft  = errors.New("left")
+	errNoShm = errors.New("shared memory is not supported on this platform")
+)
+
+// shmSend writes one frame to sp, in pieces if it is long.
+func (t *TCP) shmSend(ctx context.Context, sp *shmPeer, h Header, payload []byte) error {
+	sp.use.RLock()
+	defer sp.use.RUnlock()
+	if sp.closed {
+		return t.closedErr()
+	}
+	sp.smu.Lock()
+	defer sp.smu.Unlock()
+	r := sp.out
+	h.Type, h.Len = TypeData, uint32(len(payload))
+	piece := r.maxPiece()
+	if len(payload) <= piece {
+		if err := t.shmWait(ctx, r.cseq, r.cwait, nil, func() (bool, error) { return r.fits(len(payload)), nil }); err != nil {
+			return err
+		}
+		r.put(recFrame, h, payload)
+		return nil
+	}
+	kind := recStart
+	for off := 0; off < len(payload); off += piece {
+		p := payload[off:min(off+piece, len(payload))]
+		if err := t.shmWait(ctx, r.cseq, r.cwait, nil, func() (bool, error) { return r.fits(len(p)), nil }); err != nil {
+			return err
+		}
+		r.put(kind, h, p)
+		kind = recMore
+	}
+	return nil
+}
+
+// shmRecv reads the next frame from sp. A whole frame's payload is where
+// it lies in shared memory until Release; a long one is gathered into a
+// buffer of its own.
+func (t *TCP) shmRecv(ctx context.Context, sp *shmPeer) (Frame, error) {
+	sp.use.RLock()
+	defer sp.use.RUnlock()
+	if sp.closed {
+		return Frame{}, t.closedErr()
+	}
+	r := sp.in
+	var rec record
+	next := func() (bool, error) {
+		var ok bool
+		var err error
+		rec, ok, err = r.next(t.cfg.MaxPayload)
+		return ok, err
+	}
+	if err := t.shmRecvWait(ctx, sp, next); err != nil {
+		return Frame{}, err
+	}
+	switch rec.kind {
+	case recFrame:
+		r.hold(rec.end)
+		return Frame{Header: rec.h, Payload: rec.payload, release: r.relf}, nil
+	case recMore:
+		return Frame{}, t.shmBroken(sp.peer, shmCorrupt("a piece of a frame with no start"))
+	}
+	total := int(rec.h.Len)
+	buf := getBuf(total)
+	h := rec.h
+	n := copy(buf, rec.payload)
+	r.hold(rec.end)
+	r.release()
+	for n < total {
+		if err := t.shmRecvWait(ctx, sp, next); err != nil {
+			putBuf(buf)
+			return Frame{}, err
+		}
+		if rec.kind != recMore || len(rec.payload) > total-n {
+			putBuf(buf)
+			return Frame{}, t.shmBroken(sp.peer, shmCorrupt("piece of %d bytes (kind %d) where %d of a frame are due", len(rec.payload), rec.kind, total-n))
+		}
+		n += copy(buf[n:], rec.payload)
+		r.hold(rec.end)
+		r.release()
+	}
+	return Frame{Header: h, Payload: buf, release: putBuf}, nil
+}
+
+func (t *TCP) shmRecvWait(ctx context.Context, sp *shmPeer, next func() (bool, error)) error {
+	r := sp.in
+	err := t.shmWait(ctx, r.pseq, r.pwait, t.w.left[sp.peer], next)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errLeft):
+		return &PeerLostError{Rank: sp.peer, Reason: "it closed its Comm while this rank still expected data"}
+	case errors.Is(err, ErrFrame):
+		return t.shmBroken(sp.peer, err)
+	}
+	return err
+}
+
+// shmBroken fails the world over a corrupt ring, naming the peer.
+func (t *TCP) shmBroken(peer int, err error) error {
+	lost := &PeerLostError{Rank: peer, Reason: "its shared memory is corrupt: " + err.Error()}
+	t.w.fail(lost)
+	return lost
+}
+
+func (t *TCP) closedErr() error {
+	if err := t.w.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("transport: rank %d: %w", t.cfg.Rank, ErrClosed)
+}
+
+// closeShm unmaps every segment once no Send or Recv is using it. A
+// segment whose frames the caller still holds (not released) stays mapped:
+// unmapping it would pull the payload from under the caller.
+func (t *TCP) closeShm() {
+	for _, pc := range t.peers() {
+		sp := pc.shm
+		if sp == nil {
+			continue
+		}
+		sp.use.Lock()
+		if !sp.closed && sp.in.unmapIfIdle() {
+			sp.closed = true
+			_ = unmapSegment(sp.mem)
+		}
+		sp.use.Unlock()
+	}
+}

@@ -1,0 +1,91 @@
+//go:build linux
+
+package transport
+
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+const shmSupported = true
+
+// futexWait sleeps while *word == val, for at most d. The futex is not
+// FUTEX_PRIVATE: the word lives in memory another process maps.
+func futexWait(word *atomic.Uint32, val uint32, d time.Duration) {
+	ts := syscall.NsecToTimespec(int64(d))
+	_, _, _ = syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(word)), 0 /* FUTEX_WAIT */, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// futexWake wakes every sleeper on word.
+func futexWake(word *atomic.Uint32) {
+	_, _, _ = syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(word)), 1 /* FUTEX_WAKE */, 1<<30, 0, 0, 0)
+}
+
+// createSegment makes a new file of size bytes at path, readable and
+// writable by this user only, with every page reserved up front (so that
+// a full /dev/shm is an error here, not a SIGBUS later), and maps it.
+func createSegment(path string, size int, reserve func(fd int, size int64) error) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, &os.PathError{Op: "create", Path: path, Err: err}
+	}
+	defer syscall.Close(fd)
+	if reserve == nil {
+		reserve = func(fd int, size int64) error { return syscall.Fallocate(fd, 0, 0, size) }
+	}
+	if err := reserve(fd, int64(size)); err != nil {
+		_ = os.Remove(path)
+		return nil, &os.PathError{Op: "reserve", Path: path, Err: err}
+	}
+	mem, err := syscall.Mmap(fd, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		_ = os.Remove(path)
+		return nil, &os.PathError{Op: "mmap", Path: path, Err: err}
+	}
+	return mem, nil
+}
+
+// attachSegment maps a segment a peer created, after checking that it is
+// a regular file of exactly size bytes, owned by this user, mode 0600.
+func attachSegment(path string, size int) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer syscall.Close(fd)
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	switch {
+	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	case st.Uid != uint32(os.Getuid()):
+		return nil, fmt.Errorf("%s: owned by uid %d, not this user", path, st.Uid)
+	case st.Mode&0o777 != 0o600:
+		return nil, fmt.Errorf("%s: mode %o, want 600", path, st.Mode&0o777)
+	case st.Size != int64(size):
+		return nil, fmt.Errorf("%s: %d bytes, want %d", path, st.Size, size)
+	}
+	mem, err := syscall.Mmap(fd, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, &os.PathError{Op: "mmap", Path: path, Err: err}
+	}
+	return mem, nil
+}
+
+func unmapSegment(mem []byte) error { return syscall.Munmap(mem) }
+
+// bootID identifies this kernel: ranks with different boot ids are on
+// different machines.
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
