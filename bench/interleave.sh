@@ -1,27 +1,71 @@
 #!/usr/bin/env bash
-# Interleave gorun and Open MPI (TCP only) all-reduce sweeps run by run, so
-# that drift of the machine hits both alike. Prints busbw per size.
-#   bash bench/interleave.sh [ROUNDS]    (default 3; N=2 and N=4 each round)
-# Needs openmpi-bin and libopenmpi-dev, and ../shared/peers/mpi_allreduce.c.
+# Interleave all-reduce sweeps of gorun and the MPI libraries run by run,
+# so that drift of the machine hits all alike, and print per round the
+# 4 KiB time and the busbw at 1, 16 and 64 MiB, then the ratios gorun /
+# Open MPI default from the same rounds.
+#   bash bench/interleave.sh [ROUNDS] [NS]     (defaults: 3, "2 4")
+# Runs, each round and N:
+#   gorun          gorun's defaults (shared memory between ranks on one host)
+#   gorun-tcp      the same with GORUN_SHM=0 (loopback TCP)
+#   ompi-default   mpirun with no flags (Open MPI's shared memory)
+#   ompi-tcp       Open MPI over TCP only (--mca btl tcp,self)
+#   mpich-default  MPICH's mpiexec with no flags
+# Needs openmpi-bin libopenmpi-dev mpich libmpich-dev and
+# ../shared/peers/mpi_allreduce.c. Set ONLY="gorun ompi-default" for a subset.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-3}
+ns=${2:-"2 4"}
+only=${ONLY:-"gorun gorun-tcp ompi-default ompi-tcp mpich-default"}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 make -C "$repo" build >/dev/null
 go build -o "$work/allreduce" "$repo/examples/allreduce"
-mpicc.openmpi -O2 -o "$work/mpi_allreduce" "$repo/../shared/peers/mpi_allreduce.c"
+mpicc.openmpi -O2 -o "$work/mpi_ompi" "$repo/../shared/peers/mpi_allreduce.c"
+if command -v mpicc.mpich >/dev/null; then
+    mpicc.mpich -O2 -o "$work/mpi_mpich" "$repo/../shared/peers/mpi_allreduce.c"
+fi
 export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
 sizes="4096 1048576 16777216 67108864"
+# Each runner prints "4KiB <us> 1MiB <busbw> 16MiB <busbw> 64MiB <busbw>".
+gorun_run() { # N [extra gorun flags]
+    local n=$1
+    shift
+    "$repo/bin/gorun" --tag-output=false -np "$n" "$@" "$work/allreduce" -sizes 4KiB,1MiB,16MiB,64MiB -target 1s |
+        awk '/^ *4KiB/ {printf "4KiB %s ", $2} /^ *(1|16|64)MiB/ {printf "%s %s ", $1, $5} END {print ""}'
+}
+mpi_run() { # launcher... ; the harness prints bytes ... time_us ... busbw
+    # shellcheck disable=SC2068
+    $@ 2>/dev/null | awk '/^ *[0-9]/ {
+        if ($1 == 4096) printf "4KiB %s ", $4; else printf "%dMiB %s ", $1 / 1048576, $7 } END {print ""}'
+}
+run() { # name N
+    case $1 in
+    gorun) gorun_run "$2" ;;
+    gorun-tcp) gorun_run "$2" -x GORUN_SHM=0 ;;
+    # shellcheck disable=SC2086
+    ompi-default) mpi_run mpirun --allow-run-as-root --oversubscribe -np "$2" "$work/mpi_ompi" 1.0 $sizes ;;
+    # shellcheck disable=SC2086
+    ompi-tcp) mpi_run mpirun --allow-run-as-root --oversubscribe -np "$2" --mca pml ob1 --mca btl tcp,self "$work/mpi_ompi" 1.0 $sizes ;;
+    # shellcheck disable=SC2086
+    mpich-default) [ -x "$work/mpi_mpich" ] && mpi_run mpiexec.mpich -n "$2" "$work/mpi_mpich" 1.0 $sizes ;;
+    esac
+}
+log="$work/log"
 for r in $(seq "$rounds"); do
-    for n in 2 4; do
-        printf 'round %s N=%s gorun: ' "$r" "$n"
-        "$repo/bin/gorun" --tag-output=false -np "$n" "$work/allreduce" -sizes 4KiB,1MiB,16MiB,64MiB -target 1s |
-            awk '/iB/ {printf "%s %sus %s GB/s | ", $1, $2, $5} END {print ""}'
-        printf 'round %s N=%s ompi-tcp: ' "$r" "$n"
-        # shellcheck disable=SC2086
-        mpirun --allow-run-as-root --oversubscribe -np "$n" --mca pml ob1 --mca btl tcp,self \
-            "$work/mpi_allreduce" 1.0 $sizes 2>/dev/null |
-            awk '/^ *[0-9]/ {printf "%s %sus %s GB/s | ", $1, $4, $7} END {print ""}'
+    for n in $ns; do
+        for c in $only; do
+            line=$(run "$c" "$n" || true)
+            echo "round $r N=$n $c: $line" | tee -a "$log"
+        done
     done
 done
+# Ratios from the same round: time at 4 KiB (gorun/ompi, lower is better)
+# and busbw (gorun/ompi, higher is better).
+echo
+echo "# gorun / ompi-default, per round (4KiB: time ratio; MiB sizes: busbw ratio)"
+awk '{ split($3, a, "="); n = a[2]; name = $4; sub(":", "", name)
+       for (i = 5; i + 1 <= NF; i += 2) v[$2, n, name, $i] = $(i + 1) }
+     END { for (k in v) { split(k, p, SUBSEP); if (p[3] == "gorun") {
+               o = v[p[1], p[2], "ompi-default", p[4]]; if (o > 0) printf "round %s N=%s %s: %.2f\n", p[1], p[2], p[4], v[k] / o } } }' \
+    "$log" | sort -k2,2 -k3,3 -k1,1n -k4,4

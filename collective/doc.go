@@ -6,6 +6,9 @@
 //
 // A rank calls Join once; it reads the environment gorun set, finds every
 // other rank by gossip, and opens an authenticated TCP connection to each.
+// Ranks on the same host then also set up shared memory with each other
+// (Config.Shm, on by default) and move their data through it; the TCP
+// connections stay for liveness and failure reports.
 // New does the same from an explicit Config, without the launcher, and
 // NewLocal makes n ranks connected in memory, for tests. Close leaves the
 // job; it is idempotent.

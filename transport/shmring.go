@@ -131,6 +131,7 @@ func (r *shmRing) put(kind uint32, h Header, pieces ...[]byte) {
 	for _, p := range pieces {
 		at += copy(rec[at:], p)
 	}
+	shmRaceRelease()
 	r.head.Store(head + align8(n))
 	r.pseq.Add(1)
 	if r.pwait.Load() != 0 && r.wake != nil {
@@ -204,6 +205,7 @@ func (r *shmRing) next(maxPayload int) (rec record, ok bool, err error) {
 		}
 		start := off + recHdrSize
 		r.rpos += adv
+		shmRaceAcquire()
 		return record{kind: kind, h: h, payload: r.data[start : start+body : start+body], end: r.rpos}, true, nil
 	}
 }

@@ -1,7 +1,8 @@
 // Package transport moves framed messages between the ranks of a job. It is
 // the leaf the algorithms build on: a small Transport interface, a TCP
 // implementation with an authenticated handshake, and an in-memory one for
-// tests of algorithms and of users' own training loops.
+// tests of algorithms and of users' own training loops. The TCP transport
+// moves the data of pairs on one host through shared memory (shm.go).
 //
 // Failure is world-wide: once any peer is lost, or any rank aborts, every
 // pending and later Send and Recv fails with an error that names the rank.
@@ -23,7 +24,9 @@ type Transport interface {
 	// returns.
 	Send(ctx context.Context, to int, h Header, payload []byte) error
 	// Recv returns the next data frame from rank from. The caller must call
-	// Frame.Release when done with the payload.
+	// Frame.Release when done with the payload, and release the frames of
+	// one peer in the order it received them (a payload may lie in shared
+	// memory until then).
 	Recv(ctx context.Context, from int) (Frame, error)
 	// Abort tells every peer that this rank gives up, with the reason, and
 	// fails the transport locally with err.
