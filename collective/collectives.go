@@ -48,6 +48,8 @@ func allReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, o ring.Op
 	if c.useHub.Load() {
 		b := reduce.AsBytes(buf)
 		err = c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: len(buf)})
+	} else if c.hierarchical(bytesOf[T](len(buf))) {
+		err = ring.Hierarchical(ctx, c.topo.local, c.topo.cross, buf, reducer[T](op), o)
 	} else if c.doubling(bytesOf[T](len(buf))) {
 		err = ring.Doubling(ctx, c.tr, buf, reducer[T](op), o)
 	} else if c.direct(bytesOf[T](len(buf))) {

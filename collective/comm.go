@@ -34,6 +34,7 @@ type Comm struct {
 	member *membership.Member
 
 	turn   chan struct{} // holds one token: whoever has it runs a collective
+	topo   *topology     // which ranks share hosts; nil: one host
 	closed chan struct{} // closed by Close
 	seq    uint32
 
@@ -131,6 +132,9 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	if err == nil {
 		err = tr.Connect(ctx, addrs)
 	}
+	if err == nil {
+		err = c.learnTopology(ctx)
+	}
 	if err == nil && cfg.Strategy == StrategyHub {
 		err = c.startHub(ctx)
 	}
@@ -208,12 +212,13 @@ const (
 	kindAllGather
 	kindReduceScatter
 	kindHubSetup
+	kindTopology
 )
 
 var kindName = map[uint8]string{
 	kindBarrier: "barrier", kindBroadcast: "broadcast", kindAllReduce: "allreduce",
 	kindReduce: "reduce", kindAllGather: "allgather", kindReduceScatter: "reducescatter",
-	kindHubSetup: "hub setup",
+	kindHubSetup: "hub setup", kindTopology: "topology",
 }
 
 // do runs one collective, one at a time: a call waits for the one before

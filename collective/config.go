@@ -17,8 +17,9 @@ import (
 type Algorithm int
 
 const (
-	// Auto uses Ring above Config.SmallBytes; below, Doubling when the
-	// size is a power of two from 4 up and Direct otherwise.
+	// Auto uses Ring above Config.SmallBytes (Hierarchical when ranks
+	// share hosts across several hosts); below, Doubling when the size is
+	// a power of two from 4 up and Direct otherwise.
 	Auto Algorithm = iota
 	// Ring is the bandwidth-optimal pipelined ring (chain for Broadcast).
 	Ring
@@ -27,6 +28,12 @@ const (
 	Direct
 	// Doubling is recursive doubling: log2(N) rounds of one message each.
 	Doubling
+	// Hierarchical is the node-aware all-reduce: reduce-scatter among the
+	// ranks of each host (shared memory), all-reduce of each slice across
+	// hosts, all-gather on each host. Auto picks it above SmallBytes when
+	// the job spans several hosts with the same number of ranks (at least
+	// two) on each; Ring forces the flat ring.
+	Hierarchical
 )
 
 // Strategies.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 	"github.com/gorun/gorun/internal/proctest"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/ps"
+	"github.com/gorun/gorun/transport"
 )
 
 // The test binary doubles as gorun's agent and as the rank program, so the
@@ -90,6 +92,20 @@ func rankMain(mode string) int {
 		}
 		fmt.Printf("ELASTIC %v\n", v[0])
 		return 0
+	case "litter":
+		// Rank 1 leaves a segment file behind, as a rank killed between
+		// creating a segment and its peer mapping it would, and dies.
+		if c.Rank() == 1 {
+			f := filepath.Join("/dev/shm", transport.ShmPrefix+os.Getenv("GORUN_JOB_ID")+"-1-2-litter")
+			if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 2
+			}
+			fmt.Printf("LITTER %s\n", f)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		_ = c.Barrier(ctx)
+		return 3
 	case "hubkill":
 		// Rank 0 kills hub 0's process in the middle of a 64 MiB
 		// all-reduce; every rank must report the lost hub.
@@ -202,6 +218,7 @@ func drill(t *testing.T, mode string, bound time.Duration, set func(*launcher.Co
 	if res.ExitCode == 0 {
 		t.Fatalf("job succeeded:\n%s", out)
 	}
+	noSegments(t, res.JobID)
 	if s := strikeRE.FindStringSubmatch(out); s == nil || s[1] != "3" {
 		t.Fatalf("no strike by rank 3:\n%s", out)
 	}
@@ -224,6 +241,33 @@ func drill(t *testing.T, mode string, bound time.Duration, set func(*launcher.Co
 func TestKillDetected(t *testing.T) { drill(t, "kill", 5*time.Second, func(*launcher.Config) {}) }
 
 func TestStopDetected(t *testing.T) { drill(t, "stop", 8*time.Second, func(*launcher.Config) {}) }
+
+// noSegments fails if job left a shared memory file in /dev/shm.
+func noSegments(t *testing.T, job string) {
+	t.Helper()
+	if job == "" {
+		t.Fatal("no job id")
+	}
+	if left, _ := filepath.Glob(transport.ShmSegmentPattern("/dev/shm", job)); len(left) > 0 {
+		t.Fatalf("shared memory files outlived job %s: %v", job, left)
+	}
+}
+
+// TestSegmentsRemoved: a rank killed while its segment file still has a
+// name leaves it behind; the host's agent removes it when the job's ranks
+// are gone. After a normal end there are none either.
+func TestSegmentsRemoved(t *testing.T) {
+	res, out := launch(t, 3, "litter", 3*time.Second)
+	if res.ExitCode == 0 || !strings.Contains(out, "LITTER ") {
+		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+	}
+	noSegments(t, res.JobID)
+	res, out = launch(t, 2, "verify", 3*time.Second)
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+	}
+	noSegments(t, res.JobID)
+}
 
 func hubs(k int) func(*launcher.Config) {
 	return func(cfg *launcher.Config) { cfg.Strategy, cfg.Hubs = "hub", k }

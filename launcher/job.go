@@ -104,6 +104,7 @@ const (
 
 // Result is how a job ended.
 type Result struct {
+	JobID      string // the job's id (GORUN_JOB_ID), "" if it never started
 	ExitCode   int
 	LaunchTime time.Duration // from Run to the last rank started
 	Failure    string        // one summary of what ended the job, "" on success
@@ -251,7 +252,9 @@ func (j *job) run(ctx context.Context) (Result, error) {
 		j.abortAgents()
 		return Result{ExitCode: code}, err
 	}
-	return j.supervise(ctx), nil
+	res := j.supervise(ctx)
+	res.JobID = jobID
+	return res, nil
 }
 
 // jobEnv is what every process of the job is told, before the ports are

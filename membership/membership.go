@@ -94,9 +94,10 @@ type Member struct {
 	meta []byte
 
 	mu      sync.Mutex
-	peers   map[int]string // rank -> data address
-	leaving map[int]bool   // ranks that said goodbye before leaving
-	joined  chan struct{}  // signalled on every join
+	peers   map[int]string          // rank -> data address
+	leaving map[int]bool            // ranks that said goodbye before leaving
+	nodes   map[int]memberlist.Node // rank -> a copy of its node (name and address)
+	joined  chan struct{}           // signalled on every join
 	ev      Events
 
 	closeOnce sync.Once
@@ -111,7 +112,7 @@ func Start(cfg Config, ev Events) (*Member, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Member{cfg: cfg, log: logger, peers: map[int]string{}, leaving: map[int]bool{}, joined: make(chan struct{}, 1), ev: ev}
+	m := &Member{cfg: cfg, log: logger, peers: map[int]string{}, leaving: map[int]bool{}, nodes: map[int]memberlist.Node{}, joined: make(chan struct{}, 1), ev: ev}
 	m.meta = binary.LittleEndian.AppendUint32(nil, uint32(cfg.Rank))
 	m.meta = append(m.meta, cfg.DataAddr...)
 
@@ -255,14 +256,20 @@ func (m *Member) sayGoodbye(d time.Duration) {
 	msg := encodeBye(m.cfg.Rank)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	for _, n := range m.ml.Members() {
-		if n.Name == m.ml.LocalNode().Name {
-			continue
+	// The copies NotifyJoin took: memberlist's own nodes change under it.
+	m.mu.Lock()
+	nodes := make([]memberlist.Node, 0, len(m.nodes))
+	for r, n := range m.nodes {
+		if r != m.cfg.Rank {
+			nodes = append(nodes, n)
 		}
+	}
+	m.mu.Unlock()
+	for _, n := range nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = m.ml.SendReliable(n, msg)
+			_ = m.ml.SendReliable(&n, msg)
 		}()
 	}
 	go func() { wg.Wait(); close(done) }()
@@ -316,6 +323,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	}
 	m.mu.Lock()
 	m.peers[r] = addr
+	m.nodes[r] = memberlist.Node{Name: n.Name, Addr: append(net.IP(nil), n.Addr...), Port: n.Port}
 	m.mu.Unlock()
 	select {
 	case m.joined <- struct{}{}:

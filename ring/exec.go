@@ -78,9 +78,9 @@ func Run[T Elem](ctx context.Context, tr Transport, buf []T, spans []Span, steps
 		for _, s := range segments(spans[st.Recv], seg) {
 			f, err := tr.Recv(ctx, left)
 			if err != nil {
-				return fmt.Errorf("step %d: recv from rank %d: %w", t, left, err)
+				return fmt.Errorf("step %d: recv from rank %d: %w", t, global(tr, left), err)
 			}
-			if err := check(&f, o.Header, left, uint32(t), s.Len*es); err != nil {
+			if err := check(&f, o.Header, global(tr, left), uint32(t), s.Len*es); err != nil {
 				f.Release()
 				return fmt.Errorf("step %d: %w", t, err)
 			}

@@ -31,7 +31,7 @@ func startSender[T Elem](ctx context.Context, cancel context.CancelFunc, tr Tran
 			hd := o.Header
 			hd.Step = it.step
 			if err := tr.Send(ctx, it.to, hd, reduce.AsBytes(it.data)); err != nil {
-				s.errc <- fmt.Errorf("send to rank %d: %w", it.to, err)
+				s.errc <- fmt.Errorf("send to rank %d: %w", global(tr, it.to), err)
 				cancel()
 				for range s.queue {
 				}

@@ -63,6 +63,17 @@ func (nw *MemNetwork) Kill(r int) {
 	nw.killed[r] = "killed"
 }
 
+// LocalPeers implements Transport: in memory every rank is on one host.
+func (m *Mem) LocalPeers() []int {
+	var out []int
+	for r := range m.net.ts {
+		if r != m.rank {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // Lost implements Transport: the ranks Kill removed.
 func (m *Mem) Lost() map[int]string {
 	m.net.failMu.Lock()

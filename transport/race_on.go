@@ -12,7 +12,9 @@ import (
 // it would take a rank's sender reading a buffer and the same rank later
 // receiving into it, after the peer has answered through the ring, for a
 // race. Publishing a record releases, and taking one acquires, a token of
-// the process: the order the rings really impose.
+// the process: the order the rings really impose. Frames sent and received
+// over TCP do the same, for rings whose causality runs partly through TCP
+// (a ring of ranks on two hosts).
 var raceToken byte
 
 func shmRaceRelease() { runtime.RaceReleaseMerge(unsafe.Pointer(&raceToken)) }

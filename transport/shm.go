@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -187,6 +188,9 @@ func (t *TCP) offerShm(ctx context.Context, pc *peerConn) error {
 		return fmt.Errorf("transport: rank %d: rank %d never answered the shared memory offer: %w", t.cfg.Rank, pc.peer, context.Cause(ctx))
 	}
 	_ = os.Remove(o.Path)
+	if len(answer) > 1 && answer[0] == 1 && string(answer[1:]) == sameHostNoShm || len(answer) > 0 && answer[0] == 0 {
+		t.setSameHost(pc)
+	}
 	if mem == nil {
 		return nil
 	}
@@ -231,7 +235,14 @@ func (t *TCP) answerShm(ctx context.Context, pc *peerConn) error {
 	}
 	sp, reason := t.acceptOffer(pc.peer, o)
 	answer := []byte{0}
+	same := o.HostKey == t.hostKey()
+	if same {
+		t.setSameHost(pc)
+	}
 	if sp == nil {
+		if same {
+			reason = sameHostNoShm // tells the offerer it is on this host
+		}
 		answer = append([]byte{1}, reason...)
 	}
 	if err := t.write(ctx, pc, Header{Type: TypeShmAnswer}, answer); err != nil {
@@ -270,6 +281,32 @@ func (t *TCP) acceptOffer(peer int, o shmOffer) (*shmPeer, string) {
 	in, _ := newShmRing(mem[:rc], int(o.RingCap))
 	out, _ := newShmRing(mem[rc:], int(o.RingCap))
 	return &shmPeer{peer: peer, out: out, in: in, mem: mem}, ""
+}
+
+// sameHostNoShm is the refusal of a peer on the same host that will not or
+// cannot share memory; the offerer learns from it that they share a host.
+const sameHostNoShm = "same host, no shared memory"
+
+func (t *TCP) setSameHost(pc *peerConn) {
+	t.mu.Lock()
+	pc.sameHost = true
+	t.mu.Unlock()
+}
+
+// LocalPeers implements Transport: the peers whose host key is this
+// rank's, learned while setting up shared memory.
+func (t *TCP) LocalPeers() []int {
+	var out []int
+	for _, pc := range t.peers() {
+		t.mu.Lock()
+		same := pc.sameHost
+		t.mu.Unlock()
+		if same {
+			out = append(out, pc.peer)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (t *TCP) attach(pc *peerConn, sp *shmPeer) {

@@ -116,7 +116,8 @@ type peerConn struct {
 	spin spinState
 	pong chan struct{} // signalled when the peer answers a ping
 
-	shm    *shmPeer    // set once by Connect if the pair shares memory
+	shm      *shmPeer // set once by Connect if the pair shares memory
+	sameHost bool     // set once by Connect: the peer's host key is this rank's
 	shmCtl chan []byte // the peer's shared memory offer or answer
 }
 
@@ -392,6 +393,7 @@ func (t *TCP) Send(ctx context.Context, to int, h Header, payload []byte) error 
 		return t.shmSend(ctx, pc.shm, h, payload)
 	}
 	h.Type = TypeData
+	shmRaceRelease() // see race_on.go: a reply may come back through shared memory
 	err := t.write(ctx, pc, h, payload)
 	if err == nil {
 		return nil
@@ -440,6 +442,7 @@ func (t *TCP) Recv(ctx context.Context, from int) (Frame, error) {
 	if t.cfg.SpinTime > 0 && from >= 0 && from < t.cfg.Size {
 		select {
 		case f := <-t.w.inbox[from]:
+			shmRaceAcquire()
 			return f, nil
 		default:
 		}
@@ -450,7 +453,9 @@ func (t *TCP) Recv(ctx context.Context, from int) (Frame, error) {
 			defer pc.spin.warm(pc.c)()
 		}
 	}
-	return t.w.recv(ctx, from)
+	f, err := t.w.recv(ctx, from)
+	shmRaceAcquire() // see race_on.go: what was sent through shared memory came first
+	return f, err
 }
 
 // Abort implements Transport: it sends err to every peer (best effort,

@@ -39,6 +39,9 @@ type Transport interface {
 	// even those found after it failed for another reason (another rank's
 	// abort, say). Elastic services use it to learn exactly who is gone.
 	Lost() map[int]string
+	// LocalPeers returns the peers on this rank's host (whether or not
+	// they share memory with it), in rank order.
+	LocalPeers() []int
 	Close() error
 }
 

@@ -1,0 +1,117 @@
+package collective
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gorun/gorun/reduce"
+	"github.com/gorun/gorun/ring"
+	"github.com/gorun/gorun/transport"
+)
+
+// topology is which ranks share a host, the same on every rank, and the
+// groups the node-aware all-reduce runs over.
+type topology struct {
+	hosts [][]int     // ranks of each host, hosts ordered by their lowest rank
+	local *ring.Group // this rank's host
+	cross *ring.Group // the ranks with this rank's place on every host
+}
+
+// hostsOf groups ranks by host id (any number shared by a host's ranks).
+func hostsOf(hostOf []int64) [][]int {
+	index := map[int64]int{}
+	var hosts [][]int
+	for r, h := range hostOf {
+		i, ok := index[h]
+		if !ok {
+			i = len(hosts)
+			index[h] = i
+			hosts = append(hosts, nil)
+		}
+		hosts[i] = append(hosts[i], r)
+	}
+	return hosts
+}
+
+// nodeAware reports whether hosts suit the node-aware all-reduce: several
+// hosts, each with the same number of ranks, at least two.
+func nodeAware(hosts [][]int) bool {
+	if len(hosts) < 2 || len(hosts[0]) < 2 {
+		return false
+	}
+	for _, h := range hosts {
+		if len(h) != len(hosts[0]) {
+			return false
+		}
+	}
+	return true
+}
+
+// learnTopology all-gathers every rank's host (the lowest rank among the
+// ranks its transport finds on its host) and builds the groups.
+func (c *Comm) learnTopology(ctx context.Context) error {
+	n := c.cfg.Size
+	if n < 2 {
+		return nil
+	}
+	id := int64(c.cfg.Rank)
+	for _, p := range c.tr.LocalPeers() {
+		id = min(id, int64(p))
+	}
+	buf := make([]int64, n)
+	buf[c.cfg.Rank] = id
+	o := ring.Options{Header: transport.Header{Kind: kindTopology, DType: reduce.DTypeOf[int64](), Count: uint64(n)}, SegmentBytes: c.cfg.SegmentBytes}
+	if err := ring.AllGather(ctx, c.tr, buf, o); err != nil {
+		return fmt.Errorf("learning which ranks share hosts: %w", err)
+	}
+	hosts := hostsOf(buf)
+	t := &topology{hosts: hosts}
+	if nodeAware(hosts) {
+		var mine, place int
+		for h, ranks := range hosts {
+			for i, r := range ranks {
+				if r == c.cfg.Rank {
+					mine, place = h, i
+				}
+			}
+		}
+		cross := make([]int, len(hosts))
+		for h, ranks := range hosts {
+			cross[h] = ranks[place]
+		}
+		var err error
+		if t.local, err = ring.NewGroup(c.tr, hosts[mine]); err != nil {
+			return err
+		}
+		if t.cross, err = ring.NewGroup(c.tr, cross); err != nil {
+			return err
+		}
+	}
+	c.topo = t
+	return nil
+}
+
+// hierarchical says whether an AllReduce of nbytes runs node-aware.
+func (c *Comm) hierarchical(nbytes int) bool {
+	if c.topo == nil || c.topo.local == nil {
+		return false
+	}
+	return c.cfg.Algorithm == Hierarchical || c.cfg.Algorithm == Auto && nbytes > c.cfg.SmallBytes
+}
+
+// Hosts reports which ranks share a host (learned when the Comm joined):
+// one list of ranks per host. A Comm from NewLocal is one host.
+func (c *Comm) Hosts() [][]int {
+	if c.topo == nil {
+		all := make([]int, c.cfg.Size)
+		for i := range all {
+			all[i] = i
+		}
+		return [][]int{all}
+	}
+	out := make([][]int, len(c.topo.hosts))
+	for i, h := range c.topo.hosts {
+		out[i] = append([]int(nil), h...)
+	}
+	return out
+}

@@ -1,0 +1,129 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestHostsOf(t *testing.T) {
+	got := hostsOf([]int64{0, 0, 2, 2, 0, 5})
+	want := [][]int{{0, 1, 4}, {2, 3}, {5}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("hostsOf = %v, want %v", got, want)
+	}
+	for _, c := range []struct {
+		hosts [][]int
+		want  bool
+	}{
+		{[][]int{{0, 1}, {2, 3}}, true},
+		{[][]int{{0, 1, 2}, {3, 4, 5}, {6, 7, 8}}, true},
+		{[][]int{{0, 1, 2, 3}}, false},   // one host
+		{[][]int{{0}, {1}, {2}}, false},  // one rank per host
+		{[][]int{{0, 1, 2}, {3}}, false}, // uneven
+		{[][]int{{0, 2}, {1, 3}}, true},  // round-robin placement
+		{[][]int{{0, 1}, {2, 3}, {4}}, false},
+	} {
+		if got := nodeAware(c.hosts); got != c.want {
+			t.Errorf("nodeAware(%v) = %v", c.hosts, got)
+		}
+	}
+}
+
+// hostComms joins ranks over TCP on loopback, each on the "host" named by
+// hostOf[rank]: ranks with the same name share memory, the others talk TCP.
+func hostComms(t *testing.T, hostOf []string, algo Algorithm) []*Comm {
+	t.Helper()
+	cfgs := tcpConfigs(t, len(hostOf), "a-secret-of-the-right-length")
+	for r := range cfgs {
+		cfgs[r].HostKey, cfgs[r].Algorithm = hostOf[r], algo
+		cfgs[r].SmallBytes, cfgs[r].SegmentBytes = 256, 64
+	}
+	comms, errs := newAll(cfgs)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeAll(comms) })
+	return comms
+}
+
+// TestNodeAwareAllReduce: with ranks spread over simulated hosts, the
+// node-aware all-reduce (forced, and chosen by Auto above SmallBytes)
+// matches the naive reference for every op, dtype and length, every rank
+// gets the same bits, and an uneven layout falls back to the flat ring.
+func TestNodeAwareAllReduce(t *testing.T) {
+	for _, layout := range [][]string{
+		{"a", "a", "b", "b"},
+		{"a", "b", "a", "b"},
+		{"a", "a", "a", "b", "b", "b"},
+		{"a", "a", "b", "b", "c", "c"},
+		{"a", "a", "a", "b"}, // uneven: flat ring
+	} {
+		for _, algo := range []Algorithm{Hierarchical, Auto} {
+			t.Run(fmt.Sprintf("%v/algo%d", layout, algo), func(t *testing.T) {
+				comms := hostComms(t, layout, algo)
+				hosts := comms[0].Hosts()
+				for _, c := range comms {
+					if fmt.Sprint(c.Hosts()) != fmt.Sprint(hosts) {
+						t.Fatalf("ranks disagree on the hosts: %v vs %v", c.Hosts(), hosts)
+					}
+					var want []int
+					for r, h := range layout {
+						if h == layout[c.Rank()] && r != c.Rank() {
+							want = append(want, r)
+						}
+					}
+					if got := c.tr.LocalPeers(); !slices.Equal(got, want) {
+						t.Fatalf("rank %d finds %v on its host, want %v", c.Rank(), got, want)
+					}
+				}
+				if even := nodeAware(hosts); even != (comms[0].topo.local != nil) || even == slices.Equal(layout, []string{"a", "a", "a", "b"}) {
+					t.Fatalf("hosts %v: node-aware groups %v", hosts, comms[0].topo.local != nil)
+				}
+				nodeAwareSuite[float32](t, comms)
+				nodeAwareSuite[float64](t, comms)
+				nodeAwareSuite[int32](t, comms)
+				nodeAwareSuite[int64](t, comms)
+			})
+		}
+	}
+}
+
+func nodeAwareSuite[T Number](t *testing.T, comms []*Comm) {
+	t.Helper()
+	size := len(comms)
+	rng := rand.New(rand.NewPCG(uint64(size), uint64(dtype[T]())))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, n := range lengths {
+		for _, op := range ops {
+			in := make([][]T, size)
+			for r := range in {
+				in[r] = gen[T](rng, n, op)
+			}
+			want := reference(in, op)
+			got := make([][]T, size)
+			err := runAll(comms, func(c *Comm) error {
+				got[c.Rank()] = append([]T(nil), in[c.Rank()]...)
+				return AllReduce(ctx, c, got[c.Rank()], op)
+			})
+			if err != nil {
+				t.Fatalf("n %d %v: %v", n, op, err)
+			}
+			for r := range size {
+				for i := range want {
+					if !near(got[r][i], want[i], size) {
+						t.Fatalf("n %d %v: rank %d [%d] = %v, want %v", n, op, r, i, got[r][i], want[i])
+					}
+					if got[r][i] != got[0][i] {
+						t.Fatalf("n %d %v: ranks 0 and %d differ at %d", n, op, r, i)
+					}
+				}
+			}
+		}
+	}
+}
