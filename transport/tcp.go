@@ -116,9 +116,9 @@ type peerConn struct {
 	spin spinState
 	pong chan struct{} // signalled when the peer answers a ping
 
-	shm      *shmPeer // set once by Connect if the pair shares memory
-	sameHost bool     // set once by Connect: the peer's host key is this rank's
-	shmCtl chan []byte // the peer's shared memory offer or answer
+	shm      *shmPeer    // set once by Connect if the pair shares memory
+	sameHost bool        // set once by Connect: the peer's host key is this rank's
+	shmCtl   chan []byte // the peer's shared memory offer or answer
 }
 
 // Listen starts listening; the transport is usable after Connect.
