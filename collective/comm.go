@@ -258,8 +258,15 @@ func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error,
 		return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
 	default:
 	}
+	why := fmt.Errorf("rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
 	if c.tr.Err() == nil {
-		c.tr.Abort(fmt.Errorf("rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err))
+		c.tr.Abort(why)
+	}
+	if c.hub != nil && !c.cfg.HubElastic {
+		// Tell the hubs why before returning (the watcher would too, but
+		// a rank that exits on this error could beat it, and the hubs
+		// would then blame this rank's broken connection).
+		c.hub.Fail(why)
 	}
 	return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
 }

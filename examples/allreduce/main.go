@@ -20,7 +20,7 @@ import (
 func main() {
 	sizes := flag.String("sizes", "4KiB,64KiB,1MiB,16MiB,64MiB", "comma-separated buffer sizes")
 	target := flag.Duration("target", time.Second, "time spent per size")
-	algo := flag.String("algo", "auto", "auto, ring, direct or doubling")
+	algo := flag.String("algo", "auto", "auto, ring (flat), direct, doubling or hierarchical (node-aware)")
 	seg := flag.String("seg", "", "ring segment size (default: the library's)")
 	flag.Parse()
 	var list []int
@@ -38,7 +38,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	cfg.Algorithm = map[string]collective.Algorithm{"auto": collective.Auto, "ring": collective.Ring, "direct": collective.Direct, "doubling": collective.Doubling}[*algo]
+	cfg.Algorithm = map[string]collective.Algorithm{"auto": collective.Auto, "ring": collective.Ring, "direct": collective.Direct, "doubling": collective.Doubling, "hierarchical": collective.Hierarchical}[*algo]
 	if *seg != "" {
 		if cfg.SegmentBytes, err = bench.ParseSize(*seg); err != nil {
 			fmt.Fprintln(os.Stderr, err)
