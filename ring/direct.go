@@ -3,8 +3,10 @@ package ring
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/gorun/gorun/reduce"
+	"github.com/gorun/gorun/transport"
 )
 
 // Direct is the latency-optimal all-reduce for small buffers: one round in
@@ -17,19 +19,20 @@ func Direct[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst, s
 	}
 	seg := max(1, o.SegmentBytes/reduce.SizeOf[T]())
 	segs := segments(Span{0, len(buf)}, seg)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	if len(segs) == 1 && len(buf)*reduce.SizeOf[T]()*(size-1) <= inlineBytes {
-		// Small: the frames fit in the socket buffers, so writing them
-		// here cannot block on the peers, and saves a goroutine handoff.
+		// Small: the frames fit in the socket buffers (or the shared
+		// rings), so writing them here cannot block on the peers, and
+		// saves a goroutine handoff.
 		for i := 1; i < size; i++ {
 			h := o.Header
 			if err := tr.Send(ctx, (rank+i)%size, h, reduce.AsBytes(buf)); err != nil {
-				return fmt.Errorf("send to rank %d: %w", (rank+i)%size, err)
+				return fmt.Errorf("send to rank %d: %w", global(tr, (rank+i)%size), err)
 			}
 		}
-		return directReduce(ctx, tr, buf, fold, seg, o, nil)
+		return directFold(ctx, tr, buf, fold, o)
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	snd := startSender[T](ctx, cancel, tr, (size-1)*len(segs), o)
 	for i := 1; i < size; i++ {
 		for _, s := range segs {
@@ -76,3 +79,63 @@ func directReduce[T Elem](ctx context.Context, tr Transport, buf []T, fold func(
 	copy(buf, acc)
 	return nil
 }
+
+// directFold is directReduce for buffers that travel in one frame, once
+// this rank's sends are done: it reduces straight from each received
+// payload (which may lie in a peer's shared memory), in rank order, and
+// allocates nothing.
+func directFold[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst, src []T), o Options) error {
+	rank, size := tr.Rank(), tr.Size()
+	es := reduce.SizeOf[T]()
+	// Rank 0 folds into buf; the others gather the fold in acc, since
+	// rank 0's data must come first.
+	var acc []T
+	if rank != 0 {
+		s := getScratch(len(buf) * es)
+		defer putScratch(s)
+		acc = reduce.FromBytes[T](*s)
+	}
+	for j := range size {
+		src := buf
+		var f transport.Frame
+		if j != rank {
+			var err error
+			if f, err = tr.Recv(ctx, j); err != nil {
+				return fmt.Errorf("recv from rank %d: %w", global(tr, j), err)
+			}
+			if err := check(&f, o.Header, global(tr, j), 0, len(buf)*es); err != nil {
+				f.Release()
+				return err
+			}
+			src = reduce.FromBytes[T](f.Payload)
+		}
+		switch {
+		case rank == 0 && j == 0:
+		case rank == 0:
+			fold(buf, src)
+		case j == 0:
+			copy(acc, src)
+		default:
+			fold(acc, src)
+		}
+		f.Release()
+	}
+	if rank != 0 {
+		copy(buf, acc)
+	}
+	return nil
+}
+
+// scratch recycles directFold's accumulators.
+var scratch sync.Pool
+
+func getScratch(n int) *[]byte {
+	if b, ok := scratch.Get().(*[]byte); ok && cap(*b) >= n {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n)
+	return &b
+}
+
+func putScratch(b *[]byte) { scratch.Put(b) }

@@ -64,6 +64,25 @@ type shmPeer struct {
 	smu     sync.Mutex   // Send may be called from several goroutines
 	use     sync.RWMutex // held (read) by every Send and Recv; Close takes it to unmap
 	closed  bool         // under use: the mapping is gone
+
+	// The waits' conditions, made once: a Recv or a Send per peer at a
+	// time (Recv by the Transport contract, Send under smu).
+	maxPayload int
+	rec        record // the record the last nextRec found
+	want       int    // the payload the sender waits to fit
+	nextRec    func() (bool, error)
+	fitsWant   func() (bool, error)
+}
+
+func (sp *shmPeer) init(maxPayload int) {
+	sp.maxPayload = maxPayload
+	sp.nextRec = func() (bool, error) {
+		var ok bool
+		var err error
+		sp.rec, ok, err = sp.in.next(sp.maxPayload)
+		return ok, err
+	}
+	sp.fitsWant = func() (bool, error) { return sp.out.fits(sp.want), nil }
 }
 
 // shmOffer is what the lower rank of a pair sends; Path "" declines, and
@@ -311,6 +330,7 @@ func (t *TCP) LocalPeers() []int {
 
 func (t *TCP) attach(pc *peerConn, sp *shmPeer) {
 	sp.out.wake, sp.in.wake = futexWake, futexWake
+	sp.init(t.cfg.MaxPayload)
 	t.mu.Lock()
 	pc.shm = sp
 	t.mu.Unlock()
@@ -419,7 +439,8 @@ func (t *TCP) shmSend(ctx context.Context, sp *shmPeer, h Header, payload []byte
 	h.Type, h.Len = TypeData, uint32(len(payload))
 	piece := r.maxPiece()
 	if len(payload) <= piece {
-		if err := t.shmWait(ctx, r.cseq, r.cwait, nil, func() (bool, error) { return r.fits(len(payload)), nil }); err != nil {
+		sp.want = len(payload)
+		if err := t.shmWait(ctx, r.cseq, r.cwait, nil, sp.fitsWant); err != nil {
 			return err
 		}
 		r.put(recFrame, h, payload)
@@ -428,7 +449,8 @@ func (t *TCP) shmSend(ctx context.Context, sp *shmPeer, h Header, payload []byte
 	kind := recStart
 	for off := 0; off < len(payload); off += piece {
 		p := payload[off:min(off+piece, len(payload))]
-		if err := t.shmWait(ctx, r.cseq, r.cwait, nil, func() (bool, error) { return r.fits(len(p)), nil }); err != nil {
+		sp.want = len(p)
+		if err := t.shmWait(ctx, r.cseq, r.cwait, nil, sp.fitsWant); err != nil {
 			return err
 		}
 		r.put(kind, h, p)
@@ -447,16 +469,11 @@ func (t *TCP) shmRecv(ctx context.Context, sp *shmPeer) (Frame, error) {
 		return Frame{}, t.closedErr()
 	}
 	r := sp.in
-	var rec record
-	next := func() (bool, error) {
-		var ok bool
-		var err error
-		rec, ok, err = r.next(t.cfg.MaxPayload)
-		return ok, err
-	}
+	next := sp.nextRec
 	if err := t.shmRecvWait(ctx, sp, next); err != nil {
 		return Frame{}, err
 	}
+	rec := sp.rec
 	switch rec.kind {
 	case recFrame:
 		r.hold(rec.end)
@@ -475,6 +492,7 @@ func (t *TCP) shmRecv(ctx context.Context, sp *shmPeer) (Frame, error) {
 			putBuf(buf)
 			return Frame{}, err
 		}
+		rec = sp.rec
 		if rec.kind != recMore || len(rec.payload) > total-n {
 			putBuf(buf)
 			return Frame{}, t.shmBroken(sp.peer, shmCorrupt("piece of %d bytes (kind %d) where %d of a frame are due", len(rec.payload), rec.kind, total-n))
