@@ -29,6 +29,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHostfile$$' -fuzztime $(FUZZTIME) ./launcher
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./transport
 	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(FUZZTIME) ./transport
+	$(GO) test -run '^$$' -fuzz '^FuzzShmRecord$$' -fuzztime $(FUZZTIME) ./transport
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) ./ps
 
 bench:

@@ -27,7 +27,22 @@ func TestCollectivesOverSSH(t *testing.T) {
 	bin := r.selftest(t)
 	hf := r.hostfile(t, 4, 2)
 	res := r.run(t, "-hostfile", hf, bin, "-rounds", "60", "-seed", "7")
-	if res.code != 0 || strings.Count(res.stdout, "60 rounds OK") != 8 {
+	if res.code != 0 || strings.Count(res.stdout, "60 rounds OK") != 8 || strings.Count(res.stdout, "(hosts [[0 1] [2 3] [4 5] [6 7]])") != 8 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
+	}
+	r.noLeftovers(t)
+}
+
+// TestNodeAwareOverSSH: 2 ranks on each of 2 hosts: ranks on a host share
+// memory, all-reduces above SmallBytes run node-aware (reduce-scatter on
+// the host, all-reduce across, all-gather on the host), and the random
+// collectives still match the reference.
+func TestNodeAwareOverSSH(t *testing.T) {
+	r := needRig(t)
+	bin := r.selftest(t)
+	hf := r.hostfile(t, 2, 2)
+	res := r.run(t, "-hostfile", hf, bin, "-rounds", "60", "-seed", "11")
+	if res.code != 0 || strings.Count(res.stdout, "60 rounds OK") != 4 || strings.Count(res.stdout, "(hosts [[0 1] [2 3]])") != 4 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
 	}
 	r.noLeftovers(t)

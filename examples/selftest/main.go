@@ -53,5 +53,5 @@ func main() {
 		fmt.Fprintf(os.Stderr, "rank %d: FAIL: %v\n", c.Rank(), err)
 		os.Exit(1)
 	}
-	fmt.Printf("rank %d of %d: %d rounds OK in %v\n", c.Rank(), c.Size(), *rounds, time.Since(start).Round(time.Millisecond))
+	fmt.Printf("rank %d of %d: %d rounds OK in %v (hosts %v)\n", c.Rank(), c.Size(), *rounds, time.Since(start).Round(time.Millisecond), c.Hosts())
 }
