@@ -76,6 +76,22 @@ func near[T Number](got, want T, n int) bool {
 	return math.Abs(float64(got-want)) <= 1e-12*float64(n)*math.Max(1, math.Abs(float64(want)))
 }
 
+// checkAllReduced checks every rank's result against the reference, and
+// that every rank has the same bits.
+func checkAllReduced[T Number](t *testing.T, what string, got [][]T, want []T) {
+	t.Helper()
+	for r := range got {
+		for i := range want {
+			if !near(got[r][i], want[i], len(got)) {
+				t.Fatalf("%s: rank %d [%d] = %v, want %v", what, r, i, got[r][i], want[i])
+			}
+			if got[r][i] != got[0][i] {
+				t.Fatalf("%s: ranks 0 and %d differ at %d: %v vs %v", what, r, i, got[0][i], got[r][i])
+			}
+		}
+	}
+}
+
 // onAll runs f on every rank of a NewLocal world.
 func onAll(t *testing.T, n int, cfg Config, f func(c *Comm) error) []error {
 	t.Helper()
@@ -116,19 +132,10 @@ func testAllReduce[T Number](t *testing.T, algo Algorithm) {
 					got[c.Rank()] = append([]T(nil), in[c.Rank()]...)
 					return AllReduce(context.Background(), c, got[c.Rank()], op)
 				})
-				for r := range size {
-					if errs[r] != nil {
-						t.Fatalf("size %d n %d %v: rank %d: %v", size, n, op, r, errs[r])
-					}
-					for i := range want {
-						if !near(got[r][i], want[i], size) {
-							t.Fatalf("algo %d size %d n %d %v: rank %d [%d] = %v, want %v", algo, size, n, op, r, i, got[r][i], want[i])
-						}
-						if got[r][i] != got[0][i] {
-							t.Fatalf("ranks 0 and %d differ at %d: %v vs %v", r, i, got[0][i], got[r][i])
-						}
-					}
+				if err := errors.Join(errs...); err != nil {
+					t.Fatalf("size %d n %d %v: %v", size, n, op, err)
 				}
+				checkAllReduced(t, fmt.Sprintf("algo %d size %d n %d %v", algo, size, n, op), got, want)
 			}
 		}
 	}

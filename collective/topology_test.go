@@ -114,16 +114,7 @@ func nodeAwareSuite[T Number](t *testing.T, comms []*Comm) {
 			if err != nil {
 				t.Fatalf("n %d %v: %v", n, op, err)
 			}
-			for r := range size {
-				for i := range want {
-					if !near(got[r][i], want[i], size) {
-						t.Fatalf("n %d %v: rank %d [%d] = %v, want %v", n, op, r, i, got[r][i], want[i])
-					}
-					if got[r][i] != got[0][i] {
-						t.Fatalf("n %d %v: ranks 0 and %d differ at %d", n, op, r, i)
-					}
-				}
-			}
+			checkAllReduced(t, fmt.Sprintf("n %d %v", n, op), got, want)
 		}
 	}
 }
