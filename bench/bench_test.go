@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/collective"
+	"github.com/gorun/gorun/launcher"
 )
 
 func TestArithmetic(t *testing.T) {
@@ -142,13 +143,14 @@ func TestPredictedHubTraffic(t *testing.T) {
 	}
 	const n, hubs, part = 3, 2, 4096
 	ports := make([]string, n)
+	var taken []int
 	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p, err := launcher.FreePort(taken)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ports[i] = l.Addr().String()
-		l.Close()
+		taken = append(taken, p)
+		ports[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 	}
 	sizes := []int{4, 4 * 1031, 64 << 10}
 	out := make([][]Pair, n)

@@ -6,29 +6,30 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/launcher"
 )
 
 // gossipPorts reserves n free loopback ports (TCP and UDP).
+// gossipPorts reserves n loopback ports below the ephemeral range, as the
+// launcher does: a port picked with :0 can be taken by another test's
+// outgoing connection before the rank binds it.
 func gossipPorts(t testing.TB, n int) []string {
 	t.Helper()
+	var taken []int
 	var addrs []string
 	for len(addrs) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p, err := launcher.FreePort(taken)
 		if err != nil {
 			t.Fatal(err)
 		}
-		a := l.Addr().String()
-		u, err := net.ListenPacket("udp", a)
-		l.Close()
-		if err != nil {
-			continue
-		}
-		u.Close()
-		addrs = append(addrs, a)
+		taken = append(taken, p)
+		addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 	}
 	return addrs
 }

@@ -208,7 +208,7 @@ func (a *agent) preflight() (*readyInfo, error) {
 	a.prog = prog
 	ports := make([]int, 0, len(s.Ranks)+1)
 	for range len(s.Ranks) + 1 {
-		p, err := freePort(ports)
+		p, err := FreePort(ports)
 		if err != nil {
 			return nil, fmt.Errorf("reserving a port: %w", err)
 		}

@@ -14,14 +14,14 @@ import (
 // another socket could take one in between. Outgoing connections (the
 // ranks' own dials, SSH) take their local ports from the kernel's
 // ephemeral range, and so does a listener on port 0; freePort therefore
-// picks ports below that range, where only explicit binds go.
+// picks ports below that range (tests that bind ports later use it too), where only explicit binds go.
 
 // portFloor is the lowest port freePort hands out.
 const portFloor = 10000
 
-// freePort finds a port that is free for both TCP and UDP (memberlist binds
+// FreePort finds a port that is free for both TCP and UDP (memberlist binds
 // both), below the ephemeral range, and not already in taken.
-func freePort(taken []int) (int, error) {
+func FreePort(taken []int) (int, error) {
 	hi := ephemeralStart()
 	for range 500 {
 		port := portFloor + rand.IntN(hi-portFloor)

@@ -14,7 +14,7 @@ func TestFreePortBelowEphemeral(t *testing.T) {
 	hi := ephemeralStart()
 	var taken []int
 	for range 30 {
-		p, err := freePort(taken)
+		p, err := FreePort(taken)
 		if err != nil {
 			t.Fatal(err)
 		}
