@@ -51,6 +51,17 @@ func TestEnvRoundTrip(t *testing.T) {
 		}
 	}
 
+	if !got.Shm || got.HostKey != "node-1" {
+		t.Fatalf("shared memory on by default with the launcher's node as host key: %v %q", got.Shm, got.HostKey)
+	}
+	off, err := collective.ConfigFromEnv(lookupIn(append(append(env, a.rankEnv(0)...), jobenv.ShmVar+"=0")))
+	if err != nil || off.Shm {
+		t.Fatalf("GORUN_SHM=0: shm %v, %v", off.Shm, err)
+	}
+	if _, err := collective.ConfigFromEnv(lookupIn(append(append(env, a.rankEnv(0)...), jobenv.ShmVar+"=maybe"))); err == nil || !strings.Contains(err.Error(), "GORUN_SHM") {
+		t.Fatalf("GORUN_SHM=maybe: %v", err)
+	}
+
 	hc, err := ps.HubConfigFromEnv(lookupIn(append(env, jobenv.Hub(0, a.ports[1])...)))
 	if err != nil {
 		t.Fatal(err)
