@@ -66,8 +66,13 @@
 // all-gather), which moves 2(N-1)/N of the buffer per rank. Buffers up to
 // Config.SmallBytes take fewer, smaller steps: recursive doubling (log2 N
 // rounds of one message) when N is a power of two from 4 up, else a
-// one-round direct exchange. Results are bitwise identical on every rank. Reduce is an AllReduce whose result
-// non-root ranks discard.
+// one-round direct exchange. When the job spans several hosts with the
+// same number of ranks (at least two) on each, larger all-reduces run
+// node-aware: a reduce-scatter among each host's ranks, an all-reduce of
+// each slice across the hosts, an all-gather on each host (Algorithm
+// Hierarchical; Ring forces the flat ring). Results are bitwise identical
+// on every rank. Reduce is an AllReduce whose result non-root ranks
+// discard.
 //
 // The hub strategy (Config.Strategy "hub", GORUN_STRATEGY=hub, gorun
 // --strategy hub) runs every collective through ParamHub (package ps):
