@@ -109,7 +109,12 @@ func Broadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) error 
 			b := reduce.AsBytes(buf)
 			return c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundBroadcast, DType: dtype[T](), Root: root, Count: len(buf), Send: b, Recv: b})
 		}
-		return ring.Broadcast(ctx, c.tr, buf, root, c.direct(bytesOf[T](len(buf))), o)
+		direct := c.direct(bytesOf[T](len(buf)))
+		if c.topo != nil && c.topo.byHost != nil && !direct {
+			// Ranks placed round-robin over hosts: chain host after host.
+			return ring.Broadcast(ctx, c.topo.byHost, buf, c.topo.byHost.Index(root), false, o)
+		}
+		return ring.Broadcast(ctx, c.tr, buf, root, direct, o)
 	}, header[T](Op(root%256), len(buf)))
 }
 

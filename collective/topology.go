@@ -3,6 +3,7 @@ package collective
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/ring"
@@ -15,6 +16,10 @@ type topology struct {
 	hosts [][]int     // ranks of each host, hosts ordered by their lowest rank
 	local *ring.Group // this rank's host
 	cross *ring.Group // the ranks with this rank's place on every host
+	// byHost is every rank, host after host: a broadcast chain in this
+	// order crosses between hosts at most once per host, however the
+	// ranks were placed (nil when rank order already is).
+	byHost *ring.Group
 }
 
 // hostsOf groups ranks by host id (any number shared by a host's ranks).
@@ -66,6 +71,12 @@ func (c *Comm) learnTopology(ctx context.Context) error {
 	}
 	hosts := hostsOf(buf)
 	t := &topology{hosts: hosts}
+	if order := slices.Concat(hosts...); !slices.IsSorted(order) {
+		var err error
+		if t.byHost, err = ring.NewGroup(c.tr, order); err != nil {
+			return err
+		}
+	}
 	if nodeAware(hosts) {
 		var mine, place int
 		for h, ranks := range hosts {

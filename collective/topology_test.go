@@ -113,3 +113,42 @@ func nodeAwareSuite[T Number](t *testing.T, comms []*Comm) {
 		}
 	}
 }
+
+// TestBroadcastByHost: with ranks placed round-robin over hosts, a large
+// broadcast chains host after host, from every root, and every rank gets
+// the root's data exactly; with block placement the rank order is kept.
+func TestBroadcastByHost(t *testing.T) {
+	for _, layout := range [][]string{{"a", "b", "a", "b"}, {"a", "b", "c", "a", "b", "c"}, {"a", "a", "b", "b"}} {
+		t.Run(fmt.Sprint(layout), func(t *testing.T) {
+			comms := hostComms(t, layout, Auto)
+			for _, c := range comms {
+				if byHost := c.topo.byHost != nil; byHost != !slices.IsSorted(slices.Concat(c.Hosts()...)) {
+					t.Fatalf("rank %d: host-order chain %v for hosts %v", c.Rank(), byHost, c.Hosts())
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for root := range comms {
+				for li, n := range lengths {
+					in := inputs[int64](uint64(root*100+li), len(comms), n, Sum)
+					got := make([][]int64, len(comms))
+					err := runAll(comms, func(c *Comm) error {
+						got[c.Rank()] = make([]int64, n)
+						if c.Rank() == root {
+							copy(got[root], in[root])
+						}
+						return Broadcast(ctx, c, got[c.Rank()], root)
+					})
+					if err != nil {
+						t.Fatalf("root %d n %d: %v", root, n, err)
+					}
+					for r := range got {
+						if !slices.Equal(got[r], in[root]) {
+							t.Fatalf("root %d n %d: rank %d got other data", root, n, r)
+						}
+					}
+				}
+			}
+		})
+	}
+}

@@ -36,6 +36,16 @@ func (g *Group) Size() int { return len(g.ranks) }
 // Global is the parent's number of sub-rank i.
 func (g *Group) Global(i int) int { return g.ranks[i] }
 
+// Index is the sub-rank of the parent's rank r, or -1.
+func (g *Group) Index(r int) int {
+	for i, x := range g.ranks {
+		if x == r {
+			return i
+		}
+	}
+	return -1
+}
+
 // Send implements Transport.
 func (g *Group) Send(ctx context.Context, to int, h transport.Header, payload []byte) error {
 	return g.parent.Send(ctx, g.ranks[to], h, payload)

@@ -61,9 +61,9 @@ func recvInto[T Elem](ctx context.Context, tr Transport, peer int, step uint32, 
 	for _, s := range segments(Span{0, len(dst)}, seg) {
 		f, err := tr.Recv(ctx, peer)
 		if err != nil {
-			return fmt.Errorf("recv from rank %d: %w", peer, err)
+			return fmt.Errorf("recv from rank %d: %w", global(tr, peer), err)
 		}
-		if err := check(&f, o.Header, peer, step, s.Len*es); err != nil {
+		if err := check(&f, o.Header, global(tr, peer), step, s.Len*es); err != nil {
 			f.Release()
 			return err
 		}
