@@ -70,18 +70,38 @@ type Row struct {
 // Sweep times float32 Sum all-reduces of each size on c. Every rank must
 // call it with the same arguments; every rank gets the same rows.
 func Sweep(ctx context.Context, c *collective.Comm, sizes []int, target time.Duration) ([]Row, error) {
+	return SweepOf(ctx, c, sizes, target, AllReduceSum)
+}
+
+// Op is a collective on a float32 buffer that SweepOf times.
+type Op func(ctx context.Context, c *collective.Comm, buf []float32) error
+
+// AllReduceSum is a float32 Sum all-reduce.
+func AllReduceSum(ctx context.Context, c *collective.Comm, buf []float32) error {
+	return collective.AllReduce(ctx, c, buf, collective.Sum)
+}
+
+// BroadcastFrom0 is a broadcast from rank 0. Its busbw, as nccl-tests
+// count it, is its algbw; SweepOf reports the all-reduce's factor, so
+// divide by 2(n-1)/n.
+func BroadcastFrom0(ctx context.Context, c *collective.Comm, buf []float32) error {
+	return collective.Broadcast(ctx, c, buf, 0)
+}
+
+// SweepOf is Sweep for any collective op.
+func SweepOf(ctx context.Context, c *collective.Comm, sizes []int, target time.Duration, op Op) ([]Row, error) {
 	var rows []Row
 	for _, bytes := range sizes {
 		buf := make([]float32, bytes/4)
 		// Warm-up, then a probe that doubles until it takes 50 ms.
 		for range 3 {
-			if err := collective.AllReduce(ctx, c, buf, collective.Sum); err != nil {
+			if err := op(ctx, c, buf); err != nil {
 				return nil, err
 			}
 		}
 		var probe time.Duration
 		for n := 1; ; n *= 2 {
-			d, err := timed(ctx, c, buf, n)
+			d, err := timed(ctx, c, buf, n, op)
 			if err != nil {
 				return nil, err
 			}
@@ -101,7 +121,7 @@ func Sweep(ctx context.Context, c *collective.Comm, sizes []int, target time.Dur
 		}
 		per := make([]time.Duration, 0, plan[1])
 		for range plan[1] {
-			d, err := timed(ctx, c, buf, int(plan[0]))
+			d, err := timed(ctx, c, buf, int(plan[0]), op)
 			if err != nil {
 				return nil, err
 			}
@@ -115,13 +135,13 @@ func Sweep(ctx context.Context, c *collective.Comm, sizes []int, target time.Dur
 
 // timed runs n all-reduces after a barrier and returns the slowest rank's
 // elapsed time.
-func timed(ctx context.Context, c *collective.Comm, buf []float32, n int) (time.Duration, error) {
+func timed(ctx context.Context, c *collective.Comm, buf []float32, n int, op Op) (time.Duration, error) {
 	if err := c.Barrier(ctx); err != nil {
 		return 0, err
 	}
 	t0 := time.Now()
 	for range n {
-		if err := collective.AllReduce(ctx, c, buf, collective.Sum); err != nil {
+		if err := op(ctx, c, buf); err != nil {
 			return 0, err
 		}
 	}

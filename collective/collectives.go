@@ -110,8 +110,9 @@ func Broadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) error 
 			return c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundBroadcast, DType: dtype[T](), Root: root, Count: len(buf), Send: b, Recv: b})
 		}
 		direct := c.direct(bytesOf[T](len(buf)))
-		if c.topo != nil && c.topo.byHost != nil && !direct {
-			// Ranks placed round-robin over hosts: chain host after host.
+		if c.topo != nil && c.topo.byHost != nil && !direct && c.cfg.Algorithm != Ring {
+			// Ranks placed round-robin over hosts: chain host after host
+			// (Algorithm Ring keeps the chain in rank order).
 			return ring.Broadcast(ctx, c.topo.byHost, buf, c.topo.byHost.Index(root), false, o)
 		}
 		return ring.Broadcast(ctx, c.tr, buf, root, direct, o)

@@ -22,6 +22,7 @@ func main() {
 	target := flag.Duration("target", time.Second, "time spent per size")
 	algo := flag.String("algo", "auto", "auto, ring (flat), direct, doubling or hierarchical (node-aware)")
 	seg := flag.String("seg", "", "ring segment size (default: the library's)")
+	coll := flag.String("coll", "allreduce", "allreduce, or broadcast (from rank 0; busbw column = algbw*2(n-1)/n)")
 	flag.Parse()
 	var list []int
 	for _, s := range strings.Split(*sizes, ",") {
@@ -51,7 +52,11 @@ func main() {
 		os.Exit(2)
 	}
 	defer c.Close()
-	rows, err := bench.Sweep(ctx, c, list, *target)
+	op := bench.AllReduceSum
+	if *coll == "broadcast" {
+		op = bench.BroadcastFrom0
+	}
+	rows, err := bench.SweepOf(ctx, c, list, *target, op)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
