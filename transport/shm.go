@@ -121,12 +121,14 @@ func decodeShmOffer(b []byte) (shmOffer, error) {
 	return shmOffer{HostKey: f[0], Path: f[1], Reason: f[2], RingCap: binary.LittleEndian.Uint32(b)}, nil
 }
 
-// hostKey is what two ranks compare to decide that they share a host.
-func (t *TCP) hostKey() string {
-	if t.cfg.HostKey != "" {
-		return t.cfg.HostKey + "/" + bootID()
+// hostKey is what two ranks compare to decide that they share a host:
+// Config.HostKey (or the hostname) and the kernel's boot id. Listen
+// computes it once.
+func hostKey(cfg Config) string {
+	h := cfg.HostKey
+	if h == "" {
+		h, _ = os.Hostname()
 	}
-	h, _ := os.Hostname()
 	return h + "/" + bootID()
 }
 
@@ -173,7 +175,7 @@ func (t *TCP) ringCap() int {
 
 // offerShm is the lower rank's side.
 func (t *TCP) offerShm(ctx context.Context, pc *peerConn) error {
-	o := shmOffer{HostKey: t.hostKey(), RingCap: uint32(t.ringCap())}
+	o := shmOffer{HostKey: t.hostKey, RingCap: uint32(t.ringCap())}
 	var mem []byte
 	switch {
 	case !t.cfg.Shm:
@@ -207,26 +209,58 @@ func (t *TCP) offerShm(ctx context.Context, pc *peerConn) error {
 		return fmt.Errorf("transport: rank %d: rank %d never answered the shared memory offer: %w", t.cfg.Rank, pc.peer, context.Cause(ctx))
 	}
 	_ = os.Remove(o.Path)
-	if len(answer) > 1 && answer[0] == 1 && string(answer[1:]) == sameHostNoShm || len(answer) > 0 && answer[0] == 0 {
+	a := decodeShmAnswer(answer)
+	if a.SameHost {
 		t.setSameHost(pc)
 	}
-	if mem == nil {
-		return nil
-	}
-	if len(answer) == 0 || answer[0] != 0 {
-		reason := "refused"
-		if len(answer) > 1 {
-			reason = string(answer[1:])
-		}
-		t.log.Debug("shared memory declined; TCP to this peer", "peer", pc.peer, "reason", reason)
+	switch {
+	case mem == nil:
+	case !a.Attached:
+		t.log.Debug("shared memory declined; TCP to this peer", "peer", pc.peer, "reason", a.Reason)
 		_ = unmapSegment(mem)
-		return nil
+	default:
+		t.attach(pc, pairOver(pc.peer, mem, int(o.RingCap), true))
 	}
-	rc := shmRingSize(int(o.RingCap))
-	out, _ := newShmRing(mem[:rc], int(o.RingCap))
-	in, _ := newShmRing(mem[rc:], int(o.RingCap))
-	t.attach(pc, &shmPeer{peer: pc.peer, out: out, in: in, mem: mem})
 	return nil
+}
+
+// shmAnswer is the higher rank's answer to an offer: whether it mapped
+// the segment, whether the two share a host (also when they share no
+// memory), and why not.
+type shmAnswer struct {
+	Attached, SameHost bool
+	Reason             string
+}
+
+func (a shmAnswer) encode() []byte {
+	b := []byte{0, 0}
+	if a.Attached {
+		b[0] = 1
+	}
+	if a.SameHost {
+		b[1] = 1
+	}
+	return append(b, a.Reason...)
+}
+
+// decodeShmAnswer reads an answer; anything malformed is a refusal.
+func decodeShmAnswer(b []byte) shmAnswer {
+	if len(b) < 2 {
+		return shmAnswer{Reason: "malformed answer"}
+	}
+	return shmAnswer{Attached: b[0] == 1, SameHost: b[1] == 1, Reason: string(b[2:])}
+}
+
+// pairOver lays a pair's two rings over its segment: the first is the
+// creator's out ring and the other rank's in ring.
+func pairOver(peer int, mem []byte, ringCap int, creator bool) *shmPeer {
+	rc := shmRingSize(ringCap)
+	first, _ := newShmRing(mem[:rc], ringCap)
+	second, _ := newShmRing(mem[rc:], ringCap)
+	if creator {
+		return &shmPeer{peer: peer, out: first, in: second, mem: mem}
+	}
+	return &shmPeer{peer: peer, out: second, in: first, mem: mem}
 }
 
 func (t *TCP) dropSegment(path string, mem []byte) {
@@ -253,17 +287,11 @@ func (t *TCP) answerShm(ctx context.Context, pc *peerConn) error {
 		return fmt.Errorf("transport: rank %d: offer from rank %d: %w", t.cfg.Rank, pc.peer, err)
 	}
 	sp, reason := t.acceptOffer(pc.peer, o)
-	answer := []byte{0}
-	same := o.HostKey == t.hostKey()
-	if same {
+	a := shmAnswer{Attached: sp != nil, SameHost: o.HostKey == t.hostKey, Reason: reason}
+	if a.SameHost {
 		t.setSameHost(pc)
 	}
-	if sp == nil {
-		if same {
-			reason = sameHostNoShm // tells the offerer it is on this host
-		}
-		answer = append([]byte{1}, reason...)
-	}
+	answer := a.encode()
 	if err := t.write(ctx, pc, Header{Type: TypeShmAnswer}, answer); err != nil {
 		if sp != nil {
 			_ = unmapSegment(sp.mem)
@@ -282,7 +310,7 @@ func (t *TCP) acceptOffer(peer int, o shmOffer) (*shmPeer, string) {
 		return nil, o.Reason
 	case !t.cfg.Shm:
 		return nil, fmt.Sprintf("shared memory is off on rank %d", t.cfg.Rank)
-	case o.HostKey != t.hostKey():
+	case o.HostKey != t.hostKey:
 		return nil, "another host"
 	case o.RingCap < 4096 || o.RingCap&(o.RingCap-1) != 0 || o.RingCap > 1<<30:
 		return nil, fmt.Sprintf("bad ring capacity %d", o.RingCap)
@@ -296,15 +324,8 @@ func (t *TCP) acceptOffer(peer int, o shmOffer) (*shmPeer, string) {
 		t.log.Warn("could not attach a peer's shared memory; TCP to it", "peer", peer, "err", err)
 		return nil, err.Error()
 	}
-	// The peer's out ring is this rank's in ring.
-	in, _ := newShmRing(mem[:rc], int(o.RingCap))
-	out, _ := newShmRing(mem[rc:], int(o.RingCap))
-	return &shmPeer{peer: peer, out: out, in: in, mem: mem}, ""
+	return pairOver(peer, mem, int(o.RingCap), false), ""
 }
-
-// sameHostNoShm is the refusal of a peer on the same host that will not or
-// cannot share memory; the offerer learns from it that they share a host.
-const sameHostNoShm = "same host, no shared memory"
 
 func (t *TCP) setSameHost(pc *peerConn) {
 	t.mu.Lock()
@@ -438,16 +459,11 @@ func (t *TCP) shmSend(ctx context.Context, sp *shmPeer, h Header, payload []byte
 	r := sp.out
 	h.Type, h.Len = TypeData, uint32(len(payload))
 	piece := r.maxPiece()
-	if len(payload) <= piece {
-		sp.want = len(payload)
-		if err := t.shmWait(ctx, r.cseq, r.cwait, nil, sp.fitsWant); err != nil {
-			return err
-		}
-		r.put(recFrame, h, payload)
-		return nil
+	kind := recFrame
+	if len(payload) > piece {
+		kind = recStart
 	}
-	kind := recStart
-	for off := 0; off < len(payload); off += piece {
+	for off := 0; ; {
 		p := payload[off:min(off+piece, len(payload))]
 		sp.want = len(p)
 		if err := t.shmWait(ctx, r.cseq, r.cwait, nil, sp.fitsWant); err != nil {
@@ -455,8 +471,10 @@ func (t *TCP) shmSend(ctx context.Context, sp *shmPeer, h Header, payload []byte
 		}
 		r.put(kind, h, p)
 		kind = recMore
+		if off += len(p); off >= len(payload) {
+			return nil
+		}
 	}
-	return nil
 }
 
 // shmRecv reads the next frame from sp. A whole frame's payload is where

@@ -104,6 +104,7 @@ type TCP struct {
 	lost   map[int]string // peers found lost here (see Lost)
 
 	shmWarn sync.Once
+	hostKey string // see hostKey
 }
 
 var _ Transport = (*TCP)(nil)
@@ -143,6 +144,7 @@ func Listen(cfg Config) (*TCP, error) {
 		connected: make(chan struct{}, 1),
 		closing:   make(chan struct{}),
 	}
+	t.hostKey = hostKey(cfg)
 	t.closeCtx, t.cancel = context.WithCancel(context.Background())
 	t.w.onFail = func() { t.unblock(); t.shmWakeAll() }
 	t.wg.Add(1)
@@ -428,30 +430,26 @@ func (t *TCP) write(ctx context.Context, pc *peerConn, h Header, payload []byte)
 
 // Recv implements Transport.
 func (t *TCP) Recv(ctx context.Context, from int) (Frame, error) {
-	if from >= 0 && from < t.cfg.Size && from != t.cfg.Rank {
+	var pc *peerConn
+	if from >= 0 && from < t.cfg.Size {
 		t.mu.Lock()
-		pc := t.conns[from]
+		pc = t.conns[from]
 		t.mu.Unlock()
-		if pc != nil && pc.shm != nil {
-			if err := t.w.Err(); err != nil {
-				return Frame{}, err
-			}
-			return t.shmRecv(ctx, pc.shm)
-		}
 	}
-	if t.cfg.SpinTime > 0 && from >= 0 && from < t.cfg.Size {
+	if pc != nil && pc.shm != nil {
+		if err := t.w.Err(); err != nil {
+			return Frame{}, err
+		}
+		return t.shmRecv(ctx, pc.shm)
+	}
+	if t.cfg.SpinTime > 0 && pc != nil {
 		select {
 		case f := <-t.w.inbox[from]:
 			shmRaceAcquire()
 			return f, nil
 		default:
 		}
-		t.mu.Lock()
-		pc := t.conns[from]
-		t.mu.Unlock()
-		if pc != nil {
-			defer pc.spin.warm(pc.c)()
-		}
+		defer pc.spin.warm(pc.c)()
 	}
 	f, err := t.w.recv(ctx, from)
 	shmRaceAcquire() // see race_on.go: what was sent through shared memory came first
