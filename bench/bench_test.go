@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/collective"
-	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/internal/jobtest"
 )
 
 func TestArithmetic(t *testing.T) {
@@ -142,16 +142,7 @@ func TestPredictedHubTraffic(t *testing.T) {
 		t.Skip("a TCP job")
 	}
 	const n, hubs, part = 3, 2, 4096
-	ports := make([]string, n)
-	var taken []int
-	for i := range ports {
-		p, err := launcher.FreePort(taken)
-		if err != nil {
-			t.Fatal(err)
-		}
-		taken = append(taken, p)
-		ports[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
-	}
+	ports := jobtest.LoopbackAddrs(t, n)
 	sizes := []int{4, 4 * 1031, 64 << 10}
 	out := make([][]Pair, n)
 	errs := make([]error, n)

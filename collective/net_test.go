@@ -6,36 +6,16 @@ import (
 	"fmt"
 	"net"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/internal/jobtest"
 )
 
-// gossipPorts reserves n free loopback ports (TCP and UDP).
-// gossipPorts reserves n loopback ports below the ephemeral range, as the
-// launcher does: a port picked with :0 can be taken by another test's
-// outgoing connection before the rank binds it.
-func gossipPorts(t testing.TB, n int) []string {
-	t.Helper()
-	var taken []int
-	var addrs []string
-	for len(addrs) < n {
-		p, err := launcher.FreePort(taken)
-		if err != nil {
-			t.Fatal(err)
-		}
-		taken = append(taken, p)
-		addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-	}
-	return addrs
-}
-
 func tcpConfigs(t testing.TB, n int, secret string) []Config {
-	seeds := gossipPorts(t, n)
+	seeds := jobtest.LoopbackAddrs(t, n)
 	cfgs := make([]Config, n)
 	for r := range n {
 		c := DefaultConfig()

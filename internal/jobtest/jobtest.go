@@ -7,8 +7,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -90,4 +92,23 @@ func Launch(t testing.TB, np int, args []string, set func(*launcher.Config)) (la
 		t.Fatal(err)
 	}
 	return res, out.String()
+}
+
+// LoopbackAddrs reserves n loopback "host:port" addresses below the
+// ephemeral range, as the launcher does for ranks (launcher.FreePort): a
+// port picked with :0 can be taken by another test's outgoing connection
+// before the rank binds it.
+func LoopbackAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	var taken []int
+	addrs := make([]string, 0, n)
+	for len(addrs) < n {
+		p, err := launcher.FreePort(taken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken = append(taken, p)
+		addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+	}
+	return addrs
 }
