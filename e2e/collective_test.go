@@ -19,18 +19,26 @@ func (r *rig) selftest(t *testing.T) string {
 	return bin
 }
 
+// checkSelftest runs examples/selftest's reference-checked random
+// collectives on nhosts test hosts with 2 ranks each; every rank must pass
+// and report the hosts layout hosts.
+func checkSelftest(t *testing.T, nhosts int, seed, hosts string) {
+	t.Helper()
+	r := needRig(t)
+	bin := r.selftest(t)
+	hf := r.hostfile(t, nhosts, 2)
+	res := r.run(t, "-hostfile", hf, bin, "-rounds", "60", "-seed", seed)
+	if res.code != 0 || strings.Count(res.stdout, "60 rounds OK") != 2*nhosts || strings.Count(res.stdout, "(hosts "+hosts+")") != 2*nhosts {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
+	}
+	r.noLeftovers(t)
+}
+
 // TestCollectivesOverSSH: 8 ranks on 4 hosts find each other by gossip
 // across the hosts' network and check random collectives of every kind
 // against a reference.
 func TestCollectivesOverSSH(t *testing.T) {
-	r := needRig(t)
-	bin := r.selftest(t)
-	hf := r.hostfile(t, 4, 2)
-	res := r.run(t, "-hostfile", hf, bin, "-rounds", "60", "-seed", "7")
-	if res.code != 0 || strings.Count(res.stdout, "60 rounds OK") != 8 || strings.Count(res.stdout, "(hosts [[0 1] [2 3] [4 5] [6 7]])") != 8 {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
-	}
-	r.noLeftovers(t)
+	checkSelftest(t, 4, "7", "[[0 1] [2 3] [4 5] [6 7]]")
 }
 
 // TestNodeAwareOverSSH: 2 ranks on each of 2 hosts: ranks on a host share
@@ -38,14 +46,7 @@ func TestCollectivesOverSSH(t *testing.T) {
 // the host, all-reduce across, all-gather on the host), and the random
 // collectives still match the reference.
 func TestNodeAwareOverSSH(t *testing.T) {
-	r := needRig(t)
-	bin := r.selftest(t)
-	hf := r.hostfile(t, 2, 2)
-	res := r.run(t, "-hostfile", hf, bin, "-rounds", "60", "-seed", "11")
-	if res.code != 0 || strings.Count(res.stdout, "60 rounds OK") != 4 || strings.Count(res.stdout, "(hosts [[0 1] [2 3]])") != 4 {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
-	}
-	r.noLeftovers(t)
+	checkSelftest(t, 2, "11", "[[0 1] [2 3]]")
 }
 
 // TestKillDrillOverSSH: the last rank (on h3) is SIGKILLed in the middle of
