@@ -251,7 +251,8 @@ func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error,
 	select {
 	case <-c.closed:
 		// Closed under the call: whatever the transport or the hubs said
-		// as they shut down, the cause is Close.
+		// as they shut down, the cause is Close, and the closing tells the
+		// peers all they need.
 		if !errors.Is(err, ErrClosed) {
 			err = fmt.Errorf("%w (%v)", ErrClosed, err)
 		}
@@ -268,7 +269,7 @@ func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error,
 		// would then blame this rank's broken connection).
 		c.hub.Fail(why)
 	}
-	return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
+	return fmt.Errorf("collective: %w", why)
 }
 
 // waitTurn waits while another goroutine runs a collective on c. Giving up
