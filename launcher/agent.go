@@ -141,16 +141,13 @@ func RunAgent(ctx context.Context, cfg AgentConfig) error {
 // its ranks are gone. Ranks remove each segment as soon as its pair has
 // mapped it, so only a rank killed in between leaves one behind.
 func (a *agent) removeSegments() {
-	left, _ := filepath.Glob(transport.ShmSegmentPattern(shmDir, a.spec.JobID))
+	left, _ := filepath.Glob(transport.ShmSegmentPattern(transport.DefaultShmDir, a.spec.JobID))
 	for _, f := range left {
 		if err := os.Remove(f); err == nil {
 			a.log.Info("removed a shared memory segment the job left", "file", f)
 		}
 	}
 }
-
-// shmDir is where ranks create their segments (transport.Config.ShmDir).
-const shmDir = "/dev/shm"
 
 func fail(c *conn, err error) error {
 	_ = c.Send(&msg{Kind: msgError, Err: err.Error()})

@@ -314,6 +314,15 @@ func (j *job) startAgent(a *agentProc, spec *hostSpec) error {
 	return nil
 }
 
+// asSignal is the signal gorun received, as one it can forward (SIGTERM
+// for anything that is not a syscall.Signal).
+func asSignal(sig os.Signal) syscall.Signal {
+	if s, ok := sig.(syscall.Signal); ok && s != 0 {
+		return s
+	}
+	return syscall.SIGTERM
+}
+
 type preflightResult struct {
 	a   *agentProc
 	err error
@@ -351,10 +360,7 @@ func (j *job) preflight(ctx context.Context) (int, error) {
 			}
 			pending = nil
 		case sig := <-j.cfg.Signals:
-			s, _ := sig.(syscall.Signal)
-			if s == 0 {
-				s = syscall.SIGTERM
-			}
+			s := asSignal(sig)
 			j.stopPending(pending, ch)
 			return 128 + int(s), fmt.Errorf("gorun received %v during pre-flight (%d host(s) still checking); no rank was started", s, len(pending))
 		case <-ctx.Done():
@@ -537,11 +543,7 @@ func (j *job) supervise(ctx context.Context) Result {
 				apply(pol.agentError(fmt.Sprintf("%s: agent: %s", a.name, ev.m.Err)))
 			}
 		case sig := <-cfg.Signals:
-			s, _ := sig.(syscall.Signal)
-			if s == 0 {
-				s = syscall.SIGTERM
-			}
-			apply(pol.signal(s))
+			apply(pol.signal(asSignal(sig)))
 		case <-timeout:
 			timeout = nil
 			apply(pol.timedOut(fmt.Sprintf("job timed out after %v; terminated every rank", cfg.Timeout)))

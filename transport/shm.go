@@ -38,6 +38,10 @@ import (
 // its peer attaching) when its ranks are gone.
 const ShmPrefix = "gorun-"
 
+// DefaultShmDir is where segments are created unless Config.ShmDir says
+// otherwise (the launcher's agents look for leftovers there).
+const DefaultShmDir = "/dev/shm"
+
 // DefaultShmRingBytes is the capacity of one direction of a pair's
 // channel: four 512 KiB ring segments in flight.
 const DefaultShmRingBytes = 2 << 20
@@ -136,7 +140,7 @@ func (t *TCP) shmDir() string {
 	if t.cfg.ShmDir != "" {
 		return t.cfg.ShmDir
 	}
-	return "/dev/shm"
+	return DefaultShmDir
 }
 
 // setupShm negotiates shared memory with every peer; a pair that cannot

@@ -39,7 +39,7 @@ type Config struct {
 	// (see shm.go); pairs on different hosts, or that cannot set it up,
 	// use TCP.
 	Shm bool
-	// ShmDir is where segments are created ("" = /dev/shm).
+	// ShmDir is where segments are created ("" = DefaultShmDir).
 	ShmDir string
 	// ShmRingBytes is one direction's ring capacity (rounded up to a
 	// power of two; 0 = DefaultShmRingBytes).
