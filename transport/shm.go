@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -340,16 +339,19 @@ func (t *TCP) setSameHost(pc *peerConn) {
 // LocalPeers implements Transport: the peers whose host key is this
 // rank's, learned while setting up shared memory.
 func (t *TCP) LocalPeers() []int {
+	return t.peersWhere(func(pc *peerConn) bool { return pc.sameHost })
+}
+
+// peersWhere lists, in rank order, the connected peers keep accepts.
+func (t *TCP) peersWhere(keep func(*peerConn) bool) []int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	var out []int
-	for _, pc := range t.peers() {
-		t.mu.Lock()
-		same := pc.sameHost
-		t.mu.Unlock()
-		if same {
+	for _, pc := range t.conns {
+		if pc != nil && keep(pc) {
 			out = append(out, pc.peer)
 		}
 	}
-	slices.Sort(out)
 	return out
 }
 
@@ -364,13 +366,7 @@ func (t *TCP) attach(pc *peerConn, sp *shmPeer) {
 // SharedMemoryPeers lists the peers this rank reaches through shared
 // memory.
 func (t *TCP) SharedMemoryPeers() []int {
-	var out []int
-	for _, pc := range t.peers() {
-		if pc.shm != nil {
-			out = append(out, pc.peer)
-		}
-	}
-	return out
+	return t.peersWhere(func(pc *peerConn) bool { return pc.shm != nil })
 }
 
 // shmWakeAll wakes every goroutine asleep on a ring, after a failure.
