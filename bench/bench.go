@@ -88,6 +88,22 @@ func BroadcastFrom0(ctx context.Context, c *collective.Comm, buf []float32) erro
 	return collective.Broadcast(ctx, c, buf, 0)
 }
 
+// ReduceScatterSum is a sum reduce-scatter of the whole buffer. nccl-tests
+// count its busbw as algbw*(n-1)/n; SweepOf reports twice that.
+func ReduceScatterSum(ctx context.Context, c *collective.Comm, buf []float32) error {
+	_, err := collective.ReduceScatter(ctx, c, buf, collective.Sum)
+	return err
+}
+
+// AllGatherInto is an all-gather whose result fills buf (each rank sends
+// len(buf)/n elements; a remainder is left out). Its busbw, as for
+// ReduceScatterSum, is half what SweepOf reports.
+func AllGatherInto(ctx context.Context, c *collective.Comm, buf []float32) error {
+	b := len(buf) / c.Size()
+	recv := buf[:b*c.Size()]
+	return collective.AllGather(ctx, c, recv[c.Rank()*b:(c.Rank()+1)*b], recv)
+}
+
 // SweepOf is Sweep for any collective op.
 func SweepOf(ctx context.Context, c *collective.Comm, sizes []int, target time.Duration, op Op) ([]Row, error) {
 	var rows []Row

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"slices"
@@ -186,4 +187,81 @@ func TestPredictedHubTraffic(t *testing.T) {
 			t.Errorf("%d bytes: busiest hub %d, model %d", p.Bytes, p.Busiest(), ModelHubBytes(n, p.Lmax()))
 		}
 	}
+}
+
+// TestOps: the sweep's collectives do what their names say on 3 in-memory
+// ranks, with a length that does not split evenly.
+func TestOps(t *testing.T) {
+	const n, size = 13, 3
+	comms, err := collective.NewLocal(size, collective.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	val := func(r, i int) float32 { return float32(100*r + i) }
+	run := func(op Op, check func(r int, buf []float32) error) {
+		t.Helper()
+		errs := make([]error, size)
+		var wg sync.WaitGroup
+		for _, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]float32, n)
+				for i := range buf {
+					buf[i] = val(c.Rank(), i)
+				}
+				if errs[c.Rank()] = op(context.Background(), c, buf); errs[c.Rank()] == nil {
+					errs[c.Rank()] = check(c.Rank(), buf)
+				}
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+	}
+	sum := func(i int) float32 { return val(0, i) + val(1, i) + val(2, i) }
+	run(AllReduceSum, func(r int, buf []float32) error {
+		for i, x := range buf {
+			if x != sum(i) {
+				return fmt.Errorf("all-reduce [%d] = %v, want %v", i, x, sum(i))
+			}
+		}
+		return nil
+	})
+	run(BroadcastFrom0, func(r int, buf []float32) error {
+		for i, x := range buf {
+			if x != val(0, i) {
+				return fmt.Errorf("broadcast [%d] = %v, want %v", i, x, val(0, i))
+			}
+		}
+		return nil
+	})
+	run(ReduceScatterSum, func(r int, buf []float32) error {
+		off, l := collective.Chunk(n, size, r)
+		for i := off; i < off+l; i++ {
+			if buf[i] != sum(i) {
+				return fmt.Errorf("reduce-scatter [%d] = %v, want %v", i, buf[i], sum(i))
+			}
+		}
+		return nil
+	})
+	run(AllGatherInto, func(r int, buf []float32) error {
+		b := n / size
+		for q := range size {
+			for i := q * b; i < (q+1)*b; i++ {
+				if buf[i] != val(q, i) {
+					return fmt.Errorf("all-gather [%d] = %v, want rank %d's %v", i, buf[i], q, val(q, i))
+				}
+			}
+		}
+		return nil
+	})
 }

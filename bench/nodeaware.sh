@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Node-aware against flat ring all-reduce on 2 test hosts x 2 ranks with
-# 1 Gbit/s links (../shared/testnet), interleaved run by run. Prints busbw
-# per run and the ratio node-aware / flat from the same round.
+# Node-aware against flat ring on 2 test hosts x 2 ranks with 1 Gbit/s
+# links (../shared/testnet), interleaved run by run. Prints busbw per run
+# and the ratio node-aware / flat from the same round.
 #   bash bench/nodeaware.sh [ROUNDS] [SIZES]     (defaults: 3, 16MiB)
+#   COLL=reducescatter|allgather|broadcast picks the collective (all-reduce
+#   by default); HOSTS and RATE change the test network.
 # Needs root; brings the hosts up and takes them down.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,7 +21,7 @@ trap 'bash "$tn" down >/dev/null' EXIT
 np=$((2 * ${HOSTS:-2}))
 run() { # algo
     "$repo/bin/gorun" --tag-output=false --ssh "$TESTNET_SSH" -hostfile "$TESTNET_HOSTFILE" -np "$np" \
-        "$repo/bin/allreduce" -algo "$1" -sizes "$sizes" -target "${TARGET:-3s}" |
+        "$repo/bin/allreduce" -coll "${COLL:-allreduce}" -algo "$1" -sizes "$sizes" -target "${TARGET:-3s}" |
         awk '/iB/ {printf "%s %s ", $1, $5} END {print ""}'
 }
 for r in $(seq "$rounds"); do
@@ -28,5 +30,5 @@ for r in $(seq "$rounds"); do
     echo "round $r node-aware: $na"
     echo "round $r flat ring:  $flat"
     paste <(echo "$na" | tr ' ' '\n' | paste - -) <(echo "$flat" | tr ' ' '\n' | paste - -) |
-        awk -v r="$r" 'NF == 4 && $4 > 0 {printf "round %s %s node-aware/flat busbw: %.2f\n", r, $1, $2 / $4}'
+        awk -v r="$r" -v c="${COLL:-allreduce}" 'NF == 4 && $4 > 0 {printf "round %s %s %s node-aware/flat busbw: %.2f\n", r, $1, c, $2 / $4}'
 done

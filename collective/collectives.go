@@ -49,7 +49,7 @@ func allReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, o ring.Op
 		b := reduce.AsBytes(buf)
 		err = c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: len(buf)})
 	} else if c.hierarchical(bytesOf[T](len(buf))) {
-		err = ring.Hierarchical(ctx, c.topo.local, c.topo.cross, buf, reducer[T](op), o)
+		err = ring.Hierarchical(ctx, *c.topo.tiers, buf, reducer[T](op), o)
 	} else if c.doubling(bytesOf[T](len(buf))) {
 		err = ring.Doubling(ctx, c.tr, buf, reducer[T](op), o)
 	} else if c.direct(bytesOf[T](len(buf))) {
@@ -132,6 +132,9 @@ func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 			return c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundGather, DType: dtype[T](), Count: n, Send: reduce.AsBytes(send), Recv: reduce.AsBytes(recv)})
 		}
 		copy(recv[c.Rank()*n:], send)
+		if c.hierarchical(bytesOf[T](len(recv))) {
+			return ring.HierarchicalAllGather(ctx, *c.topo.tiers, recv, o)
+		}
 		return ring.AllGather(ctx, c.tr, recv, o)
 	}, header[T](0, len(send)))
 }
@@ -151,6 +154,8 @@ func ReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) (mine
 			s = ring.Chunks(len(buf), c.Size())[c.Rank()]
 			b := reduce.AsBytes(buf)
 			err = c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantOff: s.Off, WantLen: s.Len})
+		} else if c.hierarchical(bytesOf[T](len(buf))) {
+			s, err = ring.HierarchicalReduceScatter(ctx, *c.topo.tiers, buf, reducer[T](op), o)
 		} else {
 			s, err = ring.ReduceScatter(ctx, c.tr, buf, reducer[T](op), o)
 		}

@@ -13,7 +13,8 @@ import (
 	"github.com/gorun/gorun/transport"
 )
 
-// Algorithm picks how AllReduce and Broadcast move data.
+// Algorithm picks how AllReduce, Reduce and Broadcast move data (and,
+// for Hierarchical or Auto, ReduceScatter and AllGather).
 type Algorithm int
 
 const (
@@ -28,9 +29,12 @@ const (
 	Direct
 	// Doubling is recursive doubling: log2(N) rounds of one message each.
 	Doubling
-	// Hierarchical is the node-aware all-reduce: reduce-scatter among the
-	// ranks of each host (shared memory), all-reduce of each slice across
-	// hosts, all-gather on each host. Auto picks it above SmallBytes when
+	// Hierarchical is node-aware: the all-reduce is a reduce-scatter among
+	// the ranks of each host (shared memory), an all-reduce of each slice
+	// across hosts and an all-gather on each host; ReduceScatter and
+	// AllGather run their cross-host stage between the ranks at the same
+	// place on each host, so that every rank's links carry a share of the
+	// data. Auto picks it above SmallBytes when
 	// the job spans several hosts with the same number of ranks (at least
 	// two) on each; Ring forces the flat ring.
 	Hierarchical

@@ -70,7 +70,9 @@
 // same number of ranks (at least two) on each, larger all-reduces run
 // node-aware: a reduce-scatter among each host's ranks, an all-reduce of
 // each slice across the hosts, an all-gather on each host (Algorithm
-// Hierarchical; Ring forces the flat ring). Results are bitwise identical
+// Hierarchical; Ring forces the flat ring). Large ReduceScatter and
+// AllGather calls are node-aware on such layouts too: their cross-host
+// stage runs between the ranks at the same place on every host. Results are bitwise identical
 // on every rank. Reduce is an AllReduce whose result non-root ranks
 // discard.
 //

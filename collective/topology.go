@@ -13,9 +13,11 @@ import (
 // topology is which ranks share a host, the same on every rank, and the
 // groups the node-aware all-reduce runs over.
 type topology struct {
-	hosts [][]int     // ranks of each host, hosts ordered by their lowest rank
-	local *ring.Group // this rank's host
-	cross *ring.Group // the ranks with this rank's place on every host
+	hosts [][]int // ranks of each host, hosts ordered by their lowest rank
+	// tiers is this rank's host and its place across hosts, for the
+	// node-aware collectives (nil unless every host has the same number
+	// of ranks, at least two, and there are several hosts).
+	tiers *ring.Tiers
 	// byHost is every rank, host after host: a broadcast chain in this
 	// order crosses between hosts at most once per host, however the
 	// ranks were placed (nil when rank order already is).
@@ -90,21 +92,24 @@ func (c *Comm) learnTopology(ctx context.Context) error {
 		for h, ranks := range hosts {
 			cross[h] = ranks[place]
 		}
-		var err error
-		if t.local, err = ring.NewGroup(c.tr, hosts[mine]); err != nil {
+		local, err := ring.NewGroup(c.tr, hosts[mine])
+		if err != nil {
 			return err
 		}
-		if t.cross, err = ring.NewGroup(c.tr, cross); err != nil {
+		across, err := ring.NewGroup(c.tr, cross)
+		if err != nil {
 			return err
 		}
+		t.tiers = &ring.Tiers{Local: local, Cross: across, Hosts: hosts}
 	}
 	c.topo = t
 	return nil
 }
 
-// hierarchical says whether an AllReduce of nbytes runs node-aware.
+// hierarchical says whether a reduction or gather of nbytes runs
+// node-aware.
 func (c *Comm) hierarchical(nbytes int) bool {
-	if c.topo == nil || c.topo.local == nil {
+	if c.topo == nil || c.topo.tiers == nil {
 		return false
 	}
 	return c.cfg.Algorithm == Hierarchical || c.cfg.Algorithm == Auto && nbytes > c.cfg.SmallBytes

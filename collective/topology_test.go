@@ -50,11 +50,12 @@ func hostComms(t *testing.T, hostOf []string, algo Algorithm) []*Comm {
 	return comms
 }
 
-// TestNodeAwareAllReduce: with ranks spread over simulated hosts, the
-// node-aware all-reduce (forced, and chosen by Auto above SmallBytes)
-// matches the naive reference for every op, dtype and length, every rank
-// gets the same bits, and an uneven layout falls back to the flat ring.
-func TestNodeAwareAllReduce(t *testing.T) {
+// TestNodeAware: with ranks spread over simulated hosts, the node-aware
+// all-reduce, reduce-scatter and all-gather (forced, and chosen by Auto
+// above SmallBytes) match the naive reference for every op, dtype and
+// length, every rank gets the same bits, and an uneven layout falls back
+// to the flat ring.
+func TestNodeAware(t *testing.T) {
 	for _, layout := range [][]string{
 		{"a", "a", "b", "b"},
 		{"a", "b", "a", "b"},
@@ -80,8 +81,8 @@ func TestNodeAwareAllReduce(t *testing.T) {
 						t.Fatalf("rank %d finds %v on its host, want %v", c.Rank(), got, want)
 					}
 				}
-				if even := nodeAware(hosts); even != (comms[0].topo.local != nil) || even == slices.Equal(layout, []string{"a", "a", "a", "b"}) {
-					t.Fatalf("hosts %v: node-aware groups %v", hosts, comms[0].topo.local != nil)
+				if even := nodeAware(hosts); even != (comms[0].topo.tiers != nil) || even == slices.Equal(layout, []string{"a", "a", "a", "b"}) {
+					t.Fatalf("hosts %v: node-aware groups %v", hosts, comms[0].topo.tiers != nil)
 				}
 				nodeAwareSuite[float32](t, comms)
 				nodeAwareSuite[float64](t, comms)
@@ -110,6 +111,45 @@ func nodeAwareSuite[T Number](t *testing.T, comms []*Comm) {
 				t.Fatalf("n %d %v: %v", n, op, err)
 			}
 			checkAllReduced(t, fmt.Sprintf("n %d %v", n, op), got, want)
+
+			// ReduceScatter: each rank's chunk of the reference.
+			err = runAll(comms, func(c *Comm) error {
+				buf := append([]T(nil), in[c.Rank()]...)
+				mine, err := ReduceScatter(ctx, c, buf, op)
+				if err != nil {
+					return err
+				}
+				off, l := Chunk(n, size, c.Rank())
+				if len(mine) != l {
+					return fmt.Errorf("rank %d: reduce-scatter gave %d elements, want %d", c.Rank(), len(mine), l)
+				}
+				for i := range mine {
+					if !near(mine[i], want[off+i], size) {
+						return fmt.Errorf("rank %d: reduce-scatter [%d] = %v, want %v", c.Rank(), off+i, mine[i], want[off+i])
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("n %d %v: %v", n, op, err)
+			}
+		}
+		// AllGather: every rank's block, in rank order, exactly.
+		in := inputs[T](uint64(size*1000+li), size, n, Sum)
+		err := runAll(comms, func(c *Comm) error {
+			recv := make([]T, n*size)
+			if err := AllGather(ctx, c, in[c.Rank()], recv); err != nil {
+				return err
+			}
+			for q := range size {
+				if !slices.Equal(recv[q*n:(q+1)*n], in[q]) {
+					return fmt.Errorf("rank %d: all-gather block %d differs from rank %d's data", c.Rank(), q, q)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("all-gather n %d: %v", n, err)
 		}
 	}
 }

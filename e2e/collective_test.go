@@ -42,8 +42,9 @@ func TestCollectivesOverSSH(t *testing.T) {
 }
 
 // TestNodeAwareOverSSH: 2 ranks on each of 2 hosts: ranks on a host share
-// memory, all-reduces above SmallBytes run node-aware (reduce-scatter on
-// the host, all-reduce across, all-gather on the host), and the random
+// memory, all-reduces, reduce-scatters and all-gathers above SmallBytes
+// run node-aware (on-host stages through shared memory, cross-host stages
+// between the ranks at the same place on each host), and the random
 // collectives still match the reference.
 func TestNodeAwareOverSSH(t *testing.T) {
 	checkSelftest(t, 2, "11", "[[0 1] [2 3]]")

@@ -22,7 +22,7 @@ func main() {
 	target := flag.Duration("target", time.Second, "time spent per size")
 	algo := flag.String("algo", "auto", "auto, ring (flat), direct, doubling or hierarchical (node-aware)")
 	seg := flag.String("seg", "", "ring segment size (default: the library's)")
-	coll := flag.String("coll", "allreduce", "allreduce, or broadcast (from rank 0; busbw column = algbw*2(n-1)/n)")
+	coll := flag.String("coll", "allreduce", "allreduce, broadcast (from rank 0), reducescatter or allgather (size = the whole result); the busbw column always applies the all-reduce's factor 2(n-1)/n")
 	flag.Parse()
 	var list []int
 	for _, s := range strings.Split(*sizes, ",") {
@@ -52,9 +52,11 @@ func main() {
 		os.Exit(2)
 	}
 	defer c.Close()
-	op := bench.AllReduceSum
-	if *coll == "broadcast" {
-		op = bench.BroadcastFrom0
+	op, ok := map[string]bench.Op{"allreduce": bench.AllReduceSum, "broadcast": bench.BroadcastFrom0,
+		"reducescatter": bench.ReduceScatterSum, "allgather": bench.AllGatherInto}[*coll]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "unknown -coll %q\n", *coll)
+		os.Exit(2)
 	}
 	rows, err := bench.SweepOf(ctx, c, list, *target, op)
 	if err != nil {
