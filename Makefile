@@ -30,6 +30,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./transport
 	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(FUZZTIME) ./transport
 	$(GO) test -run '^$$' -fuzz '^FuzzShmRecord$$' -fuzztime $(FUZZTIME) ./transport
+	$(GO) test -run '^$$' -fuzz '^FuzzShmOffer$$' -fuzztime $(FUZZTIME) ./transport
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) ./ps
 
 bench:

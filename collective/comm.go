@@ -92,10 +92,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	tc.ListenAddr, tc.MaxPayload, tc.Logger = cfg.DataListen, cfg.MaxFrame, logger
 	tc.SpinTime = cfg.SpinTime
 	tc.SpinYield = cfg.SpinYield
-	tc.Shm, tc.HostKey = cfg.Shm, cfg.HostKey
-	if tc.HostKey != "" {
-		tc.HostKey = cfg.JobID + "/" + tc.HostKey
-	}
+	tc.Shm, tc.HostKey = cfg.Shm, cfg.hostKey()
 	tr, err := transport.Listen(tc)
 	if err != nil {
 		return nil, err

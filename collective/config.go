@@ -225,7 +225,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	cfg.SpinTime = env.Duration(jobenv.SpinVar, cfg.SpinTime)
 	cfg.Shm = env.Switch(jobenv.ShmVar, cfg.Shm)
 	if node, ok := env.Lookup(jobenv.NodeRankVar); ok {
-		cfg.HostKey = "node-" + node
+		cfg.HostKey = jobenv.NodeName(node)
 	}
 	if err := env.Err("start this program with gorun (or use collective.New with a Config)"); err != nil {
 		return Config{}, fmt.Errorf("collective: %w", err)
@@ -235,4 +235,17 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 		return Config{}, fmt.Errorf("collective: %s lists %d ranks, %s is %d", jobenv.PeersVar, len(cfg.Seeds), jobenv.SizeVar, cfg.Size)
 	}
 	return cfg, cfg.validate()
+}
+
+// hostKey is what the transport and the hubs compare to find ranks on
+// this host: HostKey within this job ("" lets them use the hostname).
+func (c *Config) hostKey() string { return jobenv.HostKey(c.JobID, c.HostKey) }
+
+// shmOptions are the shared-memory settings of this rank's connections
+// to hubs, and of its colocated hub's. They do not spin: their readers
+// are background goroutines, and a spinning goroutine keeps Go's
+// scheduler from polling the network, which the peer's wake-ups and the
+// rest of the process need.
+func (c *Config) shmOptions() transport.ShmOptions {
+	return transport.ShmOptions{Enabled: c.Shm, HostKey: c.hostKey()}
 }

@@ -81,7 +81,8 @@
 // each rank sends its buffer, cut into Config.HubPartitionBytes partitions
 // spread over the hubs, and receives the result. The hubs are dedicated
 // processes (gorun --hubs K, Config.Hubs) or run inside ranks
-// 0..ColocatedHubs-1. A hub folds the ranks' parts in rank order, so the
+// 0..ColocatedHubs-1; a rank and a hub on one host talk through shared
+// memory (Config.Shm). A hub folds the ranks' parts in rank order, so the
 // result is the same bits on every rank and for any number of hubs. The
 // contract above holds unchanged; in addition a lost hub fails every rank
 // with ErrPeerLost naming the hub, and Comm.Hub gives the hub client for

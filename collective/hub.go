@@ -38,6 +38,7 @@ func (c *Comm) startHub(ctx context.Context) error {
 			}
 			hc.ListenAddr, hc.MaxFrame, hc.Logger = net.JoinHostPort(host, "0"), c.cfg.MaxFrame+ps.FrameSlack, c.log
 			hc.Elastic = c.cfg.HubElastic
+			hc.Shm = c.cfg.shmOptions()
 			h, err := ps.NewHub(hc)
 			if err != nil {
 				return err
@@ -62,6 +63,9 @@ func (c *Comm) connectHubs(ctx context.Context, addrs []string, dial transport.D
 	cc.Worker, cc.Workers, cc.Hubs, cc.JobID, cc.Secret = c.cfg.Rank, c.cfg.Size, addrs, c.cfg.JobID, c.cfg.Secret
 	cc.PartitionBytes, cc.MaxFrame, cc.HubTimeout, cc.Logger = c.cfg.HubPartitionBytes, c.cfg.MaxFrame+ps.FrameSlack, c.cfg.HubTimeout, c.log
 	cc.ConnectTimeout = c.cfg.JoinTimeout
+	if dial == nil {
+		cc.Shm = c.cfg.shmOptions() // in memory (NewLocal), nothing to share
+	}
 	cl, err := ps.Dial(ctx, cc)
 	if err != nil {
 		return err

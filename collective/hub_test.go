@@ -20,9 +20,17 @@ import (
 // the shortest is spread over several hubs.
 func hubComms(t *testing.T, n, k int) []*Comm {
 	t.Helper()
+	return hubCommsShm(t, n, k, true)
+}
+
+// hubCommsShm joins n ranks over TCP with k colocated hubs; shm says
+// whether they share memory (they are all on this host).
+func hubCommsShm(t *testing.T, n, k int, shm bool) []*Comm {
+	t.Helper()
 	cfgs := tcpConfigs(t, n, "the-hub-test-secret-0123")
 	for i := range cfgs {
 		cfgs[i].Strategy, cfgs[i].ColocatedHubs, cfgs[i].HubPartitionBytes = StrategyHub, k, 96
+		cfgs[i].Shm = shm
 	}
 	comms, errs := newAll(cfgs)
 	if err := errors.Join(errs...); err != nil {
@@ -150,10 +158,15 @@ func TestHubStrategyMatchesReference(t *testing.T) {
 	for size := 1; size <= 9; size++ {
 		k := 1 + size/2 // hubs in about half the ranks
 		t.Run(fmt.Sprintf("n%d/hubs%d", size, k), func(t *testing.T) {
-			comms := hubComms(t, size, k)
+			// Odd sizes share memory with their hubs, even ones use TCP.
+			shm := size%2 == 1
+			comms := hubCommsShm(t, size, k, shm)
 			err := runAll(comms, func(c *Comm) error {
 				if c.Strategy() != StrategyHub {
 					return errors.New("not using the hubs")
+				}
+				if got := c.Hub().SharedMemoryHubs(); shm != (len(got) == k) || !shm && len(got) > 0 {
+					return fmt.Errorf("rank %d reaches hubs %v of %d over shared memory (shm %v)", c.Rank(), got, k, shm)
 				}
 				return errors.Join(hubSuite[float32](ctx, c, 1), hubSuite[float64](ctx, c, 2), hubSuite[int32](ctx, c, 3), hubSuite[int64](ctx, c, 4))
 			})

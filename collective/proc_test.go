@@ -56,6 +56,9 @@ func rankMain(mode string) int {
 			fmt.Fprintf(os.Stderr, "FAIL rank %d: %v\n", c.Rank(), err)
 			return 1
 		}
+		if h := c.Hub(); h != nil {
+			fmt.Printf("SHMHUBS %v\n", h.SharedMemoryHubs())
+		}
 		fmt.Println("OK")
 		return 0
 	case "kill", "stop":
@@ -274,12 +277,34 @@ func hubs(k int) func(*launcher.Config) {
 }
 
 // TestProcessesHubVerify runs the reference-checked workload with the hub
-// strategy through 2 dedicated hub processes started by the launcher.
+// strategy through 2 dedicated hub processes started by the launcher,
+// which share memory with every rank (one host), and again with
+// GORUN_SHM=0.
 func TestProcessesHubVerify(t *testing.T) {
-	res, out := launchWith(t, 4, "verify", 5*time.Second, hubs(2))
-	if res.ExitCode != 0 || strings.Count(out, "OK\n") != 4 {
-		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+	for _, shm := range []bool{true, false} {
+		res, out := launchWith(t, 4, "verify", 5*time.Second, func(cfg *launcher.Config) {
+			hubs(2)(cfg)
+			if !shm {
+				cfg.Env = append(cfg.Env, "GORUN_SHM=0")
+			}
+		})
+		if res.ExitCode != 0 || strings.Count(out, "OK\n") != 4 {
+			t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+		}
+		want := "SHMHUBS []"
+		if shm {
+			want = "SHMHUBS [0 1]"
+		}
+		if strings.Count(out, want+"\n") != 4 {
+			t.Fatalf("shm %v: want every rank to say %q:\n%s", shm, want, out)
+		}
+		noSegments(t, res.JobID)
+		checkHubsServed(t, out)
 	}
+}
+
+func checkHubsServed(t *testing.T, out string) {
+	t.Helper()
 	for h := range 2 {
 		m := regexp.MustCompile(fmt.Sprintf(`\[hub %d\] hub %d served (\d+) requests`, h, h)).FindStringSubmatch(out)
 		if m == nil || m[1] == "0" {

@@ -307,7 +307,7 @@ func (a *agent) start(jobEnv []string) {
 			args = []string{HubCommandName}
 			env = append(append([]string{}, a.environ...), jobEnv...)
 			env = append(env, a.spec.Env...)
-			env = append(env, jobenv.Hub(rs.Hub-1, a.ports[i])...)
+			env = append(env, jobenv.Hub(rs.Hub-1, a.ports[i], rs.NodeRank)...)
 		}
 		if err := a.startOne(p, prog, args, env); err != nil {
 			_ = a.conn.Send(&msg{Kind: msgOutput, Rank: rs.Rank, Stream: 2, Data: []byte("gorun: " + err.Error())})

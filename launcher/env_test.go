@@ -33,7 +33,7 @@ func TestEnvRoundTrip(t *testing.T) {
 	peers := []string{"10.0.0.1:10001", "10.0.0.1:10002", "10.0.0.2:10001"}
 	hubs := []string{"10.0.0.2:10003"}
 	env := append(jobEnv(cfg, jobID, secret, len(peers)), jobenv.Peers(peers, hubs, "10.0.0.1", 29500)...)
-	a := &agent{spec: &hostSpec{Ranks: []rankSpec{{Rank: 2, LocalRank: 0, LocalSize: 1, NodeRank: 1}, {Rank: 3, Hub: 1}}}, addr: "10.0.0.2", ports: []int{10001, 10003}}
+	a := &agent{spec: &hostSpec{Ranks: []rankSpec{{Rank: 2, LocalRank: 0, LocalSize: 1, NodeRank: 1}, {Rank: 3, Hub: 1, NodeRank: 1}}}, addr: "10.0.0.2", ports: []int{10001, 10003}}
 
 	got, err := collective.ConfigFromEnv(lookupIn(append(env, a.rankEnv(0)...)))
 	if err != nil {
@@ -62,12 +62,19 @@ func TestEnvRoundTrip(t *testing.T) {
 		t.Fatalf("GORUN_SHM=maybe: %v", err)
 	}
 
-	hc, err := ps.HubConfigFromEnv(lookupIn(append(env, jobenv.Hub(0, a.ports[1])...)))
+	hc, err := ps.HubConfigFromEnv(lookupIn(append(env, jobenv.Hub(0, a.ports[1], a.spec.Ranks[1].NodeRank)...)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if hc.Index != 0 || hc.Workers != 3 || hc.JobID != jobID || string(hc.Secret) != secret || !hc.Elastic || hc.ListenAddr != ":10003" {
 		t.Fatalf("hub read back %+v", hc)
+	}
+	// The hub on node 0 shares memory with node 0's ranks: same key.
+	if !hc.Shm.Enabled || hc.Shm.HostKey == "" || hc.Shm.HostKey != jobenv.HostKey(jobID, got.HostKey) {
+		t.Fatalf("hub's shared memory %+v, ranks' host %q", hc.Shm, got.HostKey)
+	}
+	if hc, err := ps.HubConfigFromEnv(lookupIn(append(append(env, jobenv.Hub(0, a.ports[1], a.spec.Ranks[1].NodeRank)...), jobenv.ShmVar+"=0"))); err != nil || hc.Shm.Enabled {
+		t.Fatalf("GORUN_SHM=0 for a hub: %+v, %v", hc.Shm, err)
 	}
 }
 

@@ -33,6 +33,11 @@ type ClientConfig struct {
 	// Dial, if set, replaces TCP: collective.NewLocal connects to hubs
 	// listening on transport.MemListener with it.
 	Dial transport.DialFunc
+	// Shm moves a connection's bytes through shared memory when its hub
+	// is on this host (Shm.Enabled; JobID, Name and Timeout are filled
+	// in). Every connection negotiates, whatever the settings, so hubs
+	// and workers must both be of this version.
+	Shm transport.ShmOptions
 	// Metrics, if set, receives one JSON line per iteration (see Tick).
 	Metrics io.Writer
 	Logger  *slog.Logger
@@ -104,6 +109,7 @@ type hubLink struct {
 	mu        sync.Mutex
 	pending   map[uint32]*call
 	nextID    uint32
+	shm       bool // the connection runs over shared memory
 	lastHeard atomic.Int64
 	sent      atomic.Int64
 	recvd     atomic.Int64
@@ -159,7 +165,15 @@ func (c *Client) dial(ctx context.Context, i int, addr string) error {
 	if err != nil {
 		return fmt.Errorf("ps: worker %d: hub %d: %w", c.cfg.Worker, i, err)
 	}
-	hl := &hubLink{idx: i, addr: addr, pending: map[uint32]*call{}}
+	o := c.cfg.Shm
+	o.JobID, o.Name, o.Timeout = c.cfg.JobID, fmt.Sprintf("w%d-hub%d", c.cfg.Worker, i), c.cfg.HandshakeTimeout
+	if o.Logger == nil {
+		o.Logger = c.log
+	}
+	if conn, err = transport.OfferShm(ctx, conn, o); err != nil {
+		return fmt.Errorf("ps: worker %d: hub %d: %w", c.cfg.Worker, i, err)
+	}
+	hl := &hubLink{idx: i, addr: addr, pending: map[uint32]*call{}, shm: transport.IsShm(conn)}
 	hl.l = newLink(conn, c.cfg.MaxFrame, nil)
 	hl.lastHeard.Store(time.Now().UnixNano())
 	c.mu.Lock()
@@ -168,6 +182,18 @@ func (c *Client) dial(ctx context.Context, i int, addr string) error {
 	c.wg.Add(1)
 	go c.reader(hl)
 	return nil
+}
+
+// SharedMemoryHubs lists the hubs whose connection runs over shared
+// memory (hubs on this host, when both ends allow it).
+func (c *Client) SharedMemoryHubs() []int {
+	var out []int
+	for _, h := range c.links() {
+		if h.shm {
+			out = append(out, h.idx)
+		}
+	}
+	return out
 }
 
 // Err is the error that broke the client, or nil.

@@ -85,8 +85,14 @@ func (l *link) writer() {
 		for _, f := range q {
 			n := len(f.hdr) + len(f.data)
 			transport.PutHeader(fh[:], transport.Header{Type: f.typ, Len: uint32(n)})
-			bufs := net.Buffers{fh[:], f.hdr, f.data}
-			if _, err := bufs.WriteTo(l.c); err != nil {
+			var err error
+			if bw, ok := l.c.(transport.BuffersWriter); ok {
+				_, err = bw.WriteBuffers([][]byte{fh[:], f.hdr, f.data})
+			} else {
+				bufs := net.Buffers{fh[:], f.hdr, f.data}
+				_, err = bufs.WriteTo(l.c)
+			}
+			if err != nil {
 				l.kill()
 				_ = l.c.Close()
 				return

@@ -2,7 +2,10 @@
 // pure Table of keyed tensors with the clock engine that decides when a
 // pull may see what (no I/O, no clock); the Hub server, one goroutine that
 // owns a Table behind authenticated TCP connections; and the Client a
-// worker uses, with asynchronous handles.
+// worker uses, with asynchronous handles. After the handshake every
+// connection negotiates shared memory (ClientConfig.Shm, HubConfig.Shm):
+// a worker and a hub on one host then move their bytes through a segment
+// of their own (transport.OfferShm), and the socket stays for liveness.
 //
 // # Keys, pushes and pulls
 //

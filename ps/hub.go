@@ -1,6 +1,7 @@
 package ps
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,7 +35,10 @@ type HubConfig struct {
 	HandshakeTimeout time.Duration
 	// SpeedAlpha weighs the newest iteration in the LB-BSP speed estimate.
 	SpeedAlpha float64
-	Logger     *slog.Logger
+	// Shm lets workers on this host move their bytes through shared
+	// memory (Shm.Enabled; JobID, Name and Timeout are filled in).
+	Shm    transport.ShmOptions
+	Logger *slog.Logger
 }
 
 // DefaultHubConfig returns the defaults for everything but the job's
@@ -69,6 +73,7 @@ type HubStats struct {
 	BytesIn, BytesOut int64 // payload bytes received from and sent to workers
 	Requests          int64
 	Removed           int // workers removed after they were lost (elastic)
+	ShmLinks          int // worker connections that ran over shared memory
 	Left              int // workers that closed cleanly
 }
 
@@ -86,6 +91,7 @@ type Hub struct {
 	wg      sync.WaitGroup
 
 	bytesIn, bytesOut, requests atomic.Int64
+	shmLinks                    atomic.Int64
 
 	mu        sync.Mutex
 	links     map[*link]bool
@@ -143,6 +149,7 @@ func (h *Hub) Stats() HubStats {
 	defer h.mu.Unlock()
 	s := h.stats
 	s.BytesIn, s.BytesOut, s.Requests = h.bytesIn.Load(), h.bytesOut.Load(), h.requests.Load()
+	s.ShmLinks = int(h.shmLinks.Load())
 	return s
 }
 
@@ -208,7 +215,22 @@ func (h *Hub) serveConn(c net.Conn) {
 		return
 	}
 	w := ends.From
-	l := newLink(c, h.cfg.MaxFrame, func(n int) { h.bytesOut.Add(int64(n)) })
+	o := h.cfg.Shm
+	o.JobID, o.Name, o.Timeout = h.cfg.JobID, fmt.Sprintf("w%d-hub%d", w, h.cfg.Index), h.cfg.HandshakeTimeout
+	if o.Logger == nil {
+		o.Logger = h.log
+	}
+	// (The goroutine above closes the socket; that ends an upgraded
+	// connection too.)
+	conn, err := transport.AnswerShm(context.Background(), c, o)
+	if err != nil {
+		h.log.Warn("dropped a worker whose shared memory negotiation failed", "worker", w, "err", err)
+		return
+	}
+	if transport.IsShm(conn) {
+		h.shmLinks.Add(1)
+	}
+	l := newLink(conn, h.cfg.MaxFrame, func(n int) { h.bytesOut.Add(int64(n)) })
 	h.mu.Lock()
 	h.links[l] = true
 	h.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -20,12 +21,18 @@ const testSecret = "a-hub-secret-of-enough-length"
 // startHubs starts k hubs for n workers on loopback.
 func startHubs(t testing.TB, k, n int, elastic bool) ([]*Hub, []string) {
 	t.Helper()
+	return startHubsShm(t, k, n, elastic, transport.ShmOptions{})
+}
+
+// startHubsShm starts hubs that accept shared memory as shm says.
+func startHubsShm(t testing.TB, k, n int, elastic bool, shm transport.ShmOptions) ([]*Hub, []string) {
+	t.Helper()
 	var hubs []*Hub
 	var addrs []string
 	for i := range k {
 		cfg := DefaultHubConfig()
 		cfg.Index, cfg.Workers, cfg.JobID, cfg.Secret = i, n, "job", []byte(testSecret)
-		cfg.ListenAddr, cfg.Elastic = "127.0.0.1:0", elastic
+		cfg.ListenAddr, cfg.Elastic, cfg.Shm = "127.0.0.1:0", elastic, shm
 		h, err := NewHub(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -47,9 +54,16 @@ func clientConfig(w, n int, addrs []string, partBytes int) ClientConfig {
 
 func dialAll(t testing.TB, n int, addrs []string, partBytes int) []*Client {
 	t.Helper()
+	return dialAllShm(t, n, addrs, partBytes, transport.ShmOptions{})
+}
+
+func dialAllShm(t testing.TB, n int, addrs []string, partBytes int, shm transport.ShmOptions) []*Client {
+	t.Helper()
 	cs := make([]*Client, n)
 	for w := range n {
-		c, err := Dial(context.Background(), clientConfig(w, n, addrs, partBytes))
+		cfg := clientConfig(w, n, addrs, partBytes)
+		cfg.Shm = shm
+		c, err := Dial(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,6 +88,10 @@ func each(n int, f func(w int) error) error {
 	return errors.Join(errs...)
 }
 
+// shmSupported reports whether this platform has the shared memory of
+// transport.OfferShm.
+func shmSupported() bool { return runtime.GOOS == "linux" }
+
 func closeTo(a, b float64) bool {
 	return math.Abs(a-b) <= 1e-12*math.Max(1, math.Max(math.Abs(a), math.Abs(b)))
 }
@@ -87,8 +105,29 @@ func TestHubBSPMatchesTable(t *testing.T) {
 		for _, k := range []int{1, 3} {
 			for _, mode := range []UpdateMode{Sum, SGD} {
 				t.Run(fmt.Sprintf("n%d/k%d/mode%d", n, k, mode), func(t *testing.T) {
-					_, addrs := startHubs(t, k, n, false)
-					cs := dialAll(t, n, addrs, 64) // 16 float32s per partition
+					// Odd sizes run over shared memory (hubs and workers on
+					// one host), even ones over TCP.
+					var shm transport.ShmOptions
+					if n%2 == 1 && shmSupported() {
+						shm = transport.ShmOptions{Enabled: true, Dir: t.TempDir(), RingBytes: 8192}
+					}
+					hubs, addrs := startHubsShm(t, k, n, false, shm)
+					cs := dialAllShm(t, n, addrs, 64, shm) // 16 float32s per partition
+					for w, c := range cs {
+						if got := len(c.SharedMemoryHubs()); shm.Enabled != (got == k) || !shm.Enabled && got != 0 {
+							t.Fatalf("worker %d reaches hubs %v over shared memory", w, c.SharedMemoryHubs())
+						}
+					}
+					for i, h := range hubs {
+						// A hub counts a link once its answer is written;
+						// the worker may be first to know.
+						for deadline := time.Now().Add(5 * time.Second); h.Stats().ShmLinks != n && shm.Enabled && time.Now().Before(deadline); {
+							time.Sleep(time.Millisecond)
+						}
+						if got := h.Stats().ShmLinks; shm.Enabled != (got == n) {
+							t.Fatalf("hub %d has %d workers on shared memory", i, got)
+						}
+					}
 					keys := map[string]int{"w": 1 + rng.IntN(100), "b": rng.IntN(3), "big": 37 + rng.IntN(80)}
 					names := []string{"w", "b", "big"}
 					ref := NewTable(n)
@@ -444,7 +483,7 @@ func TestHubLost(t *testing.T) {
 				return
 			}
 			go func() {
-				_, _ = transport.AcceptHandshake(c, "job", []byte(testSecret), func(transport.Ends) bool { return true }, time.Second)
+				_ = fakeHubAccept(c)
 				time.Sleep(5 * time.Second)
 				c.Close()
 			}()
@@ -474,7 +513,20 @@ func rawClient(t *testing.T, addr string, w, n int) (net.Conn, *transport.Reader
 	if err := transport.DialHandshake(c, "job", []byte(testSecret), transport.Ends{From: w, To: HubTag, Size: n}, time.Second); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := transport.OfferShm(context.Background(), c, transport.ShmOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	return c, transport.NewReader(c, 1<<20)
+}
+
+// fakeHubAccept is a hand-made hub's side of a new connection: the
+// handshake, and a refusal of shared memory.
+func fakeHubAccept(c net.Conn) error {
+	if _, err := transport.AcceptHandshake(c, "job", []byte(testSecret), func(transport.Ends) bool { return true }, time.Second); err != nil {
+		return err
+	}
+	_, err := transport.AnswerShm(context.Background(), c, transport.ShmOptions{})
+	return err
 }
 
 func rawCall(t *testing.T, c net.Conn, r *transport.Reader, payload []byte) message {
@@ -611,7 +663,7 @@ func TestClientRejectsBadReplies(t *testing.T) {
 			return
 		}
 		defer c.Close()
-		if _, err := transport.AcceptHandshake(c, "job", []byte(testSecret), func(transport.Ends) bool { return true }, time.Second); err != nil {
+		if err := fakeHubAccept(c); err != nil {
 			return
 		}
 		r := transport.NewReader(c, 1<<20)

@@ -22,6 +22,10 @@ func HubConfigFromEnv(lookup func(string) (string, bool)) (HubConfig, error) {
 	cfg.Workers, cfg.Index = env.Int(jobenv.SizeVar), env.Int(jobenv.HubIndexVar)
 	port := env.Int(jobenv.HubPortVar)
 	cfg.Elastic = env.Flag(jobenv.HubElasticVar)
+	cfg.Shm.Enabled = env.Switch(jobenv.ShmVar, true)
+	if node, ok := env.Lookup(jobenv.NodeRankVar); ok {
+		cfg.Shm.HostKey = jobenv.HostKey(cfg.JobID, jobenv.NodeName(node))
+	}
 	if err := env.Err("dedicated hubs are started by gorun --hubs K"); err != nil {
 		return HubConfig{}, fmt.Errorf("ps: %w", err)
 	}

@@ -97,6 +97,25 @@ type shmOffer struct {
 	Reason  string
 }
 
+// refusal says why an offer cannot be taken by a side whose host key is
+// mine, or "": it declined itself, another host made it, or its ring or
+// file is not what this job would create.
+func (o shmOffer) refusal(mine, dir, jobID string) string {
+	switch {
+	case o.Path == "" && o.Reason == "":
+		return "declined"
+	case o.Path == "":
+		return o.Reason
+	case o.HostKey != mine:
+		return "another host"
+	case o.RingCap < 4096 || o.RingCap&(o.RingCap-1) != 0 || o.RingCap > 1<<30:
+		return fmt.Sprintf("bad ring capacity %d", o.RingCap)
+	case filepath.Dir(o.Path) != filepath.Clean(dir) || !strings.HasPrefix(filepath.Base(o.Path), ShmPrefix+sanitize(jobID)+"-"):
+		return fmt.Sprintf("segment %q is not one of this job's", o.Path)
+	}
+	return ""
+}
+
 func (o shmOffer) encode() []byte {
 	var b []byte
 	for _, s := range []string{o.HostKey, o.Path, o.Reason} {
@@ -164,17 +183,7 @@ func (t *TCP) setupShm(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (t *TCP) ringCap() int {
-	c := t.cfg.ShmRingBytes
-	if c <= 0 {
-		c = DefaultShmRingBytes
-	}
-	p := 4096
-	for p < c {
-		p *= 2
-	}
-	return p
-}
+func (t *TCP) ringCap() int { return ringCapOf(t.cfg.ShmRingBytes) }
 
 // offerShm is the lower rank's side.
 func (t *TCP) offerShm(ctx context.Context, pc *peerConn) error {
@@ -308,17 +317,11 @@ func (t *TCP) answerShm(ctx context.Context, pc *peerConn) error {
 }
 
 func (t *TCP) acceptOffer(peer int, o shmOffer) (*shmPeer, string) {
-	switch {
-	case o.Path == "":
-		return nil, o.Reason
-	case !t.cfg.Shm:
+	if !t.cfg.Shm {
 		return nil, fmt.Sprintf("shared memory is off on rank %d", t.cfg.Rank)
-	case o.HostKey != t.hostKey:
-		return nil, "another host"
-	case o.RingCap < 4096 || o.RingCap&(o.RingCap-1) != 0 || o.RingCap > 1<<30:
-		return nil, fmt.Sprintf("bad ring capacity %d", o.RingCap)
-	case filepath.Dir(o.Path) != filepath.Clean(t.shmDir()) || !strings.HasPrefix(filepath.Base(o.Path), ShmPrefix+sanitize(t.cfg.JobID)+"-"):
-		return nil, fmt.Sprintf("segment %q is not one of this job's", o.Path)
+	}
+	if why := o.refusal(t.hostKey, t.shmDir(), t.cfg.JobID); why != "" {
+		return nil, why
 	}
 	rc := shmRingSize(int(o.RingCap))
 	mem, err := attachSegment(o.Path, 2*rc)
@@ -386,17 +389,16 @@ func (t *TCP) shmWakeAll() {
 // wake it at once.
 const shmSleep = 20 * time.Millisecond
 
-// shmWait waits until ready reports true: first polling (SpinTime, giving
-// the core away between polls when SpinYield), then asleep on word with
-// sleeping raised. It returns early with the world's failure, ctx's
-// error, or (if left is not nil and closes) errLeft.
+// shmWait waits until ready reports true, as shmPoll does, asleep on the
+// futex word, and returns early with the world's failure, ctx's error, or
+// (if left is not nil and closes) errLeft.
 func (t *TCP) shmWait(ctx context.Context, word, sleeping *atomic.Uint32, left <-chan struct{}, ready func() (bool, error)) error {
-	var start time.Time
-	for i := 0; ; i++ {
-		ok, err := ready()
-		if err != nil || ok {
-			return err
-		}
+	sleep := func(seq uint32) {
+		wake := context.AfterFunc(ctx, func() { word.Add(1); futexWake(word) })
+		futexWait(word, seq, shmSleep)
+		wake()
+	}
+	return shmPoll(word, sleeping, t.cfg.SpinTime, t.cfg.SpinYield, ready, func() error {
 		select {
 		case <-t.w.failed:
 			return t.w.Err()
@@ -408,11 +410,31 @@ func (t *TCP) shmWait(ctx context.Context, word, sleeping *atomic.Uint32, left <
 			}
 			return ctxErr(ctx)
 		case <-left:
-			if ok, err := ready(); ok || err != nil {
-				return err
-			}
 			return errLeft
 		default:
+			return nil
+		}
+	}, sleep)
+}
+
+// shmPoll waits until ready reports true: first polling (for spin, giving
+// the core away between polls when yield), then asleep with sleeping
+// raised: sleep(seq) returns when word may have moved past seq, or after
+// at most shmSleep, or when stop has something to say. Before each poll
+// it asks stop, and gives up with stop's error (unless ready is true by
+// then).
+func shmPoll(word, sleeping *atomic.Uint32, spin time.Duration, yield bool, ready func() (bool, error), stop func() error, sleep func(seq uint32)) error {
+	var start time.Time
+	for i := 0; ; i++ {
+		ok, err := ready()
+		if err != nil || ok {
+			return err
+		}
+		if err := stop(); err != nil {
+			if ok, rerr := ready(); ok || rerr != nil {
+				return rerr
+			}
+			return err
 		}
 		if i < 64 {
 			continue // a few plain polls first: the data is often on its way
@@ -420,9 +442,9 @@ func (t *TCP) shmWait(ctx context.Context, word, sleeping *atomic.Uint32, left <
 		if start.IsZero() {
 			start = time.Now()
 		}
-		if time.Since(start) < t.cfg.SpinTime {
+		if time.Since(start) < spin {
 			runtime.Gosched()
-			if t.cfg.SpinYield {
+			if yield {
 				osYield()
 			}
 			continue
@@ -433,9 +455,7 @@ func (t *TCP) shmWait(ctx context.Context, word, sleeping *atomic.Uint32, left <
 			sleeping.Store(0)
 			return err
 		}
-		stop := context.AfterFunc(ctx, func() { word.Add(1); futexWake(word) })
-		futexWait(word, seq, shmSleep)
-		stop()
+		sleep(seq)
 		sleeping.Store(0)
 		start = time.Time{}
 		i = 0

@@ -95,9 +95,24 @@ func (r Rank) Env() []string {
 	}
 }
 
-// Hub is a dedicated hub process's own part.
-func Hub(index, port int) []string {
-	return []string{kv(HubIndexVar, index), kv(HubPortVar, port)}
+// Hub is a dedicated hub process's own part; node is its host's number,
+// as ranks get it, so that it shares memory with the ranks of its host.
+func Hub(index, port, node int) []string {
+	return []string{kv(HubIndexVar, index), kv(HubPortVar, port), kv(NodeRankVar, node)}
+}
+
+// NodeName is the name of host number node of a job, from which ranks
+// and hubs find who shares their host: processes with the same name (and
+// the same kernel boot) share memory.
+func NodeName(node string) string { return "node-" + node }
+
+// HostKey is what a job's processes compare to find who is on their host:
+// the host's name within the job ("" for none: the hostname decides).
+func HostKey(jobID, name string) string {
+	if name == "" {
+		return ""
+	}
+	return jobID + "/" + name
 }
 
 func kv(k string, v int) string { return k + "=" + strconv.Itoa(v) }

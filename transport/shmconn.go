@@ -1,0 +1,473 @@
+package transport
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Shared memory under a net.Conn.
+//
+// ParamHub's links are byte streams (net.Conn), not the rank mesh's
+// frames. When a worker and a hub share a host, the two ends of an
+// authenticated connection upgrade it: the dialing side creates a segment
+// as a rank does for its mesh peer and offers it over the connection, the
+// accepting side maps it and answers, and from then on the stream's bytes
+// go through the segment's two rings. The socket stays open: it carries
+// a one-byte bell when a side sleeps on a ring and the other moves it,
+// and its end (the peer exited, was killed, or closed) wakes every
+// waiter, so a dead peer is seen as quickly as over TCP. Both sides always exchange the
+// offer and the answer, also when shared memory is off or impossible, so
+// the protocol does not depend on settings; any refusal keeps the socket.
+
+// ShmOptions configure the shared-memory upgrade of one connection.
+type ShmOptions struct {
+	// Enabled offers (or accepts) shared memory; off, the offer declines.
+	Enabled bool
+	// Dir is where the segment is created (DefaultShmDir if empty).
+	Dir string
+	// RingBytes is the capacity of each direction, rounded up to a power
+	// of two (DefaultShmRingBytes if 0).
+	RingBytes int
+	// HostKey names this host (the hostname if empty); the kernel's boot
+	// id is added. Both ends must compute the same key to share memory.
+	HostKey string
+	// JobID names the job: segments are named after it, so that the
+	// launcher's agents remove leftovers, and a peer only maps a segment
+	// of its own job.
+	JobID string
+	// Name tells this connection's segment from the job's others.
+	Name string
+	// SpinTime and SpinYield are the waiting policy, as in Config.
+	SpinTime  time.Duration
+	SpinYield bool
+	// Timeout bounds the offer and answer exchange.
+	Timeout time.Duration
+	// Logger gets the warning when shared memory fails (not when it is
+	// declined by choice or because the peer is on another host).
+	Logger *slog.Logger
+
+	reserve func(fd int, size int64) error // tests: a full Dir
+}
+
+func (o *ShmOptions) dir() string {
+	if o.Dir != "" {
+		return o.Dir
+	}
+	return DefaultShmDir
+}
+
+func (o *ShmOptions) hostKey() string { return hostKey(Config{HostKey: o.HostKey}) }
+
+func (o *ShmOptions) log() *slog.Logger {
+	if o.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.Logger
+}
+
+func (o *ShmOptions) timeout() time.Duration {
+	if o.Timeout <= 0 {
+		return 10 * time.Second
+	}
+	return o.Timeout
+}
+
+// shmCtlMax bounds an offer or answer frame.
+const shmCtlMax = 4 << 10
+
+// OfferShm is the dialing side of the upgrade of c, an authenticated
+// connection. It returns a connection over shared memory when the peer
+// mapped the segment, else c itself; an error only when the exchange
+// failed (c is then closed).
+func OfferShm(ctx context.Context, c net.Conn, o ShmOptions) (net.Conn, error) {
+	off := shmOffer{HostKey: o.hostKey(), RingCap: uint32(ringCapOf(o.RingBytes))}
+	var mem []byte
+	switch {
+	case !o.Enabled:
+		off.Reason = "shared memory is off"
+	case !shmSupported:
+		off.Reason = errNoShm.Error()
+	default:
+		var nonce [16]byte
+		_, _ = rand.Read(nonce[:])
+		off.Path = filepath.Join(o.dir(), fmt.Sprintf("%s%s-%s-%s", ShmPrefix, sanitize(o.JobID), sanitize(o.Name), hex.EncodeToString(nonce[:])))
+		var err error
+		if mem, err = createSegment(off.Path, 2*shmRingSize(int(off.RingCap)), o.reserve); err != nil {
+			o.log().Warn("shared memory unavailable; this connection stays on TCP", "conn", o.Name, "err", err)
+			off.Path, off.Reason = "", err.Error()
+		}
+	}
+	drop := func() {
+		if off.Path != "" {
+			_ = os.Remove(off.Path)
+		}
+		if mem != nil {
+			_ = unmapSegment(mem)
+		}
+	}
+	p, err := exchangeCtl(ctx, c, o.timeout(), Header{Type: TypeShmOffer}, off.encode(), TypeShmAnswer)
+	if err != nil {
+		drop()
+		_ = c.Close()
+		return nil, fmt.Errorf("transport: shared memory offer: %w", err)
+	}
+	if off.Path != "" {
+		_ = os.Remove(off.Path)
+	}
+	a := decodeShmAnswer(p)
+	if mem == nil || !a.Attached {
+		if mem != nil {
+			o.log().Debug("shared memory declined; TCP", "conn", o.Name, "reason", a.Reason)
+			_ = unmapSegment(mem)
+		}
+		return c, nil
+	}
+	return newShmConn(c, pairOver(-1, mem, int(off.RingCap), true), o), nil
+}
+
+// AnswerShm is the accepting side of the upgrade of c: it reads the offer,
+// maps the segment if it can, and answers. It returns a connection over
+// shared memory, or c itself; an error only when the exchange failed (c
+// is then closed).
+func AnswerShm(ctx context.Context, c net.Conn, o ShmOptions) (net.Conn, error) {
+	timeout := o.timeout()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	h, p, err := NewReader(c, shmCtlMax).Next(nil)
+	_ = c.SetDeadline(time.Time{})
+	if err == nil && h.Type != TypeShmOffer {
+		err = &FrameError{Msg: fmt.Sprintf("frame type %d where a shared memory offer was due", h.Type)}
+	}
+	var off shmOffer
+	if err == nil {
+		off, err = decodeShmOffer(p)
+	}
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("transport: shared memory offer: %w", err)
+	}
+	var sp *shmPeer
+	reason := "shared memory is off"
+	if o.Enabled {
+		reason = off.refusal(o.hostKey(), o.dir(), o.JobID)
+	}
+	if reason == "" {
+		mem, err := attachSegment(off.Path, 2*shmRingSize(int(off.RingCap)))
+		_ = os.Remove(off.Path)
+		if err != nil {
+			o.log().Warn("could not attach a peer's shared memory; TCP", "conn", o.Name, "err", err)
+			reason = err.Error()
+		} else {
+			sp = pairOver(-1, mem, int(off.RingCap), false)
+		}
+	}
+	a := shmAnswer{Attached: sp != nil, SameHost: off.HostKey == o.hostKey(), Reason: reason}
+	if _, err := writeCtl(ctx, c, timeout, Header{Type: TypeShmAnswer}, a.encode()); err != nil {
+		if sp != nil {
+			_ = unmapSegment(sp.mem)
+		}
+		_ = c.Close()
+		return nil, fmt.Errorf("transport: shared memory answer: %w", err)
+	}
+	if sp == nil {
+		return c, nil
+	}
+	return newShmConn(c, sp, o), nil
+}
+
+// writeCtl writes one control frame within timeout (and ctx).
+func writeCtl(ctx context.Context, c net.Conn, timeout time.Duration, h Header, payload []byte) (int, error) {
+	_ = c.SetWriteDeadline(time.Now().Add(timeout))
+	defer c.SetWriteDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	return c.Write(AppendFrame(nil, h, payload))
+}
+
+// exchangeCtl writes a control frame and reads the answer, of type want.
+func exchangeCtl(ctx context.Context, c net.Conn, timeout time.Duration, h Header, payload []byte, want Type) ([]byte, error) {
+	if _, err := writeCtl(ctx, c, timeout, h, payload); err != nil {
+		return nil, err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(timeout))
+	defer c.SetReadDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	ah, p, err := NewReader(c, shmCtlMax).Next(nil)
+	if err != nil {
+		return nil, err
+	}
+	if ah.Type != want {
+		return nil, &FrameError{Msg: fmt.Sprintf("frame type %d where type %d was due", ah.Type, want)}
+	}
+	return p, nil
+}
+
+func ringCapOf(bytes int) int {
+	if bytes <= 0 {
+		bytes = DefaultShmRingBytes
+	}
+	p := 4096
+	for p < bytes {
+		p *= 2
+	}
+	return p
+}
+
+// shmConn is a byte stream over a pair of shared rings, with the socket it
+// was upgraded from kept for liveness. Reads and writes are each for one
+// goroutine at a time (as ParamHub's links use them); Close may come from
+// any goroutine.
+type shmConn struct {
+	sock net.Conn
+	sp   *shmPeer
+	opts ShmOptions
+
+	rmu sync.Mutex
+	cur []byte // the unread rest of the record being read
+	end uint64 // where that record ends, freed when it is read
+
+	wmu sync.Mutex
+
+	use      sync.RWMutex // Close takes it to unmap
+	unmapped bool         // under use
+
+	gone         chan struct{} // the socket ended: the peer closed or died
+	goneOnce     sync.Once
+	listening    atomic.Bool   // a sleeper reads the socket for bells
+	rbell, wbell chan struct{} // a bell came (or a deadline moved)
+	closed       chan struct{}
+	closeOnce    sync.Once
+
+	rdl, wdl atomic.Int64 // deadlines, unix nanoseconds; 0: none
+}
+
+func newShmConn(sock net.Conn, sp *shmPeer, o ShmOptions) *shmConn {
+	c := &shmConn{sock: sock, sp: sp, opts: o, gone: make(chan struct{}), closed: make(chan struct{}),
+		rbell: make(chan struct{}, 1), wbell: make(chan struct{}, 1)}
+	for _, r := range []*shmRing{sp.in, sp.out} {
+		r.wake = c.ringBell
+	}
+	return c
+}
+
+// ringBell tells the peer, asleep on a ring, that the ring moved: one byte
+// on the socket. Sleeping on the socket (Go's network poller) instead of
+// a futex leaves the thread free for the process's other goroutines,
+// which a hub serving many workers needs.
+func (c *shmConn) ringBell(*atomic.Uint32) { _, _ = c.sock.Write([]byte{1}) }
+
+// sleep waits for a bell, for at most shmSleep. The first of this side's
+// sleepers (a reader, a writer) reads the socket itself, which saves a
+// hand-off between goroutines per wake-up; the other waits on its
+// channel, and the reader of the socket rings it when it is done. The
+// socket ending means the peer is gone.
+func (c *shmConn) sleep(bell chan struct{}) {
+	if c.listening.CompareAndSwap(false, true) {
+		_ = c.sock.SetReadDeadline(time.Now().Add(shmSleep))
+		var b [64]byte
+		_, err := c.sock.Read(b[:])
+		c.listening.Store(false)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			c.goneOnce.Do(func() { close(c.gone) })
+		}
+		c.wake()
+		return
+	}
+	t := time.NewTimer(shmSleep)
+	defer t.Stop()
+	select {
+	case <-bell:
+	case <-c.closed:
+	case <-c.gone:
+	case <-t.C:
+	}
+}
+
+// wake wakes this side's sleepers that wait on their channels.
+func (c *shmConn) wake() {
+	for _, bell := range []chan struct{}{c.rbell, c.wbell} {
+		select {
+		case bell <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// shmTimeout is the error of a passed deadline (a net.Error that times out).
+type shmTimeout struct{}
+
+func (shmTimeout) Error() string   { return "transport: shared memory i/o timeout" }
+func (shmTimeout) Timeout() bool   { return true }
+func (shmTimeout) Temporary() bool { return true }
+func (shmTimeout) Is(target error) bool {
+	return target == os.ErrDeadlineExceeded
+}
+
+func (c *shmConn) wait(word, sleeping *atomic.Uint32, bell chan struct{}, dl *atomic.Int64, ready func() (bool, error), peerGone error) error {
+	// A deadline is looked at before every poll (and a sleep lasts at most
+	// shmSleep), so that one set while waiting takes effect.
+	return shmPoll(word, sleeping, c.opts.SpinTime, c.opts.SpinYield, ready, func() error {
+		select {
+		case <-c.closed:
+			return net.ErrClosed
+		case <-c.gone:
+			return peerGone
+		default:
+		}
+		if d := dl.Load(); d != 0 && time.Now().UnixNano() >= d {
+			return shmTimeout{}
+		}
+		return nil
+	}, func(uint32) { c.sleep(bell) })
+}
+
+// Read implements net.Conn: what the peer wrote, in order; io.EOF once the
+// peer is gone and everything it wrote has been read.
+func (c *shmConn) Read(p []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.use.RLock()
+	defer c.use.RUnlock()
+	if c.unmapped {
+		return 0, net.ErrClosed
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r := c.sp.in
+	if c.cur == nil {
+		var rec record
+		err := c.wait(r.pseq, r.pwait, c.rbell, &c.rdl, func() (bool, error) {
+			var ok bool
+			var err error
+			rec, ok, err = r.next(r.maxPiece())
+			return ok, err
+		}, io.EOF)
+		if err != nil {
+			return 0, err
+		}
+		if rec.kind != recFrame {
+			return 0, shmCorrupt("record kind %d in a stream", rec.kind)
+		}
+		c.cur, c.end = rec.payload, rec.end
+	}
+	n := copy(p, c.cur)
+	if c.cur = c.cur[n:]; len(c.cur) == 0 {
+		c.cur = nil
+		r.hold(c.end)
+		r.release()
+	}
+	return n, nil
+}
+
+// Write implements net.Conn: p is copied into the ring, in pieces if it
+// is long, waiting for the peer to make room.
+func (c *shmConn) Write(p []byte) (int, error) {
+	n, err := c.WriteBuffers([][]byte{p})
+	return int(n), err
+}
+
+// BuffersWriter is a connection that writes several buffers as one
+// stream write (a frame's header and body in one record of a
+// shared-memory connection, so one wake-up of the reader).
+type BuffersWriter interface {
+	WriteBuffers(bufs [][]byte) (int64, error)
+}
+
+// WriteBuffers implements BuffersWriter: the buffers' bytes in order, in
+// as few records as the ring allows.
+func (c *shmConn) WriteBuffers(bufs [][]byte) (int64, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.use.RLock()
+	defer c.use.RUnlock()
+	if c.unmapped {
+		return 0, net.ErrClosed
+	}
+	r := c.sp.out
+	var n int64
+	var rec [][]byte
+	size := 0
+	flush := func() error {
+		if size == 0 {
+			return nil
+		}
+		err := c.wait(r.cseq, r.cwait, c.wbell, &c.wdl, func() (bool, error) { return r.fits(size), nil }, io.ErrClosedPipe)
+		if err != nil {
+			return err
+		}
+		r.put(recFrame, Header{Type: TypeData, Len: uint32(size)}, rec...)
+		n += int64(size)
+		rec, size = rec[:0], 0
+		return nil
+	}
+	for _, b := range bufs {
+		for len(b) > 0 {
+			k := min(len(b), r.maxPiece()-size)
+			rec, size, b = append(rec, b[:k]), size+k, b[k:]
+			if size == r.maxPiece() {
+				if err := flush(); err != nil {
+					return n, err
+				}
+			}
+		}
+	}
+	return n, flush()
+}
+
+// Close implements net.Conn; it is idempotent. Closing the socket tells
+// the peer; the segment is unmapped once no Read or Write is inside.
+func (c *shmConn) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		_ = c.sock.Close()
+		c.wake()
+		c.use.Lock()
+		c.unmapped = true
+		_ = unmapSegment(c.sp.mem)
+		c.use.Unlock()
+	})
+	return nil
+}
+
+// LocalAddr implements net.Conn.
+func (c *shmConn) LocalAddr() net.Addr { return c.sock.LocalAddr() }
+
+// RemoteAddr implements net.Conn.
+func (c *shmConn) RemoteAddr() net.Addr { return c.sock.RemoteAddr() }
+
+// SetDeadline implements net.Conn.
+func (c *shmConn) SetDeadline(t time.Time) error {
+	_ = c.SetReadDeadline(t)
+	return c.SetWriteDeadline(t)
+}
+
+// SetReadDeadline implements net.Conn.
+func (c *shmConn) SetReadDeadline(t time.Time) error { c.rdl.Store(unixNano(t)); c.wake(); return nil }
+
+// SetWriteDeadline implements net.Conn.
+func (c *shmConn) SetWriteDeadline(t time.Time) error { c.wdl.Store(unixNano(t)); c.wake(); return nil }
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// IsShm reports whether c runs over shared memory (an upgraded connection).
+func IsShm(c net.Conn) bool {
+	_, ok := c.(*shmConn)
+	return ok
+}
