@@ -23,8 +23,11 @@ type LocalSpawner struct {
 func (s LocalSpawner) AgentCommand(string) *exec.Cmd {
 	cmd := exec.Command(s.Gorun, AgentCommandName)
 	// Own process group: a Ctrl-C on the terminal reaches the launcher
-	// only, which forwards it once. The agent dies with the launcher.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// only, which forwards it once. The agent ends with the launcher: a
+	// SIGTERM (as its stream ending does) ends its ranks within the
+	// grace period and removes the job's shared memory files, and its
+	// ranks die with it if it is killed outright.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	return cmd
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorun/gorun/internal/proctest"
 	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/transport"
 )
 
 // The test binary is also gorun: with GORUN_TEST_AS_GORUN=1, or when it is
@@ -222,17 +223,33 @@ func TestInterruptForwarded(t *testing.T) {
 }
 
 // TestLauncherKilled: gorun dies by SIGKILL; the agents see their stream
-// end and take the ranks with them.
+// end and take the ranks with them, and remove the shared memory files
+// the ranks left (as ranks killed while setting up shared memory would).
 func TestLauncherKilled(t *testing.T) {
 	mark := marker(t)
-	cmd, out, _ := gorunCmd(t, "-np", "2", "--grace", "1s", "sh", "-c", `echo up; sleep 300 # `+mark)
+	cmd, out, _ := gorunCmd(t, "-np", "2", "--grace", "1s", "sh", "-c",
+		`f=`+transport.DefaultShmDir+`/`+transport.ShmPrefix+`$GORUN_JOB_ID-$GORUN_RANK-litter; echo x > $f; echo "up $f"; sleep 300 # `+mark)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	proctest.WaitFor(t, 20*time.Second, func() bool { return strings.Count(out.String(), "up") == 2 }, "ranks to start")
+	proctest.WaitFor(t, 20*time.Second, func() bool { return strings.Count(out.String(), "up ") == 2 }, "ranks to start")
+	files := regexp.MustCompile(`up (\S+)`).FindAllStringSubmatch(out.String(), -1)
+	for _, f := range files {
+		if _, err := os.Stat(f[1]); err != nil {
+			t.Fatalf("a rank's file is not there: %v", err)
+		}
+	}
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	noLeftovers(t, mark)
+	proctest.WaitFor(t, 10*time.Second, func() bool {
+		for _, f := range files {
+			if _, err := os.Stat(f[1]); err == nil {
+				return false
+			}
+		}
+		return true
+	}, "the agent to remove the job's shared memory files")
 }
 
 func TestTimeout(t *testing.T) {
