@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -28,19 +30,34 @@ func (d *dataset) len() int                    { return len(d.y) }
 func (d *dataset) image(i int) []float64       { return d.x[i*pixels : (i+1)*pixels] }
 func (d *dataset) append(img []float64, l int) { d.x, d.y = append(d.x, img...), append(d.y, l) }
 
+// DefaultData is where Debian's dataset-fashion-mnist package puts the
+// original files.
+const DefaultData = "/usr/share/datasets/fashion-mnist"
+
 // loadIDX reads Fashion-MNIST (or MNIST) in its original IDX files,
 // gzipped as distributed: {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz.
-func loadIDX(dir, prefix string) (*dataset, error) {
-	imgs, err := readIDX(filepath.Join(dir, prefix+"-images-idx3-ubyte.gz"), 0x803)
+// limit > 0 keeps the first limit samples.
+func loadIDX(dir, prefix string, limit int) (*dataset, error) {
+	images := filepath.Join(dir, prefix+"-images-idx3-ubyte.gz")
+	if _, err := os.Stat(images); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: no Fashion-MNIST here (on Debian or Ubuntu: apt-get install dataset-fashion-mnist, which puts it in %s; or -data DIR with the original .gz files, or -data synthetic)", images, DefaultData)
+	}
+	imgs, idims, err := readIDX(images, 0x803)
 	if err != nil {
 		return nil, err
 	}
-	labels, err := readIDX(filepath.Join(dir, prefix+"-labels-idx1-ubyte.gz"), 0x801)
+	labels, _, err := readIDX(filepath.Join(dir, prefix+"-labels-idx1-ubyte.gz"), 0x801)
 	if err != nil {
 		return nil, err
+	}
+	if idims[1] != side || idims[2] != side {
+		return nil, fmt.Errorf("%s: images of %dx%d, want %dx%d", images, idims[1], idims[2], side, side)
 	}
 	if len(imgs) != len(labels)*pixels {
-		return nil, fmt.Errorf("%s: %d image bytes for %d labels", prefix, len(imgs), len(labels))
+		return nil, fmt.Errorf("%s: %d images for %d labels", prefix, len(imgs)/pixels, len(labels))
+	}
+	if limit > 0 && limit < len(labels) {
+		imgs, labels = imgs[:limit*pixels], labels[:limit]
 	}
 	d := &dataset{x: make([]float64, len(imgs)), y: make([]int, len(labels))}
 	for i, b := range imgs {
@@ -55,41 +72,48 @@ func loadIDX(dir, prefix string) (*dataset, error) {
 	return d, nil
 }
 
-// readIDX returns the payload of a gzipped IDX file with the given magic,
-// checking the dimensions against the payload before allocating it.
-func readIDX(path string, magic uint32) ([]byte, error) {
+// readIDX returns the payload of a gzipped IDX file with the given magic
+// and its dimensions, checking the dimensions before allocating.
+func readIDX(path string, magic uint32) ([]byte, []int, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	z, err := gzip.NewReader(f)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: not a gzipped IDX file: %w", path, err)
+	}
+	truncated := func(what string, err error) error {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("%s: truncated in its %s", path, what)
+		}
+		return fmt.Errorf("%s: %s: %w", path, what, err)
 	}
 	var hdr [4]byte
 	if _, err := io.ReadFull(z, hdr[:]); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, truncated("header", err)
 	}
 	if m := binary.BigEndian.Uint32(hdr[:]); m != magic {
-		return nil, fmt.Errorf("%s: magic %#x, want %#x", path, m, magic)
+		return nil, nil, fmt.Errorf("%s: magic %#x, want %#x", path, m, magic)
 	}
-	dims := int(magic & 0xff)
+	dims := make([]int, magic&0xff)
 	n := 1
-	for range dims {
+	for i := range dims {
 		if _, err := io.ReadFull(z, hdr[:]); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, nil, truncated("header", err)
 		}
-		n *= int(binary.BigEndian.Uint32(hdr[:]))
+		dims[i] = int(binary.BigEndian.Uint32(hdr[:]))
+		n *= dims[i]
 		if n > 1<<30 {
-			return nil, fmt.Errorf("%s: implausibly large (%d bytes)", path, n)
+			return nil, nil, fmt.Errorf("%s: implausibly large (%d bytes)", path, n)
 		}
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(z, b); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, truncated(fmt.Sprintf("data (%d bytes declared)", n), err)
 	}
-	return b, nil
+	return b, dims, nil
 }
 
 // synthetic makes a Fashion-MNIST-shaped stand-in when the real files are

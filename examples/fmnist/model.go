@@ -1,78 +1,47 @@
 package main
 
-import "math"
+import (
+	"math"
 
-// The model is softmax regression: weights W (classes x pixels) followed
-// by biases b, flattened into one vector of params floats.
-const params = classes*pixels + classes
+	"github.com/gorun/gorun/examples/fmnist/nn"
+)
 
-// gradient adds the mean cross-entropy gradient over idx to g (zeroed
-// first) and returns the mean loss.
-func gradient(w []float64, d *dataset, idx []int, g []float64) float64 {
-	clear(g)
-	var logits [classes]float64
-	loss := 0.0
+// newModel builds the -model network for 28x28 grey images; every rank
+// draws the same initial weights from seed.
+func newModel(kind string, seed uint64) (*nn.Model, error) {
+	return nn.New(kind, nn.Shape{H: side, W: side, C: 1}, classes, seed)
+}
+
+// batch copies the samples idx of d into x (len(idx) images) and their
+// labels into y, growing both as needed.
+func batch(d *dataset, idx []int, x []float64, y []int) ([]float64, []int) {
+	x, y = x[:0], y[:0]
 	for _, i := range idx {
-		x := d.image(i)
-		probs(w, x, &logits)
-		loss -= math.Log(max(logits[d.y[i]], 1e-12))
-		logits[d.y[i]]--
-		for k := range classes {
-			row := g[k*pixels : (k+1)*pixels]
-			e := logits[k]
-			for j, v := range x {
-				row[j] += e * v
-			}
-			g[classes*pixels+k] += e
-		}
+		x = append(x, d.image(i)...)
+		y = append(y, d.y[i])
 	}
-	if len(idx) > 0 {
-		inv := 1 / float64(len(idx))
-		for j := range g {
-			g[j] *= inv
-		}
-		loss *= inv
-	}
-	return loss
+	return x, y
 }
 
-// probs writes the softmax of W x + b into out.
-func probs(w, x []float64, out *[classes]float64) {
-	top := math.Inf(-1)
-	for k := range classes {
-		s := w[classes*pixels+k]
-		row := w[k*pixels : (k+1)*pixels]
-		for j, v := range x {
-			s += row[j] * v
-		}
-		out[k] = s
-		top = max(top, s)
-	}
-	sum := 0.0
-	for k := range out {
-		out[k] = math.Exp(out[k] - top)
-		sum += out[k]
-	}
-	for k := range out {
-		out[k] /= sum
-	}
-}
-
-// accuracy is the share of d classified right by w.
-func accuracy(w []float64, d *dataset) float64 {
-	var p [classes]float64
+// evaluate returns the share of d that m classifies right and the mean
+// cross-entropy of its predictions, in batches of 500.
+func evaluate(m *nn.Model, d *dataset) (acc, loss float64) {
+	const chunk = 500
+	pred := make([]int, chunk)
+	probs := make([]float64, chunk*classes)
 	right := 0
-	for i := range d.len() {
-		probs(w, d.image(i), &p)
-		best := 0
-		for k := range p {
-			if p[k] > p[best] {
-				best = k
+	for off := 0; off < d.len(); off += chunk {
+		n := min(chunk, d.len()-off)
+		m.Predict(d.x[off*pixels:(off+n)*pixels], n, pred, probs)
+		for i := range n {
+			if pred[i] == d.y[off+i] {
+				right++
 			}
-		}
-		if best == d.y[i] {
-			right++
+			loss -= logClamp(probs[i*classes+d.y[off+i]])
 		}
 	}
-	return float64(right) / float64(max(1, d.len()))
+	n := float64(max(1, d.len()))
+	return float64(right) / n, loss / n
 }
+
+func logClamp(p float64) float64 { return math.Log(max(p, 1e-12)) }

@@ -1,0 +1,460 @@
+// Package nn is the small neural-network library behind the Fashion-MNIST
+// trainers: dense, convolution (im2col + GEMM), ReLU and 2x2 max-pool
+// layers, a softmax cross-entropy loss, and three models built from them
+// (softmax regression, an MLP, a small CNN). The arithmetic runs on gonum's
+// BLAS (blas64 GEMM and vector kernels).
+//
+// A Model keeps all its parameters in one flat vector, and its gradients
+// in another of the same length, so that data-parallel training moves
+// them with one AllReduce (ring) or one key (ParamHub). Everything is
+// deterministic: the same seed gives the same initial weights on every
+// rank, and the same batches give the same gradients bit for bit.
+package nn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+)
+
+// Layer is one stage of a model. Activations are row-major batches: n
+// samples of In() (or Out()) values each; images are height x width x
+// channels, channels fastest.
+type Layer interface {
+	// In and Out are the values per sample that the layer takes and
+	// gives.
+	In() int
+	Out() int
+	// NumParams is the length of the layer's slice of the model's
+	// parameter vector; Bind gives it that slice and the matching slice
+	// of the gradient vector.
+	NumParams() int
+	Bind(params, grads []float64)
+	// Init draws the layer's initial parameters.
+	Init(rng *rand.Rand)
+	// Forward maps a batch; the result belongs to the layer until its
+	// next Forward. Backward takes the loss's gradient with respect to
+	// the last Forward's output, adds the parameters' gradients to the
+	// bound gradient slice, and returns the gradient with respect to the
+	// input (the layer's until its next Backward).
+	Forward(x []float64, n int) []float64
+	Backward(dy []float64, n int) []float64
+}
+
+// grow returns b resized to n values, reusing its array when it can.
+func grow(b []float64, n int) []float64 {
+	if cap(b) < n {
+		return make([]float64, n)
+	}
+	return b[:n]
+}
+
+func general(rows, cols int, data []float64) blas64.General {
+	return blas64.General{Rows: rows, Cols: cols, Stride: cols, Data: data[:rows*cols]}
+}
+
+// Dense is y = x W + b, with W In x Out.
+type Dense struct {
+	in, out int
+	w, b    []float64 // views of the model's parameters
+	dw, db  []float64
+	x       []float64 // the last input (not a copy)
+	y, dx   []float64
+}
+
+// NewDense returns a dense layer from in to out values.
+func NewDense(in, out int) *Dense { return &Dense{in: in, out: out} }
+
+func (d *Dense) In() int        { return d.in }
+func (d *Dense) Out() int       { return d.out }
+func (d *Dense) NumParams() int { return d.in*d.out + d.out }
+
+func (d *Dense) Bind(p, g []float64) {
+	d.w, d.b = p[:d.in*d.out], p[d.in*d.out:d.NumParams()]
+	d.dw, d.db = g[:d.in*d.out], g[d.in*d.out:d.NumParams()]
+}
+
+// Init draws W from He's normal distribution; b starts at zero.
+func (d *Dense) Init(rng *rand.Rand) { heInit(rng, d.w, d.in); clear(d.b) }
+
+func heInit(rng *rand.Rand, w []float64, fanIn int) {
+	s := math.Sqrt(2 / float64(fanIn))
+	for i := range w {
+		w[i] = s * rng.NormFloat64()
+	}
+}
+
+func (d *Dense) Forward(x []float64, n int) []float64 {
+	d.x = x
+	d.y = grow(d.y, n*d.out)
+	for i := range n {
+		copy(d.y[i*d.out:(i+1)*d.out], d.b)
+	}
+	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, general(n, d.in, x), general(d.in, d.out, d.w), 1, general(n, d.out, d.y))
+	return d.y
+}
+
+func (d *Dense) Backward(dy []float64, n int) []float64 {
+	// dW += x^T dy; db += column sums of dy; dx = dy W^T.
+	blas64.Gemm(blas.Trans, blas.NoTrans, 1, general(n, d.in, d.x), general(n, d.out, dy), 1, general(d.in, d.out, d.dw))
+	db := blas64.Vector{N: d.out, Inc: 1, Data: d.db}
+	for i := range n {
+		blas64.Axpy(1, blas64.Vector{N: d.out, Inc: 1, Data: dy[i*d.out : (i+1)*d.out]}, db)
+	}
+	d.dx = grow(d.dx, n*d.in)
+	blas64.Gemm(blas.NoTrans, blas.Trans, 1, general(n, d.out, dy), general(d.in, d.out, d.w), 0, general(n, d.in, d.dx))
+	return d.dx
+}
+
+// ReLU is max(0, x), elementwise.
+type ReLU struct {
+	size  int
+	y, dx []float64
+}
+
+// NewReLU returns a ReLU over size values per sample.
+func NewReLU(size int) *ReLU { return &ReLU{size: size} }
+
+func (r *ReLU) In() int             { return r.size }
+func (r *ReLU) Out() int            { return r.size }
+func (r *ReLU) NumParams() int      { return 0 }
+func (r *ReLU) Bind(_, _ []float64) {}
+func (r *ReLU) Init(*rand.Rand)     {}
+func (r *ReLU) Forward(x []float64, n int) []float64 {
+	r.y = grow(r.y, n*r.size)
+	for i, v := range x[:n*r.size] {
+		r.y[i] = max(v, 0)
+	}
+	return r.y
+}
+
+func (r *ReLU) Backward(dy []float64, n int) []float64 {
+	r.dx = grow(r.dx, n*r.size)
+	for i, v := range r.y[:n*r.size] {
+		if v > 0 {
+			r.dx[i] = dy[i]
+		} else {
+			r.dx[i] = 0
+		}
+	}
+	return r.dx
+}
+
+// Shape is an image's height, width and channels.
+type Shape struct{ H, W, C int }
+
+// Size is the values of one image.
+func (s Shape) Size() int { return s.H * s.W * s.C }
+
+// Conv is a 2-D convolution with K x K kernels, stride 1 and zero padding
+// (K-1)/2, so the output keeps the input's height and width. It lays each
+// image's patches out as rows (im2col) and multiplies them by the kernel
+// matrix with one GEMM.
+type Conv struct {
+	in     Shape
+	outC   int
+	k, pad int
+	w, b   []float64 // w: (k*k*in.C) x outC
+	dw, db []float64
+	cols   []float64 // n images' patches: (n*H*W) x (k*k*in.C)
+	y, dx  []float64
+	dcols  []float64
+}
+
+// NewConv returns a convolution from in to outC channels with k x k
+// kernels (k odd).
+func NewConv(in Shape, outC, k int) *Conv {
+	return &Conv{in: in, outC: outC, k: k, pad: (k - 1) / 2}
+}
+
+func (c *Conv) In() int         { return c.in.Size() }
+func (c *Conv) Out() int        { return c.in.H * c.in.W * c.outC }
+func (c *Conv) OutShape() Shape { return Shape{c.in.H, c.in.W, c.outC} }
+func (c *Conv) patch() int      { return c.k * c.k * c.in.C }
+func (c *Conv) NumParams() int  { return c.patch()*c.outC + c.outC }
+
+func (c *Conv) Bind(p, g []float64) {
+	m := c.patch() * c.outC
+	c.w, c.b, c.dw, c.db = p[:m], p[m:c.NumParams()], g[:m], g[m:c.NumParams()]
+}
+
+func (c *Conv) Init(rng *rand.Rand) { heInit(rng, c.w, c.patch()); clear(c.b) }
+
+// im2col writes, for each output pixel of each image, the input values
+// under its kernel (zeros outside the image).
+func (c *Conv) im2col(x []float64, n int) {
+	s, k, p := c.in, c.k, c.patch()
+	c.cols = grow(c.cols, n*s.H*s.W*p)
+	row := 0
+	for img := range n {
+		src := x[img*s.Size() : (img+1)*s.Size()]
+		for oy := range s.H {
+			for ox := range s.W {
+				dst := c.cols[row*p : (row+1)*p]
+				row++
+				for ky := range k {
+					y := oy + ky - c.pad
+					for kx := range k {
+						x := ox + kx - c.pad
+						d := dst[(ky*k+kx)*s.C : (ky*k+kx+1)*s.C]
+						if y < 0 || y >= s.H || x < 0 || x >= s.W {
+							clear(d)
+							continue
+						}
+						copy(d, src[(y*s.W+x)*s.C:(y*s.W+x+1)*s.C])
+					}
+				}
+			}
+		}
+	}
+}
+
+func (c *Conv) Forward(x []float64, n int) []float64 {
+	c.im2col(x, n)
+	rows := n * c.in.H * c.in.W
+	c.y = grow(c.y, rows*c.outC)
+	for r := range rows {
+		copy(c.y[r*c.outC:(r+1)*c.outC], c.b)
+	}
+	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, general(rows, c.patch(), c.cols), general(c.patch(), c.outC, c.w), 1, general(rows, c.outC, c.y))
+	return c.y
+}
+
+func (c *Conv) Backward(dy []float64, n int) []float64 {
+	rows, p := n*c.in.H*c.in.W, c.patch()
+	blas64.Gemm(blas.Trans, blas.NoTrans, 1, general(rows, p, c.cols), general(rows, c.outC, dy), 1, general(p, c.outC, c.dw))
+	db := blas64.Vector{N: c.outC, Inc: 1, Data: c.db}
+	for r := range rows {
+		blas64.Axpy(1, blas64.Vector{N: c.outC, Inc: 1, Data: dy[r*c.outC : (r+1)*c.outC]}, db)
+	}
+	c.dcols = grow(c.dcols, rows*p)
+	blas64.Gemm(blas.NoTrans, blas.Trans, 1, general(rows, c.outC, dy), general(p, c.outC, c.w), 0, general(rows, p, c.dcols))
+	// col2im: add each patch's gradient back where it came from.
+	s, k := c.in, c.k
+	c.dx = grow(c.dx, n*s.Size())
+	clear(c.dx)
+	row := 0
+	for img := range n {
+		dst := c.dx[img*s.Size() : (img+1)*s.Size()]
+		for oy := range s.H {
+			for ox := range s.W {
+				src := c.dcols[row*p : (row+1)*p]
+				row++
+				for ky := range k {
+					y := oy + ky - c.pad
+					if y < 0 || y >= s.H {
+						continue
+					}
+					for kx := range k {
+						x := ox + kx - c.pad
+						if x < 0 || x >= s.W {
+							continue
+						}
+						d := dst[(y*s.W+x)*s.C : (y*s.W+x+1)*s.C]
+						for ch, v := range src[(ky*k+kx)*s.C : (ky*k+kx+1)*s.C] {
+							d[ch] += v
+						}
+					}
+				}
+			}
+		}
+	}
+	return c.dx
+}
+
+// Pool is 2 x 2 max-pooling with stride 2 (height and width even).
+type Pool struct {
+	in    Shape
+	arg   []int // for each output value, the input index of its maximum
+	y, dx []float64
+}
+
+// NewPool returns a 2 x 2 max-pool over images of shape in.
+func NewPool(in Shape) *Pool { return &Pool{in: in} }
+
+func (p *Pool) In() int             { return p.in.Size() }
+func (p *Pool) Out() int            { return p.OutShape().Size() }
+func (p *Pool) OutShape() Shape     { return Shape{p.in.H / 2, p.in.W / 2, p.in.C} }
+func (p *Pool) NumParams() int      { return 0 }
+func (p *Pool) Bind(_, _ []float64) {}
+func (p *Pool) Init(*rand.Rand)     {}
+
+func (p *Pool) Forward(x []float64, n int) []float64 {
+	s, o := p.in, p.OutShape()
+	p.y = grow(p.y, n*o.Size())
+	if cap(p.arg) < n*o.Size() {
+		p.arg = make([]int, n*o.Size())
+	}
+	p.arg = p.arg[:n*o.Size()]
+	i := 0
+	for img := range n {
+		base := img * s.Size()
+		for oy := range o.H {
+			for ox := range o.W {
+				for ch := range s.C {
+					best := base + ((2*oy)*s.W+2*ox)*s.C + ch
+					for _, d := range [3][2]int{{0, 1}, {1, 0}, {1, 1}} {
+						j := base + ((2*oy+d[0])*s.W+2*ox+d[1])*s.C + ch
+						if x[j] > x[best] {
+							best = j
+						}
+					}
+					p.y[i], p.arg[i] = x[best], best
+					i++
+				}
+			}
+		}
+	}
+	return p.y
+}
+
+func (p *Pool) Backward(dy []float64, n int) []float64 {
+	p.dx = grow(p.dx, n*p.in.Size())
+	clear(p.dx)
+	for i, j := range p.arg[:n*p.Out()] {
+		p.dx[j] += dy[i]
+	}
+	return p.dx
+}
+
+// SoftmaxCrossEntropy returns the mean cross-entropy of softmax(logits)
+// against labels over n samples of k classes, and writes its gradient
+// with respect to the logits into dlogits (which must hold n*k values).
+func SoftmaxCrossEntropy(logits []float64, labels []int, n, k int, dlogits []float64) float64 {
+	loss := 0.0
+	inv := 1 / float64(n)
+	for i := range n {
+		row, d := logits[i*k:(i+1)*k], dlogits[i*k:(i+1)*k]
+		Softmax(row, d)
+		loss -= math.Log(max(d[labels[i]], 1e-300))
+		d[labels[i]]--
+		for j := range d {
+			d[j] *= inv
+		}
+	}
+	return loss * inv
+}
+
+// Softmax writes the softmax of x into out.
+func Softmax(x, out []float64) {
+	top := math.Inf(-1)
+	for _, v := range x {
+		top = max(top, v)
+	}
+	sum := 0.0
+	for j, v := range x {
+		out[j] = math.Exp(v - top)
+		sum += out[j]
+	}
+	for j := range out {
+		out[j] /= sum
+	}
+}
+
+// Model is a stack of layers ending in logits over Classes, with every
+// parameter in Params and every gradient in Grads.
+type Model struct {
+	Name    string
+	Layers  []Layer
+	Params  []float64
+	Grads   []float64
+	Classes int
+	dlogits []float64
+}
+
+// NewModel binds layers into a model and draws its initial parameters
+// from seed (the same seed gives the same model on every rank).
+func NewModel(name string, seed uint64, layers ...Layer) (*Model, error) {
+	total := 0
+	for i, l := range layers {
+		if i > 0 && layers[i-1].Out() != l.In() {
+			return nil, fmt.Errorf("nn: %s: layer %d takes %d values, layer %d gives %d", name, i, l.In(), i-1, layers[i-1].Out())
+		}
+		total += l.NumParams()
+	}
+	m := &Model{Name: name, Layers: layers, Params: make([]float64, total), Grads: make([]float64, total), Classes: layers[len(layers)-1].Out()}
+	rng := rand.New(rand.NewPCG(seed, 0x6e6e))
+	off := 0
+	for _, l := range layers {
+		k := l.NumParams()
+		l.Bind(m.Params[off:off+k], m.Grads[off:off+k])
+		l.Init(rng)
+		off += k
+	}
+	return m, nil
+}
+
+// Inputs is the values per sample the model takes.
+func (m *Model) Inputs() int { return m.Layers[0].In() }
+
+// Forward returns the logits of n samples.
+func (m *Model) Forward(x []float64, n int) []float64 {
+	for _, l := range m.Layers {
+		x = l.Forward(x, n)
+	}
+	return x
+}
+
+// Gradient sets Grads to the gradient of the mean cross-entropy over the
+// batch (n samples x, labels y) and returns that loss.
+func (m *Model) Gradient(x []float64, y []int, n int) float64 {
+	clear(m.Grads)
+	if n == 0 {
+		return 0
+	}
+	logits := m.Forward(x, n)
+	m.dlogits = grow(m.dlogits, n*m.Classes)
+	loss := SoftmaxCrossEntropy(logits, y, n, m.Classes, m.dlogits)
+	d := m.dlogits
+	for i := len(m.Layers) - 1; i >= 0; i-- {
+		d = m.Layers[i].Backward(d, n)
+	}
+	return loss
+}
+
+// Predict writes the most likely class of each of n samples into out, and
+// the predicted probabilities into probs if it is not nil (n*Classes).
+func (m *Model) Predict(x []float64, n int, out []int, probs []float64) {
+	logits := m.Forward(x, n)
+	k := m.Classes
+	for i := range n {
+		row := logits[i*k : (i+1)*k]
+		best := 0
+		for j, v := range row {
+			if v > row[best] {
+				best = j
+			}
+		}
+		out[i] = best
+		if probs != nil {
+			Softmax(row, probs[i*k:(i+1)*k])
+		}
+	}
+}
+
+// Kinds are the models New builds.
+var Kinds = []string{"softmax", "mlp", "cnn"}
+
+// New builds a model for images of shape in and classes classes: softmax
+// (regression: one dense layer), mlp (in-256-128-classes with ReLU), or
+// cnn (two 5x5 convolutions of 8 and 16 channels, each with ReLU and 2x2
+// max-pooling, then dense 64 with ReLU and dense to classes).
+func New(kind string, in Shape, classes int, seed uint64) (*Model, error) {
+	switch kind {
+	case "softmax":
+		return NewModel(kind, seed, NewDense(in.Size(), classes))
+	case "mlp":
+		return NewModel(kind, seed, NewDense(in.Size(), 256), NewReLU(256), NewDense(256, 128), NewReLU(128), NewDense(128, classes))
+	case "cnn":
+		c1 := NewConv(in, 8, 5)
+		p1 := NewPool(c1.OutShape())
+		c2 := NewConv(p1.OutShape(), 16, 5)
+		p2 := NewPool(c2.OutShape())
+		return NewModel(kind, seed, c1, NewReLU(c1.Out()), p1, c2, NewReLU(c2.Out()), p2,
+			NewDense(p2.Out(), 64), NewReLU(64), NewDense(64, classes))
+	}
+	return nil, fmt.Errorf("nn: model %q: want softmax, mlp or cnn", kind)
+}
