@@ -7,8 +7,10 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/gorun ./cmd/gorun
 
 # The whole suite, SSH end-to-end tests included (they need root; see e2e/doc.go).
+# The collective package alone takes about 6 minutes under -race here; the
+# timeout leaves room for a slower machine.
 test:
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 # The edit-test loop: unit and in-process tests only (no processes, no SSH).
 test-short:

@@ -22,8 +22,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/gorun/gorun/collective"
@@ -43,8 +45,11 @@ type options struct {
 	dump      string // rank 0 writes the final weights here
 	duration  time.Duration
 	iters     int // per worker; 0: until the duration is spent
-	samples   int // synthetic training samples
-	batch     int // global batch per iteration
+	epochs    float64
+	curve     time.Duration // rank 0 snapshots the weights this often
+	partition int           // hub partition bytes (0: the library's)
+	samples   int           // synthetic training samples
+	batch     int           // global batch per iteration
 	lr, mom   float64
 	staleness int
 	straggler int
@@ -64,6 +69,8 @@ func run(args []string, out io.Writer) int {
 	fs.StringVar(&o.dump, "dump", "", "rank 0 writes the final weights to FILE (float64, little-endian)")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "training time budget")
 	fs.IntVar(&o.iters, "iters", 0, "stop each worker after this many iterations (0: run for -duration)")
+	fs.Float64Var(&o.epochs, "epochs", 0, "stop after this many passes over the training set (sets -iters from -batch)")
+	fs.DurationVar(&o.curve, "curve", 0, "rank 0 keeps the weights this often and prints the test loss, RMSE and accuracy of each (a learning curve)")
 	fs.IntVar(&o.samples, "samples", 12000, "training samples of -data synthetic")
 	fs.IntVar(&o.batch, "batch", 256, "global batch per iteration, split over the ranks")
 	fs.Float64Var(&o.lr, "lr", 0.1, "learning rate")
@@ -72,6 +79,7 @@ func run(args []string, out io.Writer) int {
 	fs.IntVar(&o.straggler, "straggler", -1, "rank that computes -slow times slower (-1: none)")
 	fs.Float64Var(&o.slow, "slow", 4, "slow-down of the straggler")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed shared by every rank")
+	fs.IntVar(&o.partition, "partition", 0, "bytes of a key's partition on one hub (a key is spread over the hubs in partitions; 0: the library's 4 MiB)")
 	fs.StringVar(&o.metrics, "metrics", "", "write per-iteration metrics as JSON lines to FILE.RANK")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -111,12 +119,21 @@ type worker struct {
 	// totals
 	samples        int
 	compute, idle  time.Duration
+	itimes         []float64 // each iteration's seconds, compute and synchronisation
+	snaps          []snapshot
 	iters, maxStal int
 }
 
 func train(o options, out io.Writer) error {
 	ctx := context.Background()
-	c, err := collective.Join(ctx)
+	cfg, err := collective.ConfigFromEnv(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	if o.partition > 0 {
+		cfg.HubPartitionBytes = o.partition
+	}
+	c, err := collective.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -128,6 +145,9 @@ func train(o options, out io.Writer) error {
 	m, err := newModel(o.model, o.seed)
 	if err != nil {
 		return err
+	}
+	if o.epochs > 0 {
+		o.iters = int(math.Ceil(o.epochs * float64(trainSet.len()) / float64(o.batch)))
 	}
 	params := len(m.Params)
 	wk := &worker{o: o, c: c, train: trainSet, rng: rand.New(rand.NewPCG(o.seed, uint64(c.Rank()))),
@@ -160,6 +180,7 @@ func train(o options, out io.Writer) error {
 		return err
 	}
 	elapsed := time.Since(t0)
+	wk.snap(t0, true)
 	// Totals over the ranks, through the ring (the hub may have finished
 	// some workers already).
 	if err := c.SetStrategy(collective.StrategyRing); err != nil && o.mode != "ring" {
@@ -173,15 +194,43 @@ func train(o options, out io.Writer) error {
 	if err := collective.AllReduce(ctx, c, stale, collective.Max); err != nil {
 		return err
 	}
+	// Iteration times pooled over every worker: count, sum, sum of squares.
+	it := []float64{float64(len(wk.itimes)), 0, 0}
+	for _, d := range wk.itimes {
+		it[1] += d
+		it[2] += d * d
+	}
+	if err := collective.AllReduce(ctx, c, it, collective.Sum); err != nil {
+		return err
+	}
+	// Each rank's idle share of its own wall time.
+	shares := make([]float64, c.Size())
+	if err := collective.AllGather(ctx, c, []float64{wk.idle.Seconds() / elapsed.Seconds()}, shares); err != nil {
+		return err
+	}
 	if c.Rank() == 0 {
 		straggler := "none"
 		if o.straggler >= 0 {
 			straggler = fmt.Sprintf("rank %d x%g", o.straggler, o.slow)
 		}
-		acc, loss := evaluate(wk.m, testSet)
-		fmt.Fprintf(out, "mode=%s model=%s straggler=%q data=%s ranks=%d time=%.2fs iterations=%d samples=%d accuracy=%.4f loss=%.4f idle=%.2f max_staleness=%d\n",
+		acc, loss, rmse := evaluate(wk.m, testSet)
+		mean := it[1] / max(1, it[0])
+		sd := math.Sqrt(max(0, it[2]/max(1, it[0])-mean*mean))
+		idle := make([]string, len(shares))
+		for r, s := range shares {
+			idle[r] = fmt.Sprintf("%.3f", s)
+		}
+		fmt.Fprintf(out, "mode=%s model=%s straggler=%q data=%s ranks=%d time=%.2fs iterations=%d samples=%d accuracy=%.4f loss=%.4f idle=%.2f max_staleness=%d rmse=%.4f iter_ms=%.2f iter_sd_ms=%.2f rank_idle=%s\n",
 			o.mode, o.model, straggler, source, c.Size(), elapsed.Seconds(), tot[3], tot[0], acc, loss,
-			float64(tot[2])/float64(max(1, tot[1]+tot[2])), stale[0])
+			float64(tot[2])/float64(max(1, tot[1]+tot[2])), stale[0], rmse, 1000*mean, 1000*sd, strings.Join(idle, ","))
+		for _, s := range wk.snaps {
+			copy(wk.w, s.w)
+			acc, loss, rmse := evaluate(wk.m, testSet)
+			fmt.Fprintf(out, "curve t=%.3f loss=%.4f rmse=%.4f accuracy=%.4f\n", s.t.Seconds(), loss, rmse, acc)
+		}
+		if len(wk.snaps) > 0 {
+			copy(wk.w, wk.snaps[len(wk.snaps)-1].w)
+		}
 		if o.dump != "" {
 			if err := os.WriteFile(o.dump, reduce.AsBytes(wk.w), 0o644); err != nil {
 				return err
@@ -189,6 +238,26 @@ func train(o options, out io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// snapshot is rank 0's weights at t after the start.
+type snapshot struct {
+	t time.Duration
+	w []float64
+}
+
+// snap keeps a copy of the weights on rank 0 when -curve is set and one is
+// due (or always, with force), for the learning curve. Copying is cheap
+// next to an iteration; the evaluation comes after training.
+func (wk *worker) snap(t0 time.Time, force bool) {
+	if wk.o.curve <= 0 || wk.c.Rank() != 0 {
+		return
+	}
+	t := time.Since(t0)
+	if !force && len(wk.snaps) > 0 && t-wk.snaps[len(wk.snaps)-1].t < wk.o.curve {
+		return
+	}
+	wk.snaps = append(wk.snaps, snapshot{t, append([]float64(nil), wk.w...)})
 }
 
 // done reports whether this worker has spent its budget.
@@ -228,7 +297,9 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 	params := len(wk.w)
 	wk.vel = make([]float64, params)
 	share := max(1, wk.o.batch/wk.c.Size())
+	wk.snap(t0, true)
 	for {
+		start := time.Now()
 		wk.step(share)
 		wk.g[params] = 0
 		if wk.c.Rank() == 0 && wk.done(t0) {
@@ -244,6 +315,8 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 			wk.vel[j] = wk.o.mom*wk.vel[j] + wk.g[j]*inv
 			wk.w[j] -= wk.o.lr * wk.vel[j]
 		}
+		wk.itimes = append(wk.itimes, time.Since(start).Seconds())
+		wk.snap(t0, false)
 		if wk.g[params] > 0 {
 			return nil
 		}
@@ -268,7 +341,9 @@ func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error
 	share := max(1, wk.o.batch/wk.c.Size())
 	var last time.Duration
 	lastN := 0
+	wk.snap(t0, true)
 	for !wk.done(t0) {
+		start := time.Now()
 		if wk.o.mode == "lbbsp" {
 			n, err := wk.hub.Share(ctx, wk.o.batch, lastN, last)
 			if err != nil {
@@ -282,6 +357,8 @@ func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error
 			return err
 		}
 		m := wk.hub.Tick(share, d)
+		wk.itimes = append(wk.itimes, time.Since(start).Seconds())
+		wk.snap(t0, false)
 		wk.idle += m.Wait
 		wk.maxStal = max(wk.maxStal, m.Staleness)
 		if mw != nil {

@@ -23,25 +23,35 @@ func batch(d *dataset, idx []int, x []float64, y []int) ([]float64, []int) {
 	return x, y
 }
 
-// evaluate returns the share of d that m classifies right and the mean
-// cross-entropy of its predictions, in batches of 500.
-func evaluate(m *nn.Model, d *dataset) (acc, loss float64) {
+// evaluate returns, over d, the share that m classifies right, the mean
+// cross-entropy of its predictions, and the root mean square error of the
+// predicted class probabilities against the one-hot labels; in batches of
+// 500.
+func evaluate(m *nn.Model, d *dataset) (acc, loss, rmse float64) {
 	const chunk = 500
 	pred := make([]int, chunk)
 	probs := make([]float64, chunk*classes)
 	right := 0
+	se := 0.0
 	for off := 0; off < d.len(); off += chunk {
 		n := min(chunk, d.len()-off)
 		m.Predict(d.x[off*pixels:(off+n)*pixels], n, pred, probs)
 		for i := range n {
-			if pred[i] == d.y[off+i] {
+			y := d.y[off+i]
+			if pred[i] == y {
 				right++
 			}
-			loss -= logClamp(probs[i*classes+d.y[off+i]])
+			loss -= logClamp(probs[i*classes+y])
+			for k, p := range probs[i*classes : (i+1)*classes] {
+				if k == y {
+					p--
+				}
+				se += p * p
+			}
 		}
 	}
 	n := float64(max(1, d.len()))
-	return float64(right) / n, loss / n
+	return float64(right) / n, loss / n, math.Sqrt(se / (n * classes))
 }
 
 func logClamp(p float64) float64 { return math.Log(max(p, 1e-12)) }
