@@ -332,16 +332,27 @@ func (c *shmConn) wait(word, sleeping *atomic.Uint32, bell chan struct{}, dl *at
 	}, func(uint32) { c.sleep(bell) })
 }
 
+// enter starts a Read (mu is rmu) or a Write (wmu): one of each at a
+// time, and the segment mapped until leave.
+func (c *shmConn) enter(mu *sync.Mutex) (leave func(), err error) {
+	mu.Lock()
+	c.use.RLock()
+	if c.unmapped {
+		c.use.RUnlock()
+		mu.Unlock()
+		return nil, net.ErrClosed
+	}
+	return func() { c.use.RUnlock(); mu.Unlock() }, nil
+}
+
 // Read implements net.Conn: what the peer wrote, in order; io.EOF once the
 // peer is gone and everything it wrote has been read.
 func (c *shmConn) Read(p []byte) (int, error) {
-	c.rmu.Lock()
-	defer c.rmu.Unlock()
-	c.use.RLock()
-	defer c.use.RUnlock()
-	if c.unmapped {
-		return 0, net.ErrClosed
+	leave, err := c.enter(&c.rmu)
+	if err != nil {
+		return 0, err
 	}
+	defer leave()
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -388,13 +399,11 @@ type BuffersWriter interface {
 // WriteBuffers implements BuffersWriter: the buffers' bytes in order, in
 // as few records as the ring allows.
 func (c *shmConn) WriteBuffers(bufs [][]byte) (int64, error) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.use.RLock()
-	defer c.use.RUnlock()
-	if c.unmapped {
-		return 0, net.ErrClosed
+	leave, err := c.enter(&c.wmu)
+	if err != nil {
+		return 0, err
 	}
+	defer leave()
 	r := c.sp.out
 	var n int64
 	var rec [][]byte

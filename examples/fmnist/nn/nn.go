@@ -183,33 +183,44 @@ func (c *Conv) Bind(p, g []float64) {
 
 func (c *Conv) Init(rng *rand.Rand) { heInit(rng, c.w, c.patch()); clear(c.b) }
 
-// im2col writes, for each output pixel of each image, the input values
-// under its kernel (zeros outside the image).
-func (c *Conv) im2col(x []float64, n int) {
-	s, k, p := c.in, c.k, c.patch()
-	c.cols = grow(c.cols, n*s.H*s.W*p)
+// walk calls f for every kernel position of every output pixel of n
+// images that falls inside its image: row is the output pixel's row in
+// the patch matrix (image after image), at the position's offset in that
+// row, and pix the input pixel's offset in the batch. Positions outside
+// the image (the zero padding) are skipped.
+func (c *Conv) walk(n int, f func(row, at, pix int)) {
+	s, k := c.in, c.k
 	row := 0
 	for img := range n {
-		src := x[img*s.Size() : (img+1)*s.Size()]
+		base := img * s.Size()
 		for oy := range s.H {
 			for ox := range s.W {
-				dst := c.cols[row*p : (row+1)*p]
-				row++
 				for ky := range k {
 					y := oy + ky - c.pad
+					if y < 0 || y >= s.H {
+						continue
+					}
 					for kx := range k {
-						x := ox + kx - c.pad
-						d := dst[(ky*k+kx)*s.C : (ky*k+kx+1)*s.C]
-						if y < 0 || y >= s.H || x < 0 || x >= s.W {
-							clear(d)
-							continue
+						if x := ox + kx - c.pad; x >= 0 && x < s.W {
+							f(row, (ky*k+kx)*s.C, base+(y*s.W+x)*s.C)
 						}
-						copy(d, src[(y*s.W+x)*s.C:(y*s.W+x+1)*s.C])
 					}
 				}
+				row++
 			}
 		}
 	}
+}
+
+// im2col lays out, for each output pixel of each image, the input values
+// under its kernel (zeros outside the image).
+func (c *Conv) im2col(x []float64, n int) {
+	p, ch := c.patch(), c.in.C
+	c.cols = grow(c.cols, n*c.in.H*c.in.W*p)
+	clear(c.cols)
+	c.walk(n, func(row, at, pix int) {
+		copy(c.cols[row*p+at:row*p+at+ch], x[pix:pix+ch])
+	})
 }
 
 func (c *Conv) Forward(x []float64, n int) []float64 {
@@ -233,35 +244,15 @@ func (c *Conv) Backward(dy []float64, n int) []float64 {
 	c.dcols = grow(c.dcols, rows*p)
 	blas64.Gemm(blas.NoTrans, blas.Trans, 1, general(rows, c.outC, dy), general(p, c.outC, c.w), 0, general(rows, p, c.dcols))
 	// col2im: add each patch's gradient back where it came from.
-	s, k := c.in, c.k
-	c.dx = grow(c.dx, n*s.Size())
+	ch := c.in.C
+	c.dx = grow(c.dx, n*c.in.Size())
 	clear(c.dx)
-	row := 0
-	for img := range n {
-		dst := c.dx[img*s.Size() : (img+1)*s.Size()]
-		for oy := range s.H {
-			for ox := range s.W {
-				src := c.dcols[row*p : (row+1)*p]
-				row++
-				for ky := range k {
-					y := oy + ky - c.pad
-					if y < 0 || y >= s.H {
-						continue
-					}
-					for kx := range k {
-						x := ox + kx - c.pad
-						if x < 0 || x >= s.W {
-							continue
-						}
-						d := dst[(y*s.W+x)*s.C : (y*s.W+x+1)*s.C]
-						for ch, v := range src[(ky*k+kx)*s.C : (ky*k+kx+1)*s.C] {
-							d[ch] += v
-						}
-					}
-				}
-			}
+	c.walk(n, func(row, at, pix int) {
+		d := c.dx[pix : pix+ch]
+		for i, v := range c.dcols[row*p+at : row*p+at+ch] {
+			d[i] += v
 		}
-	}
+	})
 	return c.dx
 }
 
