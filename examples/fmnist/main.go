@@ -25,7 +25,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/signal"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gorun/gorun/collective"
@@ -48,8 +51,12 @@ type options struct {
 	epochs    float64
 	curve     time.Duration // rank 0 snapshots the weights this often
 	partition int           // hub partition bytes (0: the library's)
-	samples   int           // synthetic training samples
-	batch     int           // global batch per iteration
+	hidden    []int         // the MLP's hidden widths
+	failAt    time.Duration // -fail-rank kills or stops itself this long into training
+	failRank  int
+	failHow   string
+	samples   int // synthetic training samples
+	batch     int // global batch per iteration
 	lr, mom   float64
 	staleness int
 	straggler int
@@ -80,8 +87,24 @@ func run(args []string, out io.Writer) int {
 	fs.Float64Var(&o.slow, "slow", 4, "slow-down of the straggler")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed shared by every rank")
 	fs.IntVar(&o.partition, "partition", 0, "bytes of a key's partition on one hub (a key is spread over the hubs in partitions; 0: the library's 4 MiB)")
+	hidden := fs.String("hidden", "256,128", "the MLP's hidden layer widths")
+	fs.DurationVar(&o.failAt, "fail-at", 0, "with -fail-rank: when that rank fails (a resilience drill)")
+	fs.IntVar(&o.failRank, "fail-rank", -1, "rank that fails at -fail-at")
+	fs.StringVar(&o.failHow, "fail-how", "kill", "kill (SIGKILL) or stop (SIGSTOP) itself")
 	fs.StringVar(&o.metrics, "metrics", "", "write per-iteration metrics as JSON lines to FILE.RANK")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	for _, f := range strings.Split(*hidden, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "fmnist: -hidden %q: want widths like 256,128\n", *hidden)
+			return 2
+		}
+		o.hidden = append(o.hidden, n)
+	}
+	if o.failHow != "kill" && o.failHow != "stop" {
+		fmt.Fprintf(os.Stderr, "fmnist: -fail-how %q: want kill or stop\n", o.failHow)
 		return 2
 	}
 	if err := train(o, out); err != nil {
@@ -120,12 +143,24 @@ type worker struct {
 	samples        int
 	compute, idle  time.Duration
 	itimes         []float64 // each iteration's seconds, compute and synchronisation
+	t0             time.Time
 	snaps          []snapshot
 	iters, maxStal int
 }
 
 func train(o options, out io.Writer) error {
-	ctx := context.Background()
+	// gorun ends a job that lost a rank with SIGTERM: training stops, and
+	// rank 0 still reports what it learnt before (the resilience study).
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		if _, ok := <-sigs; ok {
+			cancel(errors.New("gorun ended the job (SIGTERM)"))
+		}
+	}()
 	cfg, err := collective.ConfigFromEnv(os.LookupEnv)
 	if err != nil {
 		return err
@@ -142,7 +177,7 @@ func train(o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m, err := newModel(o.model, o.seed)
+	m, err := newModel(o.model, o.hidden, o.seed)
 	if err != nil {
 		return err
 	}
@@ -165,6 +200,7 @@ func train(o options, out io.Writer) error {
 		mw = f
 	}
 	t0 := time.Now()
+	wk.t0 = t0
 	switch o.mode {
 	case "ring":
 		err = wk.ring(ctx, t0)
@@ -177,37 +213,26 @@ func train(o options, out io.Writer) error {
 		return fmt.Errorf("-mode %q: want ring, bsp, ssp, asp or lbbsp", o.mode)
 	}
 	if err != nil {
+		if c.Rank() == 0 {
+			// What was learnt before the failure, for the resilience study.
+			wk.snap(t0, true)
+			wk.printCurve(out, testSet)
+			fmt.Fprintf(out, "failed t=%.3f err=%v\n", time.Since(t0).Seconds(), err)
+		}
 		return err
 	}
 	elapsed := time.Since(t0)
 	wk.snap(t0, true)
-	// Totals over the ranks, through the ring (the hub may have finished
-	// some workers already).
-	if err := c.SetStrategy(collective.StrategyRing); err != nil && o.mode != "ring" {
-		return err
+	st, err := wk.gather(ctx, elapsed)
+	if err != nil {
+		if !cfg.HubElastic {
+			return err
+		}
+		// An elastic job that lost a rank: the ring cannot gather the
+		// totals, so each survivor reports its own.
+		st = wk.local(elapsed)
 	}
-	tot := []int64{int64(wk.samples), int64(wk.compute), int64(wk.idle), int64(wk.iters)}
-	if err := collective.AllReduce(ctx, c, tot, collective.Sum); err != nil {
-		return err
-	}
-	stale := []int64{int64(wk.maxStal)}
-	if err := collective.AllReduce(ctx, c, stale, collective.Max); err != nil {
-		return err
-	}
-	// Iteration times pooled over every worker: count, sum, sum of squares.
-	it := []float64{float64(len(wk.itimes)), 0, 0}
-	for _, d := range wk.itimes {
-		it[1] += d
-		it[2] += d * d
-	}
-	if err := collective.AllReduce(ctx, c, it, collective.Sum); err != nil {
-		return err
-	}
-	// Each rank's idle share of its own wall time.
-	shares := make([]float64, c.Size())
-	if err := collective.AllGather(ctx, c, []float64{wk.idle.Seconds() / elapsed.Seconds()}, shares); err != nil {
-		return err
-	}
+	tot, stale, it, shares := st.tot, st.stale, st.it, st.shares
 	if c.Rank() == 0 {
 		straggler := "none"
 		if o.straggler >= 0 {
@@ -220,17 +245,12 @@ func train(o options, out io.Writer) error {
 		for r, s := range shares {
 			idle[r] = fmt.Sprintf("%.3f", s)
 		}
-		fmt.Fprintf(out, "mode=%s model=%s straggler=%q data=%s ranks=%d time=%.2fs iterations=%d samples=%d accuracy=%.4f loss=%.4f idle=%.2f max_staleness=%d rmse=%.4f iter_ms=%.2f iter_sd_ms=%.2f rank_idle=%s\n",
+		iters := float64(max(1, tot[3]))
+		fmt.Fprintf(out, "mode=%s model=%s straggler=%q data=%s ranks=%d time=%.2fs iterations=%d samples=%d accuracy=%.4f loss=%.4f idle=%.2f max_staleness=%d rmse=%.4f iter_ms=%.2f iter_sd_ms=%.2f rank_idle=%s compute_ms=%.2f sync_ms=%.2f params=%d stats=%s\n",
 			o.mode, o.model, straggler, source, c.Size(), elapsed.Seconds(), tot[3], tot[0], acc, loss,
-			float64(tot[2])/float64(max(1, tot[1]+tot[2])), stale[0], rmse, 1000*mean, 1000*sd, strings.Join(idle, ","))
-		for _, s := range wk.snaps {
-			copy(wk.w, s.w)
-			acc, loss, rmse := evaluate(wk.m, testSet)
-			fmt.Fprintf(out, "curve t=%.3f loss=%.4f rmse=%.4f accuracy=%.4f\n", s.t.Seconds(), loss, rmse, acc)
-		}
-		if len(wk.snaps) > 0 {
-			copy(wk.w, wk.snaps[len(wk.snaps)-1].w)
-		}
+			float64(tot[2])/float64(max(1, tot[1]+tot[2])), stale, rmse, 1000*mean, 1000*sd, strings.Join(idle, ","),
+			float64(tot[1])/iters/1e6, float64(tot[2])/iters/1e6, len(wk.w), st.scope)
+		wk.printCurve(out, testSet)
 		if o.dump != "" {
 			if err := os.WriteFile(o.dump, reduce.AsBytes(wk.w), 0o644); err != nil {
 				return err
@@ -242,8 +262,9 @@ func train(o options, out io.Writer) error {
 
 // snapshot is rank 0's weights at t after the start.
 type snapshot struct {
-	t time.Duration
-	w []float64
+	t    time.Duration
+	iter int // rank 0's iterations so far
+	w    []float64
 }
 
 // snap keeps a copy of the weights on rank 0 when -curve is set and one is
@@ -257,7 +278,71 @@ func (wk *worker) snap(t0 time.Time, force bool) {
 	if !force && len(wk.snaps) > 0 && t-wk.snaps[len(wk.snaps)-1].t < wk.o.curve {
 		return
 	}
-	wk.snaps = append(wk.snaps, snapshot{t, append([]float64(nil), wk.w...)})
+	wk.snaps = append(wk.snaps, snapshot{t, wk.iters, append([]float64(nil), wk.w...)})
+}
+
+// stats are a run's totals: samples, compute and idle nanoseconds,
+// iterations (tot); the largest staleness; the count, sum and sum of
+// squares of iteration seconds (it); each rank's idle share; and whether
+// they are the job's ("all") or this rank's alone ("local").
+type stats struct {
+	tot    []int64
+	stale  int64
+	it     []float64
+	shares []float64
+	scope  string
+}
+
+// local is this rank's own stats.
+func (wk *worker) local(elapsed time.Duration) stats {
+	st := stats{tot: []int64{int64(wk.samples), int64(wk.compute), int64(wk.idle), int64(wk.iters)}, stale: int64(wk.maxStal),
+		it: []float64{float64(len(wk.itimes)), 0, 0}, shares: []float64{wk.idle.Seconds() / elapsed.Seconds()}, scope: "local"}
+	for _, d := range wk.itimes {
+		st.it[1] += d
+		st.it[2] += d * d
+	}
+	return st
+}
+
+// gather sums the ranks' stats through the ring (the hub may have
+// finished some workers already).
+func (wk *worker) gather(ctx context.Context, elapsed time.Duration) (stats, error) {
+	c := wk.c
+	st := wk.local(elapsed)
+	st.scope = "all"
+	if err := c.SetStrategy(collective.StrategyRing); err != nil && wk.o.mode != "ring" {
+		return st, err
+	}
+	if err := collective.AllReduce(ctx, c, st.tot, collective.Sum); err != nil {
+		return st, err
+	}
+	stale := []int64{st.stale}
+	if err := collective.AllReduce(ctx, c, stale, collective.Max); err != nil {
+		return st, err
+	}
+	st.stale = stale[0]
+	if err := collective.AllReduce(ctx, c, st.it, collective.Sum); err != nil {
+		return st, err
+	}
+	shares := make([]float64, c.Size())
+	if err := collective.AllGather(ctx, c, st.shares, shares); err != nil {
+		return st, err
+	}
+	st.shares = shares
+	return st, nil
+}
+
+// printCurve evaluates rank 0's snapshots and prints the learning curve;
+// the weights end as the last snapshot's.
+func (wk *worker) printCurve(out io.Writer, test *dataset) {
+	for _, s := range wk.snaps {
+		copy(wk.w, s.w)
+		acc, loss, rmse := evaluate(wk.m, test)
+		fmt.Fprintf(out, "curve t=%.3f loss=%.4f rmse=%.4f accuracy=%.4f iter=%d\n", s.t.Seconds(), loss, rmse, acc, s.iter)
+	}
+	if len(wk.snaps) > 0 {
+		copy(wk.w, wk.snaps[len(wk.snaps)-1].w)
+	}
 }
 
 // done reports whether this worker has spent its budget.
@@ -287,6 +372,10 @@ func (wk *worker) step(n int) time.Duration {
 	wk.samples += n
 	wk.compute += d
 	wk.iters++
+	if wk.o.failRank == wk.c.Rank() && wk.o.failAt > 0 && time.Since(wk.t0) >= wk.o.failAt {
+		sig := map[string]syscall.Signal{"kill": syscall.SIGKILL, "stop": syscall.SIGSTOP}[wk.o.failHow]
+		_ = syscall.Kill(os.Getpid(), sig)
+	}
 	return d
 }
 

@@ -165,7 +165,7 @@ func TestRingEqualsHubBSP(t *testing.T) {
 		weights[mode] = reduce.FromBytes[float64](b)
 	}
 	r, h := weights["ring"], weights["bsp"]
-	m, _ := newModel("mlp", 1)
+	m, _ := newModel("mlp", nil, 1)
 	if len(r) != len(m.Params) || len(h) != len(r) {
 		t.Fatalf("dumped %d and %d weights, the MLP has %d", len(r), len(h), len(m.Params))
 	}

@@ -6,10 +6,15 @@ import (
 	"github.com/gorun/gorun/examples/fmnist/nn"
 )
 
-// newModel builds the -model network for 28x28 grey images; every rank
-// draws the same initial weights from seed.
-func newModel(kind string, seed uint64) (*nn.Model, error) {
-	return nn.New(kind, nn.Shape{H: side, W: side, C: 1}, classes, seed)
+// newModel builds the -model network for 28x28 grey images (an MLP with
+// the given hidden widths, if any); every rank draws the same initial
+// weights from seed.
+func newModel(kind string, hidden []int, seed uint64) (*nn.Model, error) {
+	in := nn.Shape{H: side, W: side, C: 1}
+	if kind == "mlp" && len(hidden) > 0 {
+		return nn.NewMLP(in, hidden, classes, seed)
+	}
+	return nn.New(kind, in, classes, seed)
 }
 
 // batch copies the samples idx of d into x (len(idx) images) and their

@@ -39,6 +39,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 type options struct {
 	gorun, trainer, out, date string
 	launch                    []string
+	hosts                     []string // gorun flags for the multi-host runs (horovod)
 	np                        int
 	quick                     bool // a small version for tests
 	log                       io.Writer
@@ -53,11 +54,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.trainer, "trainer", "bin/fmnist", "the Fashion-MNIST trainer (go build -o bin/fmnist ./examples/fmnist)")
 	fs.StringVar(&o.out, "out", "results", "directory for the report and its charts")
 	fs.StringVar(&launch, "launch", "", `extra gorun flags for every job, e.g. '--ssh "ssh -F cfg" -hostfile hosts'`)
+	var hosts string
+	fs.StringVar(&hosts, "hosts", "", `gorun flags that put one rank on each test host, for horovod's multi-host runs (examples/studies/testnet.sh sets them)`)
 	fs.IntVar(&o.np, "np", 4, "ranks of the distributed runs")
 	fs.StringVar(&o.date, "date", time.Now().Format("2006-01-02"), "date in the report's name")
 	fs.BoolVar(&o.quick, "quick", false, "a small, fast version (for tests)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: studies [flags] paramhub|orchestration")
+		fmt.Fprintln(stderr, "usage: studies [flags] paramhub|orchestration|horovod|ringtmp")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -66,6 +69,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var err error
 	if o.launch, err = splitFlags(launch); err != nil {
 		fmt.Fprintln(stderr, "studies: -launch:", err)
+		return 2
+	}
+	if o.hosts, err = splitFlags(hosts); err != nil {
+		fmt.Fprintln(stderr, "studies: -hosts:", err)
 		return 2
 	}
 	o.log = stderr
@@ -79,6 +86,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		path, err = paramHub(o)
 	case "orchestration":
 		path, err = orchestration(o)
+	case "horovod":
+		path, err = horovod(o)
+	case "ringtmp":
+		path, err = ringTMP(o)
 	default:
 		fs.Usage()
 		return 2
@@ -136,15 +147,25 @@ type result struct {
 	MaxStaleness         int
 	IterMs, IterSdMs     float64
 	RankIdle             []float64
+	ComputeMs, SyncMs    float64 // per iteration per rank
+	Params               int
+	Stats                string // "all", or "local" when a lost rank kept the ring from summing
+	Failed               string // the error rank 0 saw, when training failed
+	Output               string // everything the job printed
+	Exit                 int    // gorun's exit code
 	Curve                []point
 	Command              string
 }
 
-type point struct{ T, Loss, RMSE, Accuracy float64 }
+type point struct {
+	T, Loss, RMSE, Accuracy float64
+	Iter                    int // rank 0's iterations at the time
+}
 
 var (
-	resultRE = regexp.MustCompile(`\[0\] mode=(\w+) model=(\w+) .* time=([0-9.]+)s iterations=(\d+) samples=(\d+) accuracy=([0-9.]+) loss=([0-9.]+) idle=([0-9.]+) max_staleness=(\d+) rmse=([0-9.]+) iter_ms=([0-9.]+) iter_sd_ms=([0-9.]+) rank_idle=([0-9.,]+)`)
-	curveRE  = regexp.MustCompile(`\[0\] curve t=([0-9.]+) loss=([0-9.]+) rmse=([0-9.]+) accuracy=([0-9.]+)`)
+	resultRE = regexp.MustCompile(`\[0\] mode=(\w+) model=(\w+) .* time=([0-9.]+)s iterations=(\d+) samples=(\d+) accuracy=([0-9.]+) loss=([0-9.]+) idle=([0-9.]+) max_staleness=(\d+) rmse=([0-9.]+) iter_ms=([0-9.]+) iter_sd_ms=([0-9.]+) rank_idle=([0-9.,]+) compute_ms=([0-9.]+) sync_ms=([0-9.]+) params=(\d+) stats=(\w+)`)
+	curveRE  = regexp.MustCompile(`\[0\] curve t=([0-9.]+) loss=([0-9.]+) rmse=([0-9.]+) accuracy=([0-9.]+) iter=(\d+)`)
+	failedRE = regexp.MustCompile(`\[0\] failed t=([0-9.]+) err=(.*)`)
 )
 
 func atof(s string) float64 { v, _ := strconv.ParseFloat(s, 64); return v }
@@ -154,6 +175,11 @@ func atoi(s string) int     { v, _ := strconv.Atoi(s); return v }
 func parse(out string) (result, error) {
 	m := resultRE.FindStringSubmatch(out)
 	if m == nil {
+		if f := failedRE.FindStringSubmatch(out); f != nil {
+			r := result{Time: atof(f[1]), Failed: f[2]}
+			r.Curve = parseCurve(out)
+			return r, nil
+		}
 		return result{}, errors.New("no result line in the job's output")
 	}
 	r := result{Mode: m[1], Model: m[2], Time: atof(m[3]), Iterations: atoi(m[4]), Samples: atoi(m[5]),
@@ -162,30 +188,61 @@ func parse(out string) (result, error) {
 	for _, s := range strings.Split(m[13], ",") {
 		r.RankIdle = append(r.RankIdle, atof(s))
 	}
-	for _, c := range curveRE.FindAllStringSubmatch(out, -1) {
-		r.Curve = append(r.Curve, point{atof(c[1]), atof(c[2]), atof(c[3]), atof(c[4])})
-	}
+	r.ComputeMs, r.SyncMs, r.Params, r.Stats = atof(m[14]), atof(m[15]), atoi(m[16]), m[17]
+	r.Curve = parseCurve(out)
 	return r, nil
+}
+
+func parseCurve(out string) []point {
+	var ps []point
+	for _, c := range curveRE.FindAllStringSubmatch(out, -1) {
+		ps = append(ps, point{atof(c[1]), atof(c[2]), atof(c[3]), atof(c[4]), atoi(c[5])})
+	}
+	return ps
 }
 
 // job runs one trainer job: np ranks, gorun flags, trainer arguments.
 func (o *options) job(np int, gorunFlags []string, args ...string) (result, error) {
+	r, _, err := o.jobMayFail(np, gorunFlags, args...)
+	if err == nil && r.Failed != "" {
+		err = fmt.Errorf("%s: training failed: %s", r.Command, r.Failed)
+	}
+	return r, err
+}
+
+// jobMayFail runs a job that may end in failure (a drill), and returns
+// what rank 0 reported, gorun's exit code and its whole output; err only
+// when there is nothing to parse.
+func (o *options) jobMayFail(np int, gorunFlags []string, args ...string) (result, int, error) {
+	return o.jobWith(nil, np, gorunFlags, args...)
+}
+
+// jobWith runs a job with wrap (e.g. prlimit and its flags) before gorun.
+func (o *options) jobWith(wrap []string, np int, gorunFlags []string, args ...string) (result, int, error) {
 	cmdArgs := append(append(append([]string{"-np", strconv.Itoa(np)}, o.launch...), gorunFlags...), o.trainer)
 	cmdArgs = append(cmdArgs, args...)
-	cmd := exec.Command(o.gorun, cmdArgs...)
+	argv := append(append(append([]string(nil), wrap...), o.gorun), cmdArgs...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	line := "gorun " + strings.Join(cmdArgs, " ")
+	line := strings.Join(append(append([]string(nil), wrap...), "gorun"), " ") + " " + strings.Join(cmdArgs, " ")
 	fmt.Fprintln(o.log, "+", line)
-	if err := cmd.Run(); err != nil {
-		return result{}, fmt.Errorf("%s: %w\n%s", line, err, out.String())
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		return result{}, -1, fmt.Errorf("%s: %w", line, err)
 	}
-	r, err := parse(out.String())
-	if err != nil {
-		return result{}, fmt.Errorf("%s: %w\n%s", line, err, out.String())
+	r, perr := parse(out.String())
+	r.Command, r.Output, r.Exit = line, out.String(), code
+	if perr != nil {
+		return r, code, fmt.Errorf("%s: exit %d: %w\n%s", line, code, perr, out.String())
 	}
-	r.Command = line
-	return r, nil
+	if code != 0 && r.Failed == "" && wrap == nil {
+		return r, code, fmt.Errorf("%s: exit %d\n%s", line, code, out.String())
+	}
+	return r, code, nil
 }
 
 // report is a Markdown file under construction, with its charts in a

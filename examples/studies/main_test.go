@@ -26,14 +26,14 @@ func TestSplitFlags(t *testing.T) {
 }
 
 func TestParse(t *testing.T) {
-	out := "[1] noise\n[0] mode=bsp model=mlp straggler=\"rank 3 x4\" data=fashion-mnist ranks=4 time=20.01s iterations=300 samples=9600 accuracy=0.8123 loss=0.5432 idle=0.41 max_staleness=0 rmse=0.1700 iter_ms=66.70 iter_sd_ms=12.30 rank_idle=0.5,0.4,0.45,0.1\n" +
-		"[0] curve t=0.001 loss=2.3000 rmse=0.3000 accuracy=0.1000\n[0] curve t=1.000 loss=0.9000 rmse=0.2100 accuracy=0.7000\n"
+	out := "[1] noise\n[0] mode=bsp model=mlp straggler=\"rank 3 x4\" data=fashion-mnist ranks=4 time=20.01s iterations=300 samples=9600 accuracy=0.8123 loss=0.5432 idle=0.41 max_staleness=0 rmse=0.1700 iter_ms=66.70 iter_sd_ms=12.30 rank_idle=0.5,0.4,0.45,0.1 compute_ms=40.00 sync_ms=26.70 params=235146 stats=all\n" +
+		"[0] curve t=0.001 loss=2.3000 rmse=0.3000 accuracy=0.1000 iter=0\n[0] curve t=1.000 loss=0.9000 rmse=0.2100 accuracy=0.7000 iter=15\n"
 	r, err := parse(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Mode != "bsp" || r.Time != 20.01 || r.Samples != 9600 || r.Accuracy != 0.8123 || r.RMSE != 0.17 || r.IterSdMs != 12.3 ||
-		!slices.Equal(r.RankIdle, []float64{0.5, 0.4, 0.45, 0.1}) || len(r.Curve) != 2 || r.Curve[1].Loss != 0.9 {
+		!slices.Equal(r.RankIdle, []float64{0.5, 0.4, 0.45, 0.1}) || r.SyncMs != 26.7 || r.Params != 235146 || r.Stats != "all" || len(r.Curve) != 2 || r.Curve[1].Loss != 0.9 {
 		t.Fatalf("parsed %+v", r)
 	}
 	if _, err := parse("[0] mode=bsp and nothing else"); err == nil {
@@ -58,7 +58,7 @@ func TestStudiesQuick(t *testing.T) {
 		}
 	}
 	out := t.TempDir()
-	for _, study := range []string{"paramhub", "orchestration"} {
+	for _, study := range []string{"paramhub", "orchestration", "horovod", "ringtmp"} {
 		var stdout, stderr bytes.Buffer
 		code := run([]string{"-quick", "-np", "2", "-gorun", filepath.Join(bin, "gorun"), "-trainer", filepath.Join(bin, "fmnist"), "-out", out, "-date", "test", study}, &stdout, &stderr)
 		if code != 0 {
@@ -73,13 +73,27 @@ func TestStudiesQuick(t *testing.T) {
 		// Every accuracy the jobs printed is in the report's table.
 		jobs := 0
 		for _, line := range strings.Split(stderr.String(), "\n") {
-			if strings.HasPrefix(line, "+ gorun ") {
+			if strings.HasPrefix(line, "+ ") && strings.Contains(line, "gorun ") {
 				jobs++
 			}
 		}
-		rows := regexp.MustCompile(`(?m)^\| [0-9]+ \| [^|]+ \| .*\| 0\.[0-9]{4} \|`).FindAllString(text, -1)
-		if jobs == 0 || len(rows) != jobs || !strings.Contains(text, "The whole study took") {
+		rowRE := map[string]string{
+			"paramhub":      `(?m)^\| [0-9]+ \| [^|]+ \| .*\| 0\.[0-9]{4} \|`,
+			"orchestration": `(?m)^\| [0-9]+ \| [^|]+ \| .*\| 0\.[0-9]{4} \|`,
+			"horovod":       `(?m)^\| local \| [0-9]+ \| .*\| 0\.[0-9]{4} \|$`,
+			// 2 idle runs, 4 drills, 2 widths x 2 strategies under a limit.
+			"ringtmp": `(?m)^\| (ring|hub BSP) \| 2 \| .*\| 0\.[0-9]{4} \|$|^\| (ring|elastic hub BSP) \| SIG(KILL|STOP) \||^\| [0-9]+,[0-9]+ \| [0-9]+ \| [0-9.]+ \| (ok|fails[^|]*) \| (ok|fails[^|]*) \|$`,
+		}[study]
+		rows := regexp.MustCompile(rowRE).FindAllString(text, -1)
+		want := jobs
+		if study == "ringtmp" {
+			want = jobs - 2 // each width's row holds two jobs
+		}
+		if jobs == 0 || len(rows) != want || !strings.Contains(text, "The whole study took") {
 			t.Fatalf("%s: %d jobs, %d table rows:\n%s", study, jobs, len(rows), text)
+		}
+		if study == "ringtmp" && (!strings.Contains(text, "| 64,64 | 55050 | 0.4 | ok | ok |") || !regexp.MustCompile(`\| 4096,4096 \| 20037642 \| 152\.9 \| fails \(exit [0-9]+: rank [01] out of memory\) \|`).MatchString(text)) {
+			t.Fatalf("ringtmp: the small model must fit and the ring must run out of memory with the big one:\n%s", text)
 		}
 		for _, img := range regexp.MustCompile(`\]\(([^)]+\.png)\)`).FindAllStringSubmatch(text, -1) {
 			f, err := os.Open(filepath.Join(out, img[1]))

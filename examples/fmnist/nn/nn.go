@@ -438,7 +438,7 @@ func New(kind string, in Shape, classes int, seed uint64) (*Model, error) {
 	case "softmax":
 		return NewModel(kind, seed, NewDense(in.Size(), classes))
 	case "mlp":
-		return NewModel(kind, seed, NewDense(in.Size(), 256), NewReLU(256), NewDense(256, 128), NewReLU(128), NewDense(128, classes))
+		return NewMLP(in, []int{256, 128}, classes, seed)
 	case "cnn":
 		c1 := NewConv(in, 8, 5)
 		p1 := NewPool(c1.OutShape())
@@ -448,4 +448,19 @@ func New(kind string, in Shape, classes int, seed uint64) (*Model, error) {
 			NewDense(p2.Out(), 64), NewReLU(64), NewDense(64, classes))
 	}
 	return nil, fmt.Errorf("nn: model %q: want softmax, mlp or cnn", kind)
+}
+
+// NewMLP is a multi-layer perceptron: dense layers of the hidden widths,
+// each followed by ReLU, then a dense layer to classes.
+func NewMLP(in Shape, hidden []int, classes int, seed uint64) (*Model, error) {
+	var layers []Layer
+	prev := in.Size()
+	for _, h := range hidden {
+		if h < 1 {
+			return nil, fmt.Errorf("nn: hidden layer of %d units", h)
+		}
+		layers = append(layers, NewDense(prev, h), NewReLU(h))
+		prev = h
+	}
+	return NewModel("mlp", seed, append(layers, NewDense(prev, classes))...)
 }
