@@ -55,8 +55,10 @@ type options struct {
 	failAt    time.Duration // -fail-rank kills or stops itself this long into training
 	failRank  int
 	failHow   string
-	samples   int // synthetic training samples
-	batch     int // global batch per iteration
+	csv       string // per-iteration CSV prefix
+	plot      string // rank 0 draws its learning curve here
+	samples   int    // synthetic training samples
+	batch     int    // global batch per iteration
 	lr, mom   float64
 	staleness int
 	straggler int
@@ -91,6 +93,8 @@ func run(args []string, out io.Writer) int {
 	fs.DurationVar(&o.failAt, "fail-at", 0, "with -fail-rank: when that rank fails (a resilience drill)")
 	fs.IntVar(&o.failRank, "fail-rank", -1, "rank that fails at -fail-at")
 	fs.StringVar(&o.failHow, "fail-how", "kill", "kill (SIGKILL) or stop (SIGSTOP) itself")
+	fs.StringVar(&o.csv, "csv", "", "write per-iteration metrics of each rank to FILE.RANK.csv and rank 0's learning curve to FILE.curve.csv")
+	fs.StringVar(&o.plot, "plot", "", "rank 0 draws test loss and accuracy against time into FILE.png")
 	fs.StringVar(&o.metrics, "metrics", "", "write per-iteration metrics as JSON lines to FILE.RANK")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -102,6 +106,9 @@ func run(args []string, out io.Writer) int {
 			return 2
 		}
 		o.hidden = append(o.hidden, n)
+	}
+	if (o.csv != "" || o.plot != "") && o.curve == 0 {
+		o.curve = -1 // a snapshot every twentieth of the run (see snap)
 	}
 	if o.failHow != "kill" && o.failHow != "stop" {
 		fmt.Fprintf(os.Stderr, "fmnist: -fail-how %q: want kill or stop\n", o.failHow)
@@ -143,6 +150,8 @@ type worker struct {
 	samples        int
 	compute, idle  time.Duration
 	itimes         []float64 // each iteration's seconds, compute and synchronisation
+	csv            *csvLog
+	loss           float64 // the last batch's training loss
 	t0             time.Time
 	snaps          []snapshot
 	iters, maxStal int
@@ -199,6 +208,12 @@ func train(o options, out io.Writer) error {
 		defer f.Close()
 		mw = f
 	}
+	if o.csv != "" {
+		if wk.csv, err = openCSV(o.csv, c.Rank()); err != nil {
+			return err
+		}
+		defer wk.csv.close()
+	}
 	t0 := time.Now()
 	wk.t0 = t0
 	switch o.mode {
@@ -215,14 +230,18 @@ func train(o options, out io.Writer) error {
 	if err != nil {
 		if c.Rank() == 0 {
 			// What was learnt before the failure, for the resilience study.
+			at := time.Since(t0)
 			wk.snap(t0, true)
 			wk.printCurve(out, testSet)
-			fmt.Fprintf(out, "failed t=%.3f err=%v\n", time.Since(t0).Seconds(), err)
+			fmt.Fprintf(out, "failed t=%.3f err=%v\n", at.Seconds(), err)
 		}
 		return err
 	}
 	elapsed := time.Since(t0)
 	wk.snap(t0, true)
+	if err := wk.csv.close(); err != nil {
+		return err
+	}
 	st, err := wk.gather(ctx, elapsed)
 	if err != nil {
 		if !cfg.HubElastic {
@@ -250,7 +269,17 @@ func train(o options, out io.Writer) error {
 			o.mode, o.model, straggler, source, c.Size(), elapsed.Seconds(), tot[3], tot[0], acc, loss,
 			float64(tot[2])/float64(max(1, tot[1]+tot[2])), stale, rmse, 1000*mean, 1000*sd, strings.Join(idle, ","),
 			float64(tot[1])/iters/1e6, float64(tot[2])/iters/1e6, len(wk.w), st.scope)
-		wk.printCurve(out, testSet)
+		pts := wk.printCurve(out, testSet)
+		if o.csv != "" {
+			if err := writeCurve(o.csv, pts); err != nil {
+				return err
+			}
+		}
+		if o.plot != "" {
+			if err := plotCurve(o.plot, fmt.Sprintf("%s, %s, %d ranks", o.model, o.mode, c.Size()), pts); err != nil {
+				return err
+			}
+		}
 		if o.dump != "" {
 			if err := os.WriteFile(o.dump, reduce.AsBytes(wk.w), 0o644); err != nil {
 				return err
@@ -271,14 +300,33 @@ type snapshot struct {
 // due (or always, with force), for the learning curve. Copying is cheap
 // next to an iteration; the evaluation comes after training.
 func (wk *worker) snap(t0 time.Time, force bool) {
-	if wk.o.curve <= 0 || wk.c.Rank() != 0 {
+	if wk.o.curve == 0 || wk.c.Rank() != 0 {
 		return
 	}
 	t := time.Since(t0)
-	if !force && len(wk.snaps) > 0 && t-wk.snaps[len(wk.snaps)-1].t < wk.o.curve {
-		return
+	if !force && len(wk.snaps) > 0 {
+		last := wk.snaps[len(wk.snaps)-1]
+		if wk.o.curve > 0 && t-last.t < wk.o.curve {
+			return
+		}
+		// -curve unset with -csv or -plot: twenty points over the run.
+		if wk.o.curve < 0 && (wk.o.iters > 0 && wk.iters-last.iter < max(1, wk.o.iters/20) || wk.o.iters == 0 && t-last.t < wk.o.duration/20) {
+			return
+		}
 	}
 	wk.snaps = append(wk.snaps, snapshot{t, wk.iters, append([]float64(nil), wk.w...)})
+}
+
+// epoch is how many passes over the training set the job has made, as
+// this rank sees it (its own samples times the ranks).
+func (wk *worker) epoch() float64 {
+	return float64(wk.samples*wk.c.Size()) / float64(max(1, wk.train.len()))
+}
+
+// logIter records one iteration for -csv.
+func (wk *worker) logIter(start time.Time, compute, idle time.Duration, bytes int64, staleness int) error {
+	return wk.csv.add(iterRow{iter: wk.iters, epoch: wk.epoch(), wall: time.Since(start), compute: compute, idl: idle,
+		bytes: bytes, staleness: staleness, loss: wk.loss})
 }
 
 // stats are a run's totals: samples, compute and idle nanoseconds,
@@ -334,15 +382,18 @@ func (wk *worker) gather(ctx context.Context, elapsed time.Duration) (stats, err
 
 // printCurve evaluates rank 0's snapshots and prints the learning curve;
 // the weights end as the last snapshot's.
-func (wk *worker) printCurve(out io.Writer, test *dataset) {
+func (wk *worker) printCurve(out io.Writer, test *dataset) []curvePoint {
+	var pts []curvePoint
 	for _, s := range wk.snaps {
 		copy(wk.w, s.w)
 		acc, loss, rmse := evaluate(wk.m, test)
 		fmt.Fprintf(out, "curve t=%.3f loss=%.4f rmse=%.4f accuracy=%.4f iter=%d\n", s.t.Seconds(), loss, rmse, acc, s.iter)
+		pts = append(pts, curvePoint{t: s.t, iter: s.iter, epoch: float64(s.iter*wk.o.batch) / float64(max(1, wk.train.len())), loss: loss, rmse: rmse, accuracy: acc})
 	}
 	if len(wk.snaps) > 0 {
 		copy(wk.w, wk.snaps[len(wk.snaps)-1].w)
 	}
+	return pts
 }
 
 // done reports whether this worker has spent its budget.
@@ -362,7 +413,7 @@ func (wk *worker) step(n int) time.Duration {
 		wk.idx = append(wk.idx, wk.mine[wk.rng.IntN(len(wk.mine))])
 	}
 	wk.x, wk.y = batch(wk.train, wk.idx, wk.x, wk.y)
-	wk.m.Gradient(wk.x, wk.y, n)
+	wk.loss = wk.m.Gradient(wk.x, wk.y, n)
 	copy(wk.g, wk.m.Grads)
 	d := time.Since(t0)
 	if wk.c.Rank() == wk.o.straggler && wk.o.slow > 1 {
@@ -389,7 +440,7 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 	wk.snap(t0, true)
 	for {
 		start := time.Now()
-		wk.step(share)
+		d := wk.step(share)
 		wk.g[params] = 0
 		if wk.c.Rank() == 0 && wk.done(t0) {
 			wk.g[params] = 1
@@ -398,11 +449,17 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 		if err := collective.AllReduce(ctx, wk.c, wk.g, collective.Sum); err != nil {
 			return err
 		}
-		wk.idle += time.Since(t1)
+		synced := time.Since(t1)
+		wk.idle += synced
 		inv := 1 / float64(wk.c.Size())
 		for j := range params {
 			wk.vel[j] = wk.o.mom*wk.vel[j] + wk.g[j]*inv
 			wk.w[j] -= wk.o.lr * wk.vel[j]
+		}
+		// The ring sends 2(N-1)/N of the buffer per all-reduce.
+		n := wk.c.Size()
+		if err := wk.logIter(start, d, synced, int64(2*(n-1)*len(wk.g)*8/max(1, n)), 0); err != nil {
+			return err
 		}
 		wk.itimes = append(wk.itimes, time.Since(start).Seconds())
 		wk.snap(t0, false)
@@ -446,6 +503,9 @@ func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error
 			return err
 		}
 		m := wk.hub.Tick(share, d)
+		if err := wk.logIter(start, d, m.Wait, m.BytesSent, m.Staleness); err != nil {
+			return err
+		}
 		wk.itimes = append(wk.itimes, time.Since(start).Seconds())
 		wk.snap(t0, false)
 		wk.idle += m.Wait

@@ -2,13 +2,16 @@ package main
 
 import (
 	"bufio"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gorun/gorun/internal/jobtest"
@@ -181,4 +184,65 @@ func TestRingEqualsHubBSP(t *testing.T) {
 	if moved < len(r)/2 {
 		t.Fatalf("only %d of %d weights moved from their initial values", moved, len(r))
 	}
+}
+
+// TestCSVAndPlot: -csv writes each rank's iterations (one row per
+// iteration, epochs rising, the payload each rank sent) and rank 0's
+// learning curve; -plot draws it as a PNG. Through the ring and hub BSP.
+func TestCSVAndPlot(t *testing.T) {
+	realData(t)
+	for _, mode := range []string{"ring", "bsp"} {
+		dir := t.TempDir()
+		prefix, plot := filepath.Join(dir, "m"), filepath.Join(dir, "curve.png")
+		res, out := jobtest.Launch(t, 2, []string{"-mode", mode, "-train", "2000", "-test", "500", "-iters", "20", "-batch", "64", "-csv", prefix, "-plot", plot},
+			func(c *launcher.Config) {
+				if mode == "bsp" {
+					c.Strategy = "hub"
+				}
+			})
+		if res.ExitCode != 0 {
+			t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+		}
+		for r := range 2 {
+			rows := readCSV(t, fmt.Sprintf("%s.%d.csv", prefix, r))
+			if len(rows) != 21 || strings.Join(rows[0], ",") != "iteration,epoch,wall_s,compute_s,idle_s,bytes_sent,staleness,train_loss" {
+				t.Fatalf("%s rank %d: %d rows, header %v", mode, r, len(rows), rows[0])
+			}
+			prev := -1.0
+			for i, row := range rows[1:] {
+				epoch, _ := strconv.ParseFloat(row[1], 64)
+				bytes, _ := strconv.Atoi(row[5])
+				if row[0] != strconv.Itoa(i+1) || epoch <= prev || bytes <= 0 {
+					t.Fatalf("%s rank %d row %d: %v", mode, r, i+1, row)
+				}
+				prev = epoch
+			}
+		}
+		curve := readCSV(t, prefix+".curve.csv")
+		if len(curve) < 5 || curve[0][5] != "test_accuracy" {
+			t.Fatalf("%s: curve %v", mode, curve)
+		}
+		f, err := os.Open(plot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := png.Decode(f); err != nil {
+			t.Fatalf("%s: -plot: %v", mode, err)
+		}
+		f.Close()
+	}
+}
+
+func readCSV(t *testing.T, path string) [][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
 }

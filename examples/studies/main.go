@@ -8,6 +8,13 @@
 //	                        and LB-BSP with a straggler 1, 2 and 4 times
 //	                        slower: test loss and RMSE against wall-clock
 //	                        time, SD of iteration times, idle time per rank
+//	studies horovod         time for 12 epochs against ranks, local and on
+//	                        test hosts (-hosts), measured and projected
+//	studies ringtmp         ring against parameter server: idle share,
+//	                        loss per iteration, kill/freeze drills, the
+//	                        largest model under a memory limit
+//	studies accuracy        each model's test accuracy on the whole set
+//	                        against the targets; ring against hub BSP
 //
 // Every run is a real job: `gorun [-launch flags] -np N fmnist ...`, so a
 // study runs on your own hosts with -launch '--ssh "ssh -F cfg" -hostfile
@@ -60,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.date, "date", time.Now().Format("2006-01-02"), "date in the report's name")
 	fs.BoolVar(&o.quick, "quick", false, "a small, fast version (for tests)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: studies [flags] paramhub|orchestration|horovod|ringtmp")
+		fmt.Fprintln(stderr, "usage: studies [flags] paramhub|orchestration|horovod|ringtmp|accuracy")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -90,6 +97,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		path, err = horovod(o)
 	case "ringtmp":
 		path, err = ringTMP(o)
+	case "accuracy":
+		path, err = accuracy(o)
 	default:
 		fs.Usage()
 		return 2

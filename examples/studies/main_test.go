@@ -58,7 +58,7 @@ func TestStudiesQuick(t *testing.T) {
 		}
 	}
 	out := t.TempDir()
-	for _, study := range []string{"paramhub", "orchestration", "horovod", "ringtmp"} {
+	for _, study := range []string{"paramhub", "orchestration", "horovod", "ringtmp", "accuracy"} {
 		var stdout, stderr bytes.Buffer
 		code := run([]string{"-quick", "-np", "2", "-gorun", filepath.Join(bin, "gorun"), "-trainer", filepath.Join(bin, "fmnist"), "-out", out, "-date", "test", study}, &stdout, &stderr)
 		if code != 0 {
@@ -83,11 +83,18 @@ func TestStudiesQuick(t *testing.T) {
 			"horovod":       `(?m)^\| local \| [0-9]+ \| .*\| 0\.[0-9]{4} \|$`,
 			// 2 idle runs, 4 drills, 2 widths x 2 strategies under a limit.
 			"ringtmp": `(?m)^\| (ring|hub BSP) \| 2 \| .*\| 0\.[0-9]{4} \|$|^\| (ring|elastic hub BSP) \| SIG(KILL|STOP) \||^\| [0-9]+,[0-9]+ \| [0-9]+ \| [0-9.]+ \| (ok|fails[^|]*) \| (ok|fails[^|]*) \|$`,
+			"accuracy": `(?m)^\| (softmax|mlp|cnn) \| [0-9]+ \| .*\| 0\.[0-9]{4} \| .*\|$`,
 		}[study]
 		rows := regexp.MustCompile(rowRE).FindAllString(text, -1)
 		want := jobs
-		if study == "ringtmp" {
+		switch study {
+		case "ringtmp":
 			want = jobs - 2 // each width's row holds two jobs
+		case "accuracy":
+			want = jobs - 2 // the ring-against-hub pair is a sentence
+			if !regexp.MustCompile(`Ring against hub BSP, .*: test accuracy 0\.[0-9]{4} and 0\.[0-9]{4}, difference 0\.[0-9]{4}`).MatchString(text) {
+				t.Fatalf("accuracy: no ring-against-hub line:\n%s", text)
+			}
 		}
 		if jobs == 0 || len(rows) != want || !strings.Contains(text, "The whole study took") {
 			t.Fatalf("%s: %d jobs, %d table rows:\n%s", study, jobs, len(rows), text)

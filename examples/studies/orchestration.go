@@ -19,8 +19,14 @@ func orchestration(o options) (string, error) {
 	if o.quick {
 		factors, dur, curve, train, test = []float64{1, 4}, 2*time.Second, 500*time.Millisecond, 1000, 300
 	}
-	modes := []string{"bsp", "ssp", "asp", "lbbsp"}
-	names := map[string]string{"bsp": "BSP", "ssp": "SSP (s=2)", "asp": "ASP", "lbbsp": "LB-BSP"}
+	// Each variant: a name, the trainer's mode and extra arguments. SSP
+	// and ASP also run without momentum: stale gradients act as momentum
+	// of their own, and the hub's 0.5 on top made them unstable here.
+	modes := []string{"bsp", "ssp", "asp", "lbbsp", "ssp0", "asp0"}
+	names := map[string]string{"bsp": "BSP", "ssp": "SSP (s=2)", "asp": "ASP", "lbbsp": "LB-BSP",
+		"ssp0": "SSP, momentum 0", "asp0": "ASP, momentum 0"}
+	trainerMode := map[string][]string{"bsp": {"-mode", "bsp"}, "ssp": {"-mode", "ssp"}, "asp": {"-mode", "asp"}, "lbbsp": {"-mode", "lbbsp"},
+		"ssp0": {"-mode", "ssp", "-momentum", "0"}, "asp0": {"-mode", "asp", "-momentum", "0"}}
 	straggler := o.np - 1
 	rep, err := newReport(o, "orchestration")
 	if err != nil {
@@ -30,8 +36,8 @@ func orchestration(o options) (string, error) {
 	for _, f := range factors {
 		res[f] = map[string]result{}
 		for _, m := range modes {
-			args := []string{"-mode", m, "-model", "mlp", "-train", strconv.Itoa(train), "-test", strconv.Itoa(test),
-				"-duration", dur.String(), "-curve", curve.String(), "-batch", "128", "-lr", "0.1", "-staleness", "2", "-seed", "1"}
+			args := append(append([]string(nil), trainerMode[m]...), "-model", "mlp", "-train", strconv.Itoa(train), "-test", strconv.Itoa(test),
+				"-duration", dur.String(), "-curve", curve.String(), "-batch", "128", "-lr", "0.1", "-staleness", "2", "-seed", "1")
 			if f > 1 {
 				args = append(args, "-straggler", strconv.Itoa(straggler), "-slow", fmt.Sprint(f))
 			}
@@ -119,6 +125,19 @@ func orchestration(o options) (string, error) {
 		}
 		rep.f("- %s: %s\n", names[m], at)
 	}
+	rep.f("\nThe highest test loss on each curve (a measure of instability), straggler F = %g: ", worst)
+	for i, m := range modes {
+		top := 0.0
+		for _, p := range res[worst][m].Curve[1:] {
+			top = max(top, p.Loss)
+		}
+		if i > 0 {
+			rep.f(", ")
+		}
+		rep.f("%s %.2f", names[m], top)
+	}
+	rep.f(". With SSP and ASP a worker computes its gradient on weights up to s rounds old; such staleness acts like momentum (Mitliagkas et al., \"Asynchrony begets momentum\", 2016), ")
+	rep.f("so with the hub's momentum 0.5 on top they can overshoot; the runs without momentum show how much of their gap to BSP that explains.\n")
 	b, lb := res[worst]["bsp"], res[worst]["lbbsp"]
 	rep.f("\nLB-BSP against BSP with the straggler: %d against %d samples trained in the same time (%.2f×), waiting share %.2f against %.2f, SD of iteration time %.1f against %.1f ms.\n",
 		lb.Samples, b.Samples, float64(lb.Samples)/float64(max(1, b.Samples)), lb.Idle, b.Idle, lb.IterSdMs, b.IterSdMs)
