@@ -21,7 +21,7 @@ func accuracy(o options) (string, error) {
 		target  float64
 		lr, mom string
 	}
-	runs := []run{{"softmax", 5, 0, "0.1", "0.5"}, {"mlp", 15, 0.88, "0.05", "0.9"}, {"cnn", 6, 0.91, "0.05", "0.9"}}
+	runs := []run{{"softmax", 5, 0, "0.1", "0.5"}, {"mlp", 15, 0.88, "0.02", "0.9"}, {"cnn", 6, 0.91, "0.02", "0.9"}}
 	train, test, same := 0, 0, 2.0
 	if o.quick {
 		runs, train, test, same = []run{{"mlp", 1, 0.5, "0.05", "0.9"}}, 2000, 500, 0.5
@@ -78,7 +78,7 @@ func accuracy(o options) (string, error) {
 		gorun []string
 		dst   *result
 	}{{"ring", nil, &ra}, {"bsp", []string{"--strategy", "hub"}, &ha}} {
-		r, err := o.job(o.np, m.gorun, data([]string{"-mode", m.mode, "-model", "mlp", "-epochs", fmt.Sprint(same), "-batch", "128", "-lr", "0.05", "-momentum", "0.9", "-seed", "7"})...)
+		r, err := o.job(o.np, m.gorun, data([]string{"-mode", m.mode, "-model", "mlp", "-epochs", fmt.Sprint(same), "-batch", "128", "-lr", "0.02", "-momentum", "0.9", "-seed", "7"})...)
 		if err != nil {
 			return "", err
 		}

@@ -82,7 +82,7 @@ func TestStudiesQuick(t *testing.T) {
 			"orchestration": `(?m)^\| [0-9]+ \| [^|]+ \| .*\| 0\.[0-9]{4} \|`,
 			"horovod":       `(?m)^\| local \| [0-9]+ \| .*\| 0\.[0-9]{4} \|$`,
 			// 2 idle runs, 4 drills, 2 widths x 2 strategies under a limit.
-			"ringtmp": `(?m)^\| (ring|hub BSP) \| 2 \| .*\| 0\.[0-9]{4} \|$|^\| (ring|elastic hub BSP) \| SIG(KILL|STOP) \||^\| [0-9]+,[0-9]+ \| [0-9]+ \| [0-9.]+ \| (ok|fails[^|]*) \| (ok|fails[^|]*) \|$`,
+			"ringtmp":  `(?m)^\| (ring|hub BSP) \| 2 \| .*\| 0\.[0-9]{4} \|$|^\| (ring|elastic hub BSP) \| SIG(KILL|STOP) \||^\| [0-9]+,[0-9]+ \| [0-9]+ \| [0-9.]+ \| (ok|fails[^|]*) \| (ok|fails[^|]*) \|$`,
 			"accuracy": `(?m)^\| (softmax|mlp|cnn) \| [0-9]+ \| .*\| 0\.[0-9]{4} \| .*\|$`,
 		}[study]
 		rows := regexp.MustCompile(rowRE).FindAllString(text, -1)
