@@ -187,37 +187,28 @@ func (t *TCP) ringCap() int { return ringCapOf(t.cfg.ShmRingBytes) }
 
 // offerShm is the lower rank's side.
 func (t *TCP) offerShm(ctx context.Context, pc *peerConn) error {
-	o := shmOffer{HostKey: t.hostKey, RingCap: uint32(t.ringCap())}
-	var mem []byte
-	switch {
-	case !t.cfg.Shm:
-		o.Reason = "shared memory is off on rank " + fmt.Sprint(t.cfg.Rank)
-	case !shmSupported:
-		o.Reason = errNoShm.Error()
-	default:
-		var nonce [16]byte
-		_, _ = rand.Read(nonce[:])
-		o.Path = filepath.Join(t.shmDir(), fmt.Sprintf("%s%s-%d-%d-%s", ShmPrefix, sanitize(t.cfg.JobID), t.cfg.Rank, pc.peer, hex.EncodeToString(nonce[:])))
-		var err error
-		if mem, err = createSegment(o.Path, 2*shmRingSize(int(o.RingCap)), t.cfg.shmReserve); err != nil {
-			t.shmWarn.Do(func() {
-				t.log.Warn("shared memory unavailable; ranks on this host use TCP", "rank", t.cfg.Rank, "err", err)
-			})
-			o.Path, o.Reason = "", err.Error()
-		}
+	off := ""
+	if !t.cfg.Shm {
+		off = "shared memory is off on rank " + fmt.Sprint(t.cfg.Rank)
+	}
+	o, mem, err := offerSegment(t.hostKey, t.ringCap(), off, t.shmDir(), t.cfg.JobID, fmt.Sprintf("%d-%d", t.cfg.Rank, pc.peer), t.cfg.shmReserve)
+	if err != nil {
+		t.shmWarn.Do(func() {
+			t.log.Warn("shared memory unavailable; ranks on this host use TCP", "rank", t.cfg.Rank, "err", err)
+		})
 	}
 	if err := t.write(ctx, pc, Header{Type: TypeShmOffer}, o.encode()); err != nil {
-		t.dropSegment(o.Path, mem)
+		dropSegment(o.Path, mem)
 		return fmt.Errorf("transport: rank %d: shared memory offer to rank %d: %w", t.cfg.Rank, pc.peer, err)
 	}
 	var answer []byte
 	select {
 	case answer = <-pc.shmCtl:
 	case <-t.w.failed:
-		t.dropSegment(o.Path, mem)
+		dropSegment(o.Path, mem)
 		return t.w.Err()
 	case <-ctx.Done():
-		t.dropSegment(o.Path, mem)
+		dropSegment(o.Path, mem)
 		return fmt.Errorf("transport: rank %d: rank %d never answered the shared memory offer: %w", t.cfg.Rank, pc.peer, context.Cause(ctx))
 	}
 	_ = os.Remove(o.Path)
@@ -275,7 +266,38 @@ func pairOver(peer int, mem []byte, ringCap int, creator bool) *shmPeer {
 	return &shmPeer{peer: peer, out: second, in: first, mem: mem}
 }
 
-func (t *TCP) dropSegment(path string, mem []byte) {
+// offerSegment makes the lower side's offer: a new segment for two rings
+// of ringCap in dir, named after the job and name (the pair) with 128
+// random bits, unless off gives the reason not to. If the segment cannot
+// be made the offer declines with the reason, and err says it for the
+// caller's warning.
+func offerSegment(hostKey string, ringCap int, off, dir, jobID, name string, reserve func(fd int, size int64) error) (o shmOffer, mem []byte, err error) {
+	o = shmOffer{HostKey: hostKey, RingCap: uint32(ringCap), Reason: off}
+	switch {
+	case off != "":
+	case !shmSupported:
+		o.Reason = errNoShm.Error()
+	default:
+		var nonce [16]byte
+		_, _ = rand.Read(nonce[:])
+		o.Path = filepath.Join(dir, fmt.Sprintf("%s%s-%s-%s", ShmPrefix, sanitize(jobID), sanitize(name), hex.EncodeToString(nonce[:])))
+		if mem, err = createSegment(o.Path, 2*shmRingSize(ringCap), reserve); err != nil {
+			o.Path, o.Reason = "", err.Error()
+		}
+	}
+	return o, mem, err
+}
+
+// mapOffer maps the segment of an offer that refusal accepted and
+// removes its name: from now on only the two mappings hold it.
+func mapOffer(o shmOffer) ([]byte, error) {
+	mem, err := attachSegment(o.Path, 2*shmRingSize(int(o.RingCap)))
+	_ = os.Remove(o.Path)
+	return mem, err
+}
+
+// dropSegment removes an offered segment that will not be used.
+func dropSegment(path string, mem []byte) {
 	if path != "" {
 		_ = os.Remove(path)
 	}
@@ -323,9 +345,7 @@ func (t *TCP) acceptOffer(peer int, o shmOffer) (*shmPeer, string) {
 	if why := o.refusal(t.hostKey, t.shmDir(), t.cfg.JobID); why != "" {
 		return nil, why
 	}
-	rc := shmRingSize(int(o.RingCap))
-	mem, err := attachSegment(o.Path, 2*rc)
-	_ = os.Remove(o.Path)
+	mem, err := mapOffer(o)
 	if err != nil {
 		t.log.Warn("could not attach a peer's shared memory; TCP to it", "peer", peer, "err", err)
 		return nil, err.Error()

@@ -2,15 +2,12 @@ package transport
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,34 +88,17 @@ const shmCtlMax = 4 << 10
 // mapped the segment, else c itself; an error only when the exchange
 // failed (c is then closed).
 func OfferShm(ctx context.Context, c net.Conn, o ShmOptions) (net.Conn, error) {
-	off := shmOffer{HostKey: o.hostKey(), RingCap: uint32(ringCapOf(o.RingBytes))}
-	var mem []byte
-	switch {
-	case !o.Enabled:
-		off.Reason = "shared memory is off"
-	case !shmSupported:
-		off.Reason = errNoShm.Error()
-	default:
-		var nonce [16]byte
-		_, _ = rand.Read(nonce[:])
-		off.Path = filepath.Join(o.dir(), fmt.Sprintf("%s%s-%s-%s", ShmPrefix, sanitize(o.JobID), sanitize(o.Name), hex.EncodeToString(nonce[:])))
-		var err error
-		if mem, err = createSegment(off.Path, 2*shmRingSize(int(off.RingCap)), o.reserve); err != nil {
-			o.log().Warn("shared memory unavailable; this connection stays on TCP", "conn", o.Name, "err", err)
-			off.Path, off.Reason = "", err.Error()
-		}
+	reason := ""
+	if !o.Enabled {
+		reason = "shared memory is off"
 	}
-	drop := func() {
-		if off.Path != "" {
-			_ = os.Remove(off.Path)
-		}
-		if mem != nil {
-			_ = unmapSegment(mem)
-		}
+	off, mem, err := offerSegment(o.hostKey(), ringCapOf(o.RingBytes), reason, o.dir(), o.JobID, o.Name, o.reserve)
+	if err != nil {
+		o.log().Warn("shared memory unavailable; this connection stays on TCP", "conn", o.Name, "err", err)
 	}
 	p, err := exchangeCtl(ctx, c, o.timeout(), Header{Type: TypeShmOffer}, off.encode(), TypeShmAnswer)
 	if err != nil {
-		drop()
+		dropSegment(off.Path, mem)
 		_ = c.Close()
 		return nil, fmt.Errorf("transport: shared memory offer: %w", err)
 	}
@@ -157,13 +137,13 @@ func AnswerShm(ctx context.Context, c net.Conn, o ShmOptions) (net.Conn, error) 
 		return nil, fmt.Errorf("transport: shared memory offer: %w", err)
 	}
 	var sp *shmPeer
+	mine := o.hostKey()
 	reason := "shared memory is off"
 	if o.Enabled {
-		reason = off.refusal(o.hostKey(), o.dir(), o.JobID)
+		reason = off.refusal(mine, o.dir(), o.JobID)
 	}
 	if reason == "" {
-		mem, err := attachSegment(off.Path, 2*shmRingSize(int(off.RingCap)))
-		_ = os.Remove(off.Path)
+		mem, err := mapOffer(off)
 		if err != nil {
 			o.log().Warn("could not attach a peer's shared memory; TCP", "conn", o.Name, "err", err)
 			reason = err.Error()
@@ -171,7 +151,7 @@ func AnswerShm(ctx context.Context, c net.Conn, o ShmOptions) (net.Conn, error) 
 			sp = pairOver(-1, mem, int(off.RingCap), false)
 		}
 	}
-	a := shmAnswer{Attached: sp != nil, SameHost: off.HostKey == o.hostKey(), Reason: reason}
+	a := shmAnswer{Attached: sp != nil, SameHost: off.HostKey == mine, Reason: reason}
 	if _, err := writeCtl(ctx, c, timeout, Header{Type: TypeShmAnswer}, a.encode()); err != nil {
 		if sp != nil {
 			_ = unmapSegment(sp.mem)

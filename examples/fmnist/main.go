@@ -291,9 +291,10 @@ func train(o options, out io.Writer) error {
 
 // snapshot is rank 0's weights at t after the start.
 type snapshot struct {
-	t    time.Duration
-	iter int // rank 0's iterations so far
-	w    []float64
+	t     time.Duration
+	iter  int     // rank 0's iterations so far
+	epoch float64 // as -csv's rows count it
+	w     []float64
 }
 
 // snap keeps a copy of the weights on rank 0 when -curve is set and one is
@@ -314,7 +315,7 @@ func (wk *worker) snap(t0 time.Time, force bool) {
 			return
 		}
 	}
-	wk.snaps = append(wk.snaps, snapshot{t, wk.iters, append([]float64(nil), wk.w...)})
+	wk.snaps = append(wk.snaps, snapshot{t, wk.iters, wk.epoch(), append([]float64(nil), wk.w...)})
 }
 
 // epoch is how many passes over the training set the job has made, as
@@ -388,7 +389,7 @@ func (wk *worker) printCurve(out io.Writer, test *dataset) []curvePoint {
 		copy(wk.w, s.w)
 		acc, loss, rmse := evaluate(wk.m, test)
 		fmt.Fprintf(out, "curve t=%.3f loss=%.4f rmse=%.4f accuracy=%.4f iter=%d\n", s.t.Seconds(), loss, rmse, acc, s.iter)
-		pts = append(pts, curvePoint{t: s.t, iter: s.iter, epoch: float64(s.iter*wk.o.batch) / float64(max(1, wk.train.len())), loss: loss, rmse: rmse, accuracy: acc})
+		pts = append(pts, curvePoint{t: s.t, iter: s.iter, epoch: s.epoch, loss: loss, rmse: rmse, accuracy: acc})
 	}
 	if len(wk.snaps) > 0 {
 		copy(wk.w, wk.snaps[len(wk.snaps)-1].w)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/gorun/gorun/bench"
+	"github.com/gorun/gorun/examples/fmnist/nn"
 	"github.com/gorun/gorun/internal/chart"
 )
 
@@ -120,7 +121,7 @@ func paramHub(o options) (string, error) {
 }
 
 // mlpParams is the MLP's parameter count (784-256-128-10).
-const mlpParams = 784*256 + 256 + 256*128 + 128 + 128*10 + 10
+var mlpParams = nn.MLPParams(784, []int{256, 128}, 10)
 
 func meanRatio(a, b []result) float64 {
 	s := 0.0

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun/gorun/examples/fmnist/nn"
 	"github.com/gorun/gorun/internal/chart"
 )
 
@@ -137,7 +138,7 @@ func ringTMP(o options) (string, error) {
 	rep.f("| hidden widths | parameters | MiB per copy (float64) | ring, 2 ranks | hub BSP, 2 workers + 1 hub |\n| --- | --- | --- | --- | --- |\n")
 	oomRE := regexp.MustCompile(`\[(hub \d+|\d+)\] fatal error: (runtime: )?out of memory`)
 	for _, w := range widths {
-		params := 784*w + w + w*w + w + w*10 + 10
+		params := nn.MLPParams(784, []int{w, w}, 10)
 		row := []string{}
 		for _, s := range []struct {
 			mode  string

@@ -488,3 +488,13 @@ func NewMLP(in Shape, hidden []int, classes int, seed uint64) (*Model, error) {
 	}
 	return NewModel("mlp", seed, append(layers, NewDense(prev, classes))...)
 }
+
+// MLPParams is the parameter count of NewMLP's model, without building it.
+func MLPParams(in int, hidden []int, classes int) int {
+	n, prev := 0, in
+	for _, h := range append(append([]int(nil), hidden...), classes) {
+		n += prev*h + h
+		prev = h
+	}
+	return n
+}

@@ -182,6 +182,12 @@ func TestSameSeedSameModel(t *testing.T) {
 	if !same || !differ {
 		t.Fatalf("same seed same weights %v, other seed other weights %v", same, differ)
 	}
+	for _, hidden := range [][]int{{256, 128}, {7}, {}} {
+		m, err := NewMLP(Shape{28, 28, 1}, hidden, 10, 1)
+		if err != nil || len(m.Params) != MLPParams(784, hidden, 10) {
+			t.Fatalf("hidden %v: %d parameters, MLPParams says %d (%v)", hidden, len(m.Params), MLPParams(784, hidden, 10), err)
+		}
+	}
 	if _, err := NewModel("bad", 1, NewDense(4, 3), NewDense(2, 1)); err == nil {
 		t.Fatal("a stack whose sizes do not match was accepted")
 	}
