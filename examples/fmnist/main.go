@@ -60,6 +60,7 @@ type options struct {
 	samples   int    // synthetic training samples
 	batch     int    // global batch per iteration
 	lr, mom   float64
+	decay     string
 	staleness int
 	straggler int
 	slow      float64
@@ -84,6 +85,7 @@ func run(args []string, out io.Writer) int {
 	fs.IntVar(&o.batch, "batch", 256, "global batch per iteration, split over the ranks")
 	fs.Float64Var(&o.lr, "lr", 0.1, "learning rate")
 	fs.Float64Var(&o.mom, "momentum", 0.5, "momentum")
+	fs.StringVar(&o.decay, "lr-decay", "none", "none, or cosine: scale iteration i's gradient by (1+cos(pi*i/iters))/2, with -iters or -epochs (ring and hub modes alike)")
 	fs.IntVar(&o.staleness, "staleness", 2, "SSP staleness bound")
 	fs.IntVar(&o.straggler, "straggler", -1, "rank that computes -slow times slower (-1: none)")
 	fs.Float64Var(&o.slow, "slow", 4, "slow-down of the straggler")
@@ -112,6 +114,14 @@ func run(args []string, out io.Writer) int {
 	}
 	if o.failHow != "kill" && o.failHow != "stop" {
 		fmt.Fprintf(os.Stderr, "fmnist: -fail-how %q: want kill or stop\n", o.failHow)
+		return 2
+	}
+	if o.decay != "none" && o.decay != "cosine" {
+		fmt.Fprintf(os.Stderr, "fmnist: -lr-decay %q: want none or cosine\n", o.decay)
+		return 2
+	}
+	if o.decay == "cosine" && o.iters == 0 && o.epochs == 0 {
+		fmt.Fprintln(os.Stderr, "fmnist: -lr-decay cosine needs -iters or -epochs (the schedule's length)")
 		return 2
 	}
 	if err := train(o, out); err != nil {
@@ -416,6 +426,11 @@ func (wk *worker) step(n int) time.Duration {
 	wk.x, wk.y = batch(wk.train, wk.idx, wk.x, wk.y)
 	wk.loss = wk.m.Gradient(wk.x, wk.y, n)
 	copy(wk.g, wk.m.Grads)
+	if f := decay(wk.o.decay, wk.iters, wk.o.iters); f != 1 {
+		for j := range wk.m.Grads {
+			wk.g[j] *= f
+		}
+	}
 	d := time.Since(t0)
 	if wk.c.Rank() == wk.o.straggler && wk.o.slow > 1 {
 		time.Sleep(time.Duration(float64(d) * (wk.o.slow - 1)))
@@ -429,6 +444,18 @@ func (wk *worker) step(n int) time.Duration {
 		_ = syscall.Kill(os.Getpid(), sig)
 	}
 	return d
+}
+
+// decay is the factor of iteration i's gradient under schedule kind over
+// iters iterations: 1 for none, and for cosine (1+cos(pi*i/iters))/2,
+// from 1 down towards 0. Scaling the gradient rather than the rate keeps
+// the schedule in the worker, so the ring and the hub's optimizer follow
+// it alike.
+func decay(kind string, i, iters int) float64 {
+	if kind != "cosine" || iters <= 0 {
+		return 1
+	}
+	return (1 + math.Cos(math.Pi*float64(min(i, iters))/float64(iters))) / 2
 }
 
 // ring: average the gradients with AllReduce; every rank applies the same

@@ -145,44 +145,75 @@ func TestRealDataLearns(t *testing.T) {
 // iterations from the same seed, through the ring (local momentum SGD on
 // the averaged gradient) and through hub BSP (the same update at the
 // hub), ends with the same weights to 1e-9 (the two sum the ranks'
-// gradients in different orders).
+// gradients in different orders); with a constant rate and with
+// -lr-decay cosine, which must change the weights.
 func TestRingEqualsHubBSP(t *testing.T) {
 	realData(t)
 	dir := t.TempDir()
-	weights := map[string][]float64{}
-	for _, mode := range []string{"ring", "bsp"} {
-		f := filepath.Join(dir, mode)
-		res, out := jobtest.Launch(t, 3, []string{"-mode", mode, "-model", "mlp", "-train", "3000", "-test", "500", "-iters", "8", "-batch", "96", "-dump", f},
-			func(c *launcher.Config) {
-				if mode == "bsp" {
-					c.Strategy = "hub"
-				}
-			})
-		if res.ExitCode != 0 || realRE.FindStringSubmatch(out) == nil {
-			t.Fatalf("exit %d:\n%s", res.ExitCode, out)
-		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		weights[mode] = reduce.FromBytes[float64](b)
-	}
-	r, h := weights["ring"], weights["bsp"]
 	m, _ := newModel("mlp", nil, 1)
-	if len(r) != len(m.Params) || len(h) != len(r) {
-		t.Fatalf("dumped %d and %d weights, the MLP has %d", len(r), len(h), len(m.Params))
-	}
-	moved := 0
-	for i := range r {
-		if math.Abs(r[i]-h[i]) > 1e-9*math.Max(1, math.Abs(r[i])) {
-			t.Fatalf("weight %d: ring %v, hub %v", i, r[i], h[i])
+	final := map[string][]float64{}
+	for _, sched := range []string{"none", "cosine"} {
+		weights := map[string][]float64{}
+		for _, mode := range []string{"ring", "bsp"} {
+			f := filepath.Join(dir, mode+sched)
+			res, out := jobtest.Launch(t, 3, []string{"-mode", mode, "-model", "mlp", "-train", "3000", "-test", "500", "-iters", "8", "-batch", "96", "-lr-decay", sched, "-dump", f},
+				func(c *launcher.Config) {
+					if mode == "bsp" {
+						c.Strategy = "hub"
+					}
+				})
+			if res.ExitCode != 0 || realRE.FindStringSubmatch(out) == nil {
+				t.Fatalf("%s %s: exit %d:\n%s", mode, sched, res.ExitCode, out)
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			weights[mode] = reduce.FromBytes[float64](b)
 		}
-		if r[i] != m.Params[i] {
-			moved++
+		r, h := weights["ring"], weights["bsp"]
+		if len(r) != len(m.Params) || len(h) != len(r) {
+			t.Fatalf("%s: dumped %d and %d weights, the MLP has %d", sched, len(r), len(h), len(m.Params))
+		}
+		moved := 0
+		for i := range r {
+			if math.Abs(r[i]-h[i]) > 1e-9*math.Max(1, math.Abs(r[i])) {
+				t.Fatalf("%s: weight %d: ring %v, hub %v", sched, i, r[i], h[i])
+			}
+			if r[i] != m.Params[i] {
+				moved++
+			}
+		}
+		if moved < len(r)/2 {
+			t.Fatalf("%s: only %d of %d weights moved from their initial values", sched, moved, len(r))
+		}
+		final[sched] = r
+	}
+	differ := 0
+	for i := range final["none"] {
+		if math.Abs(final["none"][i]-final["cosine"][i]) > 1e-9 {
+			differ++
 		}
 	}
-	if moved < len(r)/2 {
-		t.Fatalf("only %d of %d weights moved from their initial values", moved, len(r))
+	if differ < len(m.Params)/2 {
+		t.Fatalf("-lr-decay cosine changed only %d of %d weights", differ, len(m.Params))
+	}
+}
+
+// TestDecay: the cosine schedule starts at 1, is 1/2 halfway, reaches 0
+// at the end and stays there, falling all the way; none is always 1.
+func TestDecay(t *testing.T) {
+	const iters = 10
+	if decay("cosine", 0, iters) != 1 || math.Abs(decay("cosine", iters/2, iters)-0.5) > 1e-12 || math.Abs(decay("cosine", iters, iters)) > 1e-12 || math.Abs(decay("cosine", iters+3, iters)) > 1e-12 {
+		t.Fatalf("cosine: %v %v %v %v", decay("cosine", 0, iters), decay("cosine", iters/2, iters), decay("cosine", iters, iters), decay("cosine", iters+3, iters))
+	}
+	for i := 1; i <= iters; i++ {
+		if decay("cosine", i, iters) >= decay("cosine", i-1, iters) {
+			t.Fatalf("cosine does not fall at %d", i)
+		}
+		if decay("none", i, iters) != 1 {
+			t.Fatalf("none at %d: %v", i, decay("none", i, iters))
+		}
 	}
 }
 
