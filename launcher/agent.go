@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/jobenv"
+	"github.com/gorun/gorun/pmi"
 	"github.com/gorun/gorun/transport"
 )
 
@@ -57,6 +59,12 @@ func RunAgent(ctx context.Context, cfg AgentConfig) error {
 	ready, err := a.preflight()
 	if err != nil {
 		return fail(c, err)
+	}
+	if a.pmi, err = a.pmiNode(); err != nil {
+		return fail(c, err)
+	}
+	if a.pmi != nil {
+		defer a.pmi.Close()
 	}
 	if err := c.Send(&msg{Kind: msgReady, Ready: ready}); err != nil {
 		return err
@@ -116,6 +124,13 @@ func RunAgent(ctx context.Context, cfg AgentConfig) error {
 				a.writeStdin(m.Data)
 			case msgStdinEOF:
 				a.closeStdin()
+			case msgPMIRelease:
+				if a.pmi == nil {
+					break
+				}
+				if err := a.pmi.Release(m.Epoch, m.Puts); err != nil {
+					_ = c.Send(&msg{Kind: msgError, Err: err.Error()})
+				}
 			case msgTerminate:
 				sig := syscall.Signal(m.Signal)
 				if sig == 0 {
@@ -155,10 +170,12 @@ func fail(c *conn, err error) error {
 }
 
 type rankProc struct {
-	spec  rankSpec
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	alive bool
+	spec    rankSpec
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	alive   bool
+	pmi     *pmiSession // nil: no PMI
+	failure string      // set by failRank
 }
 
 type agent struct {
@@ -170,6 +187,7 @@ type agent struct {
 	addr    string
 	dir     string
 	prog    string
+	pmi     *pmi.Node // nil: no PMI
 
 	mu     sync.Mutex
 	procs  []*rankProc
@@ -309,7 +327,32 @@ func (a *agent) start(jobEnv []string) {
 			env = append(env, a.spec.Env...)
 			env = append(env, jobenv.Hub(rs.Hub-1, a.ports[i], rs.NodeRank)...)
 		}
-		if err := a.startOne(p, prog, args, env); err != nil {
+		var conn net.Conn
+		var theirs *os.File
+		if a.pmi != nil && rs.Hub == 0 {
+			var err error
+			if conn, theirs, err = pmiSocket(); err == nil {
+				env = append(env, pmi.Env(pmiFD, rs.Rank, a.spec.PMI.Size, rs.LocalRank, rs.LocalSize)...)
+			} else {
+				a.log.Warn("no PMI for this rank", "rank", rs.Rank, "err", err)
+			}
+		}
+		if conn != nil {
+			p.pmi = &pmiSession{conn: conn, done: make(chan struct{})}
+		}
+		err := a.startOne(p, prog, args, env, theirs)
+		if theirs != nil {
+			_ = theirs.Close()
+		}
+		if conn != nil {
+			if err != nil {
+				_ = conn.Close()
+				p.pmi = nil
+			} else {
+				a.servePMI(p)
+			}
+		}
+		if err != nil {
 			_ = a.conn.Send(&msg{Kind: msgOutput, Rank: rs.Rank, Stream: 2, Data: []byte("gorun: " + err.Error())})
 			_ = a.conn.Send(&msg{Kind: msgExit, Rank: rs.Rank, Exit: &exitInfo{Code: 127}})
 		}
@@ -319,8 +362,11 @@ func (a *agent) start(jobEnv []string) {
 // startOne starts one rank in a process group of its own. Its output goes
 // through pipes the agent owns, so that waiting for the process and reading
 // its output are independent.
-func (a *agent) startOne(p *rankProc, prog string, args, env []string) error {
+func (a *agent) startOne(p *rankProc, prog string, args, env []string, pmiFile *os.File) error {
 	cmd := exec.Command(prog, args...)
+	if pmiFile != nil {
+		cmd.ExtraFiles = []*os.File{pmiFile} // descriptor pmiFD
+	}
 	if p.spec.Hub == 0 {
 		cmd.Args[0] = a.spec.Program
 	}
@@ -372,6 +418,12 @@ func (a *agent) startOne(p *rankProc, prog string, args, env []string) error {
 		} else if ex.Code < 0 && werr != nil {
 			ex.Code = 1
 		}
+		ex.Failure = a.endPMI(p, ex.Code)
+		a.mu.Lock()
+		if p.failure != "" {
+			ex.Failure = p.failure
+		}
+		a.mu.Unlock()
 		_ = a.conn.Send(&msg{Kind: msgExit, Rank: p.spec.Rank, Exit: ex})
 		a.mu.Lock()
 		p.alive = false

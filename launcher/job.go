@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/jobenv"
+	"github.com/gorun/gorun/pmi"
 )
 
 // Config describes one job. Build it with DefaultConfig and change what
@@ -48,6 +49,9 @@ type Config struct {
 	// their addresses in GORUN_HUBS. They stop when the ranks are done.
 	Hubs       int
 	HubElastic bool // hubs finish BSP rounds without a lost rank
+	// PMI is PMIOn ("pmi1", also ""): every rank gets a PMI-1 socket
+	// (PMI_FD), so MPICH programs find their peers; or PMIOff ("none").
+	PMI string
 
 	Stdin          io.Reader // forwarded to rank 0; nil = none
 	Stdout, Stderr io.Writer
@@ -82,6 +86,9 @@ func (c *Config) validate() error {
 	}
 	if c.Grace < 0 || c.Timeout < 0 {
 		return errors.New("durations must not be negative")
+	}
+	if c.PMI != "" && c.PMI != PMIOn && c.PMI != PMIOff {
+		return fmt.Errorf("--pmi %q: want %s or %s", c.PMI, PMIOn, PMIOff)
 	}
 	if len(c.SSH) == 0 || c.SSH[0] == "" {
 		return errors.New("--ssh: empty command")
@@ -224,6 +231,14 @@ func (j *job) run(ctx context.Context) (Result, error) {
 		wdir = abs
 	}
 	env := jobEnv(cfg, jobID, secret, np)
+	var pmiInfo *pmiSpec
+	if cfg.PMI != PMIOff {
+		nodes := make([]int, np)
+		for _, p := range j.places {
+			nodes[p.Rank] = p.NodeRank
+		}
+		pmiInfo = &pmiSpec{KVS: "kvs_gorun_" + jobID, Size: np, Mapping: pmi.ProcessMapping(nodes)}
+	}
 	// Local ranks in a job with remote hosts must advertise an address the
 	// remote ranks can reach, not loopback.
 	remote := ""
@@ -236,7 +251,7 @@ func (j *job) run(ctx context.Context) (Result, error) {
 		name := j.hosts[h].Name
 		spec := &hostSpec{
 			Version: protoVersion, JobID: jobID, Host: name, Program: cfg.Program, Args: cfg.Args,
-			Wdir: wdir, WdirSet: cfg.WdirSet, Env: env, Ranks: byHost[h], Grace: cfg.Grace,
+			Wdir: wdir, WdirSet: cfg.WdirSet, Env: env, Ranks: byHost[h], Grace: cfg.Grace, PMI: pmiInfo,
 		}
 		if isLocal(name) && remote != "" {
 			spec.Advertise = routeTo(remote)
@@ -452,6 +467,11 @@ func (j *job) supervise(ctx context.Context) Result {
 		}
 	}
 	startEnv := jobenv.Peers(peerOf[:j.np], peerOf[j.np:], masterAddr, masterPort)
+	relay, err := newPMIRelay(j.agents, cfg.PMI != PMIOff)
+	if err != nil {
+		// Not reachable: every job has a host with ranks.
+		return Result{ExitCode: ExitLaunchFailed, Failure: err.Error()}
+	}
 	events := make(chan event, 64)
 	var readers sync.WaitGroup
 	for _, a := range j.agents {
@@ -534,6 +554,9 @@ func (j *job) supervise(ctx context.Context) Result {
 				if ex.Signal != 0 {
 					code = 128 + ex.Signal
 				}
+				if ex.Failure != "" && (code == 0 || ex.Signal == int(syscall.SIGKILL)) {
+					code = 1
+				}
 				apply(pol.rankExited(ev.m.Rank, code, j.describeExit(ev.m.Rank, ex)))
 			case msgDone:
 				a.done = true
@@ -541,6 +564,16 @@ func (j *job) supervise(ctx context.Context) Result {
 				_ = a.stdin.Close()
 			case msgError:
 				apply(pol.agentError(fmt.Sprintf("%s: agent: %s", a.name, ev.m.Err)))
+			case msgPMIFence:
+				if err := relay.enter(a, ev.m); err != nil {
+					apply(pol.jobFailed(ExitLaunchFailed, err.Error()))
+				}
+			case msgPMIAbort:
+				text := fmt.Sprintf("%s on %s called MPI_Abort with exit code %d", j.name(ev.m.Rank), a.name, ev.m.Code)
+				if ev.m.Err != "" {
+					text += ": " + ev.m.Err
+				}
+				apply(pol.jobFailed(ev.m.Code, text))
 			}
 		case sig := <-cfg.Signals:
 			apply(pol.signal(asSignal(sig)))
@@ -602,6 +635,12 @@ func (j *job) describeExit(rank int, ex *exitInfo) string {
 	how := fmt.Sprintf("exited with code %d", ex.Code)
 	if ex.Signal != 0 {
 		how = fmt.Sprintf("was killed by signal %d (%v)", ex.Signal, syscall.Signal(ex.Signal))
+	}
+	switch {
+	case ex.Failure != "" && ex.Signal == int(syscall.SIGKILL):
+		how = "was failed by gorun (killed): " + ex.Failure
+	case ex.Failure != "":
+		how += " " + ex.Failure
 	}
 	fmt.Fprintf(&b, "%s on %s (pid %d) %s", j.name(rank), rs.host, ex.Pid, how)
 	if lines := rs.stderr.lines(); len(lines) > 0 {

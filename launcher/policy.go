@@ -99,6 +99,13 @@ func (p *policy) agentLost(ranksExited bool, text string) decision {
 	return p.stop(syscall.SIGTERM)
 }
 
+// jobFailed: the job failed for a reason other than a rank's exit (a rank
+// called MPI_Abort, the PMI barrier broke); code is the job's exit code.
+func (p *policy) jobFailed(code int, text string) decision {
+	p.fail(code, text)
+	return p.stop(syscall.SIGTERM)
+}
+
 // agentError: an agent reported a failure of its own.
 func (p *policy) agentError(text string) decision {
 	p.fail(ExitAgentLost, text)

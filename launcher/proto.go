@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gorun/gorun/pmi"
 )
 
 // The launcher and each host's agent talk over the agent's stdin and stdout
@@ -15,8 +17,9 @@ import (
 // agent first writes agentMagic on a line of its own, so that anything a
 // remote shell prints before it (a chatty .bashrc) is skipped.
 const (
-	agentMagic     = "GORUN-AGENT-1"
-	protoVersion   = 2 // 2: rankSpec.Hub (dedicated ParamHub processes)
+	agentMagic   = "GORUN-AGENT-1"
+	protoVersion = 3 // 2: rankSpec.Hub (dedicated ParamHub processes); 3: PMI-1
+
 	maxBannerLines = 10000
 )
 
@@ -24,17 +27,20 @@ type msgKind uint8
 
 // ONLY APPEND TO THIS LIST: the values cross the wire.
 const (
-	msgSpec      msgKind = iota + 1 // launcher -> agent: what to run
-	msgReady                        // agent -> launcher: pre-flight passed, ports reserved
-	msgStart                        // launcher -> agent: start the ranks
-	msgStarted                      // agent -> launcher: a rank's pid
-	msgOutput                       // agent -> launcher: one line of a rank's output
-	msgExit                         // agent -> launcher: a rank exited
-	msgStdin                        // launcher -> agent: bytes for the stdin of rank 0
-	msgStdinEOF                     // launcher -> agent: stdin of rank 0 is closed
-	msgTerminate                    // launcher -> agent: signal every rank, then kill after the grace period
-	msgDone                         // agent -> launcher: every rank is gone
-	msgError                        // agent -> launcher: the agent cannot go on
+	msgSpec       msgKind = iota + 1 // launcher -> agent: what to run
+	msgReady                         // agent -> launcher: pre-flight passed, ports reserved
+	msgStart                         // launcher -> agent: start the ranks
+	msgStarted                       // agent -> launcher: a rank's pid
+	msgOutput                        // agent -> launcher: one line of a rank's output
+	msgExit                          // agent -> launcher: a rank exited
+	msgStdin                         // launcher -> agent: bytes for the stdin of rank 0
+	msgStdinEOF                      // launcher -> agent: stdin of rank 0 is closed
+	msgTerminate                     // launcher -> agent: signal every rank, then kill after the grace period
+	msgDone                          // agent -> launcher: every rank is gone
+	msgError                         // agent -> launcher: the agent cannot go on
+	msgPMIFence                      // agent -> launcher: every local rank entered PMI barrier Epoch; Puts are the host's puts
+	msgPMIRelease                    // launcher -> agent: PMI barrier Epoch is complete; Puts are every host's puts
+	msgPMIAbort                      // agent -> launcher: Rank asked to abort the job with exit code Code (MPI_Abort)
 )
 
 type rankSpec struct {
@@ -53,7 +59,15 @@ type hostSpec struct {
 	Env       []string
 	Ranks     []rankSpec
 	Grace     time.Duration
-	Advertise string // address to advertise; "" lets the agent decide
+	Advertise string   // address to advertise; "" lets the agent decide
+	PMI       *pmiSpec // nil: no PMI for this job's ranks
+}
+
+// pmiSpec is what a host's ranks are told through PMI-1.
+type pmiSpec struct {
+	KVS     string // the job's KVS name
+	Size    int    // ranks in the job
+	Mapping string // PMI_process_mapping ("" leaves it unset)
 }
 
 type readyInfo struct {
@@ -67,6 +81,9 @@ type exitInfo struct {
 	Pid    int
 	Code   int // exit code, or -1 when killed by a signal
 	Signal int
+	// Failure, if set, is why the agent counts the rank as failed whatever
+	// its exit status (a PMI protocol error, MPI_Init without MPI_Finalize).
+	Failure string
 }
 
 type msg struct {
@@ -81,6 +98,9 @@ type msg struct {
 	Exit   *exitInfo
 	Signal int
 	Err    string
+	Epoch  int      // msgPMIFence, msgPMIRelease
+	Puts   []pmi.KV // msgPMIFence, msgPMIRelease
+	Code   int      // msgPMIAbort
 }
 
 // conn is one end of the launcher-agent channel. Send is safe for

@@ -101,6 +101,7 @@ func launchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "strategy", Usage: "collective strategy for the ranks: ring or hub (sets GORUN_STRATEGY)"},
 		&cli.IntFlag{Name: "hubs", Usage: "start `K` dedicated ParamHub processes on the job's hosts (sets GORUN_HUBS)"},
 		&cli.BoolFlag{Name: "hub-elastic", Usage: "hubs finish BSP rounds without a lost rank instead of failing"},
+		&cli.StringFlag{Name: "pmi", Value: launcher.PMIOn, Usage: "process-manager interface for MPICH programs: pmi1 (PMI_FD for every rank) or none"},
 		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log launcher progress to stderr"},
 	}
 }
@@ -129,7 +130,9 @@ func launchConfig(c *cli.Context) (launcher.Config, error) {
 
 func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 	var err error
+	source := "this machine (no -hostfile, -H or batch allocation)"
 	if hf := c.String("hostfile"); hf != "" {
+		source = "hostfile " + hf
 		if c.String("H") != "" {
 			return errors.New("give either -hostfile or -H, not both")
 		}
@@ -143,8 +146,17 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 			return err
 		}
 	} else if h := c.String("H"); h != "" {
+		source = "-H " + h
 		if cfg.Hosts, err = launcher.ParseHostList(h); err != nil {
 			return err
+		}
+	} else {
+		hosts, from, err := launcher.AllocHosts(os.LookupEnv, os.ReadFile)
+		if err != nil {
+			return err
+		}
+		if hosts != nil {
+			cfg.Hosts, source = hosts, from
 		}
 	}
 	if cfg.MapBy, err = launcher.ParseMapBy(c.String("map-by")); err != nil {
@@ -172,12 +184,14 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 		return fmt.Errorf("--strategy %q: want ring or hub", s)
 	}
 	cfg.Hubs, cfg.HubElastic = c.Int("hubs"), c.Bool("hub-elastic")
+	cfg.PMI = c.String("pmi")
 	if cfg.Gorun, err = os.Executable(); err != nil {
 		return err
 	}
 	cfg.Stdin = os.Stdin
 	if c.Bool("verbose") {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		cfg.Logger.Info("hosts", "from", source, "hosts", len(cfg.Hosts))
 		cfg.Env = append(cfg.Env, jobenv.HubStatsVar+"=1") // hubs report their traffic
 	}
 	return nil

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gorun/gorun/internal/mpitest"
+)
+
+// mpiPrograms builds the MPICH test programs into a directory whose name
+// holds a marker, so that noLeftovers finds their processes.
+func mpiPrograms(t *testing.T) (map[string]string, string) {
+	t.Helper()
+	mark := marker(t)
+	dir := filepath.Join(t.TempDir(), mark)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return mpitest.Build(t, dir), mark
+}
+
+// TestMPICHCollectives: an unmodified MPICH program under gorun (PMI-1)
+// gets the right MPI_Allreduce (sum, max, min), MPI_Bcast and
+// MPI_Allgather results on 1 to 5 ranks, for counts 0, 1, primes and
+// fewer than the ranks, checked against a naive reference.
+func TestMPICHCollectives(t *testing.T) {
+	progs, mark := mpiPrograms(t)
+	for np := 1; np <= 5; np++ {
+		seed := rand.Int64N(1 << 20)
+		counts := []int{0, 1, 2, 7, 13, 1 + rand.IntN(40)}
+		args := []string{"-np", strconv.Itoa(np), progs["mpicheck"], strconv.FormatInt(seed, 10)}
+		for _, c := range counts {
+			args = append(args, strconv.Itoa(c))
+		}
+		r := gorun(t, args...)
+		if r.code != 0 {
+			t.Fatalf("np %d: exit %d:\n%s", np, r.code, r.stderr)
+		}
+		mpitest.Check(t, r.stdout, np, seed, counts)
+	}
+	noLeftovers(t, mark)
+}
+
+// TestMPICHFailures: MPI_Abort(…, 3) ends the job with 3 and names the
+// rank; a segfault ends it with the signal; returning without
+// MPI_Finalize fails the job instead of leaving the others in a barrier;
+// nothing is left running.
+func TestMPICHFailures(t *testing.T) {
+	progs, mark := mpiPrograms(t)
+	r := gorun(t, "-np", "3", "--grace", "1s", progs["mpiabort"])
+	if r.code != 3 || !strings.Contains(r.stderr, "rank 1 on localhost called MPI_Abort with exit code 3") {
+		t.Fatalf("abort: exit %d, want 3 naming rank 1:\n%s", r.code, r.stderr)
+	}
+	noLeftovers(t, mark)
+	r = gorun(t, "-np", "3", "--grace", "1s", progs["mpisegv"])
+	if r.code != 128+11 || !strings.Contains(r.stderr, "rank 2 on localhost") || !strings.Contains(r.stderr, "segmentation fault") {
+		t.Fatalf("segfault: exit %d, want 139 naming rank 2:\n%s", r.code, r.stderr)
+	}
+	noLeftovers(t, mark)
+	r = gorun(t, "-np", "3", "--grace", "1s", progs["mpinofinalize"])
+	if r.code != 1 || !strings.Contains(r.stderr, "rank 0 on localhost") || !strings.Contains(r.stderr, "without calling MPI_Finalize") {
+		t.Fatalf("no finalize: exit %d, want 1 naming rank 0:\n%s", r.code, r.stderr)
+	}
+	noLeftovers(t, mark)
+}
+
+// TestMPICHWithoutInit: a program linked with MPICH that never calls
+// MPI_Init runs as any program does; with --pmi=none an MPI program runs
+// as MPICH singletons (size 1 each), as it would without a launcher.
+func TestMPICHWithoutInit(t *testing.T) {
+	progs, mark := mpiPrograms(t)
+	r := gorun(t, "-np", "2", progs["mpinoinit"])
+	if r.code != 0 || !strings.Contains(r.stdout, "[0] 0 no-init initialized=0") || !strings.Contains(r.stdout, "[1] 1 no-init initialized=0") {
+		t.Fatalf("exit %d:\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = gorun(t, "-np", "2", "--pmi=none", progs["mpicheck"], "5", "3")
+	if r.code != 0 || strings.Count(r.stdout, " 0 size 1\n") != 2 {
+		t.Fatalf("--pmi=none: exit %d, want two singletons:\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r := gorun(t, "-np", "1", "--pmi=pmi2", progs["mpinoinit"]); r.code == 0 || !strings.Contains(r.stderr, `--pmi "pmi2"`) {
+		t.Fatalf("--pmi=pmi2: exit %d:\n%s", r.code, r.stderr)
+	}
+	noLeftovers(t, mark)
+}

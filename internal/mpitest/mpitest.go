@@ -1,0 +1,220 @@
+// Package mpitest builds small MPICH programs for the tests of gorun's
+// PMI-1 support, and checks their collectives against a naive reference.
+package mpitest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// Programs: name -> C source. Every program prints with the rank first.
+var sources = map[string]string{
+	// mpicheck SEED COUNT...: for each count, all-reduce (sum, max, min),
+	// broadcast from rank COUNT % size and all-gather of each rank's
+	// COUNT values (see Value), printed in full.
+	"mpicheck": `#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+static long val(int r, int i, long seed) { return (seed * 31 + r * 1000003L + i * 7919L) % 10007 - 5000; }
+static void show(int r, const char *what, int c, long *x, int m) {
+    printf("%d %s %d", r, what, c);
+    for (int i = 0; i < m; i++) printf(" %ld", x[i]);
+    printf("\n");
+}
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int r, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    long seed = atol(argv[1]);
+    printf("%d size %d\n", r, n);
+    for (int a = 2; a < argc; a++) {
+        int c = atoi(argv[a]);
+        long *v = malloc((c + 1) * sizeof(long)), *o = malloc((c + 1) * sizeof(long)), *g = malloc((c * n + 1) * sizeof(long));
+        for (int i = 0; i < c; i++) v[i] = val(r, i, seed);
+        MPI_Op ops[3] = {MPI_SUM, MPI_MAX, MPI_MIN};
+        const char *names[3] = {"allreduce-sum", "allreduce-max", "allreduce-min"};
+        for (int k = 0; k < 3; k++) {
+            MPI_Allreduce(v, o, c, MPI_LONG, ops[k], MPI_COMM_WORLD);
+            show(r, names[k], c, o, c);
+        }
+        int root = c % n;
+        for (int i = 0; i < c; i++) o[i] = r == root ? v[i] : 0;
+        MPI_Bcast(o, c, MPI_LONG, root, MPI_COMM_WORLD);
+        show(r, "bcast", c, o, c);
+        MPI_Allgather(v, c, MPI_LONG, g, c, MPI_LONG, MPI_COMM_WORLD);
+        show(r, "allgather", c, g, c * n);
+        free(v); free(o); free(g);
+    }
+    MPI_Finalize();
+    return 0;
+}
+`,
+	// mpiabort: rank 1 (or 0 alone) calls MPI_Abort(…, 3); the others wait.
+	"mpiabort": `#include <mpi.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int r, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (r == (n > 1)) MPI_Abort(MPI_COMM_WORLD, 3);
+    sleep(300);
+    MPI_Finalize();
+    return 0;
+}
+`,
+	// mpisegv: the last rank dereferences NULL after MPI_Init.
+	"mpisegv": `#include <mpi.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int r, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (r == n - 1) { volatile int *p = 0; *p = 1; }
+    sleep(300);
+    MPI_Finalize();
+    return 0;
+}
+`,
+	// mpinofinalize: rank 0 returns from main after MPI_Init, without
+	// MPI_Finalize; the others wait in a barrier that cannot complete.
+	"mpinofinalize": `#include <mpi.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int r;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    if (r == 0) return 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Finalize();
+    return 0;
+}
+`,
+	// mpinoinit: linked with MPICH, never calls MPI_Init.
+	"mpinoinit": `#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(void) {
+    int ok = 0;
+    MPI_Initialized(&ok);
+    printf("%s no-init initialized=%d\n", getenv("PMI_RANK"), ok);
+    return 0;
+}
+`,
+}
+
+// Compiler is MPICH's C compiler wrapper on Debian.
+const Compiler = "mpicc.mpich"
+
+// Build compiles every program into dir and returns their paths by name.
+// Without mpicc.mpich it skips the test, unless GORUN_REQUIRE_MPICH=1
+// (CI), where it fails.
+func Build(t testing.TB, dir string) map[string]string {
+	t.Helper()
+	if _, err := exec.LookPath(Compiler); err != nil {
+		if os.Getenv("GORUN_REQUIRE_MPICH") == "1" {
+			t.Fatalf("%s not found (apt-get install mpich libmpich-dev)", Compiler)
+		}
+		t.Skipf("%s not found (apt-get install mpich libmpich-dev)", Compiler)
+	}
+	out := map[string]string{}
+	for name, src := range sources {
+		c := filepath.Join(dir, name+".c")
+		if err := os.WriteFile(c, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(dir, name)
+		if b, err := exec.Command(Compiler, "-O1", "-o", bin, c).CombinedOutput(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", Compiler, name, err, b)
+		}
+		out[name] = bin
+	}
+	return out
+}
+
+// Value is what mpicheck's rank r holds at index i.
+func Value(r, i int, seed int64) int64 {
+	return (seed*31+int64(r)*1000003+int64(i)*7919)%10007 - 5000
+}
+
+// Expected is mpicheck's output for one rank of size, in order, computed
+// with plain loops.
+func Expected(rank, size int, seed int64, counts []int) []string {
+	lines := []string{fmt.Sprintf("%d size %d", rank, size)}
+	show := func(what string, c int, x []int64) {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%d %s %d", rank, what, c)
+		for _, v := range x {
+			fmt.Fprintf(&b, " %d", v)
+		}
+		lines = append(lines, b.String())
+	}
+	for _, c := range counts {
+		sum, mx, mn := make([]int64, c), make([]int64, c), make([]int64, c)
+		for i := range c {
+			mx[i], mn[i] = Value(0, i, seed), Value(0, i, seed)
+			for r := range size {
+				v := Value(r, i, seed)
+				sum[i] += v
+				mx[i], mn[i] = max(mx[i], v), min(mn[i], v)
+			}
+		}
+		show("allreduce-sum", c, sum)
+		show("allreduce-max", c, mx)
+		show("allreduce-min", c, mn)
+		root := c % size
+		b := make([]int64, c)
+		for i := range c {
+			b[i] = Value(root, i, seed)
+		}
+		show("bcast", c, b)
+		var g []int64
+		for r := range size {
+			for i := range c {
+				g = append(g, Value(r, i, seed))
+			}
+		}
+		show("allgather", c, g)
+	}
+	return lines
+}
+
+var tagged = regexp.MustCompile(`^\[(\d+)\] (.*)$`)
+
+// Check compares gorun's tagged output of mpicheck with Expected for
+// every rank of size.
+func Check(t testing.TB, stdout string, size int, seed int64, counts []int) {
+	t.Helper()
+	got := map[string][]string{}
+	for _, l := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		m := tagged.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("untagged line %q in:\n%s", l, stdout)
+		}
+		got[m[1]] = append(got[m[1]], m[2])
+	}
+	if len(got) != size {
+		t.Fatalf("output of %d ranks, want %d:\n%s", len(got), size, stdout)
+	}
+	for r := range size {
+		want := Expected(r, size, seed, counts)
+		have := got[fmt.Sprint(r)]
+		if len(have) != len(want) {
+			t.Fatalf("rank %d printed %d lines, want %d:\n%s", r, len(have), len(want), strings.Join(have, "\n"))
+		}
+		for i := range want {
+			if have[i] != want[i] {
+				t.Fatalf("rank %d, line %d:\n got %s\nwant %s", r, i, have[i], want[i])
+			}
+		}
+	}
+}
