@@ -40,4 +40,38 @@ if command -v mpirun >/dev/null; then
         env OMPI_MCA_oob_tcp_if_include=198.18.0.0/24 OMPI_MCA_btl_tcp_if_include=198.18.0.0/24 \
         mpirun --allow-run-as-root --mca plm_rsh_agent "$TESTNET_SSH" -hostfile "$TESTNET_HOSTFILE" -np 6 "$prog"
 fi
+if command -v mpicc.mpich >/dev/null && command -v mpiexec.hydra >/dev/null; then
+    # Each rank of an MPICH program writes the time MPI_Init returned.
+    cat > "$stamp/init.c" <<EOF
+#include <mpi.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char p[512];
+    snprintf(p, sizeof p, "$stamp/start.%d", (int)getpid());
+    FILE *f = fopen(p, "w");
+    fprintf(f, "%lld\n", (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    fclose(f);
+    MPI_Finalize();
+    return 0;
+}
+EOF
+    mpicc.mpich -O1 -o "$stamp/init" "$stamp/init.c"
+    printf '#!/bin/sh\nexec %s "$@"\n' "$TESTNET_SSH" > "$stamp/ssh"
+    chmod +x "$stamp/ssh"
+    sed 's/ slots=/:/' "$TESTNET_HOSTFILE" > "$stamp/hosts.hydra"
+    g=(); h=(); r=()
+    for _ in $(seq "$runs"); do
+        a=$(measure "$repo/bin/gorun" --ssh "$TESTNET_SSH" -hostfile "$TESTNET_HOSTFILE" -np 6 "$stamp/init")
+        b=$(measure mpiexec.hydra -localhost 198.18.0.1 -launcher ssh -launcher-exec "$stamp/ssh" -f "$stamp/hosts.hydra" -n 6 "$stamp/init")
+        g+=("$a"); h+=("$b"); r+=("$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", a / b}')")
+    done
+    echo "MPICH program, launch to MPI_Init done in all 6 ranks, gorun (PMI-1): median $(printf '%s\n' "${g[@]}" | median) ms (${g[*]})"
+    echo "MPICH program, launch to MPI_Init done in all 6 ranks, mpiexec.hydra: median $(printf '%s\n' "${h[@]}" | median) ms (${h[*]})"
+    echo "gorun / mpiexec.hydra, run by run: ${r[*]}"
+fi
 rm -rf "$stamp"

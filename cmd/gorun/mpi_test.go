@@ -86,3 +86,55 @@ func TestMPICHWithoutInit(t *testing.T) {
 	}
 	noLeftovers(t, mark)
 }
+
+// TestPMIGarbage: a rank that writes garbage to its PMI socket is failed
+// by gorun with an error that names it and the line; the others are
+// stopped and nothing is left running.
+func TestPMIGarbage(t *testing.T) {
+	mark := marker(t)
+	r := gorun(t, "-np", "3", "--grace", "1s", "sh", "-c",
+		`if [ "$PMI_RANK" = 1 ]; then echo "hello pmi" >&$PMI_FD; fi; sleep 100 # `+mark)
+	if r.code != 1 || !strings.Contains(r.stderr, "rank 1 on localhost") || !strings.Contains(r.stderr, `PMI: rank 1: pmi: malformed request: "hello pmi" does not start with cmd=`) {
+		t.Fatalf("exit %d, want 1 naming rank 1 and its line:\n%s", r.code, r.stderr)
+	}
+	noLeftovers(t, mark)
+}
+
+// TestBatchAllocation: inside a Slurm allocation (hostlist and task
+// counts) or a PBS one (a node file), gorun takes its hosts from it, and
+// -v says so; -H still wins.
+func TestBatchAllocation(t *testing.T) {
+	host, _ := os.Hostname()
+	nodefile := filepath.Join(t.TempDir(), "nodes")
+	if err := os.WriteFile(nodefile, []byte("localhost\nlocalhost\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		np   int
+		from string
+	}{
+		{[]string{"SLURM_JOB_NODELIST=" + host, "SLURM_TASKS_PER_NODE=3"}, nil, 3, "Slurm allocation (SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE)"},
+		{[]string{"SLURM_JOB_NODELIST=" + host, "SLURM_JOB_CPUS_PER_NODE=1(x1)"}, nil, 1, "SLURM_JOB_CPUS_PER_NODE"},
+		{[]string{"PBS_NODEFILE=" + nodefile}, nil, 2, "PBS allocation (PBS_NODEFILE " + nodefile + ")"},
+		{[]string{"PBS_NODEFILE=" + nodefile}, []string{"-H", "localhost:4"}, 4, "-H localhost:4"},
+	} {
+		cmd, out, errb := gorunCmd(t, append(append([]string{"-v"}, tc.args...), "sh", "-c", "echo $WORLD_SIZE")...)
+		cmd.Env = append(cmd.Env, tc.env...)
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%v: %v\n%s", tc.env, err, errb)
+		}
+		if got := strings.Count(out.String(), "\n"); got != tc.np || !strings.Contains(out.String(), "] "+strconv.Itoa(tc.np)+"\n") {
+			t.Fatalf("%v: %d ranks, want %d:\n%s", tc.env, got, tc.np, out)
+		}
+		if !strings.Contains(errb.String(), tc.from) {
+			t.Fatalf("%v: -v does not say %q:\n%s", tc.env, tc.from, errb)
+		}
+	}
+	cmd, _, errb := gorunCmd(t, "true")
+	cmd.Env = append(cmd.Env, "SLURM_JOB_NODELIST=n[1-2]", "SLURM_TASKS_PER_NODE=2")
+	if err := cmd.Run(); err == nil || !strings.Contains(errb.String(), "SLURM_TASKS_PER_NODE \"2\" gives 1 counts for the 2 nodes") {
+		t.Fatalf("mismatched counts: %v\n%s", err, errb)
+	}
+}
