@@ -11,8 +11,10 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gorun/gorun/internal/inspect"
 	"github.com/gorun/gorun/membership"
 	"github.com/gorun/gorun/ps"
+	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/transport"
 )
@@ -37,6 +39,7 @@ type Comm struct {
 	topo   *topology     // which ranks share hosts; nil: one host
 	closed chan struct{} // closed by Close
 	seq    uint32
+	page   *inspect.Page // nil: no status page
 
 	// The hub strategy (see hub.go).
 	hub       *ps.Client
@@ -53,6 +56,15 @@ type Comm struct {
 func newComm(cfg Config, log *slog.Logger, tr transport.Transport) *Comm {
 	c := &Comm{cfg: cfg, log: log, tr: tr, turn: make(chan struct{}, 1), closed: make(chan struct{})}
 	c.turn <- struct{}{}
+	if cfg.StatusFile != "" {
+		// The page stays mapped for the life of the process: a collective
+		// in another goroutine may still write it after Close.
+		p, err := inspect.OpenPage(cfg.StatusFile)
+		if err != nil {
+			log.Warn("no status page: gorun cannot see this rank's collectives", "err", err)
+		}
+		c.page = p
+	}
 	return c
 }
 
@@ -238,6 +250,14 @@ func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error,
 	defer func() { c.turn <- struct{}{} }()
 	c.seq++
 	h.Kind, h.Seq = kind, c.seq
+	if c.page != nil {
+		dt := ""
+		if h.DType != 0 {
+			dt = reduce.DTypeName(h.DType)
+		}
+		c.page.Begin(uint64(c.seq), kindName[kind], dt, int(h.Count)*reduce.Size(h.DType))
+		defer c.page.End(uint64(h.Seq))
+	}
 	if err := c.tr.Err(); err != nil {
 		return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
 	}

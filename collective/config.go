@@ -119,6 +119,13 @@ type Config struct {
 	ProbeTimeout  time.Duration
 	SuspicionMult int
 
+	// StatusFile is the status page gorun's agent made for this rank
+	// (GORUN_STATUS_FILE): the Comm records in it which collective it is
+	// in, so that gorun can tell a stalled job's ranks apart (--stall-warn)
+	// and knows the rank is a Go program it can ask for a goroutine dump.
+	// "" keeps no page.
+	StatusFile string
+
 	Logger *slog.Logger
 }
 
@@ -224,6 +231,9 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	}
 	cfg.SpinTime = env.Duration(jobenv.SpinVar, cfg.SpinTime)
 	cfg.Shm = env.Switch(jobenv.ShmVar, cfg.Shm)
+	if v, ok := env.Lookup(jobenv.StatusFileVar); ok {
+		cfg.StatusFile = v
+	}
 	if node, ok := env.Lookup(jobenv.NodeRankVar); ok {
 		cfg.HostKey = jobenv.NodeName(node)
 	}

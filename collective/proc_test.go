@@ -36,6 +36,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// sleepInOwnCode is a rank busy outside gorun's collectives, forever.
+func sleepInOwnCode() {
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
 func rankMain(mode string) int {
 	ctx := context.Background()
 	cfg, err := collective.ConfigFromEnv(os.LookupEnv)
@@ -94,6 +101,21 @@ func rankMain(mode string) int {
 			}
 		}
 		fmt.Printf("ELASTIC %v\n", v[0])
+		return 0
+	case "stall":
+		// Five all-reduces, then the last rank stays in its own code for
+		// good while the others wait in the sixth.
+		buf := make([]float32, 4096)
+		for i := range 6 {
+			if i == 5 && c.Rank() == c.Size()-1 {
+				fmt.Println("STALLING")
+				sleepInOwnCode()
+			}
+			if err := collective.AllReduce(ctx, c, buf, collective.Sum); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
 		return 0
 	case "litter":
 		// Rank 1 leaves a segment file behind, as a rank killed between
@@ -396,4 +418,65 @@ func TestHubProcessKilled(t *testing.T) {
 			t.Fatalf("rank %s: error does not name hub 0: %s", l[1], l[3])
 		}
 	}
+}
+
+// TestStallInspector: rank 3 stays in its own code while ranks 0-2 wait in
+// all-reduce #6. gorun prints a stall line that names rank 3 as behind and
+// where every rank is, before --stall-abort ends the job with 124; the
+// summary holds each Go rank's goroutine dump, whose top frames show rank
+// 3 in its own function and the others in AllReduce; nothing is left.
+func TestStallInspector(t *testing.T) {
+	res, out := launchWith(t, 4, "stall", 2*time.Second, func(c *launcher.Config) {
+		c.StallWarn, c.StallAbort = time.Second, 3*time.Second
+		c.OutputDir = t.TempDir()
+	})
+	if res.ExitCode != launcher.ExitTimeout {
+		t.Fatalf("exit %d, want %d:\n%s", res.ExitCode, launcher.ExitTimeout, out)
+	}
+	warn := strings.Index(out, "gorun: stall: no progress for")
+	abort := strings.Index(out, "(--stall-abort 3s); terminated every rank")
+	if warn < 0 || abort < warn {
+		t.Fatalf("no stall line before the abort:\n%s", out)
+	}
+	line := out[warn : warn+strings.Index(out[warn:], "\n")]
+	for _, want := range []string{"behind: rank 3 (localhost)", "rank 3: not in a collective for", "(last: #5)", "ranks 0-2: allreduce #6 float32 16 KiB for"} {
+		if !strings.Contains(line, want) {
+			t.Fatalf("stall line lacks %q:\n%s", want, line)
+		}
+	}
+	dumps := out[strings.Index(out, "goroutine dumps"):]
+	if !strings.Contains(dumps, "goroutine dumps (SIGQUIT before the stop) of ranks 0-3") {
+		t.Fatalf("dumps of every rank:\n%s", out)
+	}
+	for r := range 4 {
+		i := strings.Index(dumps, fmt.Sprintf("  rank %d on localhost", r))
+		if i < 0 {
+			t.Fatalf("no dump of rank %d:\n%s", r, dumps)
+		}
+		block := dumps[i:]
+		if j := strings.Index(block[2:], "\n  rank "); j > 0 {
+			block = block[:j+2]
+		}
+		want := "collective.AllReduce"
+		if r == 3 {
+			want = "sleepInOwnCode"
+		}
+		if !strings.Contains(block, want) {
+			t.Fatalf("rank %d's top frames lack %s:\n%s", r, want, block)
+		}
+	}
+	proctest.WaitFor(t, 5*time.Second, func() bool { return len(jobProcs(res.JobID)) == 0 }, "no process of the job left")
+}
+
+// jobProcs lists the pids of the processes whose environment names job.
+func jobProcs(job string) []string {
+	var pids []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err == nil && strings.Contains(string(env), "GORUN_JOB_ID="+job+"\x00") {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
 }

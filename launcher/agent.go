@@ -15,9 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/gorun/gorun/internal/inspect"
 	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/pmi"
 	"github.com/gorun/gorun/transport"
@@ -119,7 +121,12 @@ func RunAgent(ctx context.Context, cfg AgentConfig) error {
 				if !started {
 					started = true
 					a.start(m.Env)
+					stop := make(chan struct{})
+					defer close(stop)
+					go a.watchPages(stop)
 				}
+			case msgDump:
+				a.dumpRanks()
 			case msgStdin:
 				a.writeStdin(m.Data)
 			case msgStdinEOF:
@@ -176,6 +183,13 @@ type rankProc struct {
 	alive   bool
 	pmi     *pmiSession // nil: no PMI
 	failure string      // set by failRank
+	page    string      // its status page ("" none)
+	// declared is the pid that declared the page (the rank itself, if it
+	// uses gorun's collectives); dumping: its stderr is a goroutine dump.
+	declared int
+	dumping  atomic.Bool
+	killed   bool // the agent sent it SIGKILL
+	ooms     int  // the cgroup's OOM kills when it started
 }
 
 type agent struct {
@@ -327,6 +341,13 @@ func (a *agent) start(jobEnv []string) {
 			env = append(env, a.spec.Env...)
 			env = append(env, jobenv.Hub(rs.Hub-1, a.ports[i], rs.NodeRank)...)
 		}
+		if rs.Hub == 0 {
+			if path := pagePath(a.spec.JobID, rs.Rank); inspect.CreatePage(path) == nil {
+				p.page = path
+				env = append(env, jobenv.StatusFileVar+"="+path)
+			}
+		}
+		p.ooms, _ = oomKills()
 		var conn net.Conn
 		var theirs *os.File
 		if a.pmi != nil && rs.Hub == 0 {
@@ -402,8 +423,8 @@ func (a *agent) startOne(p *rankProc, prog string, args, env []string, pmiFile *
 	_ = a.conn.Send(&msg{Kind: msgStarted, Rank: p.spec.Rank, Pid: cmd.Process.Pid})
 	var pumps sync.WaitGroup
 	pumps.Add(2)
-	go a.pump(&pumps, p.spec.Rank, 1, outR)
-	go a.pump(&pumps, p.spec.Rank, 2, errR)
+	go a.pump(&pumps, p, 1, outR)
+	go a.pump(&pumps, p, 2, errR)
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -423,7 +444,14 @@ func (a *agent) startOne(p *rankProc, prog string, args, env []string, pmiFile *
 		if p.failure != "" {
 			ex.Failure = p.failure
 		}
+		ex.ForeignKill = ex.Signal == int(syscall.SIGKILL) && !p.killed && p.failure == ""
 		a.mu.Unlock()
+		if n, ok := oomKills(); ok && n > p.ooms {
+			ex.OOM = true
+		}
+		if p.page != "" {
+			_ = os.Remove(p.page)
+		}
 		_ = a.conn.Send(&msg{Kind: msgExit, Rank: p.spec.Rank, Exit: ex})
 		a.mu.Lock()
 		p.alive = false
@@ -438,7 +466,7 @@ func (a *agent) startOne(p *rankProc, prog string, args, env []string, pmiFile *
 const maxLine = 64 << 10
 
 // pump forwards whole lines; a line longer than maxLine is sent in pieces.
-func (a *agent) pump(wg *sync.WaitGroup, rank, stream int, r *os.File) {
+func (a *agent) pump(wg *sync.WaitGroup, p *rankProc, stream int, r *os.File) {
 	defer wg.Done()
 	defer r.Close()
 	br := bufio.NewReaderSize(r, maxLine)
@@ -447,7 +475,11 @@ func (a *agent) pump(wg *sync.WaitGroup, rank, stream int, r *os.File) {
 		if len(line) > 0 {
 			line = trimNewline(line)
 			data := append([]byte(nil), line...)
-			_ = a.conn.Send(&msg{Kind: msgOutput, Rank: rank, Stream: stream, Data: data})
+			s := stream
+			if s == 2 && p.dumping.Load() {
+				s = streamDump
+			}
+			_ = a.conn.Send(&msg{Kind: msgOutput, Rank: p.spec.Rank, Stream: s, Data: data})
 		}
 		if err != nil && err != bufio.ErrBufferFull {
 			return
@@ -482,6 +514,7 @@ func (a *agent) signalAll(sig syscall.Signal) {
 	defer a.mu.Unlock()
 	for _, p := range a.procs {
 		if p.alive {
+			p.killed = p.killed || sig == syscall.SIGKILL
 			_ = syscall.Kill(-p.cmd.Process.Pid, sig)
 		}
 	}

@@ -38,12 +38,21 @@ type Config struct {
 	TagOutput     bool     // prefix every line with "[rank] "
 	OutputDir     string   // if set, also write DIR/rank.N/{stdout,stderr}
 	Timeout       time.Duration
-	Grace         time.Duration // from SIGTERM to SIGKILL
-	Preflight     time.Duration // how long every host's agent gets to report ready
-	SSH           []string      // remote agent command, default ["ssh"]
-	Gorun         string        // this gorun binary, started locally as the agent
-	RemoteGorun   string        // gorun's path on remote hosts ("" = Gorun)
-	Strategy      string        // GORUN_STRATEGY for the ranks ("" = leave unset)
+	// StallWarn: when ranks using gorun's collectives make no progress
+	// for this long while one of them waits in a collective, print where
+	// every rank is (again at growing intervals); 0 is off. StallAbort:
+	// end such a job after this long stalled (exit 124); 0 is off.
+	StallWarn, StallAbort time.Duration
+	// DumpWait is how long Go ranks get to write their goroutine dumps
+	// (SIGQUIT) before a timeout, a stall abort or a second Ctrl-C stops
+	// them.
+	DumpWait    time.Duration
+	Grace       time.Duration // from SIGTERM to SIGKILL
+	Preflight   time.Duration // how long every host's agent gets to report ready
+	SSH         []string      // remote agent command, default ["ssh"]
+	Gorun       string        // this gorun binary, started locally as the agent
+	RemoteGorun string        // gorun's path on remote hosts ("" = Gorun)
+	Strategy    string        // GORUN_STRATEGY for the ranks ("" = leave unset)
 	// Hubs starts this many dedicated ParamHub processes (gorun __hub) on
 	// the job's hosts, round-robin in host order, and gives every rank
 	// their addresses in GORUN_HUBS. They stop when the ranks are done.
@@ -66,6 +75,8 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		TagOutput: true,
+		StallWarn: 30 * time.Second,
+		DumpWait:  2 * time.Second,
 		Grace:     5 * time.Second,
 		Preflight: 30 * time.Second,
 		SSH:       []string{"ssh"},
@@ -84,7 +95,7 @@ func (c *Config) validate() error {
 	if c.Hubs < 0 || c.Hubs > 1024 {
 		return fmt.Errorf("--hubs %d: want 0 to 1024", c.Hubs)
 	}
-	if c.Grace < 0 || c.Timeout < 0 {
+	if c.Grace < 0 || c.Timeout < 0 || c.StallWarn < 0 || c.StallAbort < 0 || c.DumpWait < 0 {
 		return errors.New("durations must not be negative")
 	}
 	if c.PMI != "" && c.PMI != PMIOn && c.PMI != PMIOff {
@@ -171,6 +182,7 @@ type rankState struct {
 }
 
 type job struct {
+	jobID  string
 	np     int // ranks; hubs follow them in ranks
 	cfg    Config
 	hosts  []Host
@@ -202,6 +214,7 @@ func (j *job) run(ctx context.Context) (Result, error) {
 		return Result{ExitCode: ExitLaunchFailed}, err
 	}
 	np := len(j.places)
+	j.jobID = jobID
 	j.out, err = newOutput(cfg, np, cfg.Hubs)
 	if err != nil {
 		return Result{ExitCode: ExitLaunchFailed}, err
@@ -520,8 +533,41 @@ func (j *job) supervise(ctx context.Context) Result {
 	}
 	started := 0
 	remaining := len(j.agents)
+	ins := newInspector(j, cfg)
+	defer ins.stop()
+	// dump asks the agents for the Go ranks' goroutine dumps; when
+	// dumpTimer fires, the ranks get dumpSig.
+	var dumpTimer <-chan time.Time
+	var dumpSig syscall.Signal
+	dump := func(code int, text string, sig syscall.Signal) bool {
+		if ins.dumped || !ins.dumpable() {
+			return false
+		}
+		ins.dumped = true
+		if code != 0 {
+			apply(pol.beginDump(code, text))
+		} else {
+			pol.dumping = true
+		}
+		for _, a := range j.agents {
+			if !a.done {
+				_ = a.conn.Send(&msg{Kind: msgDump})
+			}
+		}
+		dumpTimer, dumpSig = time.After(cfg.DumpWait), sig
+		return true
+	}
 	for remaining > 0 {
 		select {
+		case now := <-ins.tick:
+			if text, abort := ins.check(now); abort {
+				if !dump(ExitTimeout, text, syscall.SIGTERM) {
+					apply(pol.timedOut(text))
+				}
+			}
+		case <-dumpTimer:
+			dumpTimer = nil
+			apply(pol.endDump(dumpSig))
 		case ev := <-events:
 			a := ev.agent
 			if ev.err != nil {
@@ -542,13 +588,22 @@ func (j *job) supervise(ctx context.Context) Result {
 					res.LaunchTime = time.Since(j.t0)
 					cfg.Logger.Info("all ranks started", "ranks", started, "elapsed", res.LaunchTime)
 				}
+			case msgStatus:
+				if ev.m.Status != nil {
+					ins.update(ev.m.Rank, ev.m.Status, time.Now())
+				}
 			case msgOutput:
+				if ev.m.Stream == streamDump {
+					ins.dumpLine(ev.m.Rank, ev.m.Data)
+					continue
+				}
 				if ev.m.Stream == 2 {
 					j.ranks[ev.m.Rank].stderr.add(string(ev.m.Data))
 				}
 				j.out.line(ev.m.Rank, ev.m.Stream, ev.m.Data)
 			case msgExit:
 				j.ranks[ev.m.Rank].exited = true
+				ins.exited(ev.m.Rank)
 				ex := ev.m.Exit
 				code := ex.Code
 				if ex.Signal != 0 {
@@ -576,10 +631,16 @@ func (j *job) supervise(ctx context.Context) Result {
 				apply(pol.jobFailed(ev.m.Code, text))
 			}
 		case sig := <-cfg.Signals:
-			apply(pol.signal(asSignal(sig)))
+			// A second signal kills; the Go ranks first write their dumps.
+			if pol.stopping == 0 || !dump(0, "", syscall.SIGKILL) {
+				apply(pol.signal(asSignal(sig)))
+			}
 		case <-timeout:
 			timeout = nil
-			apply(pol.timedOut(fmt.Sprintf("job timed out after %v; terminated every rank", cfg.Timeout)))
+			text := fmt.Sprintf("job timed out after %v; terminated every rank", cfg.Timeout)
+			if !dump(ExitTimeout, text, syscall.SIGTERM) {
+				apply(pol.timedOut(text))
+			}
 		case <-ctx.Done():
 			apply(pol.timedOut("cancelled: " + ctx.Err().Error()))
 			ctx = context.Background()
@@ -609,6 +670,9 @@ func (j *job) supervise(ctx context.Context) Result {
 	if res.Failure != "" {
 		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", res.Failure)
 	}
+	if d := ins.writeDumps(j.jobID); d != "" {
+		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", d)
+	}
 	return res
 }
 
@@ -635,6 +699,12 @@ func (j *job) describeExit(rank int, ex *exitInfo) string {
 	how := fmt.Sprintf("exited with code %d", ex.Code)
 	if ex.Signal != 0 {
 		how = fmt.Sprintf("was killed by signal %d (%v)", ex.Signal, syscall.Signal(ex.Signal))
+	}
+	switch {
+	case ex.OOM:
+		how += " (by the kernel's OOM killer: the memory cgroup counted an oom_kill)"
+	case ex.ForeignKill:
+		how += " (not by gorun; out of memory?)"
 	}
 	switch {
 	case ex.Failure != "" && ex.Signal == int(syscall.SIGKILL):

@@ -118,7 +118,7 @@ func (a *agent) failRank(p *rankProc, why string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if p.alive && p.failure == "" {
-		p.failure = why
+		p.failure, p.killed = why, true
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	}
 }

@@ -20,6 +20,7 @@ type policy struct {
 	stopping   syscall.Signal // the last signal sent to every rank, 0 if none
 	lost       []int          // ranks the job went on without (elastic)
 	lostCode   int
+	dumping    bool // the Go ranks are writing goroutine dumps before the stop
 }
 
 // decision is what supervise does after an event.
@@ -68,7 +69,7 @@ func (p *policy) rankExited(rank, code int, describe string) decision {
 	p.exited[rank], p.ok[rank] = true, code == 0
 	var d decision
 	switch {
-	case code == 0 || p.stopping != 0:
+	case code == 0 || p.stopping != 0 || p.dumping:
 	case p.elastic && rank < p.np && !p.workersDone():
 		// The hubs finish their rounds without it.
 		p.lost = append(p.lost, rank)
@@ -104,6 +105,21 @@ func (p *policy) agentLost(ranksExited bool, text string) decision {
 func (p *policy) jobFailed(code int, text string) decision {
 	p.fail(code, text)
 	return p.stop(syscall.SIGTERM)
+}
+
+// beginDump: the job is to end with code (a timeout, a stall) once the Go
+// ranks wrote their goroutine dumps; until endDump, ranks that exit (as
+// Go programs do after a dump) do not stop the others.
+func (p *policy) beginDump(code int, text string) decision {
+	p.fail(code, text)
+	p.dumping = true
+	return decision{}
+}
+
+// endDump: the dumps had their time; stop every rank with sig.
+func (p *policy) endDump(sig syscall.Signal) decision {
+	p.dumping = false
+	return p.stop(sig)
 }
 
 // agentError: an agent reported a failure of its own.

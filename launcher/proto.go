@@ -41,6 +41,8 @@ const (
 	msgPMIFence                      // agent -> launcher: every local rank entered PMI barrier Epoch; Puts are the host's puts
 	msgPMIRelease                    // launcher -> agent: PMI barrier Epoch is complete; Puts are every host's puts
 	msgPMIAbort                      // agent -> launcher: Rank asked to abort the job with exit code Code (MPI_Abort)
+	msgStatus                        // agent -> launcher: Rank's status page changed (Status)
+	msgDump                          // launcher -> agent: SIGQUIT the Go ranks; their stderr comes back as streamDump
 )
 
 type rankSpec struct {
@@ -84,6 +86,9 @@ type exitInfo struct {
 	// Failure, if set, is why the agent counts the rank as failed whatever
 	// its exit status (a PMI protocol error, MPI_Init without MPI_Finalize).
 	Failure string
+	// ForeignKill: SIGKILL that neither gorun nor its agent sent; OOM: the
+	// cgroup's OOM-kill count rose while the rank ran.
+	ForeignKill, OOM bool
 }
 
 type msg struct {
@@ -101,6 +106,7 @@ type msg struct {
 	Epoch  int      // msgPMIFence, msgPMIRelease
 	Puts   []pmi.KV // msgPMIFence, msgPMIRelease
 	Code   int      // msgPMIAbort
+	Status *statusInfo
 }
 
 // conn is one end of the launcher-agent channel. Send is safe for

@@ -416,3 +416,56 @@ func TestBench(t *testing.T) {
 		t.Fatalf("bad size: exit %d: %s", r.code, r.stderr)
 	}
 }
+
+// TestForeignKill: a rank killed with SIGKILL by someone other than gorun
+// (the OOM killer, an administrator) is labelled so in the summary.
+func TestForeignKill(t *testing.T) {
+	mark := marker(t)
+	cmd, out, errb := gorunCmd(t, "-np", "2", "--grace", "1s", "sh", "-c", `echo "pid $$"; sleep 100 # `+mark)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	proctest.WaitFor(t, 20*time.Second, func() bool {
+		m := regexp.MustCompile(`\[1\] pid (\d+)`).FindStringSubmatch(out.String())
+		if m != nil {
+			pid, _ = strconv.Atoi(m[1])
+		}
+		return m != nil
+	}, "rank 1's pid")
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 128+9 || !strings.Contains(errb.String(), "rank 1 on localhost (pid "+strconv.Itoa(pid)+") was killed by signal 9 (killed) (not by gorun; out of memory?)") {
+		t.Fatalf("exit %d:\n%s", code, errb)
+	}
+	// Rank 0, which gorun stopped, is not labelled.
+	if strings.Count(errb.String(), "not by gorun") != 1 {
+		t.Fatalf("more than one rank labelled:\n%s", errb)
+	}
+	noLeftovers(t, mark)
+}
+
+// TestOOMLabel: a rank the kernel's OOM killer ends (gorun runs in a
+// memory cgroup of 64 MiB, the rank fills a shell variable) is labelled
+// so. Needs root and a writable cgroup v1 memory controller.
+func TestOOMLabel(t *testing.T) {
+	proctest.SkipShort(t)
+	cg := filepath.Join("/sys/fs/cgroup/memory", "gorun-test-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Skipf("no cgroup v1 memory controller to write (%v)", err)
+	}
+	defer os.Remove(cg)
+	if err := os.WriteFile(filepath.Join(cg, "memory.limit_in_bytes"), []byte("67108864"), 0o644); err != nil {
+		t.Skipf("cannot limit memory: %v", err)
+	}
+	_ = os.WriteFile(filepath.Join(cg, "memory.swappiness"), []byte("0"), 0o644)
+	cmd, _, errb := gorunCmd(t, "-np", "1", "sh", "-c", `x=$(head -c 400000000 /dev/zero | tr '\0' a); echo ${#x}`)
+	// The test binary, as gorun, moves itself into the cgroup first.
+	cmd.Path, cmd.Args = "/bin/sh", append([]string{"sh", "-c", `echo $$ > "$0"/cgroup.procs && exec "$@"`, cg, os.Args[0]}, cmd.Args[1:]...)
+	_ = cmd.Run()
+	if !strings.Contains(errb.String(), "(by the kernel's OOM killer: the memory cgroup counted an oom_kill)") {
+		t.Fatalf("exit %d, no OOM label:\n%s", cmd.ProcessState.ExitCode(), errb)
+	}
+}

@@ -34,7 +34,8 @@ const (
 	// Set by users (exported or with -x).
 	ColocatedHubsVar = "GORUN_COLOCATED_HUBS"
 	SpinVar          = "GORUN_SPIN"
-	ShmVar           = "GORUN_SHM" // 0: no shared memory between ranks on one host
+	ShmVar           = "GORUN_SHM"         // 0: no shared memory between ranks on one host
+	StatusFileVar    = "GORUN_STATUS_FILE" // the rank's status page (internal/inspect)
 )
 
 // Job is what every process of a job is told.

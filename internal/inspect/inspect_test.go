@@ -1,0 +1,173 @@
+package inspect
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "page")
+	if err := CreatePage(path); err != nil {
+		t.Fatal(err)
+	}
+	read := func() (State, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ParsePage(b)
+	}
+	if _, err := read(); err != ErrNoPage {
+		t.Fatalf("undeclared page: %v", err)
+	}
+	p, err := OpenPage(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := read()
+	if err != nil || !s.Declared || s.Pid != os.Getpid() || s.In || s.Seq != 0 {
+		t.Fatalf("declared: %+v %v", s, err)
+	}
+	before := time.Now()
+	p.Begin(7, "allreduce-with-a-long-name", "float32", 4096)
+	s, _ = read()
+	if !s.In || s.Seq != 7 || s.Kind != "allreduce-with-a" || s.DType != "float32" || s.Bytes != 4096 || s.Since.Before(before.Add(-time.Millisecond)) {
+		t.Fatalf("in: %+v", s)
+	}
+	p.End(7)
+	p.Begin(8, "barrier", "", 0)
+	p.End(8)
+	s, _ = read()
+	if s.In || s.Seq != 8 || s.Total != 4096 || s.Kind != "barrier" || s.DType != "" {
+		t.Fatalf("after: %+v", s)
+	}
+	if err := p.Close(); err != nil || p.Close() != nil {
+		t.Fatal("Close is not idempotent")
+	}
+	var nilPage *Page
+	nilPage.Begin(1, "x", "y", 1) // does nothing
+	nilPage.End(1)
+	if _, err := ParsePage(make([]byte, 10)); err == nil {
+		t.Fatal("short page")
+	}
+	if _, err := OpenPage(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Fatal("missing page")
+	}
+}
+
+func FuzzParsePage(f *testing.F) {
+	f.Add(make([]byte, PageBytes))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := ParsePage(b)
+		if err == nil && (!s.Declared || len(s.Kind) > 16 || len(s.DType) > 8) {
+			t.Fatalf("%+v", s)
+		}
+	})
+}
+
+func TestStall(t *testing.T) {
+	now := time.Unix(1000, 0)
+	in := func(seq uint64, ago time.Duration) State {
+		return State{Declared: true, In: true, Seq: seq, Kind: "allreduce", DType: "float32", Bytes: 16 << 20, Since: now.Add(-ago)}
+	}
+	out := func(seq uint64, ago time.Duration) State {
+		return State{Declared: true, Seq: seq, Since: now.Add(-ago)}
+	}
+	var ranks []RankView
+	for r := range 8 {
+		s := in(1200, 41*time.Second)
+		if r == 3 {
+			s = out(1199, 41*time.Second)
+		}
+		ranks = append(ranks, RankView{Rank: r, Host: "h" + string(rune('1'+r/4)), State: s})
+	}
+	stalled, stuck, rep := Stall(ranks, now, 30*time.Second)
+	want := "no progress for 41s; behind: rank 3 (h1); rank 3: not in a collective for 41s (last: #1199); ranks 0-2,4-7: allreduce #1200 float32 16 MiB for 41s"
+	if !stalled || stuck != 41*time.Second || rep != want {
+		t.Fatalf("got %v %v\n%s\nwant\n%s", stalled, stuck, rep, want)
+	}
+	// Under the threshold, off, or nobody waiting in a collective: no stall.
+	if s, _, _ := Stall(ranks, now, time.Minute); s {
+		t.Fatal("41s < 1m")
+	}
+	if s, _, _ := Stall(ranks, now, 0); s {
+		t.Fatal("warn 0 is off")
+	}
+	computing := []RankView{{Rank: 0, State: out(5, time.Hour)}, {Rank: 1, State: out(5, time.Hour)}}
+	if s, _, _ := Stall(computing, now, time.Second); s {
+		t.Fatal("every rank in its own code is not a stall")
+	}
+	// One rank moved recently: no stall. An exited or undeclared rank does
+	// not count as progress.
+	ranks[5].State = in(1200, time.Second)
+	if s, _, _ := Stall(ranks, now, 30*time.Second); s {
+		t.Fatal("rank 5 moved 1s ago")
+	}
+	ranks[5].Exited = true
+	ranks[6].State = State{Since: now}
+	if s, _, rep := Stall(ranks, now, 30*time.Second); !s || !strings.Contains(rep, "rank 6: not using gorun's collectives") || strings.Contains(rep, "5") && strings.Contains(rep, "ranks 0-2,4-7") {
+		t.Fatalf("exited and undeclared: %v %s", s, rep)
+	}
+	// Everybody in the same collective: nobody behind.
+	same := []RankView{{Rank: 0, State: in(9, time.Minute)}, {Rank: 1, State: in(9, time.Minute)}}
+	if _, _, rep := Stall(same, now, time.Second); rep != "no progress for 1m0s; ranks 0-1: allreduce #9 float32 16 MiB for 1m0s" {
+		t.Fatalf("same call: %s", rep)
+	}
+}
+
+func TestFormatting(t *testing.T) {
+	for in, want := range map[string]string{"3": "rank 3", "0 1 2 4 5 6 7": "ranks 0-2,4-7", "5 1 3": "ranks 1,3,5", "": "ranks "} {
+		var rs []int
+		for _, f := range strings.Fields(in) {
+			rs = append(rs, int(f[0]-'0'))
+		}
+		if got := Ranks(rs); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+	for n, want := range map[uint64]string{16 << 20: "16 MiB", 4096: "4 KiB", 12: "12 B", 1536: "1.5 KiB", 3 << 30: "3 GiB"} {
+		if got := Bytes(n); got != want {
+			t.Errorf("%d: %q, want %q", n, got, want)
+		}
+	}
+	if NextReport(1, 30*time.Second) != 30*time.Second || NextReport(3, 30*time.Second) != 2*time.Minute || NextReport(20, 30*time.Second) != 10*time.Minute {
+		t.Fatal("NextReport")
+	}
+}
+
+func stuckInCollective(ch chan<- string) {
+	buf := make([]byte, 1<<20)
+	ch <- string(buf[:runtime.Stack(buf, true)])
+}
+
+func TestTopFrames(t *testing.T) {
+	ch := make(chan string)
+	go stuckInCollective(ch)
+	dump := <-ch
+	top := TopFrames(dump, 3)
+	// No goroutine is in gorun's collectives: the main one.
+	if !strings.HasPrefix(top, "goroutine 1 [") || !strings.Contains(top, "testing.") {
+		t.Fatalf("top frames:\n%s\nof\n%s", top, dump)
+	}
+	if strings.Count(top, "\n") > 6 {
+		t.Fatalf("more than 3 frames:\n%s", top)
+	}
+	fake := "goroutine 1 [sleep]:\ntime.Sleep(0x1)\n\t/x/time.go:1\nmain.main()\n\t/x/main.go:9\n\ngoroutine 7 [select]:\ngithub.com/gorun/gorun/collective.AllReduce[...](...)\n\t/x/c.go:70\n"
+	if got := TopFrames(fake, 1); got != "goroutine 7 [select]:\ngithub.com/gorun/gorun/collective.AllReduce[...](...)\n\t/x/c.go:70" {
+		t.Fatalf("collective goroutine first: %q", got)
+	}
+	if got := TopFrames(strings.Replace(fake, "collective", "other", 1), 1); !strings.HasPrefix(got, "goroutine 1 [sleep]:\ntime.Sleep") {
+		t.Fatalf("else goroutine 1: %q", got)
+	}
+	deep := "goroutine 1 [select]:\ntransport.wait()\n\t/t.go:1\nring.step()\n\t/r.go:2\ngithub.com/gorun/gorun/collective.allReduce()\n\t/c.go:3\ngithub.com/gorun/gorun/collective.AllReduce()\n\t/c.go:4\nmain.train()\n\t/m.go:5\nmain.main()\n\t/m.go:6\n"
+	if got, want := TopFrames(deep, 1), "goroutine 1 [select]:\ntransport.wait()\n\t/t.go:1\n...\ngithub.com/gorun/gorun/collective.AllReduce()\n\t/c.go:4\nmain.train()\n\t/m.go:5"; got != want {
+		t.Fatalf("deep call:\n%s\nwant\n%s", got, want)
+	}
+	if TopFrames("nothing here", 3) != "" {
+		t.Fatal("no goroutine")
+	}
+}
