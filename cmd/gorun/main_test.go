@@ -448,7 +448,7 @@ func TestForeignKill(t *testing.T) {
 }
 
 // TestOOMLabel: a rank the kernel's OOM killer ends (gorun runs in a
-// memory cgroup of 64 MiB, the rank fills a shell variable) is labelled
+// memory cgroup of 384 MiB (room for gorun and its agent under -race), the rank fills a shell variable) is labelled
 // so. Needs root and a writable cgroup v1 memory controller.
 func TestOOMLabel(t *testing.T) {
 	proctest.SkipShort(t)
@@ -457,11 +457,11 @@ func TestOOMLabel(t *testing.T) {
 		t.Skipf("no cgroup v1 memory controller to write (%v)", err)
 	}
 	defer os.Remove(cg)
-	if err := os.WriteFile(filepath.Join(cg, "memory.limit_in_bytes"), []byte("67108864"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(cg, "memory.limit_in_bytes"), []byte("402653184"), 0o644); err != nil {
 		t.Skipf("cannot limit memory: %v", err)
 	}
 	_ = os.WriteFile(filepath.Join(cg, "memory.swappiness"), []byte("0"), 0o644)
-	cmd, _, errb := gorunCmd(t, "-np", "1", "sh", "-c", `x=$(head -c 400000000 /dev/zero | tr '\0' a); echo ${#x}`)
+	cmd, _, errb := gorunCmd(t, "-np", "1", "sh", "-c", `x=$(head -c 1500000000 /dev/zero | tr '\0' a); echo ${#x}`)
 	// The test binary, as gorun, moves itself into the cgroup first.
 	cmd.Path, cmd.Args = "/bin/sh", append([]string{"sh", "-c", `echo $$ > "$0"/cgroup.procs && exec "$@"`, cg, os.Args[0]}, cmd.Args[1:]...)
 	_ = cmd.Run()
