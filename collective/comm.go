@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gorun/gorun/internal/inspect"
 	"github.com/gorun/gorun/membership"
@@ -39,7 +40,8 @@ type Comm struct {
 	topo   *topology     // which ranks share hosts; nil: one host
 	closed chan struct{} // closed by Close
 	seq    uint32
-	page   *inspect.Page // nil: no status page
+	page   *inspect.Page     // nil: no status page
+	rec    *inspect.Recorder // nil: no timeline
 
 	// The hub strategy (see hub.go).
 	hub       *ps.Client
@@ -64,6 +66,9 @@ func newComm(cfg Config, log *slog.Logger, tr transport.Transport) *Comm {
 			log.Warn("no status page: gorun cannot see this rank's collectives", "err", err)
 		}
 		c.page = p
+	}
+	if cfg.TimelineFile != "" {
+		c.rec = inspect.NewRecorder()
 	}
 	return c
 }
@@ -198,6 +203,11 @@ func (c *Comm) Size() int { return c.cfg.Size }
 func (c *Comm) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)
+		if c.rec != nil {
+			if err := c.rec.WriteFile(c.cfg.TimelineFile); err != nil {
+				c.log.Warn("writing the timeline", "err", err)
+			}
+		}
 		c.closeHub()
 		c.closeErr = c.tr.Close()
 		if c.member != nil {
@@ -207,6 +217,23 @@ func (c *Comm) Close() error {
 		}
 	})
 	return c.closeErr
+}
+
+// Span marks a stretch of the program's own work (a forward pass, a data
+// load) on this rank's track of gorun's --timeline, next to its
+// collectives; call the returned function when it ends:
+//
+//	end := c.Span("forward")
+//	...
+//	end()
+//
+// Without --timeline it records nothing and costs a nil check.
+func (c *Comm) Span(name string) (end func()) {
+	if c.rec == nil {
+		return func() {}
+	}
+	t0 := time.Now().UnixNano()
+	return func() { c.rec.Add(inspect.Event{Name: name, Cat: "span", Begin: t0, End: time.Now().UnixNano()}) }
 }
 
 // Err reports the error that broke the Comm, or nil while it is healthy.
@@ -250,13 +277,21 @@ func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error,
 	defer func() { c.turn <- struct{}{} }()
 	c.seq++
 	h.Kind, h.Seq = kind, c.seq
-	if c.page != nil {
+	if c.page != nil || c.rec != nil {
 		dt := ""
 		if h.DType != 0 {
 			dt = reduce.DTypeName(h.DType)
 		}
-		c.page.Begin(uint64(c.seq), kindName[kind], dt, int(h.Count)*reduce.Size(h.DType))
+		bytes := int(h.Count) * reduce.Size(h.DType)
+		c.page.Begin(uint64(c.seq), kindName[kind], dt, bytes)
 		defer c.page.End(uint64(h.Seq))
+		if c.rec != nil {
+			e := inspect.Event{Name: kindName[kind], Cat: "collective", Seq: uint64(h.Seq), Bytes: uint64(bytes), DType: dt, Strategy: c.Strategy(), Begin: time.Now().UnixNano()}
+			defer func() {
+				e.End = time.Now().UnixNano()
+				c.rec.Add(e)
+			}()
+		}
 	}
 	if err := c.tr.Err(); err != nil {
 		return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)

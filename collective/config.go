@@ -126,6 +126,12 @@ type Config struct {
 	// "" keeps no page.
 	StatusFile string
 
+	// TimelineFile (GORUN_TIMELINE_FILE, set by gorun --timeline): the
+	// Comm records every collective and every Span in memory and writes
+	// them there at Close, for gorun to merge into one trace. "" records
+	// nothing.
+	TimelineFile string
+
 	Logger *slog.Logger
 }
 
@@ -233,6 +239,9 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	cfg.Shm = env.Switch(jobenv.ShmVar, cfg.Shm)
 	if v, ok := env.Lookup(jobenv.StatusFileVar); ok {
 		cfg.StatusFile = v
+	}
+	if v, ok := env.Lookup(jobenv.TimelineFileVar); ok {
+		cfg.TimelineFile = v
 	}
 	if node, ok := env.Lookup(jobenv.NodeRankVar); ok {
 		cfg.HostKey = jobenv.NodeName(node)

@@ -1,7 +1,11 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -87,6 +91,87 @@ func TestHubsOverSSH(t *testing.T) {
 	lost := regexp.MustCompile(`\[(\d)\] LOST \d+ peerlost=true err=.*rank 3 lost`).FindAllString(res.stdout, -1)
 	if res.code == 0 || len(lost) != 3 {
 		t.Fatalf("exit %d; %d of 3 survivors reported rank 3 lost:\n%s\n%s", res.code, len(lost), res.stdout, res.stderr)
+	}
+	r.noLeftovers(t)
+}
+
+// TestTimelineOverSSH: --timeline on 2 test hosts x 2 ranks writes one
+// Chrome trace: it parses as JSON, has a track per rank (named with its
+// host), every collective begins before it ends, the program's span is
+// there, and the same all-reduce, all-gather or barrier overlaps on every
+// rank on the aligned clock (to within the clocks' stated error).
+func TestTimelineOverSSH(t *testing.T) {
+	r := needRig(t)
+	bin := r.selftest(t)
+	hf := r.hostfile(t, 2, 2)
+	path := filepath.Join(t.TempDir(), "timeline.json")
+	res := r.run(t, "-hostfile", hf, "--timeline", path, bin, "-rounds", "40", "-seed", "5")
+	if res.code != 0 || !strings.Contains(res.stderr, "timeline of 4 rank(s) in "+path) {
+		t.Fatalf("exit %d\n%s", res.code, res.stderr)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		TraceEvents []struct {
+			Name, Ph, Cat string
+			Ts, Dur       float64
+			Pid           int
+			Args          map[string]any
+		}
+		Metadata struct {
+			Hosts map[string]struct {
+				ErrorUs float64 `json:"error_us"`
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &tr); err != nil {
+		t.Fatalf("not JSON: %v", err)
+	}
+	slack := 0.0
+	for _, h := range tr.Metadata.Hosts {
+		slack = max(slack, 2*h.ErrorUs)
+	}
+	if len(tr.Metadata.Hosts) != 2 {
+		t.Fatalf("clock metadata for %d hosts, want 2: %s", len(tr.Metadata.Hosts), b[:min(len(b), 300)])
+	}
+	type span struct{ begin, end float64 }
+	tracks := map[int]string{}
+	spans := map[int]int{}
+	same := map[string][]span{}
+	for _, e := range tr.TraceEvents {
+		switch {
+		case e.Ph == "M" && e.Name == "process_name":
+			tracks[e.Pid] = e.Args["name"].(string)
+		case e.Ph == "X" && e.Dur < 0:
+			t.Fatalf("rank %d: %s ends before it begins", e.Pid, e.Name)
+		case e.Ph == "X" && e.Cat == "span":
+			spans[e.Pid]++
+		case e.Ph == "X" && (strings.HasPrefix(e.Name, "allreduce ") || strings.HasPrefix(e.Name, "allgather ") || strings.HasPrefix(e.Name, "barrier ")):
+			same[e.Name] = append(same[e.Name], span{e.Ts, e.Ts + e.Dur})
+		}
+	}
+	for rank := range 4 {
+		want := fmt.Sprintf("rank %d (%s)", rank, r.hosts[rank/2])
+		if tracks[rank] != want || spans[rank] != 1 {
+			t.Fatalf("track %d: %q with %d spans, want %q with 1", rank, tracks[rank], spans[rank], want)
+		}
+	}
+	if len(same) < 5 {
+		t.Fatalf("only %d all-reduces, all-gathers and barriers", len(same))
+	}
+	for name, ss := range same {
+		if len(ss) != 4 {
+			t.Fatalf("%s on %d ranks", name, len(ss))
+		}
+		latestBegin, earliestEnd := ss[0].begin, ss[0].end
+		for _, s := range ss {
+			latestBegin, earliestEnd = max(latestBegin, s.begin), min(earliestEnd, s.end)
+		}
+		if latestBegin > earliestEnd+slack {
+			t.Fatalf("%s: a rank ended (%.1f us) before another began (%.1f us), beyond the clocks' error %.1f us", name, earliestEnd, latestBegin, slack)
+		}
 	}
 	r.noLeftovers(t)
 }

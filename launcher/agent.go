@@ -127,6 +127,8 @@ func RunAgent(ctx context.Context, cfg AgentConfig) error {
 				}
 			case msgDump:
 				a.dumpRanks()
+			case msgClock:
+				_ = c.Send(&msg{Kind: msgClock, Clock: time.Now().UnixNano()})
 			case msgStdin:
 				a.writeStdin(m.Data)
 			case msgStdinEOF:
@@ -188,8 +190,9 @@ type rankProc struct {
 	// uses gorun's collectives); dumping: its stderr is a goroutine dump.
 	declared int
 	dumping  atomic.Bool
-	killed   bool // the agent sent it SIGKILL
-	ooms     int  // the cgroup's OOM kills when it started
+	killed   bool   // the agent sent it SIGKILL
+	ooms     int    // the cgroup's OOM kills when it started
+	timeline string // where it writes its timeline ("" none)
 }
 
 type agent struct {
@@ -347,6 +350,10 @@ func (a *agent) start(jobEnv []string) {
 				env = append(env, jobenv.StatusFileVar+"="+path)
 			}
 		}
+		if rs.Hub == 0 && a.spec.Timeline {
+			p.timeline = timelinePath(a.spec.JobID, rs.Rank)
+			env = append(env, jobenv.TimelineFileVar+"="+p.timeline)
+		}
 		p.ooms, _ = oomKills()
 		var conn net.Conn
 		var theirs *os.File
@@ -452,6 +459,7 @@ func (a *agent) startOne(p *rankProc, prog string, args, env []string, pmiFile *
 		if p.page != "" {
 			_ = os.Remove(p.page)
 		}
+		a.sendTimeline(p)
 		_ = a.conn.Send(&msg{Kind: msgExit, Rank: p.spec.Rank, Exit: ex})
 		a.mu.Lock()
 		p.alive = false

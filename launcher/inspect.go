@@ -3,6 +3,7 @@ package launcher
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -294,4 +295,87 @@ func (ins *inspector) writeDumps(jobID string) string {
 		}
 	}
 	return b.String()
+}
+
+// maxTimeline caps a rank's timeline file.
+const maxTimeline = 64 << 20
+
+// timelinePath is where rank writes its timeline on its host.
+func timelinePath(jobID string, rank int) string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("gorun-%s-timeline-%d.jsonl", jobID, rank))
+}
+
+// sendTimeline sends the timeline p wrote, if any, to the launcher and
+// removes the file.
+func (a *agent) sendTimeline(p *rankProc) {
+	if p.timeline == "" {
+		return
+	}
+	defer os.Remove(p.timeline)
+	f, err := os.Open(p.timeline)
+	if err != nil {
+		return // the rank did not close its Comm, or is not a Go rank
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxTimeline))
+	if err == nil && len(b) > 0 {
+		_ = a.conn.Send(&msg{Kind: msgTimeline, Rank: p.spec.Rank, Data: b})
+	}
+}
+
+// clockProbe measures an agent's clock against the launcher's: the
+// fastest of clockProbes round trips wins.
+type clockProbe struct {
+	sent   time.Time
+	n      int
+	offset time.Duration // agent minus launcher
+	err    time.Duration // half the round trip
+	ok     bool
+}
+
+const clockProbes = 5
+
+// reply takes the agent's time, received at now, and says whether to
+// probe again.
+func (c *clockProbe) reply(agentNs int64, now time.Time) (again bool) {
+	rtt := now.Sub(c.sent)
+	mid := c.sent.Add(rtt / 2)
+	if !c.ok || rtt/2 < c.err {
+		c.offset, c.err, c.ok = time.Unix(0, agentNs).Sub(mid), rtt/2, true
+	}
+	c.n++
+	return c.n < clockProbes
+}
+
+// writeTimeline merges the ranks' timelines into one trace at path.
+func (j *job) writeTimeline(path string, timelines map[int][]byte, clocks map[*agentProc]*clockProbe) (string, error) {
+	var tracks []inspect.Track
+	worst := time.Duration(0)
+	for _, a := range j.agents {
+		cp := clocks[a]
+		for _, rs := range a.ranks {
+			b, ok := timelines[rs.Rank]
+			if !ok || rs.Hub != 0 {
+				continue
+			}
+			evs, err := inspect.ParseEvents(b)
+			if err != nil {
+				return "", fmt.Errorf("rank %d: %w", rs.Rank, err)
+			}
+			t := inspect.Track{Rank: rs.Rank, Host: a.name, Events: evs}
+			if cp != nil && cp.ok {
+				t.Offset, t.Error = cp.offset, cp.err
+				worst = max(worst, cp.err)
+			}
+			tracks = append(tracks, t)
+		}
+	}
+	b, err := inspect.Trace(tracks)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("timeline of %d rank(s) in %s (clocks aligned to within %s)", len(tracks), path, inspect.Round(worst)), nil
 }

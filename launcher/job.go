@@ -34,10 +34,13 @@ type Config struct {
 	Args          []string
 	Env           []string // extra "KEY=VALUE" for every rank (-x)
 	Wdir          string   // working directory of the ranks ("" = the launcher's)
-	WdirSet       bool     // Wdir came from the user: failing to enter it is an error
-	TagOutput     bool     // prefix every line with "[rank] "
-	OutputDir     string   // if set, also write DIR/rank.N/{stdout,stderr}
-	Timeout       time.Duration
+	// Timeline, if set, is where gorun writes one Chrome trace (JSON) of
+	// every rank's collectives and spans, on one clock, when the job ends.
+	Timeline  string
+	WdirSet   bool   // Wdir came from the user: failing to enter it is an error
+	TagOutput bool   // prefix every line with "[rank] "
+	OutputDir string // if set, also write DIR/rank.N/{stdout,stderr}
+	Timeout   time.Duration
 	// StallWarn: when ranks using gorun's collectives make no progress
 	// for this long while one of them waits in a collective, print where
 	// every rank is (again at growing intervals); 0 is off. StallAbort:
@@ -264,7 +267,7 @@ func (j *job) run(ctx context.Context) (Result, error) {
 		name := j.hosts[h].Name
 		spec := &hostSpec{
 			Version: protoVersion, JobID: jobID, Host: name, Program: cfg.Program, Args: cfg.Args,
-			Wdir: wdir, WdirSet: cfg.WdirSet, Env: env, Ranks: byHost[h], Grace: cfg.Grace, PMI: pmiInfo,
+			Wdir: wdir, WdirSet: cfg.WdirSet, Env: env, Ranks: byHost[h], Grace: cfg.Grace, PMI: pmiInfo, Timeline: cfg.Timeline != "",
 		}
 		if isLocal(name) && remote != "" {
 			spec.Advertise = routeTo(remote)
@@ -487,9 +490,15 @@ func (j *job) supervise(ctx context.Context) Result {
 	}
 	events := make(chan event, 64)
 	var readers sync.WaitGroup
+	clocks := map[*agentProc]*clockProbe{}
+	timelines := map[int][]byte{}
 	for _, a := range j.agents {
 		if err := a.conn.Send(&msg{Kind: msgStart, Env: startEnv}); err != nil {
 			events <- event{agent: a, err: err}
+		}
+		if cfg.Timeline != "" {
+			clocks[a] = &clockProbe{sent: time.Now()}
+			_ = a.conn.Send(&msg{Kind: msgClock})
 		}
 		readers.Add(1)
 		go func() {
@@ -588,6 +597,13 @@ func (j *job) supervise(ctx context.Context) Result {
 					res.LaunchTime = time.Since(j.t0)
 					cfg.Logger.Info("all ranks started", "ranks", started, "elapsed", res.LaunchTime)
 				}
+			case msgClock:
+				if cp := clocks[a]; cp != nil && cp.reply(ev.m.Clock, time.Now()) {
+					cp.sent = time.Now()
+					_ = a.conn.Send(&msg{Kind: msgClock})
+				}
+			case msgTimeline:
+				timelines[ev.m.Rank] = ev.m.Data
 			case msgStatus:
 				if ev.m.Status != nil {
 					ins.update(ev.m.Rank, ev.m.Status, time.Now())
@@ -672,6 +688,13 @@ func (j *job) supervise(ctx context.Context) Result {
 	}
 	if d := ins.writeDumps(j.jobID); d != "" {
 		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", d)
+	}
+	if cfg.Timeline != "" {
+		if note, err := j.writeTimeline(cfg.Timeline, timelines, clocks); err != nil {
+			fmt.Fprintf(cfg.Stderr, "gorun: --timeline: %v\n", err)
+		} else {
+			fmt.Fprintf(cfg.Stderr, "gorun: %s\n", note)
+		}
 	}
 	return res
 }

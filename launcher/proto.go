@@ -43,6 +43,8 @@ const (
 	msgPMIAbort                      // agent -> launcher: Rank asked to abort the job with exit code Code (MPI_Abort)
 	msgStatus                        // agent -> launcher: Rank's status page changed (Status)
 	msgDump                          // launcher -> agent: SIGQUIT the Go ranks; their stderr comes back as streamDump
+	msgClock                         // launcher -> agent: what time is it? agent -> launcher: Clock, its time (unix ns)
+	msgTimeline                      // agent -> launcher: Rank's timeline file (Data), after it exited
 )
 
 type rankSpec struct {
@@ -63,6 +65,7 @@ type hostSpec struct {
 	Grace     time.Duration
 	Advertise string   // address to advertise; "" lets the agent decide
 	PMI       *pmiSpec // nil: no PMI for this job's ranks
+	Timeline  bool     // ranks record timelines (gorun --timeline)
 }
 
 // pmiSpec is what a host's ranks are told through PMI-1.
@@ -107,6 +110,7 @@ type msg struct {
 	Puts   []pmi.KV // msgPMIFence, msgPMIRelease
 	Code   int      // msgPMIAbort
 	Status *statusInfo
+	Clock  int64 // msgClock
 }
 
 // conn is one end of the launcher-agent channel. Send is safe for

@@ -94,6 +94,7 @@ func launchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "output-filename", Usage: "also write each rank's output to `DIR`/rank.N/{stdout,stderr}"},
 		&cli.BoolFlag{Name: "tag-output", Value: true, Usage: "prefix each output line with [rank]"},
 		&cli.DurationFlag{Name: "timeout", Usage: "end the job after this long (exit code 124)"},
+		&cli.StringFlag{Name: "timeline", Usage: "write every rank's collectives and spans to `FILE.json` (Chrome trace / Perfetto) when the job ends"},
 		&cli.DurationFlag{Name: "stall-warn", Value: launcher.DefaultConfig().StallWarn, Usage: "when ranks using gorun's collectives make no progress this long, print where each one is (0: off)"},
 		&cli.DurationFlag{Name: "stall-abort", Usage: "end a job stalled this long (exit code 124), after goroutine dumps of its Go ranks"},
 		&cli.DurationFlag{Name: "grace", Value: launcher.DefaultConfig().Grace, Usage: "time from SIGTERM to SIGKILL when ending ranks"},
@@ -176,6 +177,7 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 	cfg.TagOutput = c.Bool("tag-output")
 	cfg.Timeout = c.Duration("timeout")
 	cfg.StallWarn, cfg.StallAbort = c.Duration("stall-warn"), c.Duration("stall-abort")
+	cfg.Timeline = c.String("timeline")
 	cfg.Grace = c.Duration("grace")
 	cfg.SSH = strings.Fields(c.String("ssh"))
 	cfg.RemoteGorun = c.String("remote-gorun")

@@ -49,7 +49,10 @@ func main() {
 		os.Exit(3)
 	}
 	start := time.Now()
-	if err := conformance.Run(ctx, c, *seed, *rounds); err != nil {
+	end := c.Span("selftest") // its own track entry under gorun --timeline
+	err = conformance.Run(ctx, c, *seed, *rounds)
+	end()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "rank %d: FAIL: %v\n", c.Rank(), err)
 		os.Exit(1)
 	}

@@ -1,6 +1,8 @@
 package inspect
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -169,5 +171,62 @@ func TestTopFrames(t *testing.T) {
 	}
 	if TopFrames("nothing here", 3) != "" {
 		t.Fatal("no goroutine")
+	}
+}
+
+// TestTimeline: a Recorder's file parses back; Trace puts each rank on a
+// track of its own, on the launcher's clock (a host 5 ms ahead is moved
+// back), from the first event.
+func TestTimeline(t *testing.T) {
+	r := NewRecorder()
+	r.Add(Event{Name: "allreduce", Cat: "collective", Seq: 1, Bytes: 4096, DType: "float32", Strategy: "ring", Begin: 1_000_000, End: 3_000_000})
+	r.Add(Event{Name: "forward", Cat: "span", Begin: 500_000, End: 900_000})
+	path := filepath.Join(t.TempDir(), "tl")
+	if err := r.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	evs, err := ParseEvents(b)
+	if err != nil || len(evs) != 2 || evs[0].Seq != 1 || evs[1].Name != "forward" {
+		t.Fatalf("%+v %v", evs, err)
+	}
+	if _, err := ParseEvents([]byte("{\"n\":\"x\"}\nnot json\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("garbage: %v", err)
+	}
+	ahead := []Event{{Name: "allreduce", Cat: "collective", Seq: 1, Begin: 6_000_000, End: 8_000_000}}
+	out, err := Trace([]Track{{Rank: 1, Host: "h2", Offset: 5 * time.Millisecond, Events: ahead}, {Rank: 0, Host: "h1", Events: evs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		TraceEvents []struct {
+			Name, Ph string
+			Ts, Dur  float64
+			Pid      int
+			Args     map[string]any
+		}
+	}
+	if err := json.Unmarshal(out, &tr); err != nil {
+		t.Fatal(err)
+	}
+	names := map[int]string{}
+	starts := map[string]float64{}
+	for _, e := range tr.TraceEvents {
+		switch e.Ph {
+		case "M":
+			if e.Name == "process_name" {
+				names[e.Pid] = e.Args["name"].(string)
+			}
+		case "X":
+			starts[fmt.Sprintf("%d %s", e.Pid, e.Name)] = e.Ts
+		}
+	}
+	if names[0] != "rank 0 (h1)" || names[1] != "rank 1 (h2)" {
+		t.Fatalf("tracks %v", names)
+	}
+	// The first event (rank 0's span at 0.5 ms) is 0; rank 1's all-reduce
+	// began at 6 ms on a clock 5 ms ahead: 1 ms, as rank 0's did.
+	if starts["0 forward"] != 0 || starts["0 allreduce #1"] != 500 || starts["1 allreduce #1"] != 500 {
+		t.Fatalf("starts %v", starts)
 	}
 }

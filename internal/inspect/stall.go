@@ -173,15 +173,18 @@ func Bytes(n uint64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-// Round shortens a duration for a person: whole seconds from 10 s up.
+// Round shortens a duration for a person: whole seconds from 10 s up,
+// tenths from 1 s, milliseconds from 1 ms, else microseconds.
 func Round(d time.Duration) time.Duration {
 	switch {
 	case d >= 10*time.Second:
 		return d.Round(time.Second)
 	case d >= time.Second:
 		return d.Round(100 * time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(time.Millisecond)
 	}
-	return d.Round(time.Millisecond)
+	return d.Round(time.Microsecond)
 }
 
 // NextReport is when to repeat a stall report after the k-th (from 1):
