@@ -34,6 +34,9 @@ type Config struct {
 	Args          []string
 	Env           []string // extra "KEY=VALUE" for every rank (-x)
 	Wdir          string   // working directory of the ranks ("" = the launcher's)
+	// StatusLine: keep a live status line on Stderr (gorun sets it when
+	// stderr is a terminal and --quiet is not given).
+	StatusLine bool
 	// Timeline, if set, is where gorun writes one Chrome trace (JSON) of
 	// every rank's collectives and spans, on one clock, when the job ends.
 	Timeline  string
@@ -566,9 +569,24 @@ func (j *job) supervise(ctx context.Context) Result {
 		dumpTimer, dumpSig = time.After(cfg.DumpWait), sig
 		return true
 	}
+	var status *statusLine
+	var statusTick <-chan time.Time
+	if cfg.StatusLine {
+		status = &statusLine{w: cfg.Stderr, start: time.Now()}
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		statusTick = t.C
+		defer status.clear()
+	}
 	for remaining > 0 {
 		select {
+		case now := <-statusTick:
+			if now.Sub(status.start) >= statusAfter {
+				status.draw(statusText(j.ranks, ins.views, status, now))
+			}
+			continue
 		case now := <-ins.tick:
+			status.clear()
 			if text, abort := ins.check(now); abort {
 				if !dump(ExitTimeout, text, syscall.SIGTERM) {
 					apply(pol.timedOut(text))
@@ -578,6 +596,9 @@ func (j *job) supervise(ctx context.Context) Result {
 			dumpTimer = nil
 			apply(pol.endDump(dumpSig))
 		case ev := <-events:
+			if ev.m == nil || ev.m.Kind != msgStatus && ev.m.Kind != msgClock && ev.m.Kind != msgStarted && ev.m.Kind != msgTimeline {
+				status.clear()
+			}
 			a := ev.agent
 			if ev.err != nil {
 				if !a.done {
@@ -647,11 +668,13 @@ func (j *job) supervise(ctx context.Context) Result {
 				apply(pol.jobFailed(ev.m.Code, text))
 			}
 		case sig := <-cfg.Signals:
+			status.clear()
 			// A second signal kills; the Go ranks first write their dumps.
 			if pol.stopping == 0 || !dump(0, "", syscall.SIGKILL) {
 				apply(pol.signal(asSignal(sig)))
 			}
 		case <-timeout:
+			status.clear()
 			timeout = nil
 			text := fmt.Sprintf("job timed out after %v; terminated every rank", cfg.Timeout)
 			if !dump(ExitTimeout, text, syscall.SIGTERM) {
@@ -671,6 +694,7 @@ func (j *job) supervise(ctx context.Context) Result {
 			hardStop = nil
 		}
 	}
+	status.clear()
 	for _, a := range j.agents {
 		_ = a.stdin.Close()
 		_ = a.cmd.Wait()

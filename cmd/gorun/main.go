@@ -105,6 +105,7 @@ func launchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "hubs", Usage: "start `K` dedicated ParamHub processes on the job's hosts (sets GORUN_HUBS)"},
 		&cli.BoolFlag{Name: "hub-elastic", Usage: "hubs finish BSP rounds without a lost rank instead of failing"},
 		&cli.StringFlag{Name: "pmi", Value: launcher.PMIOn, Usage: "process-manager interface for MPICH programs: pmi1 (PMI_FD for every rank) or none"},
+		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no live status line on the terminal"},
 		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log launcher progress to stderr"},
 	}
 }
@@ -178,6 +179,7 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 	cfg.Timeout = c.Duration("timeout")
 	cfg.StallWarn, cfg.StallAbort = c.Duration("stall-warn"), c.Duration("stall-abort")
 	cfg.Timeline = c.String("timeline")
+	cfg.StatusLine = launcher.IsTerminal(os.Stderr) && !c.Bool("quiet")
 	cfg.Grace = c.Duration("grace")
 	cfg.SSH = strings.Fields(c.String("ssh"))
 	cfg.RemoteGorun = c.String("remote-gorun")
