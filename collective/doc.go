@@ -93,4 +93,12 @@
 // rank loses its hub early; Close on any other rank takes at most about
 // 2 s. Calls on one Comm run one at a time: a call from another goroutine
 // waits for its turn, its context and Close.
+//
+// Under gorun, a Comm also tells the launcher what it is doing, for the
+// stall inspector (--stall-warn), the goroutine dumps before a kill, and
+// the timeline (--timeline): which collective it is in goes to a status
+// page its host's agent reads (Config.StatusFile); with --timeline every
+// collective and every Span is recorded in memory and written at Close
+// (Config.TimelineFile), so a rank that exits without Close leaves no
+// timeline. Both cost a few atomic stores and two clock reads per call.
 package collective
