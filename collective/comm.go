@@ -42,6 +42,7 @@ type Comm struct {
 	seq    uint32
 	page   *inspect.Page     // nil: no status page
 	rec    *inspect.Recorder // nil: no timeline
+	t0     time.Time         // the timeline's origin (its clock() reads the monotonic clock only)
 
 	// The hub strategy (see hub.go).
 	hub       *ps.Client
@@ -68,7 +69,7 @@ func newComm(cfg Config, log *slog.Logger, tr transport.Transport) *Comm {
 		c.page = p
 	}
 	if cfg.TimelineFile != "" {
-		c.rec = inspect.NewRecorder()
+		c.rec, c.t0 = inspect.NewRecorder(), time.Now()
 	}
 	return c
 }
@@ -219,6 +220,19 @@ func (c *Comm) Close() error {
 	return c.closeErr
 }
 
+// clock is now in unix nanoseconds, for the timeline: one monotonic clock
+// read (half the cost of time.Now) from t0.
+func (c *Comm) clock() int64 { return c.t0.UnixNano() + int64(time.Since(c.t0)) }
+
+// dtypeName names an element type for the status page and the timeline,
+// "" for none (a barrier).
+func dtypeName(d uint8) string {
+	if d == 0 {
+		return ""
+	}
+	return reduce.DTypeName(d)
+}
+
 // Span marks a stretch of the program's own work (a forward pass, a data
 // load) on this rank's track of gorun's --timeline, next to its
 // collectives; call the returned function when it ends:
@@ -232,8 +246,8 @@ func (c *Comm) Span(name string) (end func()) {
 	if c.rec == nil {
 		return func() {}
 	}
-	t0 := time.Now().UnixNano()
-	return func() { c.rec.Add(inspect.Event{Name: name, Cat: "span", Begin: t0, End: time.Now().UnixNano()}) }
+	t0 := c.clock()
+	return func() { c.rec.Add(inspect.Event{Name: name, Cat: "span", Begin: t0, End: c.clock()}) }
 }
 
 // Err reports the error that broke the Comm, or nil while it is healthy.
@@ -277,26 +291,24 @@ func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error,
 	defer func() { c.turn <- struct{}{} }()
 	c.seq++
 	h.Kind, h.Seq = kind, c.seq
-	if c.page != nil || c.rec != nil {
-		dt := ""
-		if h.DType != 0 {
-			dt = reduce.DTypeName(h.DType)
-		}
-		bytes := int(h.Count) * reduce.Size(h.DType)
-		c.page.Begin(uint64(c.seq), kindName[kind], dt, bytes)
-		defer c.page.End(uint64(h.Seq))
-		if c.rec != nil {
-			e := inspect.Event{Name: kindName[kind], Cat: "collective", Seq: uint64(h.Seq), Bytes: uint64(bytes), DType: dt, Strategy: c.Strategy(), Begin: time.Now().UnixNano()}
-			defer func() {
-				e.End = time.Now().UnixNano()
-				c.rec.Add(e)
-			}()
-		}
-	}
 	if err := c.tr.Err(); err != nil {
 		return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
 	}
+	var began int64
+	if c.page != nil || c.rec != nil {
+		c.page.Begin(uint64(c.seq), kindName[kind], dtypeName(h.DType), int(h.Count)*reduce.Size(h.DType))
+		if c.rec != nil {
+			began = c.clock()
+		}
+	}
 	err := f(ring.Options{Header: h, SegmentBytes: c.cfg.SegmentBytes})
+	if c.page != nil || c.rec != nil {
+		c.page.End(uint64(h.Seq))
+		if c.rec != nil {
+			c.rec.Add(inspect.Event{Name: kindName[kind], Cat: "collective", Seq: uint64(h.Seq), Bytes: uint64(int(h.Count) * reduce.Size(h.DType)),
+				DType: dtypeName(h.DType), Strategy: c.Strategy(), Begin: began, End: c.clock()})
+		}
+	}
 	if err == nil {
 		return nil
 	}

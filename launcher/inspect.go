@@ -28,7 +28,8 @@ const streamDump = 3
 
 // statusInfo is one rank's page as its agent read it: Age is how long
 // before the agent sent it the rank's state last changed (the launcher
-// turns it into a time of its own clock).
+// turns it into a time of its own clock; 0 as agents send each change at
+// the reading that shows it).
 type statusInfo struct {
 	State inspect.State
 	Age   time.Duration
@@ -71,6 +72,9 @@ func (a *agent) watchPages(stop <-chan struct{}) {
 			if err != nil {
 				continue
 			}
+			// The page reads no clock: a state is as old as the first
+			// reading that showed it.
+			s.Since = time.Time{}
 			if old, ok := last[p.spec.Rank]; ok && old == s {
 				continue
 			}
@@ -78,9 +82,7 @@ func (a *agent) watchPages(stop <-chan struct{}) {
 			a.mu.Lock()
 			p.declared = s.Pid
 			a.mu.Unlock()
-			age := time.Since(s.Since)
-			s.Since = time.Time{}
-			_ = a.conn.Send(&msg{Kind: msgStatus, Rank: p.spec.Rank, Status: &statusInfo{State: s, Age: age}})
+			_ = a.conn.Send(&msg{Kind: msgStatus, Rank: p.spec.Rank, Status: &statusInfo{State: s}})
 		}
 	}
 }

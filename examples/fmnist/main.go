@@ -52,6 +52,7 @@ type options struct {
 	curve     time.Duration // rank 0 snapshots the weights this often
 	partition int           // hub partition bytes (0: the library's)
 	hidden    []int         // the MLP's hidden widths
+	cnn       []int         // the CNN's conv1, conv2 channels and dense units
 	failAt    time.Duration // -fail-rank kills or stops itself this long into training
 	failRank  int
 	failHow   string
@@ -92,6 +93,7 @@ func run(args []string, out io.Writer) int {
 	fs.Uint64Var(&o.seed, "seed", 1, "seed shared by every rank")
 	fs.IntVar(&o.partition, "partition", 0, "bytes of a key's partition on one hub (a key is spread over the hubs in partitions; 0: the library's 4 MiB)")
 	hidden := fs.String("hidden", "256,128", "the MLP's hidden layer widths")
+	cnnWidths := fs.String("cnn", "8,16,64", "the CNN's channels of its two 5x5 convolutions and the units of its dense layer")
 	fs.DurationVar(&o.failAt, "fail-at", 0, "with -fail-rank: when that rank fails (a resilience drill)")
 	fs.IntVar(&o.failRank, "fail-rank", -1, "rank that fails at -fail-at")
 	fs.StringVar(&o.failHow, "fail-how", "kill", "kill (SIGKILL) or stop (SIGSTOP) itself")
@@ -108,6 +110,18 @@ func run(args []string, out io.Writer) int {
 			return 2
 		}
 		o.hidden = append(o.hidden, n)
+	}
+	for _, f := range strings.Split(*cnnWidths, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			o.cnn = nil
+			break
+		}
+		o.cnn = append(o.cnn, n)
+	}
+	if len(o.cnn) != 3 {
+		fmt.Fprintf(os.Stderr, "fmnist: -cnn %q: want three widths like 8,16,64\n", *cnnWidths)
+		return 2
 	}
 	if (o.csv != "" || o.plot != "") && o.curve == 0 {
 		o.curve = -1 // a snapshot every twentieth of the run (see snap)
@@ -196,7 +210,7 @@ func train(o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m, err := newModel(o.model, o.hidden, o.seed)
+	m, err := newModelCNN(o.model, o.hidden, o.cnn, o.seed)
 	if err != nil {
 		return err
 	}

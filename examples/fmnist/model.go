@@ -10,9 +10,18 @@ import (
 // the given hidden widths, if any); every rank draws the same initial
 // weights from seed.
 func newModel(kind string, hidden []int, seed uint64) (*nn.Model, error) {
+	return newModelCNN(kind, hidden, nil, seed)
+}
+
+// newModelCNN is newModel with the CNN's widths (conv1, conv2 channels,
+// dense units; nil for the default 8, 16, 64).
+func newModelCNN(kind string, hidden, cnn []int, seed uint64) (*nn.Model, error) {
 	in := nn.Shape{H: side, W: side, C: 1}
 	if kind == "mlp" && len(hidden) > 0 {
 		return nn.NewMLP(in, hidden, classes, seed)
+	}
+	if kind == "cnn" && len(cnn) == 3 {
+		return nn.NewCNN(in, cnn[0], cnn[1], cnn[2], classes, seed)
 	}
 	return nn.New(kind, in, classes, seed)
 }

@@ -464,14 +464,24 @@ func New(kind string, in Shape, classes int, seed uint64) (*Model, error) {
 	case "mlp":
 		return NewMLP(in, []int{256, 128}, classes, seed)
 	case "cnn":
-		c1 := NewConv(in, 8, 5)
-		p1 := NewPool(c1.OutShape())
-		c2 := NewConv(p1.OutShape(), 16, 5)
-		p2 := NewPool(c2.OutShape())
-		return NewModel(kind, seed, c1, NewReLU(c1.Out()), p1, c2, NewReLU(c2.Out()), p2,
-			NewDense(p2.Out(), 64), NewReLU(64), NewDense(64, classes))
+		return NewCNN(in, 8, 16, 64, classes, seed)
 	}
 	return nil, fmt.Errorf("nn: model %q: want softmax, mlp or cnn", kind)
+}
+
+// NewCNN is two 5x5 convolutions of c1 and c2 channels, each with ReLU and
+// 2x2 max-pooling, then a dense layer of dense units with ReLU and a
+// dense layer to classes.
+func NewCNN(in Shape, c1, c2, dense, classes int, seed uint64) (*Model, error) {
+	if c1 < 1 || c2 < 1 || dense < 1 {
+		return nil, fmt.Errorf("nn: cnn of %d, %d channels and %d dense units", c1, c2, dense)
+	}
+	conv1 := NewConv(in, c1, 5)
+	p1 := NewPool(conv1.OutShape())
+	conv2 := NewConv(p1.OutShape(), c2, 5)
+	p2 := NewPool(conv2.OutShape())
+	return NewModel("cnn", seed, conv1, NewReLU(conv1.Out()), p1, conv2, NewReLU(conv2.Out()), p2,
+		NewDense(p2.Out(), dense), NewReLU(dense), NewDense(dense, classes))
 }
 
 // NewMLP is a multi-layer perceptron: dense layers of the hidden widths,

@@ -98,8 +98,14 @@ func TestModelGradients(t *testing.T) {
 		x[i] = rng.Float64()
 	}
 	y := []int{3, 0, 9, 3}
-	for _, kind := range Kinds {
-		m, err := New(kind, in, classes, 42)
+	for _, kind := range append(Kinds, "cnn 3,5,7") {
+		var m *Model
+		var err error
+		if kind == "cnn 3,5,7" {
+			m, err = NewCNN(in, 3, 5, 7, classes, 42)
+		} else {
+			m, err = New(kind, in, classes, 42)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
