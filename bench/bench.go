@@ -174,7 +174,7 @@ func WriteTable(w io.Writer, rows []Row, ranks int) error {
 		return err
 	}
 	for _, r := range rows {
-		if _, err := fmt.Fprintf(w, "%12s %12.1f %12.1f %10.3f %10.3f\n", FormatSize(r.Bytes),
+		if _, err := fmt.Fprintf(w, "%12s %12.2f %12.2f %10.3f %10.3f\n", FormatSize(r.Bytes),
 			float64(r.Median.Nanoseconds())/1e3, float64(r.Min.Nanoseconds())/1e3, r.AlgBW/1e9, r.BusBW/1e9); err != nil {
 			return err
 		}

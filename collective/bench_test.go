@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/gorun/gorun/internal/inspect"
 )
 
 // BenchmarkAllReduceTCP runs n ranks in this process over loopback TCP,
@@ -58,6 +61,53 @@ func BenchmarkAllReduceTCP(b *testing.B) {
 					wg.Wait()
 				})
 			}
+		})
+	}
+}
+
+// BenchmarkInspect is the cost of gorun's job inspection on a 4 KiB
+// all-reduce between 2 ranks: none, the status page (always kept under
+// gorun), and the page with the --timeline recorder.
+func BenchmarkInspect(b *testing.B) {
+	for _, mode := range []string{"none", "page", "timeline"} {
+		b.Run(mode, func(b *testing.B) {
+			cfgs := tcpConfigs(b, 2, "a-secret-of-the-right-length")
+			for i := range cfgs {
+				if mode != "none" {
+					cfgs[i].StatusFile = filepath.Join(b.TempDir(), "page")
+					if err := inspect.CreatePage(cfgs[i].StatusFile); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if mode == "timeline" {
+					cfgs[i].TimelineFile = filepath.Join(b.TempDir(), "timeline")
+				}
+			}
+			comms, errs := newAll(cfgs)
+			if err := errors.Join(errs...); err != nil {
+				b.Fatal(err)
+			}
+			defer func() {
+				for _, c := range comms {
+					c.Close()
+				}
+			}()
+			b.SetBytes(4 << 10)
+			var wg sync.WaitGroup
+			for _, c := range comms {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					buf := make([]float32, 1<<10)
+					for i := 0; i < b.N; i++ {
+						if err := AllReduce(context.Background(), c, buf, Sum); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
 		})
 	}
 }

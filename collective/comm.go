@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/gorun/gorun/internal/inspect"
 	"github.com/gorun/gorun/membership"
@@ -42,7 +41,6 @@ type Comm struct {
 	seq    uint32
 	page   *inspect.Page     // nil: no status page
 	rec    *inspect.Recorder // nil: no timeline
-	t0     time.Time         // the timeline's origin (its clock() reads the monotonic clock only)
 
 	// The hub strategy (see hub.go).
 	hub       *ps.Client
@@ -69,7 +67,7 @@ func newComm(cfg Config, log *slog.Logger, tr transport.Transport) *Comm {
 		c.page = p
 	}
 	if cfg.TimelineFile != "" {
-		c.rec, c.t0 = inspect.NewRecorder(), time.Now()
+		c.rec = inspect.NewRecorder()
 	}
 	return c
 }
@@ -205,7 +203,7 @@ func (c *Comm) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)
 		if c.rec != nil {
-			if err := c.rec.WriteFile(c.cfg.TimelineFile); err != nil {
+			if err := c.rec.WriteFile(c.cfg.TimelineFile, func(k uint8) string { return kindName[k] }, dtypeName); err != nil {
 				c.log.Warn("writing the timeline", "err", err)
 			}
 		}
@@ -219,10 +217,6 @@ func (c *Comm) Close() error {
 	})
 	return c.closeErr
 }
-
-// clock is now in unix nanoseconds, for the timeline: one monotonic clock
-// read (half the cost of time.Now) from t0.
-func (c *Comm) clock() int64 { return c.t0.UnixNano() + int64(time.Since(c.t0)) }
 
 // dtypeName names an element type for the status page and the timeline,
 // "" for none (a barrier).
@@ -246,8 +240,8 @@ func (c *Comm) Span(name string) (end func()) {
 	if c.rec == nil {
 		return func() {}
 	}
-	t0 := c.clock()
-	return func() { c.rec.Add(inspect.Event{Name: name, Cat: "span", Begin: t0, End: c.clock()}) }
+	t0 := c.rec.Now()
+	return func() { c.rec.Span(name, t0, c.rec.Now()) }
 }
 
 // Err reports the error that broke the Comm, or nil while it is healthy.
@@ -298,15 +292,14 @@ func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error,
 	if c.page != nil || c.rec != nil {
 		c.page.Begin(uint64(c.seq), kindName[kind], dtypeName(h.DType), int(h.Count)*reduce.Size(h.DType))
 		if c.rec != nil {
-			began = c.clock()
+			began = c.rec.Now()
 		}
 	}
 	err := f(ring.Options{Header: h, SegmentBytes: c.cfg.SegmentBytes})
 	if c.page != nil || c.rec != nil {
 		c.page.End(uint64(h.Seq))
 		if c.rec != nil {
-			c.rec.Add(inspect.Event{Name: kindName[kind], Cat: "collective", Seq: uint64(h.Seq), Bytes: uint64(int(h.Count) * reduce.Size(h.DType)),
-				DType: dtypeName(h.DType), Strategy: c.Strategy(), Begin: began, End: c.clock()})
+			c.rec.Collective(kind, h.DType, c.useHub.Load(), h.Seq, uint64(int(h.Count)*reduce.Size(h.DType)), began, c.rec.Now())
 		}
 	}
 	if err == nil {

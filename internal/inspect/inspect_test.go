@@ -178,20 +178,40 @@ func TestTopFrames(t *testing.T) {
 // back), from the first event.
 func TestTimeline(t *testing.T) {
 	r := NewRecorder()
-	r.Add(Event{Name: "allreduce", Cat: "collective", Seq: 1, Bytes: 4096, DType: "float32", Strategy: "ring", Begin: 1_000_000, End: 3_000_000})
-	r.Add(Event{Name: "forward", Cat: "span", Begin: 500_000, End: 900_000})
+	t0 := time.Now().UnixNano()
+	a := r.Now()
+	time.Sleep(2 * time.Millisecond)
+	b0 := r.Now()
+	r.Collective(3, 1, false, 1, 4096, a, b0)
+	r.Span("forward", b0, r.Now())
+	r.Collective(3, 1, true, 2, 8, r.Now(), r.Now())
+	t1 := time.Now().UnixNano()
 	path := filepath.Join(t.TempDir(), "tl")
-	if err := r.WriteFile(path); err != nil {
+	code := func(c uint8) string { return fmt.Sprintf("k%d", c) }
+	if err := r.WriteFile(path, code, code); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(path)
 	evs, err := ParseEvents(b)
-	if err != nil || len(evs) != 2 || evs[0].Seq != 1 || evs[1].Name != "forward" {
+	if err != nil || len(evs) != 3 || evs[0].Seq != 1 || evs[0].Name != "k3" || evs[0].DType != "k1" || evs[0].Strategy != "ring" || evs[1].Name != "forward" || evs[1].Cat != "span" || evs[2].Strategy != "hub" {
 		t.Fatalf("%+v %v", evs, err)
 	}
+	// Readings become unix nanoseconds, in order, within the test's time,
+	// the first event about 2 ms long.
+	for i, e := range evs {
+		if e.Begin < t0-int64(time.Millisecond) || e.End > t1+int64(time.Millisecond) || e.End < e.Begin || i > 0 && e.Begin < evs[i-1].End-int64(100*time.Microsecond) {
+			t.Fatalf("event %d: %d..%d outside %d..%d or out of order", i, e.Begin, e.End, t0, t1)
+		}
+	}
+	if d := time.Duration(evs[0].End - evs[0].Begin); d < 1900*time.Microsecond || d > 50*time.Millisecond {
+		t.Fatalf("a 2 ms sleep measured %v", d)
+	}
+	evs = evs[:2]
 	if _, err := ParseEvents([]byte("{\"n\":\"x\"}\nnot json\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Fatalf("garbage: %v", err)
 	}
+	evs[0] = Event{Name: "allreduce", Cat: "collective", Seq: 1, Begin: 1_000_000, End: 3_000_000}
+	evs[1] = Event{Name: "forward", Cat: "span", Begin: 500_000, End: 900_000}
 	ahead := []Event{{Name: "allreduce", Cat: "collective", Seq: 1, Begin: 6_000_000, End: 8_000_000}}
 	out, err := Trace([]Track{{Rank: 1, Host: "h2", Offset: 5 * time.Millisecond, Events: ahead}, {Rank: 0, Host: "h1", Events: evs}})
 	if err != nil {

@@ -29,49 +29,138 @@ type Event struct {
 // as dropped.
 const MaxEvents = 1 << 20
 
-// Recorder keeps a rank's timeline in memory. It is safe for concurrent
-// use; a nil *Recorder records nothing.
+// record is an event as a Recorder keeps it: no pointers (the collector
+// never scans the records), raw clock readings, names as codes.
+type record struct {
+	begin, end int64
+	bytes      uint64
+	seq        uint32
+	kind       uint8 // a collective's code, or 0 for a span
+	dtype      uint8
+	hub        bool
+	span       uint16 // a span's name, an index into Recorder.names
+}
+
+const chunkLen = 4096 // records per chunk: growing never copies
+
+// Recorder keeps a rank's timeline in memory, cheaply: a timestamp is one
+// read of the CPU's time-stamp counter where it runs at a constant rate
+// (amd64 with constant_tsc and nonstop_tsc), else of the monotonic clock,
+// and an event is a 40-byte record in a chunk. Readings become unix
+// nanoseconds when the file is written. It is safe for concurrent use; a
+// nil *Recorder records nothing.
 type Recorder struct {
 	mu      sync.Mutex
-	events  []Event
+	chunks  [][]record
+	n       int
 	dropped int
+	names   []string
+	index   map[string]uint16
+	tsc     bool
+	t0      time.Time // when it started, with ...
+	tick0   int64     // ... the counter's reading then
 }
 
 // NewRecorder returns an empty Recorder.
-func NewRecorder() *Recorder { return &Recorder{} }
+func NewRecorder() *Recorder {
+	r := &Recorder{index: map[string]uint16{}, tsc: tscUsable()}
+	r.t0, r.tick0 = time.Now(), ticks()
+	return r
+}
 
-// Add records e.
-func (r *Recorder) Add(e Event) {
+// Now is a timestamp for Collective and Span.
+func (r *Recorder) Now() int64 {
+	if r.tsc {
+		return ticks()
+	}
+	return int64(time.Since(r.t0))
+}
+
+func (r *Recorder) add(rec record) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n >= MaxEvents {
+		r.dropped++
+		return
+	}
+	if len(r.chunks) == 0 || len(r.chunks[len(r.chunks)-1]) == chunkLen {
+		r.chunks = append(r.chunks, make([]record, 0, chunkLen))
+	}
+	last := &r.chunks[len(r.chunks)-1]
+	*last = append(*last, rec)
+	r.n++
+}
+
+// Collective records collective seq (kind and dtype as the caller codes
+// them; WriteFile names them) between the timestamps begin and end.
+func (r *Recorder) Collective(kind, dtype uint8, hub bool, seq uint32, bytes uint64, begin, end int64) {
+	if r == nil {
+		return
+	}
+	r.add(record{begin: begin, end: end, bytes: bytes, seq: seq, kind: kind, dtype: dtype, hub: hub})
+}
+
+// Span records the program's own span name between begin and end.
+func (r *Recorder) Span(name string, begin, end int64) {
 	if r == nil {
 		return
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.events) >= MaxEvents {
-		r.dropped++
-		return
+	i, ok := r.index[name]
+	if !ok && len(r.names) < 1<<16-1 {
+		i = uint16(len(r.names))
+		r.names = append(r.names, name)
+		r.index[name] = i
 	}
-	r.events = append(r.events, e)
+	r.mu.Unlock()
+	r.add(record{begin: begin, end: end, span: i})
 }
 
-// WriteFile writes the timeline to path as JSON lines, the last one
-// counting dropped events.
-func (r *Recorder) WriteFile(path string) error {
+// unixNano turns the readings into unix nanoseconds: the counter's rate is
+// measured from the start to now (over at least 20 ms).
+func (r *Recorder) unixNano() func(int64) int64 {
+	base := r.t0.UnixNano()
+	if !r.tsc {
+		return func(v int64) int64 { return base + v }
+	}
+	if d := time.Since(r.t0); d < 20*time.Millisecond {
+		time.Sleep(20*time.Millisecond - d)
+	}
+	el, dt := time.Since(r.t0), ticks()-r.tick0
+	perTick := float64(el) / float64(max(dt, 1))
+	return func(v int64) int64 { return base + int64(float64(v-r.tick0)*perTick) }
+}
+
+// WriteFile writes the timeline to path as JSON lines of Events, the last
+// one counting dropped events; kind and dtype name the codes.
+func (r *Recorder) WriteFile(path string, kind, dtype func(uint8) string) error {
 	if r == nil {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	ns := r.unixNano()
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	w := bufio.NewWriter(f)
 	enc := json.NewEncoder(w)
-	for _, e := range r.events {
-		if err := enc.Encode(e); err != nil {
-			f.Close()
-			return err
+	for _, c := range r.chunks {
+		for _, rec := range c {
+			e := Event{Begin: ns(rec.begin), End: ns(rec.end)}
+			if rec.kind == 0 {
+				e.Cat, e.Name = "span", r.names[rec.span]
+			} else {
+				e.Cat, e.Name, e.Seq, e.Bytes, e.DType, e.Strategy = "collective", kind(rec.kind), uint64(rec.seq), rec.bytes, dtype(rec.dtype), "ring"
+				if rec.hub {
+					e.Strategy = "hub"
+				}
+			}
+			if err := enc.Encode(e); err != nil {
+				f.Close()
+				return err
+			}
 		}
 	}
 	if r.dropped > 0 {

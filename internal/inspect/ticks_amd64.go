@@ -1,0 +1,22 @@
+package inspect
+
+import (
+	"os"
+	"strings"
+)
+
+func rdtsc() uint64
+
+// tscUsable: the CPU's time-stamp counter runs at a constant rate and does
+// not stop (constant_tsc, nonstop_tsc), so that ticks map to time by one
+// rate measured over the run.
+func tscUsable() bool {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	return strings.Contains(s, " constant_tsc") && strings.Contains(s, " nonstop_tsc")
+}
+
+func ticks() int64 { return int64(rdtsc()) }
