@@ -29,6 +29,12 @@ func (s step) feed(p *policy) decision {
 		return p.signal(s.sig)
 	case "timeout":
 		return p.timedOut("job timed out")
+	case "dump":
+		return p.beginDump(s.code, "stalled for 3s")
+	case "dump-done":
+		return p.endDump(s.sig)
+	case "abort":
+		return p.jobFailed(s.code, "rank 1 called MPI_Abort")
 	}
 	panic("unknown event " + s.event)
 }
@@ -63,6 +69,16 @@ func TestPolicy(t *testing.T) {
 		{name: "timeout", np: 1, steps: []step{
 			{event: "timeout", wantSignal: syscall.SIGTERM}, {event: "exit", rank: 0, code: 143},
 		}, wantCode: ExitTimeout, wantFailure: "timed out"},
+		{name: "dumps before a stall abort: exits meanwhile do not stop the job", np: 2, steps: []step{
+			{event: "dump", code: ExitTimeout},
+			{event: "exit", rank: 0, code: 2}, // a Go program after its dump
+			{event: "dump-done", sig: syscall.SIGTERM, wantSignal: syscall.SIGTERM},
+			{event: "exit", rank: 1, code: 143},
+		}, wantCode: ExitTimeout, wantFailure: "stalled for 3s"},
+		{name: "MPI_Abort sets the code", np: 3, steps: []step{
+			{event: "abort", code: 3, wantSignal: syscall.SIGTERM},
+			{event: "exit", rank: 1, code: 3}, {event: "exit", rank: 0, code: 143},
+		}, wantCode: 3, wantFailure: "MPI_Abort"},
 		{name: "lost agent", np: 2, steps: []step{
 			{event: "agent-lost", wantSignal: syscall.SIGTERM}, {event: "exit", rank: 0, code: 143},
 		}, wantCode: ExitAgentLost, wantFailure: "lost the agent on h2"},

@@ -249,3 +249,16 @@ func TestTimeline(t *testing.T) {
 		t.Fatalf("starts %v", starts)
 	}
 }
+
+func FuzzParseEvents(f *testing.F) {
+	f.Add([]byte("{\"n\":\"allreduce\",\"c\":\"collective\",\"s\":1,\"t0\":1,\"t1\":2}\n"))
+	f.Add([]byte("garbage\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		evs, err := ParseEvents(b)
+		if err == nil {
+			if _, err := Trace([]Track{{Rank: 0, Host: "h", Events: evs}}); err != nil {
+				t.Fatalf("parsed events do not make a trace: %v", err)
+			}
+		}
+	})
+}
