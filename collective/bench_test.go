@@ -32,37 +32,46 @@ func BenchmarkAllReduceTCP(b *testing.B) {
 			for i := range cfgs {
 				cfgs[i].Algorithm = r.algo
 			}
-			comms, errs := newAll(cfgs)
-			if err := errors.Join(errs...); err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				for _, c := range comms {
-					c.Close()
-				}
-			}()
+			comms := startAll(b, cfgs)
 			for _, bytes := range r.sizes {
-				b.Run(fmt.Sprintf("%dB", bytes), func(b *testing.B) {
-					b.SetBytes(int64(bytes))
-					var wg sync.WaitGroup
-					for _, c := range comms {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							buf := make([]float32, bytes/4)
-							for i := 0; i < b.N; i++ {
-								if err := AllReduce(context.Background(), c, buf, Sum); err != nil {
-									b.Error(err)
-									return
-								}
-							}
-						}()
-					}
-					wg.Wait()
-				})
+				b.Run(fmt.Sprintf("%dB", bytes), func(b *testing.B) { allReduceAll(b, comms, bytes) })
 			}
 		})
 	}
+}
+
+// allReduceAll runs b.N all-reduces of bytes on every Comm at once.
+func allReduceAll(b *testing.B, comms []*Comm, bytes int) {
+	b.SetBytes(int64(bytes))
+	var wg sync.WaitGroup
+	for _, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]float32, bytes/4)
+			for i := 0; i < b.N; i++ {
+				if err := AllReduce(context.Background(), c, buf, Sum); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// startAll joins cfgs' Comms and closes them when b ends.
+func startAll(b *testing.B, cfgs []Config) []*Comm {
+	comms, errs := newAll(cfgs)
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	})
+	return comms
 }
 
 // BenchmarkInspect is the cost of gorun's job inspection on a 4 KiB
@@ -83,31 +92,7 @@ func BenchmarkInspect(b *testing.B) {
 					cfgs[i].TimelineFile = filepath.Join(b.TempDir(), "timeline")
 				}
 			}
-			comms, errs := newAll(cfgs)
-			if err := errors.Join(errs...); err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				for _, c := range comms {
-					c.Close()
-				}
-			}()
-			b.SetBytes(4 << 10)
-			var wg sync.WaitGroup
-			for _, c := range comms {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					buf := make([]float32, 1<<10)
-					for i := 0; i < b.N; i++ {
-						if err := AllReduce(context.Background(), c, buf, Sum); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
+			allReduceAll(b, startAll(b, cfgs), 4<<10)
 		})
 	}
 }
