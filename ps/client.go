@@ -40,7 +40,11 @@ type ClientConfig struct {
 	Shm transport.ShmOptions
 	// Metrics, if set, receives one JSON line per iteration (see Tick).
 	Metrics io.Writer
-	Logger  *slog.Logger
+	// Trace, if set, is told of every request when it completes ("push",
+	// "pull"; PushPull counts as a push) and of every Wait ("wait"), with
+	// when it started and how long it took (gorun --timeline).
+	Trace  func(what string, start time.Time, took time.Duration)
+	Logger *slog.Logger
 }
 
 // DefaultClientConfig returns the defaults for everything but the job's

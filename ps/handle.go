@@ -51,7 +51,15 @@ func (h *Handle) finish(err error, copy func()) {
 		h.left--
 	}
 	if h.left == 0 {
-		h.c.iter.addTime(h.kind, time.Since(h.start))
+		took := time.Since(h.start)
+		h.c.iter.addTime(h.kind, took)
+		if t := h.c.cfg.Trace; t != nil && h.kind != kindOther {
+			what := "push"
+			if h.kind == kindPull {
+				what = "pull"
+			}
+			t(what, h.start, took)
+		}
 		close(h.done)
 	}
 }
@@ -64,7 +72,13 @@ func (h *Handle) Done() <-chan struct{} { return h.done }
 // but the client no longer writes to it.
 func (h *Handle) Wait(ctx context.Context) error {
 	t0 := time.Now()
-	defer func() { h.c.iter.addWait(time.Since(t0)) }()
+	defer func() {
+		took := time.Since(t0)
+		h.c.iter.addWait(took)
+		if t := h.c.cfg.Trace; t != nil {
+			t("wait", t0, took)
+		}
+	}()
 	select {
 	case <-h.done:
 		h.mu.Lock()

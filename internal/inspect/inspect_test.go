@@ -185,6 +185,8 @@ func TestTimeline(t *testing.T) {
 	r.Collective(3, 1, false, 1, 4096, a, b0)
 	r.Span("forward", b0, r.Now())
 	r.Collective(3, 1, true, 2, 8, r.Now(), r.Now())
+	at := time.Now()
+	r.SpanAt("hub push", at, at.Add(time.Microsecond))
 	t1 := time.Now().UnixNano()
 	path := filepath.Join(t.TempDir(), "tl")
 	code := func(c uint8) string { return fmt.Sprintf("k%d", c) }
@@ -193,7 +195,7 @@ func TestTimeline(t *testing.T) {
 	}
 	b, _ := os.ReadFile(path)
 	evs, err := ParseEvents(b)
-	if err != nil || len(evs) != 3 || evs[0].Seq != 1 || evs[0].Name != "k3" || evs[0].DType != "k1" || evs[0].Strategy != "ring" || evs[1].Name != "forward" || evs[1].Cat != "span" || evs[2].Strategy != "hub" {
+	if err != nil || len(evs) != 4 || evs[3].Name != "hub push" || evs[3].Begin != at.UnixNano() || evs[3].End != at.UnixNano()+1000 || evs[0].Seq != 1 || evs[0].Name != "k3" || evs[0].DType != "k1" || evs[0].Strategy != "ring" || evs[1].Name != "forward" || evs[1].Cat != "span" || evs[2].Strategy != "hub" {
 		t.Fatalf("%+v %v", evs, err)
 	}
 	// Readings become unix nanoseconds, in order, within the test's time,

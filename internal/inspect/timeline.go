@@ -38,6 +38,7 @@ type record struct {
 	kind       uint8 // a collective's code, or 0 for a span
 	dtype      uint8
 	hub        bool
+	wall       bool   // begin and end are unix nanoseconds already
 	span       uint16 // a span's name, an index into Recorder.names
 }
 
@@ -102,6 +103,16 @@ func (r *Recorder) Collective(kind, dtype uint8, hub bool, seq uint32, bytes uin
 
 // Span records the program's own span name between begin and end.
 func (r *Recorder) Span(name string, begin, end int64) {
+	r.span(name, begin, end, false)
+}
+
+// SpanAt records span name between two times of the clock (ParamHub's
+// requests, which the ps package times itself).
+func (r *Recorder) SpanAt(name string, begin, end time.Time) {
+	r.span(name, begin.UnixNano(), end.UnixNano(), true)
+}
+
+func (r *Recorder) span(name string, begin, end int64, wall bool) {
 	if r == nil {
 		return
 	}
@@ -113,7 +124,7 @@ func (r *Recorder) Span(name string, begin, end int64) {
 		r.index[name] = i
 	}
 	r.mu.Unlock()
-	r.add(record{begin: begin, end: end, span: i})
+	r.add(record{begin: begin, end: end, span: i, wall: wall})
 }
 
 // unixNano turns the readings into unix nanoseconds: the counter's rate is
@@ -149,6 +160,9 @@ func (r *Recorder) WriteFile(path string, kind, dtype func(uint8) string) error 
 	for _, c := range r.chunks {
 		for _, rec := range c {
 			e := Event{Begin: ns(rec.begin), End: ns(rec.end)}
+			if rec.wall {
+				e.Begin, e.End = rec.begin, rec.end
+			}
 			if rec.kind == 0 {
 				e.Cat, e.Name = "span", r.names[rec.span]
 			} else {
