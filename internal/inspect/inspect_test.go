@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -195,6 +196,8 @@ func TestTimeline(t *testing.T) {
 	}
 	b, _ := os.ReadFile(path)
 	evs, err := ParseEvents(b)
+	// Collectives and spans are kept apart: order by begin.
+	sort.Slice(evs, func(i, j int) bool { return evs[i].Begin < evs[j].Begin })
 	if err != nil || len(evs) != 4 || evs[3].Name != "hub push" || evs[3].Begin != at.UnixNano() || evs[3].End != at.UnixNano()+1000 || evs[0].Seq != 1 || evs[0].Name != "k3" || evs[0].DType != "k1" || evs[0].Strategy != "ring" || evs[1].Name != "forward" || evs[1].Cat != "span" || evs[2].Strategy != "hub" {
 		t.Fatalf("%+v %v", evs, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,22 +45,59 @@ type record struct {
 
 const chunkLen = 4096 // records per chunk: growing never copies
 
+// lane is a log of records with one writer at a time and readers that may
+// run beside it: a record is published by storing the count after it, so
+// a writer takes no lock, and chunks never move.
+type lane struct {
+	chunks  [MaxEvents / chunkLen]atomic.Pointer[[chunkLen]record]
+	n       atomic.Int64
+	dropped atomic.Int64
+}
+
+func (l *lane) put(rec record) {
+	i := l.n.Load()
+	if i >= MaxEvents {
+		l.dropped.Add(1)
+		return
+	}
+	c := l.chunks[i/chunkLen].Load()
+	if c == nil {
+		c = new([chunkLen]record)
+		l.chunks[i/chunkLen].Store(c)
+	}
+	c[i%chunkLen] = rec
+	l.n.Store(i + 1)
+}
+
+func (l *lane) each(f func(record) error) error {
+	n := l.n.Load()
+	for i := int64(0); i < n; i++ {
+		if err := f(l.chunks[i/chunkLen].Load()[i%chunkLen]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Recorder keeps a rank's timeline in memory, cheaply: a timestamp is one
 // read of the CPU's time-stamp counter where it runs at a constant rate
 // (amd64 with constant_tsc and nonstop_tsc), else of the monotonic clock,
-// and an event is a 40-byte record in a chunk. Readings become unix
-// nanoseconds when the file is written. It is safe for concurrent use; a
-// nil *Recorder records nothing.
+// and an event is a 40-byte record in a chunk, written without a lock for
+// collectives. Readings become unix nanoseconds when the file is written.
+// Collective is for one goroutine at a time (the collective package calls
+// it inside its one-at-a-time section); Span, SpanAt and WriteFile are
+// safe for concurrent use. A nil *Recorder records nothing.
 type Recorder struct {
-	mu      sync.Mutex
-	chunks  [][]record
-	n       int
-	dropped int
-	names   []string
-	index   map[string]uint16
-	tsc     bool
-	t0      time.Time // when it started, with ...
-	tick0   int64     // ... the counter's reading then
+	colls lane // written by Collective only
+
+	mu    sync.Mutex // for the spans
+	spans lane
+	names []string
+	index map[string]uint16
+
+	tsc   bool
+	t0    time.Time // when it started, with ...
+	tick0 int64     // ... the counter's reading then
 }
 
 // NewRecorder returns an empty Recorder.
@@ -77,28 +115,13 @@ func (r *Recorder) Now() int64 {
 	return int64(time.Since(r.t0))
 }
 
-func (r *Recorder) add(rec record) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.n >= MaxEvents {
-		r.dropped++
-		return
-	}
-	if len(r.chunks) == 0 || len(r.chunks[len(r.chunks)-1]) == chunkLen {
-		r.chunks = append(r.chunks, make([]record, 0, chunkLen))
-	}
-	last := &r.chunks[len(r.chunks)-1]
-	*last = append(*last, rec)
-	r.n++
-}
-
 // Collective records collective seq (kind and dtype as the caller codes
 // them; WriteFile names them) between the timestamps begin and end.
 func (r *Recorder) Collective(kind, dtype uint8, hub bool, seq uint32, bytes uint64, begin, end int64) {
 	if r == nil {
 		return
 	}
-	r.add(record{begin: begin, end: end, bytes: bytes, seq: seq, kind: kind, dtype: dtype, hub: hub})
+	r.colls.put(record{begin: begin, end: end, bytes: bytes, seq: seq, kind: kind, dtype: dtype, hub: hub})
 }
 
 // Span records the program's own span name between begin and end.
@@ -117,14 +140,14 @@ func (r *Recorder) span(name string, begin, end int64, wall bool) {
 		return
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	i, ok := r.index[name]
 	if !ok && len(r.names) < 1<<16-1 {
 		i = uint16(len(r.names))
 		r.names = append(r.names, name)
 		r.index[name] = i
 	}
-	r.mu.Unlock()
-	r.add(record{begin: begin, end: end, span: i, wall: wall})
+	r.spans.put(record{begin: begin, end: end, span: i, wall: wall})
 }
 
 // unixNano turns the readings into unix nanoseconds: the counter's rate is
@@ -157,28 +180,31 @@ func (r *Recorder) WriteFile(path string, kind, dtype func(uint8) string) error 
 	}
 	w := bufio.NewWriter(f)
 	enc := json.NewEncoder(w)
-	for _, c := range r.chunks {
-		for _, rec := range c {
-			e := Event{Begin: ns(rec.begin), End: ns(rec.end)}
-			if rec.wall {
-				e.Begin, e.End = rec.begin, rec.end
-			}
-			if rec.kind == 0 {
-				e.Cat, e.Name = "span", r.names[rec.span]
-			} else {
-				e.Cat, e.Name, e.Seq, e.Bytes, e.DType, e.Strategy = "collective", kind(rec.kind), uint64(rec.seq), rec.bytes, dtype(rec.dtype), "ring"
-				if rec.hub {
-					e.Strategy = "hub"
-				}
-			}
-			if err := enc.Encode(e); err != nil {
-				f.Close()
-				return err
+	write := func(rec record) error {
+		e := Event{Begin: ns(rec.begin), End: ns(rec.end)}
+		if rec.wall {
+			e.Begin, e.End = rec.begin, rec.end
+		}
+		if rec.kind == 0 {
+			e.Cat, e.Name = "span", r.names[rec.span]
+		} else {
+			e.Cat, e.Name, e.Seq, e.Bytes, e.DType, e.Strategy = "collective", kind(rec.kind), uint64(rec.seq), rec.bytes, dtype(rec.dtype), "ring"
+			if rec.hub {
+				e.Strategy = "hub"
 			}
 		}
+		return enc.Encode(e)
 	}
-	if r.dropped > 0 {
-		_ = enc.Encode(Event{Name: fmt.Sprint(r.dropped), Cat: "dropped"})
+	err = r.colls.each(write)
+	if err == nil {
+		err = r.spans.each(write)
+	}
+	if err != nil {
+		f.Close()
+		return err
+	}
+	if d := r.colls.dropped.Load() + r.spans.dropped.Load(); d > 0 {
+		_ = enc.Encode(Event{Name: fmt.Sprint(d), Cat: "dropped"})
 	}
 	if err := w.Flush(); err != nil {
 		f.Close()
