@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gorun/gorun/internal/inspect"
+	"github.com/gorun/gorun/transport"
 )
 
 // BenchmarkAllReduceTCP runs n ranks in this process over loopback TCP,
@@ -95,4 +98,93 @@ func BenchmarkInspect(b *testing.B) {
 			allReduceAll(b, startAll(b, cfgs), 4<<10)
 		})
 	}
+}
+
+// BenchmarkTimelineOverhead is what --timeline adds to a 4 KiB all-reduce
+// between 2 ranks in this process, over shared memory and over TCP,
+// measured in turn with the recorder on and off in the same Comms, batch
+// by batch: it reports the median time per all-reduce each way and the
+// median ratio of neighbouring batches (on/off).
+func BenchmarkTimelineOverhead(b *testing.B) {
+	for _, shm := range []bool{true, false} {
+		b.Run(map[bool]string{true: "shm", false: "tcp"}[shm], func(b *testing.B) { timelineOverhead(b, shm) })
+	}
+}
+
+func timelineOverhead(b *testing.B, shm bool) {
+	cfgs := tcpConfigs(b, 2, "a-secret-of-the-right-length")
+	for i := range cfgs {
+		cfgs[i].Shm = shm
+		cfgs[i].StatusFile = filepath.Join(b.TempDir(), "page")
+		if err := inspect.CreatePage(cfgs[i].StatusFile); err != nil {
+			b.Fatal(err)
+		}
+		cfgs[i].TimelineFile = filepath.Join(b.TempDir(), "timeline")
+	}
+	comms := startAll(b, cfgs)
+	recs := make([]*inspect.Recorder, len(comms))
+	for i, c := range comms {
+		recs[i] = c.rec
+	}
+	set := func(on bool) {
+		for i, c := range comms {
+			m, ok := c.tr.(interface{ SetWaitMeter(*transport.WaitMeter) })
+			if !ok {
+				b.Fatalf("transport %T has no wait meter", c.tr)
+			}
+			if on {
+				c.rec = recs[i]
+				m.SetWaitMeter(c.waited)
+			} else {
+				c.rec = nil
+				m.SetWaitMeter(nil)
+			}
+		}
+	}
+	const batch = 2000
+	var off, on, ratio []float64
+	b.ResetTimer()
+	for done := 0; done < b.N; done += 2 * batch {
+		var t [2]float64
+		for k, mode := range []bool{false, true} {
+			set(mode)
+			t0 := time.Now()
+			allReduceN(b, comms, 4<<10, batch)
+			t[k] = float64(time.Since(t0).Nanoseconds()) / batch
+		}
+		off, on, ratio = append(off, t[0]), append(on, t[1]), append(ratio, t[1]/t[0])
+	}
+	b.StopTimer()
+	set(true)
+	b.ReportMetric(median(off), "ns/off")
+	b.ReportMetric(median(on), "ns/on")
+	b.ReportMetric(median(ratio), "on/off")
+}
+
+// allReduceN runs n all-reduces of bytes on every Comm at once.
+func allReduceN(b *testing.B, comms []*Comm, bytes, n int) {
+	var wg sync.WaitGroup
+	for _, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]float32, bytes/4)
+			for i := 0; i < n; i++ {
+				if err := AllReduce(context.Background(), c, buf, Sum); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -10,8 +10,10 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gorun/gorun/internal/inspect"
+	"github.com/gorun/gorun/internal/tick"
 	"github.com/gorun/gorun/membership"
 	"github.com/gorun/gorun/ps"
 	"github.com/gorun/gorun/reduce"
@@ -39,8 +41,9 @@ type Comm struct {
 	topo   *topology     // which ranks share hosts; nil: one host
 	closed chan struct{} // closed by Close
 	seq    uint32
-	page   *inspect.Page     // nil: no status page
-	rec    *inspect.Recorder // nil: no timeline
+	page   *inspect.Page        // nil: no status page
+	rec    *inspect.Recorder    // nil: no timeline
+	waited *transport.WaitMeter // with rec: the transport's blocked time
 
 	// The hub strategy (see hub.go).
 	hub       *ps.Client
@@ -68,6 +71,10 @@ func newComm(cfg Config, log *slog.Logger, tr transport.Transport) *Comm {
 	}
 	if cfg.TimelineFile != "" {
 		c.rec = inspect.NewRecorder()
+		c.waited = transport.NewWaitMeter(tick.Now)
+		if m, ok := tr.(interface{ SetWaitMeter(*transport.WaitMeter) }); ok {
+			m.SetWaitMeter(c.waited)
+		}
 	}
 	return c
 }
@@ -202,11 +209,6 @@ func (c *Comm) Size() int { return c.cfg.Size }
 func (c *Comm) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)
-		if c.rec != nil {
-			if err := c.rec.WriteFile(c.cfg.TimelineFile, func(k uint8) string { return kindName[k] }, dtypeName); err != nil {
-				c.log.Warn("writing the timeline", "err", err)
-			}
-		}
 		c.closeHub()
 		c.closeErr = c.tr.Close()
 		if c.member != nil {
@@ -214,8 +216,28 @@ func (c *Comm) Close() error {
 				c.closeErr = err
 			}
 		}
+		c.writeTimeline()
 	})
 	return c.closeErr
+}
+
+// writeTimeline writes the timeline file once the collective running in
+// another goroutine, if any, has returned (it does soon: the transport is
+// closed); if it has not within a second, the file holds what the recorder
+// had published, all but its last 64 collectives at most.
+func (c *Comm) writeTimeline() {
+	if c.rec == nil {
+		return
+	}
+	select {
+	case <-c.turn: // kept: no collective runs after Close
+		c.rec.Sync()
+	case <-time.After(time.Second):
+		c.log.Warn("a collective is still running: the timeline may miss its last collectives")
+	}
+	if err := c.rec.WriteFile(c.cfg.TimelineFile, func(k uint8) string { return kindName[k] }, dtypeName); err != nil {
+		c.log.Warn("writing the timeline", "err", err)
+	}
 }
 
 // dtypeName names an element type for the status page and the timeline,
@@ -240,8 +262,8 @@ func (c *Comm) Span(name string) (end func()) {
 	if c.rec == nil {
 		return func() {}
 	}
-	t0 := c.rec.Now()
-	return func() { c.rec.Span(name, t0, c.rec.Now()) }
+	t0 := tick.Now()
+	return func() { c.rec.Span(name, t0, tick.Now()) }
 }
 
 // Err reports the error that broke the Comm, or nil while it is healthy.
@@ -288,20 +310,16 @@ func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error,
 	if err := c.tr.Err(); err != nil {
 		return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
 	}
-	var began int64
-	if c.page != nil || c.rec != nil {
-		c.page.Begin(uint64(c.seq), kindName[kind], dtypeName(h.DType), int(h.Count)*reduce.Size(h.DType))
-		if c.rec != nil {
-			began = c.rec.Now()
-		}
+	var began, waited int64
+	if c.rec != nil {
+		began, waited = tick.Now(), c.waited.Total()
 	}
+	c.page.Begin(uint64(c.seq), kindName[kind], dtypeName(h.DType), int(h.Count)*reduce.Size(h.DType))
 	err := f(ring.Options{Header: h, SegmentBytes: c.cfg.SegmentBytes})
-	if c.page != nil || c.rec != nil {
-		c.page.End(uint64(h.Seq))
-		if c.rec != nil {
-			c.rec.Collective(kind, h.DType, c.useHub.Load(), h.Seq, uint64(int(h.Count)*reduce.Size(h.DType)), began, c.rec.Now())
-		}
+	if c.rec != nil {
+		c.rec.Collective(kind, h.DType, c.useHub.Load(), h.Seq, uint64(int(h.Count)*reduce.Size(h.DType)), began, tick.Now(), c.waited.Total()-waited)
 	}
+	c.page.End(uint64(h.Seq))
 	if err == nil {
 		return nil
 	}

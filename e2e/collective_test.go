@@ -99,13 +99,16 @@ func TestHubsOverSSH(t *testing.T) {
 // Chrome trace: it parses as JSON, has a track per rank (named with its
 // host), every collective begins before it ends, the program's span is
 // there, and the same all-reduce, all-gather or barrier overlaps on every
-// rank on the aligned clock (to within the clocks' stated error).
+// rank on the aligned clock (to within the clocks' stated error). Every
+// collective splits into waiting and moving; in the last all-reduce, which
+// rank 3 enters 300 ms late, ranks 0-2 wait most of that time and rank 3
+// does not.
 func TestTimelineOverSSH(t *testing.T) {
 	r := needRig(t)
 	bin := r.selftest(t)
 	hf := r.hostfile(t, 2, 2)
 	path := filepath.Join(t.TempDir(), "timeline.json")
-	res := r.run(t, "-hostfile", hf, "--timeline", path, bin, "-rounds", "40", "-seed", "5")
+	res := r.run(t, "-hostfile", hf, "--timeline", path, bin, "-rounds", "40", "-seed", "5", "-late", "300ms")
 	if res.code != 0 || !strings.Contains(res.stderr, "timeline of 4 rank(s) in "+path) {
 		t.Fatalf("exit %d\n%s", res.code, res.stderr)
 	}
@@ -137,6 +140,11 @@ func TestTimelineOverSSH(t *testing.T) {
 		t.Fatalf("clock metadata for %d hosts, want 2: %s", len(tr.Metadata.Hosts), b[:min(len(b), 300)])
 	}
 	type span struct{ begin, end float64 }
+	type last struct {
+		seq  float64
+		wait float64
+	}
+	lastAR := map[int]last{}
 	tracks := map[int]string{}
 	spans := map[int]int{}
 	same := map[string][]span{}
@@ -148,8 +156,23 @@ func TestTimelineOverSSH(t *testing.T) {
 			t.Fatalf("rank %d: %s ends before it begins", e.Pid, e.Name)
 		case e.Ph == "X" && e.Cat == "span":
 			spans[e.Pid]++
-		case e.Ph == "X" && (strings.HasPrefix(e.Name, "allreduce ") || strings.HasPrefix(e.Name, "allgather ") || strings.HasPrefix(e.Name, "barrier ")):
-			same[e.Name] = append(same[e.Name], span{e.Ts, e.Ts + e.Dur})
+		case e.Ph == "X" && e.Cat == "collective":
+			w, wok := e.Args["wait_us"].(float64)
+			m, mok := e.Args["move_us"].(float64)
+			if !wok || !mok || w < 0 || m < 0 || w+m > e.Dur+1 || w+m < e.Dur-1 {
+				t.Fatalf("rank %d: %s of %.1f us: wait %v, move %v", e.Pid, e.Name, e.Dur, e.Args["wait_us"], e.Args["move_us"])
+			}
+			if strings.HasPrefix(e.Name, "allreduce ") && e.Args["seq"].(float64) > lastAR[e.Pid].seq {
+				lastAR[e.Pid] = last{e.Args["seq"].(float64), w}
+			}
+			if strings.HasPrefix(e.Name, "allreduce ") || strings.HasPrefix(e.Name, "allgather ") || strings.HasPrefix(e.Name, "barrier ") {
+				same[e.Name] = append(same[e.Name], span{e.Ts, e.Ts + e.Dur})
+			}
+		}
+	}
+	for rank := range 3 {
+		if lastAR[rank].wait < 200e3 || lastAR[3].wait > lastAR[rank].wait/2 {
+			t.Fatalf("rank 3 entered the last all-reduce 300 ms late: ranks waited %v (us)", lastAR)
 		}
 	}
 	for rank := range 4 {

@@ -144,6 +144,10 @@ func (m *Mem) Send(ctx context.Context, to int, h Header, payload []byte) error 
 	}
 }
 
+// SetWaitMeter makes every later Recv add the time it is blocked for a
+// peer's data to wm (nil: stop).
+func (m *Mem) SetWaitMeter(wm *WaitMeter) { m.w.SetWaitMeter(wm) }
+
 // Recv implements Transport.
 func (m *Mem) Recv(ctx context.Context, from int) (Frame, error) { return m.w.recv(ctx, from) }
 

@@ -564,7 +564,18 @@ func (t *TCP) shmRecv(ctx context.Context, sp *shmPeer) (Frame, error) {
 
 func (t *TCP) shmRecvWait(ctx context.Context, sp *shmPeer, next func() (bool, error)) error {
 	r := sp.in
-	err := t.shmWait(ctx, r.pseq, r.pwait, t.w.left[sp.peer], next)
+	var err error
+	if m := t.w.meter.Load(); m != nil {
+		// Metered: time the wait only if the data is not here yet.
+		var ok bool
+		if ok, err = next(); !ok && err == nil {
+			t0 := m.Now()
+			err = t.shmWait(ctx, r.pseq, r.pwait, t.w.left[sp.peer], next)
+			m.total.Add(m.Now() - t0)
+		}
+	} else {
+		err = t.shmWait(ctx, r.pseq, r.pwait, t.w.left[sp.peer], next)
+	}
 	switch {
 	case err == nil:
 		return nil

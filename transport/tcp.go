@@ -428,6 +428,10 @@ func (t *TCP) write(ctx context.Context, pc *peerConn, h Header, payload []byte)
 	return err
 }
 
+// SetWaitMeter makes every later Recv add the time it is blocked for a
+// peer's data (over a socket or shared memory) to m (nil: stop).
+func (t *TCP) SetWaitMeter(m *WaitMeter) { t.w.SetWaitMeter(m) }
+
 // Recv implements Transport.
 func (t *TCP) Recv(ctx context.Context, from int) (Frame, error) {
 	var pc *peerConn

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
 // world is the state both transports share: a data inbox per peer, which
@@ -21,7 +22,29 @@ type world struct {
 	mu       sync.Mutex
 	err      error
 	onFail   func() // called once, after err is set
+
+	meter atomic.Pointer[WaitMeter] // nil: Recv is not timed
 }
+
+// WaitMeter adds up the time Recv spends blocked for a peer's data (a
+// Recv whose frame is already there adds nothing), on a clock of the
+// caller's: every Recv of a transport once SetWaitMeter gave it one, in
+// whatever goroutine. A collective's share of it is the difference of
+// Total before and after.
+type WaitMeter struct {
+	Now   func() int64 // the clock; any unit
+	total atomic.Int64
+}
+
+// NewWaitMeter returns a meter that reads now.
+func NewWaitMeter(now func() int64) *WaitMeter { return &WaitMeter{Now: now} }
+
+// Total is the time waited so far, in the clock's unit.
+func (m *WaitMeter) Total() int64 { return m.total.Load() }
+
+// SetWaitMeter makes every later Recv add its blocked time to m; nil
+// stops it.
+func (w *world) SetWaitMeter(m *WaitMeter) { w.meter.Store(m) }
 
 const inboxDepth = 64
 
@@ -92,6 +115,15 @@ func (w *world) recv(ctx context.Context, from int) (Frame, error) {
 	case <-w.failed:
 		return Frame{}, w.Err()
 	default:
+	}
+	if m := w.meter.Load(); m != nil {
+		select {
+		case f := <-w.inbox[from]:
+			return f, nil
+		default:
+		}
+		t0 := m.Now()
+		defer func() { m.total.Add(m.Now() - t0) }()
 	}
 	select {
 	case f := <-w.inbox[from]:

@@ -27,6 +27,7 @@ func main() {
 	seed := flag.Uint64("seed", 1, "seed shared by all ranks")
 	drill := flag.String("drill", "", "kill or stop: fault drill instead of the check")
 	mib := flag.Int("mib", 64, "all-reduce size of the drill, MiB")
+	late := flag.Duration("late", 0, "after the check, one more all-reduce that the last rank enters this late (gorun --timeline shows the others waiting)")
 	flag.Parse()
 	ctx := context.Background()
 	c, err := collective.Join(ctx)
@@ -52,6 +53,16 @@ func main() {
 	end := c.Span("selftest") // its own track entry under gorun --timeline
 	err = conformance.Run(ctx, c, *seed, *rounds)
 	end()
+	if err == nil && *late > 0 {
+		if c.Rank() == c.Size()-1 {
+			time.Sleep(*late)
+		}
+		buf := []float32{float32(c.Rank())}
+		err = collective.AllReduce(ctx, c, buf, collective.Sum)
+		if want := float32(c.Size() * (c.Size() - 1) / 2); err == nil && buf[0] != want {
+			err = fmt.Errorf("late all-reduce: %v, want %v", buf[0], want)
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rank %d: FAIL: %v\n", c.Rank(), err)
 		os.Exit(1)

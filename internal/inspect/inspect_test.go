@@ -183,9 +183,10 @@ func TestTimeline(t *testing.T) {
 	a := r.Now()
 	time.Sleep(2 * time.Millisecond)
 	b0 := r.Now()
-	r.Collective(3, 1, false, 1, 4096, a, b0)
+	r.Collective(3, 1, false, 1, 4096, a, b0, (b0-a)/2)
 	r.Span("forward", b0, r.Now())
-	r.Collective(3, 1, true, 2, 8, r.Now(), r.Now())
+	r.Collective(3, 1, true, 2, 8, r.Now(), r.Now(), 0)
+	r.Sync()
 	at := time.Now()
 	r.SpanAt("hub push", at, at.Add(time.Microsecond))
 	t1 := time.Now().UnixNano()
@@ -211,11 +212,14 @@ func TestTimeline(t *testing.T) {
 	if d := time.Duration(evs[0].End - evs[0].Begin); d < 1900*time.Microsecond || d > 50*time.Millisecond {
 		t.Fatalf("a 2 ms sleep measured %v", d)
 	}
+	if w, d := evs[0].Wait, evs[0].End-evs[0].Begin; w < d/2-d/50 || w > d/2+d/50 {
+		t.Fatalf("waited half of %d ns, recorded %d", d, w)
+	}
 	evs = evs[:2]
 	if _, err := ParseEvents([]byte("{\"n\":\"x\"}\nnot json\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Fatalf("garbage: %v", err)
 	}
-	evs[0] = Event{Name: "allreduce", Cat: "collective", Seq: 1, Begin: 1_000_000, End: 3_000_000}
+	evs[0] = Event{Name: "allreduce", Cat: "collective", Seq: 1, Begin: 1_000_000, End: 3_000_000, Wait: 500_000}
 	evs[1] = Event{Name: "forward", Cat: "span", Begin: 500_000, End: 900_000}
 	ahead := []Event{{Name: "allreduce", Cat: "collective", Seq: 1, Begin: 6_000_000, End: 8_000_000}}
 	out, err := Trace([]Track{{Rank: 1, Host: "h2", Offset: 5 * time.Millisecond, Events: ahead}, {Rank: 0, Host: "h1", Events: evs}})
@@ -243,6 +247,9 @@ func TestTimeline(t *testing.T) {
 			}
 		case "X":
 			starts[fmt.Sprintf("%d %s", e.Pid, e.Name)] = e.Ts
+			if e.Pid == 0 && e.Name == "allreduce #1" && (e.Args["wait_us"] != 500.0 || e.Args["move_us"] != 1500.0) {
+				t.Fatalf("wait and move of a 2 ms all-reduce that waited 0.5 ms: %v", e.Args)
+			}
 		}
 	}
 	if names[0] != "rank 0 (h1)" || names[1] != "rank 1 (h2)" {
@@ -252,6 +259,68 @@ func TestTimeline(t *testing.T) {
 	// began at 6 ms on a clock 5 ms ahead: 1 ms, as rank 0's did.
 	if starts["0 forward"] != 0 || starts["0 allreduce #1"] != 500 || starts["1 allreduce #1"] != 500 {
 		t.Fatalf("starts %v", starts)
+	}
+}
+
+// TestRecorderPublishes: collectives recorded without a Sync show up in
+// the file 64 at a time; after Sync all of them do, in order, across
+// chunks (which goroutines of the lane prepare ahead of the writer); past
+// MaxEvents they are counted as dropped.
+func TestRecorderPublishes(t *testing.T) {
+	r := NewRecorder()
+	path := filepath.Join(t.TempDir(), "tl")
+	code := func(c uint8) string { return fmt.Sprint(c) }
+	read := func() []Event {
+		t.Helper()
+		if err := r.WriteFile(path, code, code); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(path)
+		evs, err := ParseEvents(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs
+	}
+	var seq uint32
+	rec := func(n int) {
+		for i := 0; i < n; i++ {
+			seq++
+			s := seq
+			r.Collective(3, 1, false, s, uint64(s), int64(s), int64(s)+1, 0)
+		}
+	}
+	rec(300)
+	if got := len(read()); got != 256 {
+		t.Fatalf("300 unsynced collectives: %d in the file, want 256", got)
+	}
+	r.Span("between", 1, 2) // spans do not publish collectives
+	if got := len(read()); got != 257 {
+		t.Fatalf("and a span: %d in the file, want 257", got)
+	}
+	r.Sync()
+	if got := len(read()); got != 301 {
+		t.Fatalf("after Sync: %d in the file, want 300 and the span", got)
+	}
+	rec(3*chunkLen + 7)
+	r.Sync()
+	evs := read()
+	if len(evs) != 301+3*chunkLen+7 || evs[len(evs)-1].Name != "between" {
+		t.Fatalf("%d events, want %d and the span last", len(evs), 301+3*chunkLen+7)
+	}
+	evs = evs[:len(evs)-1]
+	for i, e := range evs {
+		if e.Seq != uint64(i+1) || e.Bytes != uint64(i+1) {
+			t.Fatalf("event %d: seq %d bytes %d", i, e.Seq, e.Bytes)
+		}
+	}
+	if !testing.Short() {
+		rec(MaxEvents - len(evs) + 5)
+		r.Sync()
+		evs = read()
+		if last := evs[len(evs)-1]; len(evs) != MaxEvents+2 || last.Cat != "dropped" || last.Name != "5" {
+			t.Fatalf("past MaxEvents: %d events, last %+v", len(evs), last)
+		}
 	}
 }
 

@@ -10,11 +10,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
+
+	"github.com/gorun/gorun/internal/tick"
 )
 
 // Event is one entry of a rank's timeline: a collective (Cat
 // "collective") or a span the program marked (Cat "span"), with its begin
-// and end in unix nanoseconds of the rank's host clock.
+// and end in unix nanoseconds of the rank's host clock. Wait is the part
+// of a collective this rank spent blocked for a peer's data, in
+// nanoseconds; the rest of it moved data (copying, reducing, sending).
 type Event struct {
 	Name     string `json:"n"`
 	Cat      string `json:"c"`
@@ -24,16 +29,18 @@ type Event struct {
 	Strategy string `json:"st,omitempty"`
 	Begin    int64  `json:"t0"`
 	End      int64  `json:"t1"`
+	Wait     int64  `json:"w,omitempty"`
 }
 
-// MaxEvents is how many events a Recorder keeps; later ones are counted
-// as dropped.
+// MaxEvents is how many events a Recorder keeps of each category
+// (collectives, spans); later ones are counted as dropped.
 const MaxEvents = 1 << 20
 
 // record is an event as a Recorder keeps it: no pointers (the collector
 // never scans the records), raw clock readings, names as codes.
 type record struct {
 	begin, end int64
+	wait       int64 // ticks
 	bytes      uint64
 	seq        uint32
 	kind       uint8 // a collective's code, or 0 for a span
@@ -43,34 +50,83 @@ type record struct {
 	span       uint16 // a span's name, an index into Recorder.names
 }
 
-const chunkLen = 4096 // records per chunk: growing never copies
+const (
+	chunkLen = 4096 // records per chunk: growing never copies
+	hotLen   = 64   // records a lane gathers before it stores them
+	pageSize = 4096
+)
 
-// lane is a log of records with one writer at a time and readers that may
-// run beside it: a record is published by storing the count after it, so
-// a writer takes no lock, and chunks never move.
+// lane is a log of records with one writer at a time. The writer gathers
+// records in a small buffer that stays in its cache and moves them to the
+// log 64 at a time, then publishes the count (an atomic store). A record
+// written straight to the log would cost a cache miss that the next fence
+// (the next collective's first send has one) waits for, and publishing
+// each record would be a fence of its own. Readers see what was
+// published: a reader beside the writer misses at most the last 64. Chunks
+// never move, and the next one is allocated and its pages touched by a
+// goroutine of its own while the writer fills the one before.
 type lane struct {
+	hot     [hotLen]record // the writer's
+	h       int            // records in hot
 	chunks  [MaxEvents / chunkLen]atomic.Pointer[[chunkLen]record]
-	n       atomic.Int64
-	dropped atomic.Int64
+	n       int64 // records in the log, the writer's
+	dropped int64 // the writer's
+	pub     atomic.Int64
+	pubDrop atomic.Int64
 }
 
 func (l *lane) put(rec record) {
-	i := l.n.Load()
-	if i >= MaxEvents {
-		l.dropped.Add(1)
-		return
+	l.hot[l.h] = rec
+	if l.h++; l.h == hotLen {
+		l.publish()
 	}
-	c := l.chunks[i/chunkLen].Load()
-	if c == nil {
-		c = new([chunkLen]record)
-		l.chunks[i/chunkLen].Store(c)
+}
+
+// publish moves the gathered records to the log and makes every record so
+// far visible to readers; only the writer, or a goroutine that
+// synchronised with it, may call it.
+func (l *lane) publish() {
+	for _, rec := range l.hot[:l.h] {
+		i := l.n
+		if i >= MaxEvents {
+			l.dropped++
+			continue
+		}
+		k, j := i/chunkLen, i%chunkLen
+		c := l.chunks[k].Load()
+		if c == nil {
+			c = l.chunk(k) // the goroutine preparing it has not finished
+		}
+		if j == 0 && k+1 < int64(len(l.chunks)) {
+			go l.chunk(k + 1)
+		}
+		c[j] = rec
+		l.n = i + 1
 	}
-	c[i%chunkLen] = rec
-	l.n.Store(i + 1)
+	l.h = 0
+	l.pub.Store(l.n)
+	l.pubDrop.Store(l.dropped)
+}
+
+// chunk returns chunk k, allocating it with its pages touched if nobody
+// has yet.
+func (l *lane) chunk(k int64) *[chunkLen]record {
+	if c := l.chunks[k].Load(); c != nil {
+		return c
+	}
+	c := new([chunkLen]record)
+	b := unsafe.Slice((*byte)(unsafe.Pointer(c)), unsafe.Sizeof(*c))
+	for i := 0; i < len(b); i += pageSize {
+		b[i] = 0
+	}
+	if l.chunks[k].CompareAndSwap(nil, c) {
+		return c
+	}
+	return l.chunks[k].Load()
 }
 
 func (l *lane) each(f func(record) error) error {
-	n := l.n.Load()
+	n := l.pub.Load()
 	for i := int64(0); i < n; i++ {
 		if err := f(l.chunks[i/chunkLen].Load()[i%chunkLen]); err != nil {
 			return err
@@ -79,14 +135,18 @@ func (l *lane) each(f func(record) error) error {
 	return nil
 }
 
-// Recorder keeps a rank's timeline in memory, cheaply: a timestamp is one
-// read of the CPU's time-stamp counter where it runs at a constant rate
-// (amd64 with constant_tsc and nonstop_tsc), else of the monotonic clock,
-// and an event is a 40-byte record in a chunk, written without a lock for
-// collectives. Readings become unix nanoseconds when the file is written.
+// Recorder keeps a rank's timeline in memory, cheaply: a timestamp is a
+// reading of package tick's clock (the CPU's time-stamp counter where it
+// can), and an event is a 48-byte record in a chunk, written without a
+// lock or a fence for collectives. Readings become unix nanoseconds when
+// the file is written.
+//
 // Collective is for one goroutine at a time (the collective package calls
-// it inside its one-at-a-time section); Span, SpanAt and WriteFile are
-// safe for concurrent use. A nil *Recorder records nothing.
+// it inside its one-at-a-time section), and WriteFile shows its records
+// up to the last Sync (and most of those after it: all but the last 64);
+// Sync belongs to the goroutine that records collectives, or to one that
+// synchronised with it. Span, SpanAt and WriteFile are safe for concurrent
+// use. A nil *Recorder records nothing.
 type Recorder struct {
 	colls lane // written by Collective only
 
@@ -95,33 +155,35 @@ type Recorder struct {
 	names []string
 	index map[string]uint16
 
-	tsc   bool
-	t0    time.Time // when it started, with ...
-	tick0 int64     // ... the counter's reading then
+	base tick.Base
 }
 
 // NewRecorder returns an empty Recorder.
 func NewRecorder() *Recorder {
-	r := &Recorder{index: map[string]uint16{}, tsc: tscUsable()}
-	r.t0, r.tick0 = time.Now(), ticks()
+	r := &Recorder{index: map[string]uint16{}, base: tick.NewBase()}
+	r.colls.chunk(0)
+	r.spans.chunk(0)
 	return r
 }
 
-// Now is a timestamp for Collective and Span.
-func (r *Recorder) Now() int64 {
-	if r.tsc {
-		return ticks()
-	}
-	return int64(time.Since(r.t0))
-}
+// Now is a timestamp for Collective and Span: tick.Now.
+func (r *Recorder) Now() int64 { return tick.Now() }
 
 // Collective records collective seq (kind and dtype as the caller codes
-// them; WriteFile names them) between the timestamps begin and end.
-func (r *Recorder) Collective(kind, dtype uint8, hub bool, seq uint32, bytes uint64, begin, end int64) {
+// them; WriteFile names them) between the timestamps begin and end, of
+// which it waited for peers' data for wait ticks.
+func (r *Recorder) Collective(kind, dtype uint8, hub bool, seq uint32, bytes uint64, begin, end, wait int64) {
 	if r == nil {
 		return
 	}
-	r.colls.put(record{begin: begin, end: end, bytes: bytes, seq: seq, kind: kind, dtype: dtype, hub: hub})
+	r.colls.put(record{begin: begin, end: end, wait: wait, bytes: bytes, seq: seq, kind: kind, dtype: dtype, hub: hub})
+}
+
+// Sync publishes every collective recorded so far to WriteFile.
+func (r *Recorder) Sync() {
+	if r != nil {
+		r.colls.publish()
+	}
 }
 
 // Span records the program's own span name between begin and end.
@@ -148,21 +210,7 @@ func (r *Recorder) span(name string, begin, end int64, wall bool) {
 		r.index[name] = i
 	}
 	r.spans.put(record{begin: begin, end: end, span: i, wall: wall})
-}
-
-// unixNano turns the readings into unix nanoseconds: the counter's rate is
-// measured from the start to now (over at least 20 ms).
-func (r *Recorder) unixNano() func(int64) int64 {
-	base := r.t0.UnixNano()
-	if !r.tsc {
-		return func(v int64) int64 { return base + v }
-	}
-	if d := time.Since(r.t0); d < 20*time.Millisecond {
-		time.Sleep(20*time.Millisecond - d)
-	}
-	el, dt := time.Since(r.t0), ticks()-r.tick0
-	perTick := float64(el) / float64(max(dt, 1))
-	return func(v int64) int64 { return base + int64(float64(v-r.tick0)*perTick) }
+	r.spans.publish()
 }
 
 // WriteFile writes the timeline to path as JSON lines of Events, the last
@@ -173,7 +221,7 @@ func (r *Recorder) WriteFile(path string, kind, dtype func(uint8) string) error 
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ns := r.unixNano()
+	at, dur := r.base.UnixNano()
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -181,7 +229,7 @@ func (r *Recorder) WriteFile(path string, kind, dtype func(uint8) string) error 
 	w := bufio.NewWriter(f)
 	enc := json.NewEncoder(w)
 	write := func(rec record) error {
-		e := Event{Begin: ns(rec.begin), End: ns(rec.end)}
+		e := Event{Begin: at(rec.begin), End: at(rec.end)}
 		if rec.wall {
 			e.Begin, e.End = rec.begin, rec.end
 		}
@@ -192,6 +240,7 @@ func (r *Recorder) WriteFile(path string, kind, dtype func(uint8) string) error 
 			if rec.hub {
 				e.Strategy = "hub"
 			}
+			e.Wait = min(int64(dur(rec.wait)), e.End-e.Begin)
 		}
 		return enc.Encode(e)
 	}
@@ -203,7 +252,7 @@ func (r *Recorder) WriteFile(path string, kind, dtype func(uint8) string) error 
 		f.Close()
 		return err
 	}
-	if d := r.colls.dropped.Load() + r.spans.dropped.Load(); d > 0 {
+	if d := r.colls.pubDrop.Load() + r.spans.pubDrop.Load(); d > 0 {
 		_ = enc.Encode(Event{Name: fmt.Sprint(d), Cat: "dropped"})
 	}
 	if err := w.Flush(); err != nil {
@@ -284,7 +333,8 @@ func Trace(tracks []Track) ([]byte, error) {
 				Ts: float64(e.Begin-int64(t.Offset)-start) / 1e3, Dur: float64(e.End-e.Begin) / 1e3}
 			if e.Cat == "collective" {
 				x.Name = fmt.Sprintf("%s #%d", e.Name, e.Seq)
-				x.Args = map[string]any{"bytes": e.Bytes, "dtype": e.DType, "strategy": e.Strategy, "seq": e.Seq}
+				x.Args = map[string]any{"bytes": e.Bytes, "dtype": e.DType, "strategy": e.Strategy, "seq": e.Seq,
+					"wait_us": float64(e.Wait) / 1e3, "move_us": float64(e.End-e.Begin-e.Wait) / 1e3}
 			}
 			evs = append(evs, x)
 		}

@@ -1,7 +1,7 @@
 //go:build !amd64
 
-package inspect
+package tick
 
 func tscUsable() bool { return false }
 
-func ticks() int64 { return 0 }
+func rdtsc() uint64 { return 0 }

@@ -1,0 +1,97 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/internal/inspect"
+)
+
+// TestTimelineWaitSplit: with a timeline, each collective says how long
+// the rank waited for its peers' data. Three ranks over shared memory and
+// over TCP; the last rank enters the second all-reduce 150 ms late: the
+// others' records of it show that wait, the late rank's does not, and on
+// every record the wait lies within the collective. The sums are checked
+// too, and every collective of every rank is in its file.
+func TestTimelineWaitSplit(t *testing.T) {
+	const late = 150 * time.Millisecond
+	for _, shm := range []bool{true, false} {
+		for _, n := range []int{1021, 1 << 18} {
+			t.Run(fmt.Sprintf("shm=%v/%d", shm, n), func(t *testing.T) {
+				cfgs := tcpConfigs(t, 3, "a-secret-of-the-right-length")
+				dir := t.TempDir()
+				for i := range cfgs {
+					cfgs[i].Shm = shm
+					cfgs[i].TimelineFile = filepath.Join(dir, fmt.Sprint(i))
+				}
+				comms, errs := newAll(cfgs)
+				if err := errors.Join(errs...); err != nil {
+					t.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				for _, c := range comms {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for round := range 3 {
+							buf := make([]float64, n)
+							for i := range buf {
+								buf[i] = float64(i%7 + c.Rank())
+							}
+							if round == 1 && c.Rank() == 2 {
+								time.Sleep(late)
+							}
+							if err := AllReduce(context.Background(), c, buf, Sum); err != nil {
+								t.Error(err)
+								return
+							}
+							for i, v := range buf {
+								if want := float64(3*(i%7) + 3); v != want {
+									t.Errorf("rank %d [%d] = %v, want %v", c.Rank(), i, v, want)
+									return
+								}
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				for _, c := range comms {
+					c.Close()
+				}
+				var waits [3]time.Duration
+				for r := range comms {
+					b, err := os.ReadFile(cfgs[r].TimelineFile)
+					if err != nil {
+						t.Fatal(err)
+					}
+					evs, err := inspect.ParseEvents(b)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var mine []inspect.Event
+					for _, e := range evs {
+						if e.Cat == "collective" && e.Name == "allreduce" {
+							mine = append(mine, e)
+						}
+						if e.Wait < 0 || e.Wait > e.End-e.Begin {
+							t.Fatalf("rank %d: %s #%d waited %d ns of %d", r, e.Name, e.Seq, e.Wait, e.End-e.Begin)
+						}
+					}
+					if len(mine) != 3 {
+						t.Fatalf("rank %d: %d all-reduces on the timeline, want 3: %+v", r, len(mine), evs)
+					}
+					waits[r] = time.Duration(mine[1].Wait)
+				}
+				if waits[0] < late*2/3 || waits[1] < late*2/3 || waits[2] > min(waits[0], waits[1])/2 {
+					t.Fatalf("rank 2 entered %v late; waits on ranks 0, 1, 2: %v", late, waits)
+				}
+			})
+		}
+	}
+}
