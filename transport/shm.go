@@ -367,11 +367,9 @@ func (t *TCP) LocalPeers() []int {
 
 // peersWhere lists, in rank order, the connected peers keep accepts.
 func (t *TCP) peersWhere(keep func(*peerConn) bool) []int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	var out []int
-	for _, pc := range t.conns {
-		if pc != nil && keep(pc) {
+	for _, pc := range t.peers() {
+		if keep(pc) {
 			out = append(out, pc.peer)
 		}
 	}
@@ -381,21 +379,19 @@ func (t *TCP) peersWhere(keep func(*peerConn) bool) []int {
 func (t *TCP) attach(pc *peerConn, sp *shmPeer) {
 	sp.out.wake, sp.in.wake = futexWake, futexWake
 	sp.init(t.cfg.MaxPayload)
-	t.mu.Lock()
-	pc.shm = sp
-	t.mu.Unlock()
+	pc.shm.Store(sp)
 }
 
 // SharedMemoryPeers lists the peers this rank reaches through shared
 // memory.
 func (t *TCP) SharedMemoryPeers() []int {
-	return t.peersWhere(func(pc *peerConn) bool { return pc.shm != nil })
+	return t.peersWhere(func(pc *peerConn) bool { return pc.shm.Load() != nil })
 }
 
 // shmWakeAll wakes every goroutine asleep on a ring, after a failure.
 func (t *TCP) shmWakeAll() {
 	for _, pc := range t.peers() {
-		if sp := pc.shm; sp != nil {
+		if sp := pc.shm.Load(); sp != nil {
 			sp.in.pseq.Add(1)
 			futexWake(sp.in.pseq)
 			sp.out.cseq.Add(1)
@@ -606,7 +602,7 @@ func (t *TCP) closedErr() error {
 // unmapping it would pull the payload from under the caller.
 func (t *TCP) closeShm() {
 	for _, pc := range t.peers() {
-		sp := pc.shm
+		sp := pc.shm.Load()
 		if sp == nil {
 			continue
 		}

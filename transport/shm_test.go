@@ -208,7 +208,7 @@ func TestShmCorruptRing(t *testing.T) {
 		func(r *shmRing) { r.put(recMore, Header{Type: TypeData}, make([]byte, 16)) }, // a piece with no start
 	} {
 		ts := mesh(t, 2, nil)
-		scribble(ts[0].conns[1].shm.out) // rank 0's out ring is rank 1's in ring
+		scribble(ts[0].conns[1].Load().shm.Load().out) // rank 0's out ring is rank 1's in ring
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := ts[1].Recv(ctx, 0)
 		cancel()

@@ -9,8 +9,8 @@ import (
 	"maps"
 	"net"
 	"runtime"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -90,8 +90,8 @@ type TCP struct {
 	w   *world
 
 	mu        sync.Mutex
-	conns     []*peerConn
-	connected chan struct{} // signalled when a connection registers
+	conns     []atomic.Pointer[peerConn] // set once, under mu
+	connected chan struct{}              // signalled when a connection registers
 
 	wg        sync.WaitGroup
 	readers   sync.WaitGroup
@@ -117,9 +117,9 @@ type peerConn struct {
 	spin spinState
 	pong chan struct{} // signalled when the peer answers a ping
 
-	shm      *shmPeer    // set once by Connect if the pair shares memory
-	sameHost bool        // set once by Connect: the peer's host key is this rank's
-	shmCtl   chan []byte // the peer's shared memory offer or answer
+	shm      atomic.Pointer[shmPeer] // set once by Connect if the pair shares memory
+	sameHost bool                    // set once by Connect: the peer's host key is this rank's
+	shmCtl   chan []byte             // the peer's shared memory offer or answer
 }
 
 // Listen starts listening; the transport is usable after Connect.
@@ -140,7 +140,7 @@ func Listen(cfg Config) (*TCP, error) {
 	}
 	t := &TCP{
 		cfg: cfg, log: log, ln: ln, w: newWorld(cfg.Rank, cfg.Size),
-		conns:     make([]*peerConn, cfg.Size),
+		conns:     make([]atomic.Pointer[peerConn], cfg.Size),
 		connected: make(chan struct{}, 1),
 		closing:   make(chan struct{}),
 	}
@@ -226,7 +226,7 @@ func (t *TCP) register(peer int, c net.Conn) bool {
 		return false
 	default:
 	}
-	if t.conns[peer] != nil {
+	if t.conns[peer].Load() != nil {
 		return false
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
@@ -235,7 +235,7 @@ func (t *TCP) register(peer int, c net.Conn) bool {
 		_ = tc.SetWriteBuffer(4 << 20)
 	}
 	pc := &peerConn{peer: peer, c: c, pong: make(chan struct{}, 1), shmCtl: make(chan []byte, 1)}
-	t.conns[peer] = pc
+	t.conns[peer].Store(pc)
 	t.wg.Add(1)
 	t.readers.Add(1)
 	go t.readLoop(pc)
@@ -285,8 +285,8 @@ func (t *TCP) missing() []int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var m []int
-	for i, c := range t.conns {
-		if c == nil && i != t.cfg.Rank {
+	for i := range t.conns {
+		if t.conns[i].Load() == nil && i != t.cfg.Rank {
 			m = append(m, i)
 		}
 	}
@@ -385,14 +385,12 @@ func (t *TCP) Send(ctx context.Context, to int, h Header, payload []byte) error 
 	if len(payload) > t.cfg.MaxPayload {
 		return fmt.Errorf("transport: payload of %d bytes exceeds the %d byte cap", len(payload), t.cfg.MaxPayload)
 	}
-	t.mu.Lock()
-	pc := t.conns[to]
-	t.mu.Unlock()
+	pc := t.conns[to].Load()
 	if pc == nil {
 		return fmt.Errorf("transport: rank %d: not connected to rank %d", t.cfg.Rank, to)
 	}
-	if pc.shm != nil {
-		return t.shmSend(ctx, pc.shm, h, payload)
+	if sp := pc.shm.Load(); sp != nil {
+		return t.shmSend(ctx, sp, h, payload)
 	}
 	h.Type = TypeData
 	shmRaceRelease() // see race_on.go: a reply may come back through shared memory
@@ -436,15 +434,15 @@ func (t *TCP) SetWaitMeter(m *WaitMeter) { t.w.SetWaitMeter(m) }
 func (t *TCP) Recv(ctx context.Context, from int) (Frame, error) {
 	var pc *peerConn
 	if from >= 0 && from < t.cfg.Size {
-		t.mu.Lock()
-		pc = t.conns[from]
-		t.mu.Unlock()
+		pc = t.conns[from].Load()
 	}
-	if pc != nil && pc.shm != nil {
-		if err := t.w.Err(); err != nil {
-			return Frame{}, err
+	if pc != nil {
+		if sp := pc.shm.Load(); sp != nil {
+			if err := t.w.Err(); err != nil {
+				return Frame{}, err
+			}
+			return t.shmRecv(ctx, sp)
 		}
-		return t.shmRecv(ctx, pc.shm)
 	}
 	if t.cfg.SpinTime > 0 && pc != nil {
 		select {
@@ -527,9 +525,13 @@ func (t *TCP) Lost() map[int]string {
 }
 
 func (t *TCP) peers() []*peerConn {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return slices.DeleteFunc(slices.Clone(t.conns), func(pc *peerConn) bool { return pc == nil })
+	var out []*peerConn
+	for i := range t.conns {
+		if pc := t.conns[i].Load(); pc != nil {
+			out = append(out, pc)
+		}
+	}
+	return out
 }
 
 // explainWait is how long a broken connection waits for a better
@@ -563,7 +565,7 @@ func (t *TCP) PeerLost(peer int, reason string) {
 		return
 	}
 	t.mu.Lock()
-	pc := t.conns[peer]
+	pc := t.conns[peer].Load()
 	select {
 	case <-t.closing:
 		t.mu.Unlock()
@@ -649,7 +651,7 @@ func (t *TCP) Close() error {
 		t.mu.Lock()
 		close(t.closing)
 		t.cancel()
-		conns := slices.Clone(t.conns)
+		conns := t.peers()
 		t.mu.Unlock()
 		t.ln.Close()
 		for _, pc := range conns {

@@ -19,9 +19,8 @@ type world struct {
 
 	failOnce sync.Once
 	failed   chan struct{}
-	mu       sync.Mutex
-	err      error
-	onFail   func() // called once, after err is set
+	err      atomic.Pointer[error] // read on every Send and Recv: no lock
+	onFail   func()                // called once, after err is set
 
 	meter atomic.Pointer[WaitMeter] // nil: Recv is not timed
 }
@@ -63,9 +62,7 @@ func newWorld(rank, size int) *world {
 // fail records the first error; later ones are dropped.
 func (w *world) fail(err error) {
 	w.failOnce.Do(func() {
-		w.mu.Lock()
-		w.err = err
-		w.mu.Unlock()
+		w.err.Store(&err)
 		close(w.failed)
 		if w.onFail != nil {
 			w.onFail()
@@ -77,9 +74,10 @@ func (w *world) fail(err error) {
 func (w *world) Failed() <-chan struct{} { return w.failed }
 
 func (w *world) Err() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
+	if e := w.err.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // markLeft records that peer closed cleanly.
