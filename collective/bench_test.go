@@ -46,21 +46,7 @@ func BenchmarkAllReduceTCP(b *testing.B) {
 // allReduceAll runs b.N all-reduces of bytes on every Comm at once.
 func allReduceAll(b *testing.B, comms []*Comm, bytes int) {
 	b.SetBytes(int64(bytes))
-	var wg sync.WaitGroup
-	for _, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := make([]float32, bytes/4)
-			for i := 0; i < b.N; i++ {
-				if err := AllReduce(context.Background(), c, buf, Sum); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	allReduceN(b, comms, bytes, b.N)
 }
 
 // startAll joins cfgs' Comms and closes them when b ends.
