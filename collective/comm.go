@@ -314,7 +314,9 @@ func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error,
 	if c.rec != nil {
 		began, waited = tick.Now(), c.waited.Total()
 	}
-	c.page.Begin(uint64(c.seq), kindName[kind], dtypeName(h.DType), int(h.Count)*reduce.Size(h.DType))
+	if c.page != nil { // the arguments cost map lookups: none without a page
+		c.page.Begin(uint64(c.seq), kindName[kind], dtypeName(h.DType), int(h.Count)*reduce.Size(h.DType))
+	}
 	err := f(ring.Options{Header: h, SegmentBytes: c.cfg.SegmentBytes})
 	if c.rec != nil {
 		c.rec.Collective(kind, h.DType, c.useHub.Load(), h.Seq, uint64(int(h.Count)*reduce.Size(h.DType)), began, tick.Now(), c.waited.Total()-waited)

@@ -367,6 +367,8 @@ func (t *TCP) LocalPeers() []int {
 
 // peersWhere lists, in rank order, the connected peers keep accepts.
 func (t *TCP) peersWhere(keep func(*peerConn) bool) []int {
+	t.mu.Lock() // sameHost is written under it
+	defer t.mu.Unlock()
 	var out []int
 	for _, pc := range t.peers() {
 		if keep(pc) {
@@ -567,7 +569,7 @@ func (t *TCP) shmRecvWait(ctx context.Context, sp *shmPeer, next func() (bool, e
 		if ok, err = next(); !ok && err == nil {
 			t0 := m.Now()
 			err = t.shmWait(ctx, r.pseq, r.pwait, t.w.left[sp.peer], next)
-			m.total.Add(m.Now() - t0)
+			m.addSince(t0)
 		}
 	} else {
 		err = t.shmWait(ctx, r.pseq, r.pwait, t.w.left[sp.peer], next)

@@ -41,6 +41,9 @@ func NewWaitMeter(now func() int64) *WaitMeter { return &WaitMeter{Now: now} }
 // Total is the time waited so far, in the clock's unit.
 func (m *WaitMeter) Total() int64 { return m.total.Load() }
 
+// addSince adds the time from t0 to now.
+func (m *WaitMeter) addSince(t0 int64) { m.total.Add(m.Now() - t0) }
+
 // SetWaitMeter makes every later Recv add its blocked time to m; nil
 // stops it.
 func (w *world) SetWaitMeter(m *WaitMeter) { w.meter.Store(m) }
@@ -120,8 +123,7 @@ func (w *world) recv(ctx context.Context, from int) (Frame, error) {
 			return f, nil
 		default:
 		}
-		t0 := m.Now()
-		defer func() { m.total.Add(m.Now() - t0) }()
+		defer m.addSince(m.Now())
 	}
 	select {
 	case f := <-w.inbox[from]:
