@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Installs the Debian packages `make test` needs; the one list of them.
+#
+#   bash scripts/testdeps.sh           install what is missing (as root), or
+#                                      say what to run and exit 1 (not root)
+#   bash scripts/testdeps.sh --print   only print the missing packages
+#
+# Silent, and exit 0, when nothing is missing. Used by `make test` (its
+# `deps` target) and by .ci/run.
+#
+# TESTDEPS_EXTRA="pkg ..." adds packages to the list, e.g. one that is not
+# installed, to try the paths above:
+#   TESTDEPS_EXTRA=no-such-pkg setpriv --reuid=65534 --regid=65534 \
+#       --clear-groups bash scripts/testdeps.sh    # prints the line, exit 1
+set -euo pipefail
+
+# openssh-server, openssh-client, iproute2, iptables, util-linux, procps:
+#   the SSH end-to-end tests' hosts (../shared/testnet: sshd in network
+#   namespaces, iptables-legacy for its delay line);
+# dataset-fashion-mnist: the real Fashion-MNIST the trainers' tests learn;
+# mpich, libmpich-dev: MPICH programs run under gorun's PMI-1.
+pkgs=(openssh-server openssh-client iproute2 iptables util-linux procps
+    dataset-fashion-mnist mpich libmpich-dev)
+# shellcheck disable=SC2206 # split on purpose: a space-separated list
+pkgs+=(${TESTDEPS_EXTRA:-})
+
+print_only=0
+case "${1:-}" in
+    "") ;;
+    --print) print_only=1 ;;
+    *) echo "usage: $0 [--print]" >&2; exit 2 ;;
+esac
+
+if ! command -v dpkg >/dev/null 2>&1; then
+    # Not Debian: nothing to check with; the tests say what they miss.
+    echo "testdeps: no dpkg here; the tests need the equivalents of: ${pkgs[*]}" >&2
+    exit 0
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+    # Not just dpkg -s's exit code: it is 0 for a removed package whose
+    # config files remain.
+    status=$(dpkg -s "$p" 2>/dev/null | sed -n 's/^Status: //p') || true
+    [ "$status" = "install ok installed" ] || missing+=("$p")
+done
+
+if [ "$print_only" = 1 ]; then
+    [ ${#missing[@]} -eq 0 ] || echo "${missing[*]}"
+    exit 0
+fi
+[ ${#missing[@]} -gt 0 ] || exit 0
+
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "testdeps: the tests need packages that are missing; run: sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
+
+echo "testdeps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq </dev/null
+apt-get install -y -qq "${missing[@]}" </dev/null >/dev/null
