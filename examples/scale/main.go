@@ -1,0 +1,150 @@
+// Command scale is the job that bench/scale.sh times at many ranks: join,
+// exact all-reduces of 8 B, 32 KiB and 2 MiB (int64 sums, checked against
+// the closed form), a broadcast from rank 0 (checked), a barrier, then
+// each rank's join time, peak RSS and open sockets, gathered to rank 0,
+// which prints
+//
+//	scale n=<N> join_ms_max=<..> rss_kib_max=<..> sockets_max=<..> sockets_mean=<..>
+//
+// and, after its Close, "scale exit_ms=<..>" (how long Close took).
+// bench/mpi/scale_mpi.c is the same job for MPI. Run it under gorun:
+//
+//	go build -o bin/scale ./examples/scale && bin/gorun -np 8 bin/scale
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorun/gorun/collective"
+)
+
+// t0 is set before main runs, as close to the process's start as Go allows.
+var t0 = time.Now()
+
+// val is rank r's element i; the sum over n ranks is want(n, i).
+func val(r, i int) int64 { return int64(r+1)*int64(i+1) + int64(i%13) }
+
+func want(n, i int) int64 { return int64(n*(n+1)/2)*int64(i+1) + int64(n)*int64(i%13) }
+
+// bval is what rank 0 broadcasts.
+func bval(i int) int64 { return int64(i)*7 + 3 }
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "scale: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func main() {
+	ctx := context.Background()
+	c, err := collective.Join(ctx)
+	if err != nil {
+		fail("join: %v", err)
+	}
+	joinUS := time.Since(t0).Microseconds()
+	rank, n := c.Rank(), c.Size()
+
+	for _, count := range []int{1, 4096, 262144} { // 8 B, 32 KiB, 2 MiB
+		buf := make([]int64, count)
+		for i := range buf {
+			buf[i] = val(rank, i)
+		}
+		if err := collective.AllReduce(ctx, c, buf, collective.Sum); err != nil {
+			fail("rank %d: all-reduce of %d B: %v", rank, 8*count, err)
+		}
+		for i, v := range buf {
+			if w := want(n, i); v != w {
+				fail("rank %d: all-reduce of %d B: index %d is %d, want %d", rank, 8*count, i, v, w)
+			}
+		}
+	}
+
+	b := make([]int64, 4096)
+	for i := range b {
+		b[i] = -1
+		if rank == 0 {
+			b[i] = bval(i)
+		}
+	}
+	if err := collective.Broadcast(ctx, c, b, 0); err != nil {
+		fail("rank %d: broadcast: %v", rank, err)
+	}
+	for i, v := range b {
+		if v != bval(i) {
+			fail("rank %d: broadcast: index %d is %d, want %d", rank, i, v, bval(i))
+		}
+	}
+	if err := c.Barrier(ctx); err != nil {
+		fail("rank %d: barrier: %v", rank, err)
+	}
+
+	mine := []int64{joinUS, rssKiB(), sockets()}
+	all := make([]int64, 3*n)
+	if err := collective.AllGather(ctx, c, mine, all); err != nil {
+		fail("rank %d: all-gather: %v", rank, err)
+	}
+	if rank == 0 {
+		var joinMax, rssMax, sockMax, sockSum int64
+		for r := range n {
+			joinMax = max(joinMax, all[3*r])
+			rssMax = max(rssMax, all[3*r+1])
+			sockMax = max(sockMax, all[3*r+2])
+			sockSum += all[3*r+2]
+		}
+		fmt.Printf("scale n=%d join_ms_max=%.1f rss_kib_max=%d sockets_max=%d sockets_mean=%.1f\n",
+			n, float64(joinMax)/1000, rssMax, sockMax, float64(sockSum)/float64(n))
+	}
+	// Rank 0 also prints how long its Close took ("scale exit_ms=<..>").
+	// A failed clean leave is not the job's failure: the rank says so and
+	// exits 0.
+	t := time.Now()
+	err = c.Close()
+	closeMS := float64(time.Since(t).Microseconds()) / 1000
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "scale: rank %d: close (%.0f ms): %v\n", rank, closeMS, err)
+	}
+	if rank == 0 {
+		fmt.Printf("scale exit_ms=%.1f\n", closeMS)
+	}
+}
+
+// rssKiB is this process's peak resident set (VmHWM), or -1.
+func rssKiB() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+			v, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return v
+		}
+	}
+	return -1
+}
+
+// sockets counts this process's open sockets (TCP, and any others), or -1.
+func sockets() int64 {
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	var k int64
+	for _, fd := range fds {
+		if l, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && strings.HasPrefix(l, "socket:") {
+			k++
+		}
+	}
+	return k
+}
