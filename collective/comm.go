@@ -89,9 +89,10 @@ func Join(ctx context.Context) (*Comm, error) {
 	return New(ctx, cfg)
 }
 
-// New joins a job with explicit settings: it finds every rank by gossip
-// and connects to each one. It returns when the world is complete, or
-// with an error that names the ranks that never appeared.
+// New joins a job with explicit settings: it finds every rank by gossip,
+// with its address and host. It returns when every rank is known, or
+// with an error that names the ranks that never appeared. Connections to
+// the ranks this one exchanges data with are made on first use.
 func New(ctx context.Context, cfg Config) (*Comm, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -124,13 +125,11 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	mc := membership.DefaultConfig()
 	mc.JobID, mc.Rank, mc.Size, mc.Secret = cfg.JobID, cfg.Rank, cfg.Size, cfg.Secret
 	mc.BindPort, mc.AdvertiseAddr = cfg.GossipPort, cfg.AdvertiseAddr
-	// Join every other rank's seed; joining itself would hide failures.
-	for i, s := range cfg.Seeds {
-		if len(cfg.Seeds) != cfg.Size || i != cfg.Rank {
-			mc.Seeds = append(mc.Seeds, s)
-		}
-	}
+	// One seed per rank (membership joins a few of them, never its own),
+	// or a list to try in full.
+	mc.Seeds = cfg.Seeds
 	mc.DataAddr = net.JoinHostPort(cfg.AdvertiseAddr, strconv.Itoa(port))
+	mc.Host = tr.HostKey()
 	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = cfg.ProbeInterval, cfg.ProbeTimeout, cfg.SuspicionMult
 	mc.Logger = logger
 	member, err := membership.Start(mc, membership.Events{
@@ -148,12 +147,19 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	c.member = member
 	ctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
-	addrs, err := member.WaitAll(ctx)
+	found, err := member.WaitAll(ctx)
 	if err == nil {
-		err = tr.Connect(ctx, addrs)
-	}
-	if err == nil {
-		err = c.learnTopology(ctx)
+		// Placement before connecting: every rank knows every rank's host,
+		// and connections are made on first use (transport/connect.go).
+		peers := make([]transport.Peer, len(found))
+		hosts := make([]string, len(found))
+		for r, p := range found {
+			peers[r], hosts[r] = transport.Peer{Addr: p.Data, Host: p.Host}, p.Host
+		}
+		err = tr.SetPeers(peers)
+		if err == nil {
+			err = c.setTopology(hosts)
+		}
 	}
 	if err == nil && cfg.Strategy == StrategyHub {
 		err = c.startHub(ctx)
@@ -278,7 +284,7 @@ const (
 	kindAllGather
 	kindReduceScatter
 	kindHubSetup
-	kindTopology
+	kindTopology // no longer sent: placement comes with gossip
 )
 
 var kindName = map[uint8]string{

@@ -1,13 +1,9 @@
 package collective
 
 import (
-	"context"
-	"fmt"
 	"slices"
 
-	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/ring"
-	"github.com/gorun/gorun/transport"
 )
 
 // topology is which ranks share a host, the same on every rank, and the
@@ -24,9 +20,9 @@ type topology struct {
 	byHost *ring.Group
 }
 
-// hostsOf groups ranks by host id (any number shared by a host's ranks).
-func hostsOf(hostOf []int64) [][]int {
-	index := map[int64]int{}
+// hostsOf groups ranks by host, hosts in the order of their lowest rank.
+func hostsOf[K comparable](hostOf []K) [][]int {
+	index := map[K]int{}
 	var hosts [][]int
 	for r, h := range hostOf {
 		i, ok := index[h]
@@ -54,24 +50,13 @@ func nodeAware(hosts [][]int) bool {
 	return true
 }
 
-// learnTopology all-gathers every rank's host (the lowest rank among the
-// ranks its transport finds on its host) and builds the groups.
-func (c *Comm) learnTopology(ctx context.Context) error {
-	n := c.cfg.Size
-	if n < 2 {
+// setTopology builds the groups from every rank's host (any string
+// shared by a host's ranks), which gossip brought: no message is needed.
+func (c *Comm) setTopology(hostOf []string) error {
+	if c.cfg.Size < 2 {
 		return nil
 	}
-	id := int64(c.cfg.Rank)
-	for _, p := range c.tr.LocalPeers() {
-		id = min(id, int64(p))
-	}
-	buf := make([]int64, n)
-	buf[c.cfg.Rank] = id
-	o := ring.Options{Header: transport.Header{Kind: kindTopology, DType: reduce.DTypeOf[int64](), Count: uint64(n)}, SegmentBytes: c.cfg.SegmentBytes}
-	if err := ring.AllGather(ctx, c.tr, buf, o); err != nil {
-		return fmt.Errorf("learning which ranks share hosts: %w", err)
-	}
-	hosts := hostsOf(buf)
+	hosts := hostsOf(hostOf)
 	t := &topology{hosts: hosts}
 	if order := slices.Concat(hosts...); !slices.IsSorted(order) {
 		var err error

@@ -20,7 +20,9 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,10 +41,18 @@ type Config struct {
 	BindPort int
 	// AdvertiseAddr is the address other ranks reach this one at.
 	AdvertiseAddr string
-	// Seeds are "host:port" gossip addresses to join; every one is tried.
+	// Seeds are "host:port" gossip addresses to join. When there are Size
+	// of them, Seeds[r] is rank r's, and a rank joins only a few (rank 0
+	// and its parent in a binary tree; later, ranks still missing):
+	// gossip spreads the rest, so that start costs each rank a few
+	// exchanges, not N. Otherwise every one is tried.
 	Seeds []string
 	// DataAddr is this rank's data-plane address, published to the others.
 	DataAddr string
+	// Host names this rank's host (a transport's host key), published to
+	// the others so that ranks know who shares their host before they
+	// connect.
+	Host string
 
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
@@ -94,11 +104,12 @@ type Member struct {
 	meta []byte
 
 	mu      sync.Mutex
-	peers   map[int]string          // rank -> data address
+	peers   map[int]Peer            // rank -> data address and host
 	leaving map[int]bool            // ranks that said goodbye before leaving
 	nodes   map[int]memberlist.Node // rank -> a copy of its node (name and address)
 	joined  chan struct{}           // signalled on every join
 	ev      Events
+	byes    *memberlist.TransmitLimitedQueue // goodbyes to gossip on
 
 	closeOnce sync.Once
 }
@@ -112,9 +123,11 @@ func Start(cfg Config, ev Events) (*Member, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Member{cfg: cfg, log: logger, peers: map[int]string{}, leaving: map[int]bool{}, nodes: map[int]memberlist.Node{}, joined: make(chan struct{}, 1), ev: ev}
-	m.meta = binary.LittleEndian.AppendUint32(nil, uint32(cfg.Rank))
-	m.meta = append(m.meta, cfg.DataAddr...)
+	m := &Member{cfg: cfg, log: logger, peers: map[int]Peer{}, leaving: map[int]bool{}, nodes: map[int]memberlist.Node{}, joined: make(chan struct{}, 1), ev: ev}
+	m.meta = encodeMeta(cfg.Rank, cfg.DataAddr, cfg.Host)
+	if len(m.meta) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("membership: rank %d: data address and host of %d bytes exceed memberlist's %d", cfg.Rank, len(m.meta), memberlist.MetaMaxSize)
+	}
 
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.JobID + "-" + strconv.Itoa(cfg.Rank)
@@ -140,6 +153,11 @@ func Start(cfg Config, ev Events) (*Member, error) {
 	mc.Delegate = (*delegate)(m)
 	mc.Events = (*events)(m)
 	mc.Logger = log.New(&logWriter{log: logger}, "", 0)
+	m.byes = &memberlist.TransmitLimitedQueue{RetransmitMult: 3, NumNodes: func() int {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return max(1, len(m.peers))
+	}}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("membership: rank %d: %w", cfg.Rank, err)
@@ -151,24 +169,34 @@ func Start(cfg Config, ev Events) (*Member, error) {
 // Port is the port the member listens on.
 func (m *Member) Port() int { return int(m.ml.LocalNode().Port) }
 
-// WaitAll joins the seeds (all of them, again and again, until it is
-// done) and returns every rank's data address once all Size ranks are
-// members. On timeout it names the ranks that never appeared.
-func (m *Member) WaitAll(ctx context.Context) ([]string, error) {
+// Peer is what gossip says of a rank.
+type Peer struct {
+	Data string // its data-plane address
+	Host string // its host, as it published it
+}
+
+// WaitAll joins the seeds (again and again, until it is done; see
+// Config.Seeds) and returns every rank's data address and host once all
+// Size ranks are members. On timeout it names the ranks that never
+// appeared.
+func (m *Member) WaitAll(ctx context.Context) ([]Peer, error) {
 	var lastErr error
 	retry := time.NewTicker(200 * time.Millisecond)
 	defer retry.Stop()
-	for {
-		if addrs, ok := m.all(); ok {
-			return addrs, nil
+	joined := false
+	for round := 0; ; round++ {
+		if peers, ok := m.all(); ok {
+			return peers, nil
 		}
-		if len(m.cfg.Seeds) > 0 && m.ml.NumMembers() < m.cfg.Size {
-			if _, err := m.ml.Join(m.cfg.Seeds); err != nil {
+		if seeds := m.seedsFor(round, joined); len(seeds) > 0 && m.ml.NumMembers() < m.cfg.Size {
+			if n, err := m.ml.Join(seeds); err != nil {
 				lastErr = err
+			} else if n > 0 {
+				joined = true
 			}
 		}
-		if addrs, ok := m.all(); ok {
-			return addrs, nil
+		if peers, ok := m.all(); ok {
+			return peers, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -192,17 +220,43 @@ func (m *Member) WaitAll(ctx context.Context) ([]string, error) {
 	}
 }
 
-func (m *Member) all() ([]string, bool) {
+// seedsFor picks the seeds to join in the given round of WaitAll (one
+// every 200 ms): with a seed per rank, rank 0's and the tree parent's
+// until a join has succeeded, then, every fifth round (a second), two
+// ranks that gossip has not brought yet; otherwise all of them.
+func (m *Member) seedsFor(round int, joined bool) []string {
+	seeds, r := m.cfg.Seeds, m.cfg.Rank
+	if len(seeds) != m.cfg.Size {
+		return seeds
+	}
+	var pick []int
+	if !joined {
+		pick = []int{0, (r - 1) / 2}
+	} else if round%5 == 0 {
+		missing := m.missing()
+		rand.Shuffle(len(missing), func(i, j int) { missing[i], missing[j] = missing[j], missing[i] })
+		pick = missing[:min(2, len(missing))]
+	}
+	var out []string
+	for _, p := range pick {
+		if p != r && !slices.Contains(out, seeds[p]) {
+			out = append(out, seeds[p])
+		}
+	}
+	return out
+}
+
+func (m *Member) all() ([]Peer, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if len(m.peers) < m.cfg.Size {
 		return nil, false
 	}
-	addrs := make([]string, m.cfg.Size)
-	for r, a := range m.peers {
-		addrs[r] = a
+	peers := make([]Peer, m.cfg.Size)
+	for r, p := range m.peers {
+		peers[r] = p
 	}
-	return addrs, true
+	return peers, true
 }
 
 func (m *Member) missing() []int {
@@ -223,13 +277,23 @@ func (m *Member) Close() error {
 	var err error
 	m.closeOnce.Do(func() {
 		m.sayGoodbye(500 * time.Millisecond)
-		err = m.ml.Leave(500 * time.Millisecond)
+		// Give gossip a moment to carry the goodbye on. memberlist's own
+		// leave waits for its broadcast to go out, which, when every
+		// rank leaves at once, never happens: the goodbye does its job.
+		time.Sleep(leaveLinger)
+		err = m.ml.Leave(leaveLinger)
+		if err != nil && strings.Contains(err.Error(), "timeout") {
+			err = nil
+		}
 		if serr := m.ml.Shutdown(); err == nil {
 			err = serr
 		}
 	})
 	return err
 }
+
+// leaveLinger is how long a leaving member keeps gossiping.
+const leaveLinger = 100 * time.Millisecond
 
 // byeMsg is the user message a member sends every other member, over
 // memberlist's encrypted and labelled channel, just before it leaves.
@@ -250,8 +314,14 @@ func parseBye(b []byte) (int, bool) {
 	return int(binary.LittleEndian.Uint32(b[1:])), true
 }
 
-// sayGoodbye tells every other member, at once, that this rank is leaving
-// cleanly; it gives up after d.
+// byeFanout is how many members a leaving rank tells directly; they pass
+// it on by gossip.
+const byeFanout = 3
+
+// sayGoodbye tells a few other members, at once, that this rank is
+// leaving cleanly; every member that hears it gossips it on (see
+// NotifyMsg), so it reaches the job in a few gossip rounds at a cost per
+// rank that does not grow with the job. It gives up after d.
 func (m *Member) sayGoodbye(d time.Duration) {
 	msg := encodeBye(m.cfg.Rank)
 	done := make(chan struct{})
@@ -260,18 +330,20 @@ func (m *Member) sayGoodbye(d time.Duration) {
 	m.mu.Lock()
 	nodes := make([]memberlist.Node, 0, len(m.nodes))
 	for r, n := range m.nodes {
-		if r != m.cfg.Rank {
+		if r != m.cfg.Rank && !m.leaving[r] {
 			nodes = append(nodes, n)
 		}
 	}
 	m.mu.Unlock()
-	for _, n := range nodes {
+	rand.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
+	for _, n := range nodes[:min(byeFanout, len(nodes))] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			_ = m.ml.SendReliable(&n, msg)
 		}()
 	}
+	m.byes.QueueBroadcast(bye(msg))
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
@@ -279,17 +351,33 @@ func (m *Member) sayGoodbye(d time.Duration) {
 	}
 }
 
-// parseMeta decodes a member's rank and data address.
-func parseMeta(b []byte) (int, string, bool) {
-	if len(b) < 4 {
-		return 0, "", false
+// bye is a goodbye in memberlist's gossip queue.
+type bye []byte
+
+func (b bye) Invalidates(memberlist.Broadcast) bool { return false }
+func (b bye) Message() []byte                       { return b }
+func (b bye) Finished()                             {}
+
+// encodeMeta is a member's metadata: its rank, data address and host.
+func encodeMeta(rank int, data, host string) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, uint32(rank))
+	b = append(b, byte(min(len(data), 255)))
+	b = append(b, data[:min(len(data), 255)]...)
+	return append(b, host...)
+}
+
+// parseMeta decodes a member's rank, data address and host.
+func parseMeta(b []byte) (int, Peer, bool) {
+	if len(b) < 5 || len(b) < 5+int(b[4]) {
+		return 0, Peer{}, false
 	}
 	r := int(binary.LittleEndian.Uint32(b))
-	addr := string(b[4:])
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return 0, "", false
+	n := int(b[4])
+	p := Peer{Data: string(b[5 : 5+n]), Host: string(b[5+n:])}
+	if _, _, err := net.SplitHostPort(p.Data); err != nil {
+		return 0, Peer{}, false
 	}
-	return r, addr, true
+	return r, p, true
 }
 
 type delegate Member
@@ -304,25 +392,31 @@ func (d *delegate) NotifyMsg(b []byte) {
 	m := (*Member)(d)
 	if r, ok := parseBye(b); ok && r >= 0 && r < m.cfg.Size {
 		m.mu.Lock()
+		seen := m.leaving[r]
 		m.leaving[r] = true
 		m.mu.Unlock()
+		if !seen {
+			m.byes.QueueBroadcast(bye(append([]byte(nil), b...)))
+		}
 	}
 }
-func (d *delegate) GetBroadcasts(int, int) [][]byte { return nil }
-func (d *delegate) LocalState(bool) []byte          { return nil }
-func (d *delegate) MergeRemoteState([]byte, bool)   {}
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.byes.GetBroadcasts(overhead, limit)
+}
+func (d *delegate) LocalState(bool) []byte        { return nil }
+func (d *delegate) MergeRemoteState([]byte, bool) {}
 
 type events Member
 
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	m := (*Member)(e)
-	r, addr, ok := parseMeta(n.Meta)
+	r, p, ok := parseMeta(n.Meta)
 	if !ok || r >= m.cfg.Size || n.Name != m.cfg.JobID+"-"+strconv.Itoa(r) {
 		m.log.Warn("ignoring a member with bad metadata", "name", n.Name)
 		return
 	}
 	m.mu.Lock()
-	m.peers[r] = addr
+	m.peers[r] = p
 	m.nodes[r] = memberlist.Node{Name: n.Name, Addr: append(net.IP(nil), n.Addr...), Port: n.Port}
 	m.mu.Unlock()
 	select {

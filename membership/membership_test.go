@@ -70,17 +70,17 @@ func start(t *testing.T, cfgs []Config) *group {
 	for _, m := range g.ms {
 		seeds = append(seeds, net.JoinHostPort("127.0.0.1", strconv.Itoa(m.Port())))
 	}
-	for i, m := range g.ms {
-		m.cfg.Seeds = slices.Delete(slices.Clone(seeds), i, i+1)
+	for _, m := range g.ms {
+		m.cfg.Seeds = slices.Clone(seeds) // one per rank: each joins a few
 	}
 	return g
 }
 
 // waitAll runs WaitAll on every member at once.
-func (g *group) waitAll(timeout time.Duration) ([][]string, []error) {
+func (g *group) waitAll(timeout time.Duration) ([][]Peer, []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	addrs, errs := make([][]string, len(g.ms)), make([]error, len(g.ms))
+	addrs, errs := make([][]Peer, len(g.ms)), make([]error, len(g.ms))
 	var wg sync.WaitGroup
 	for i, m := range g.ms {
 		wg.Add(1)
@@ -91,21 +91,58 @@ func (g *group) waitAll(timeout time.Duration) ([][]string, []error) {
 }
 
 func TestJoinAll(t *testing.T) {
-	var cfgs []Config
-	for r := range 4 {
-		cfgs = append(cfgs, testConfig("job1", r, 4, "secret-secret-secret"))
-	}
-	g := start(t, cfgs)
-	addrs, errs := g.waitAll(10 * time.Second)
-	for i := range g.ms {
-		if errs[i] != nil {
-			t.Fatalf("rank %d: %v", i, errs[i])
-		}
-		for r, a := range addrs[i] {
-			if a != cfgs[r].DataAddr {
-				t.Fatalf("rank %d sees rank %d at %q, want %q", i, r, a, cfgs[r].DataAddr)
+	for _, n := range []int{1, 2, 4, 33} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			var cfgs []Config
+			for r := range n {
+				c := testConfig("job1", r, n, "secret-secret-secret")
+				c.Host = "host" + strconv.Itoa(r/2)
+				cfgs = append(cfgs, c)
 			}
+			g := start(t, cfgs)
+			addrs, errs := g.waitAll(20 * time.Second)
+			for i := range g.ms {
+				if errs[i] != nil {
+					t.Fatalf("rank %d: %v", i, errs[i])
+				}
+				for r, a := range addrs[i] {
+					if a.Data != cfgs[r].DataAddr || a.Host != cfgs[r].Host {
+						t.Fatalf("rank %d sees rank %d at %+v, want %q on %q", i, r, a, cfgs[r].DataAddr, cfgs[r].Host)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSeedsByRank: with a seed per rank, a rank joins rank 0 and its
+// tree parent first, and later only ranks still missing; never itself.
+func TestSeedsByRank(t *testing.T) {
+	m := &Member{cfg: Config{Rank: 5, Size: 8, Seeds: []string{"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"}}, peers: map[int]Peer{}}
+	if got := m.seedsFor(0, false); !slices.Equal(got, []string{"s0", "s2"}) {
+		t.Fatalf("first seeds %v, want s0 s2", got)
+	}
+	for r := range 8 {
+		if r != 3 && r != 6 {
+			m.peers[r] = Peer{}
 		}
+	}
+	for round := range 10 {
+		got := m.seedsFor(round, true)
+		switch {
+		case round%5 != 0 && len(got) != 0:
+			t.Fatalf("round %d joins %v between repairs", round, got)
+		case round%5 == 0 && (len(got) != 2 || !slices.Contains(got, "s3") || !slices.Contains(got, "s6")):
+			t.Fatalf("round %d repairs with %v, want s3 and s6", round, got)
+		}
+	}
+	m0 := &Member{cfg: Config{Rank: 0, Size: 2, Seeds: []string{"s0", "s1"}}, peers: map[int]Peer{}}
+	if got := m0.seedsFor(0, false); len(got) != 0 {
+		t.Fatalf("rank 0 joins %v, want no one (it is the root)", got)
+	}
+	other := &Member{cfg: Config{Rank: 0, Size: 4, Seeds: []string{"a", "b"}}}
+	if got := other.seedsFor(3, true); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("seeds not one per rank: %v, want all", got)
 	}
 }
 
@@ -147,6 +184,9 @@ func TestOtherJob(t *testing.T) {
 func TestBadMetadata(t *testing.T) {
 	g := start(t, []Config{testConfig("job3", 0, 2, "secret-secret-secret")})
 	meta := func(rank int, addr string) []byte {
+		return encodeMeta(rank, addr, "h")
+	}
+	_ = func(rank int, addr string) []byte {
 		b := []byte{byte(rank), byte(rank >> 8), byte(rank >> 16), byte(rank >> 24)}
 		return append(b, addr...)
 	}

@@ -26,7 +26,11 @@ var (
 type PeerLostError struct {
 	Rank   int
 	Reason string
+	Cause  error // what was found, if it is an error (ErrAuth, say); may be nil
 }
+
+// Unwrap returns the cause.
+func (e *PeerLostError) Unwrap() error { return e.Cause }
 
 func (e *PeerLostError) Error() string {
 	return fmt.Sprintf("rank %d lost: %s", e.Rank, e.Reason)

@@ -17,8 +17,9 @@ const (
 	TypeBye                       // the sender is closing cleanly
 	TypePing                      // are you alive? (answered by the reader, not the application)
 	TypePong                      // yes
-	TypeShmOffer                  // the lower rank of a pair offers a shared memory segment (or declines)
-	TypeShmAnswer                 // the higher rank attached (0) or refused (1 + reason)
+	TypeShmOffer                  // the dialer of a pair offers a shared memory segment (or declines); payload: see shmOffer
+	TypeShmAnswer                 // the acceptor's answer to an offer; payload: attached byte, same-host byte, reason
+	TypeReady                     // the dialer starts using the connection (the acceptor may too once it has read this)
 	typeEnd                       // one past the last valid type
 )
 

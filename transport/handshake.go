@@ -21,7 +21,7 @@ import (
 // cannot be replayed.
 
 // ProtocolVersion is checked in every handshake.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 const (
 	helloMagic  = "GORUNHS"
@@ -129,6 +129,9 @@ func handshakeDial(rw io.ReadWriter, secret []byte, h hello) error {
 	if _, err := io.ReadFull(rw, reply[:]); err != nil {
 		return fmt.Errorf("handshake with rank %d: reading reply: %w", h.To, err)
 	}
+	if reply[0] == statusDuplicate {
+		return fmt.Errorf("handshake with rank %d: refused: %s: %w: %w", h.To, statusString(reply[0]), errDuplicate, ErrAuth)
+	}
 	if reply[0] != statusOK {
 		return fmt.Errorf("handshake with rank %d: refused: %s: %w", h.To, statusString(reply[0]), ErrAuth)
 	}
@@ -161,6 +164,9 @@ func handshakeAccept(rw io.ReadWriter, secret []byte, check func(*hello) byte) (
 	if st := check(&h); st != statusOK {
 		reply[0] = st
 		_, _ = rw.Write(reply[:])
+		if st == statusDuplicate {
+			return h, fmt.Errorf("handshake from rank %d: %w: %w", h.From, errDuplicate, ErrAuth)
+		}
 		return h, fmt.Errorf("handshake from rank %d: %s (job %q, version %d): %w", h.From, statusString(st), h.JobID, h.Version, ErrAuth)
 	}
 	nonceA, err := nonce()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // MemNetwork connects n in-memory transports, one per rank, in one
@@ -30,18 +31,51 @@ type Mem struct {
 	w         *world
 	closeOnce sync.Once
 	done      chan struct{}
+	sent      atomic.Int64 // data frames sent
 }
 
 var _ Transport = (*Mem)(nil)
 
-// NewMemNetwork returns n connected in-memory transports.
+// NewMemNetwork returns n connected in-memory transports. A rank's state
+// for a peer is made when the two first exchange a frame, as the TCP
+// transport connects on first use: a rank costs memory for the peers it
+// talks to, so that jobs of thousands of ranks fit in one process.
 func NewMemNetwork(n int) *MemNetwork {
-	nw := &MemNetwork{}
+	nw := &MemNetwork{ts: make([]*Mem, n)}
 	for r := range n {
-		nw.ts = append(nw.ts, &Mem{net: nw, rank: r, w: newWorld(r, n), done: make(chan struct{})})
+		m := &Mem{net: nw, rank: r, w: newWorld(r, n), done: make(chan struct{})}
+		m.w.made = func(peer int, ps *peerState) {
+			// A peer that closed before this rank first waited for it
+			// has left (Close marks only the states it finds).
+			select {
+			case <-nw.ts[peer].done:
+				ps.markLeft()
+			default:
+			}
+		}
+		nw.ts[r] = m
 	}
 	return nw
 }
+
+// Links returns how many peers rank r has exchanged frames with (sent to,
+// received from or waited for): the connections it would hold over TCP.
+func (nw *MemNetwork) Links(r int) int {
+	m := nw.ts[r]
+	seen := map[int]bool{}
+	for _, p := range m.w.known() {
+		seen[p] = true
+	}
+	for p, t := range nw.ts {
+		if p != r && t.w.peers[r].Load() != nil {
+			seen[p] = true
+		}
+	}
+	return len(seen)
+}
+
+// Frames returns how many data frames rank r has sent.
+func (nw *MemNetwork) Frames(r int) int64 { return nw.ts[r].sent.Load() }
 
 // Transport returns rank r's transport.
 func (nw *MemNetwork) Transport(r int) *Mem { return nw.ts[r] }
@@ -124,7 +158,8 @@ func (m *Mem) Send(ctx context.Context, to int, h Header, payload []byte) error 
 	copy(p, payload)
 	dst := m.net.ts[to]
 	select {
-	case dst.w.inbox[m.rank] <- Frame{Header: h, Payload: p, release: putBuf}:
+	case dst.w.peer(m.rank).inbox <- Frame{Header: h, Payload: p, release: putBuf}:
+		m.sent.Add(1)
 		return nil
 	case <-dst.w.failed:
 		putBuf(p)
@@ -170,13 +205,16 @@ func (m *Mem) Abort(err error) {
 // Close implements Transport; peers see a clean departure.
 func (m *Mem) Close() error {
 	m.closeOnce.Do(func() {
+		close(m.done) // before the marks: see NewMemNetwork's made
 		for i, t := range m.net.ts {
-			if i != m.rank {
-				t.w.markLeft(m.rank)
+			if i == m.rank {
+				continue
+			}
+			if ps := t.w.peers[m.rank].Load(); ps != nil {
+				ps.markLeft()
 			}
 		}
 		m.w.fail(fmt.Errorf("transport: rank %d: %w", m.rank, ErrClosed))
-		close(m.done)
 	})
 	return nil
 }

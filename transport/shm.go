@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -18,11 +20,11 @@ import (
 
 // Shared memory between ranks on one host.
 //
-// After the TCP mesh is up, every pair of ranks negotiates over its
-// authenticated connection: the lower rank creates a segment holding one
-// ring each way (a file in ShmDir, mode 0600, named with 128 random bits,
-// every page reserved up front) and offers its name and host key; the
-// higher rank maps it if the host keys match and the file checks out,
+// When a pair of ranks on one host connects (connect.go), the dialer
+// creates a segment holding one ring each way (a file in ShmDir, mode
+// 0600, named with 128 random bits, every page reserved up front) and
+// offers its name and host key over the authenticated connection; the
+// acceptor maps it if the host keys match and the file checks out,
 // removes the name, and answers. From then on that pair's data frames go
 // through the rings, read and written by the calling goroutines (no
 // reader goroutine, no hand-off); the TCP connection stays for
@@ -41,9 +43,16 @@ const ShmPrefix = "gorun-"
 // otherwise (the launcher's agents look for leftovers there).
 const DefaultShmDir = "/dev/shm"
 
-// DefaultShmRingBytes is the capacity of one direction of a pair's
-// channel: four 512 KiB ring segments in flight.
+// DefaultShmRingBytes is the largest capacity of one direction of a
+// pair's channel: four 512 KiB ring segments in flight. Hosts with many
+// ranks get smaller rings (see DefaultShmBudget).
 const DefaultShmRingBytes = 2 << 20
+
+// DefaultShmBudget bounds the shared memory of one rank's pairs, counted
+// as one ring of each (its half of the pair's segment), were it to talk
+// to every rank on its host: 2 MiB rings up to 9 ranks a host, 1 MiB up
+// to 17, 512 KiB up to 33, and so on (64 KiB at least).
+const DefaultShmBudget = 16 << 20
 
 // ShmSegmentPattern is the glob of a job's segment files in dir.
 func ShmSegmentPattern(dir, jobID string) string {
@@ -161,70 +170,99 @@ func (t *TCP) shmDir() string {
 	return DefaultShmDir
 }
 
-// setupShm negotiates shared memory with every peer; a pair that cannot
-// have it stays on TCP. It returns when every pair is settled.
-func (t *TCP) setupShm(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, t.cfg.HandshakeTimeout)
-	defer cancel()
-	errs := make([]error, t.cfg.Size)
-	var wg sync.WaitGroup
-	for _, pc := range t.peers() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if pc.peer > t.cfg.Rank {
-				errs[pc.peer] = t.offerShm(ctx, pc)
-			} else {
-				errs[pc.peer] = t.answerShm(ctx, pc)
-			}
-		}()
+// shmCfg is this rank's side of one pair's negotiation; off, if not "",
+// is why it offers or accepts no shared memory.
+func (t *TCP) shmCfg(off string) shmNegotiation {
+	t.mu.Lock()
+	ringBytes := t.ringBytes // 0 (the default) if SetPeers has not run: an acceptor's offers are never made
+	t.mu.Unlock()
+	return shmNegotiation{
+		hostKey: t.hostKey, ringCap: ringCapOf(ringBytes), off: off, dir: t.shmDir(), jobID: t.cfg.JobID,
+		reserve: t.cfg.shmReserve, timeout: t.cfg.HandshakeTimeout, log: t.log, warnOnce: &t.shmWarn,
 	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
-func (t *TCP) ringCap() int { return ringCapOf(t.cfg.ShmRingBytes) }
+// shmNegotiation is one side's settings for the offer and answer that
+// rank pairs and hub links (shmconn.go) exchange over their connection.
+type shmNegotiation struct {
+	hostKey  string
+	ringCap  int
+	off      string // why not ("" = offer, or accept, if possible)
+	dir      string
+	jobID    string
+	reserve  func(fd int, size int64) error
+	timeout  time.Duration
+	log      *slog.Logger
+	warnOnce *sync.Once // nil: warn every time
+}
 
-// offerShm is the lower rank's side.
-func (t *TCP) offerShm(ctx context.Context, pc *peerConn) error {
-	off := ""
-	if !t.cfg.Shm {
-		off = "shared memory is off on rank " + fmt.Sprint(t.cfg.Rank)
+func (n shmNegotiation) warn(msg string, args ...any) {
+	if n.warnOnce == nil {
+		n.log.Warn(msg, args...)
+		return
 	}
-	o, mem, err := offerSegment(t.hostKey, t.ringCap(), off, t.shmDir(), t.cfg.JobID, fmt.Sprintf("%d-%d", t.cfg.Rank, pc.peer), t.cfg.shmReserve)
+	n.warnOnce.Do(func() { n.log.Warn(msg, args...) })
+}
+
+// makeOffer is the offering side: it creates a segment (unless n.off
+// says why not), offers it over c and reads the answer. It returns the
+// pair's rings if the peer mapped them, and the answer; an error if the
+// exchange failed (c is then unusable: the caller closes it).
+func makeOffer(ctx context.Context, c net.Conn, n shmNegotiation, name string) (*shmPeer, shmAnswer, error) {
+	o, mem, err := offerSegment(n.hostKey, n.ringCap, n.off, n.dir, n.jobID, name, n.reserve)
 	if err != nil {
-		t.shmWarn.Do(func() {
-			t.log.Warn("shared memory unavailable; ranks on this host use TCP", "rank", t.cfg.Rank, "err", err)
-		})
+		n.warn("shared memory unavailable; TCP", "conn", name, "err", err)
 	}
-	if err := t.write(ctx, pc, Header{Type: TypeShmOffer}, o.encode()); err != nil {
+	p, err := exchangeCtl(ctx, c, n.timeout, Header{Type: TypeShmOffer}, o.encode(), TypeShmAnswer)
+	if err != nil {
 		dropSegment(o.Path, mem)
-		return fmt.Errorf("transport: rank %d: shared memory offer to rank %d: %w", t.cfg.Rank, pc.peer, err)
+		return nil, shmAnswer{}, err
 	}
-	var answer []byte
-	select {
-	case answer = <-pc.shmCtl:
-	case <-t.w.failed:
-		dropSegment(o.Path, mem)
-		return t.w.Err()
-	case <-ctx.Done():
-		dropSegment(o.Path, mem)
-		return fmt.Errorf("transport: rank %d: rank %d never answered the shared memory offer: %w", t.cfg.Rank, pc.peer, context.Cause(ctx))
+	if o.Path != "" {
+		_ = os.Remove(o.Path)
 	}
-	_ = os.Remove(o.Path)
-	a := decodeShmAnswer(answer)
-	if a.SameHost {
-		t.setSameHost(pc)
+	a := decodeShmAnswer(p)
+	if mem == nil {
+		return nil, a, nil
 	}
-	switch {
-	case mem == nil:
-	case !a.Attached:
-		t.log.Debug("shared memory declined; TCP to this peer", "peer", pc.peer, "reason", a.Reason)
+	if !a.Attached {
+		n.log.Debug("shared memory declined; TCP", "conn", name, "reason", a.Reason)
 		_ = unmapSegment(mem)
-	default:
-		t.attach(pc, pairOver(pc.peer, mem, int(o.RingCap), true))
+		return nil, a, nil
 	}
-	return nil
+	return pairOver(-1, mem, int(o.RingCap), true), a, nil
+}
+
+// answerOffer is the answering side, given the offer's payload: it maps
+// the segment if it can and answers over c. It returns the pair's rings
+// if it mapped them, and whether the two share a host.
+func answerOffer(ctx context.Context, c net.Conn, payload []byte, n shmNegotiation, name string) (*shmPeer, bool, error) {
+	o, err := decodeShmOffer(payload)
+	if err != nil {
+		return nil, false, err
+	}
+	var sp *shmPeer
+	reason := n.off
+	if reason == "" {
+		reason = o.refusal(n.hostKey, n.dir, n.jobID)
+	}
+	if reason == "" {
+		mem, err := mapOffer(o)
+		if err != nil {
+			n.log.Warn("could not attach a peer's shared memory; TCP", "conn", name, "err", err)
+			reason = err.Error()
+		} else {
+			sp = pairOver(-1, mem, int(o.RingCap), false)
+		}
+	}
+	a := shmAnswer{Attached: sp != nil, SameHost: o.HostKey == n.hostKey, Reason: reason}
+	if _, err := writeCtl(ctx, c, n.timeout, Header{Type: TypeShmAnswer}, a.encode()); err != nil {
+		if sp != nil {
+			_ = unmapSegment(sp.mem)
+		}
+		return nil, false, err
+	}
+	return sp, a.SameHost, nil
 }
 
 // shmAnswer is the higher rank's answer to an offer: whether it mapped
@@ -306,62 +344,22 @@ func dropSegment(path string, mem []byte) {
 	}
 }
 
-// answerShm is the higher rank's side.
-func (t *TCP) answerShm(ctx context.Context, pc *peerConn) error {
-	var p []byte
-	select {
-	case p = <-pc.shmCtl:
-	case <-t.w.failed:
-		return t.w.Err()
-	case <-ctx.Done():
-		return fmt.Errorf("transport: rank %d: no shared memory offer from rank %d: %w", t.cfg.Rank, pc.peer, context.Cause(ctx))
-	}
-	o, err := decodeShmOffer(p)
-	if err != nil {
-		return fmt.Errorf("transport: rank %d: offer from rank %d: %w", t.cfg.Rank, pc.peer, err)
-	}
-	sp, reason := t.acceptOffer(pc.peer, o)
-	a := shmAnswer{Attached: sp != nil, SameHost: o.HostKey == t.hostKey, Reason: reason}
-	if a.SameHost {
-		t.setSameHost(pc)
-	}
-	answer := a.encode()
-	if err := t.write(ctx, pc, Header{Type: TypeShmAnswer}, answer); err != nil {
-		if sp != nil {
-			_ = unmapSegment(sp.mem)
-		}
-		return fmt.Errorf("transport: rank %d: shared memory answer to rank %d: %w", t.cfg.Rank, pc.peer, err)
-	}
-	if sp != nil {
-		t.attach(pc, sp)
-	}
-	return nil
-}
-
-func (t *TCP) acceptOffer(peer int, o shmOffer) (*shmPeer, string) {
-	if !t.cfg.Shm {
-		return nil, fmt.Sprintf("shared memory is off on rank %d", t.cfg.Rank)
-	}
-	if why := o.refusal(t.hostKey, t.shmDir(), t.cfg.JobID); why != "" {
-		return nil, why
-	}
-	mem, err := mapOffer(o)
-	if err != nil {
-		t.log.Warn("could not attach a peer's shared memory; TCP to it", "peer", peer, "err", err)
-		return nil, err.Error()
-	}
-	return pairOver(peer, mem, int(o.RingCap), false), ""
-}
-
-func (t *TCP) setSameHost(pc *peerConn) {
-	t.mu.Lock()
-	pc.sameHost = true
-	t.mu.Unlock()
-}
-
 // LocalPeers implements Transport: the peers whose host key is this
-// rank's, learned while setting up shared memory.
+// rank's, from SetPeers, or, where it gave no hosts, learned while
+// connecting (so only among connected peers).
 func (t *TCP) LocalPeers() []int {
+	t.mu.Lock()
+	if t.hostsKnown {
+		var out []int
+		for r, p := range t.peerList {
+			if r != t.cfg.Rank && p.Host == t.hostKey {
+				out = append(out, r)
+			}
+		}
+		t.mu.Unlock()
+		return out
+	}
+	t.mu.Unlock()
 	return t.peersWhere(func(pc *peerConn) bool { return pc.sameHost })
 }
 
@@ -379,6 +377,7 @@ func (t *TCP) peersWhere(keep func(*peerConn) bool) []int {
 }
 
 func (t *TCP) attach(pc *peerConn, sp *shmPeer) {
+	sp.peer = pc.peer
 	sp.out.wake, sp.in.wake = futexWake, futexWake
 	sp.init(t.cfg.MaxPayload)
 	pc.shm.Store(sp)
@@ -568,11 +567,11 @@ func (t *TCP) shmRecvWait(ctx context.Context, sp *shmPeer, next func() (bool, e
 		var ok bool
 		if ok, err = next(); !ok && err == nil {
 			t0 := m.Now()
-			err = t.shmWait(ctx, r.pseq, r.pwait, t.w.left[sp.peer], next)
+			err = t.shmWait(ctx, r.pseq, r.pwait, t.w.peer(sp.peer).left, next)
 			m.addSince(t0)
 		}
 	} else {
-		err = t.shmWait(ctx, r.pseq, r.pwait, t.w.left[sp.peer], next)
+		err = t.shmWait(ctx, r.pseq, r.pwait, t.w.peer(sp.peer).left, next)
 	}
 	switch {
 	case err == nil:

@@ -83,37 +83,29 @@ func (o *ShmOptions) timeout() time.Duration {
 // shmCtlMax bounds an offer or answer frame.
 const shmCtlMax = 4 << 10
 
+func (o *ShmOptions) negotiation() shmNegotiation {
+	off := ""
+	if !o.Enabled {
+		off = "shared memory is off"
+	}
+	return shmNegotiation{hostKey: o.hostKey(), ringCap: ringCapOf(o.RingBytes), off: off, dir: o.dir(), jobID: o.JobID,
+		reserve: o.reserve, timeout: o.timeout(), log: o.log()}
+}
+
 // OfferShm is the dialing side of the upgrade of c, an authenticated
 // connection. It returns a connection over shared memory when the peer
 // mapped the segment, else c itself; an error only when the exchange
 // failed (c is then closed).
 func OfferShm(ctx context.Context, c net.Conn, o ShmOptions) (net.Conn, error) {
-	reason := ""
-	if !o.Enabled {
-		reason = "shared memory is off"
-	}
-	off, mem, err := offerSegment(o.hostKey(), ringCapOf(o.RingBytes), reason, o.dir(), o.JobID, o.Name, o.reserve)
+	sp, _, err := makeOffer(ctx, c, o.negotiation(), o.Name)
 	if err != nil {
-		o.log().Warn("shared memory unavailable; this connection stays on TCP", "conn", o.Name, "err", err)
-	}
-	p, err := exchangeCtl(ctx, c, o.timeout(), Header{Type: TypeShmOffer}, off.encode(), TypeShmAnswer)
-	if err != nil {
-		dropSegment(off.Path, mem)
 		_ = c.Close()
 		return nil, fmt.Errorf("transport: shared memory offer: %w", err)
 	}
-	if off.Path != "" {
-		_ = os.Remove(off.Path)
-	}
-	a := decodeShmAnswer(p)
-	if mem == nil || !a.Attached {
-		if mem != nil {
-			o.log().Debug("shared memory declined; TCP", "conn", o.Name, "reason", a.Reason)
-			_ = unmapSegment(mem)
-		}
+	if sp == nil {
 		return c, nil
 	}
-	return newShmConn(c, pairOver(-1, mem, int(off.RingCap), true), o), nil
+	return newShmConn(c, sp, o), nil
 }
 
 // AnswerShm is the accepting side of the upgrade of c: it reads the offer,
@@ -121,48 +113,33 @@ func OfferShm(ctx context.Context, c net.Conn, o ShmOptions) (net.Conn, error) {
 // shared memory, or c itself; an error only when the exchange failed (c
 // is then closed).
 func AnswerShm(ctx context.Context, c net.Conn, o ShmOptions) (net.Conn, error) {
-	timeout := o.timeout()
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	h, p, err := NewReader(c, shmCtlMax).Next(nil)
-	_ = c.SetDeadline(time.Time{})
+	h, p, err := readCtl(ctx, c, o.timeout())
 	if err == nil && h.Type != TypeShmOffer {
 		err = &FrameError{Msg: fmt.Sprintf("frame type %d where a shared memory offer was due", h.Type)}
 	}
-	var off shmOffer
+	var sp *shmPeer
 	if err == nil {
-		off, err = decodeShmOffer(p)
+		sp, _, err = answerOffer(ctx, c, p, o.negotiation(), o.Name)
 	}
 	if err != nil {
 		_ = c.Close()
 		return nil, fmt.Errorf("transport: shared memory offer: %w", err)
 	}
-	var sp *shmPeer
-	mine := o.hostKey()
-	reason := "shared memory is off"
-	if o.Enabled {
-		reason = off.refusal(mine, o.dir(), o.JobID)
-	}
-	if reason == "" {
-		mem, err := mapOffer(off)
-		if err != nil {
-			o.log().Warn("could not attach a peer's shared memory; TCP", "conn", o.Name, "err", err)
-			reason = err.Error()
-		} else {
-			sp = pairOver(-1, mem, int(off.RingCap), false)
-		}
-	}
-	a := shmAnswer{Attached: sp != nil, SameHost: off.HostKey == mine, Reason: reason}
-	if _, err := writeCtl(ctx, c, timeout, Header{Type: TypeShmAnswer}, a.encode()); err != nil {
-		if sp != nil {
-			_ = unmapSegment(sp.mem)
-		}
-		_ = c.Close()
-		return nil, fmt.Errorf("transport: shared memory answer: %w", err)
-	}
 	if sp == nil {
 		return c, nil
 	}
 	return newShmConn(c, sp, o), nil
+}
+
+// readCtl reads one control frame from c, straight from the socket (no
+// read-ahead: what follows belongs to whoever reads c next), within
+// timeout and ctx.
+func readCtl(ctx context.Context, c net.Conn, timeout time.Duration) (Header, []byte, error) {
+	_ = c.SetReadDeadline(time.Now().Add(timeout))
+	defer c.SetReadDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	return NewReader(c, shmCtlMax).Next(nil)
 }
 
 // writeCtl writes one control frame within timeout (and ctx).
@@ -179,11 +156,7 @@ func exchangeCtl(ctx context.Context, c net.Conn, timeout time.Duration, h Heade
 	if _, err := writeCtl(ctx, c, timeout, h, payload); err != nil {
 		return nil, err
 	}
-	_ = c.SetReadDeadline(time.Now().Add(timeout))
-	defer c.SetReadDeadline(time.Time{})
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
-	defer stop()
-	ah, p, err := NewReader(c, shmCtlMax).Next(nil)
+	ah, p, err := readCtl(ctx, c, timeout)
 	if err != nil {
 		return nil, err
 	}

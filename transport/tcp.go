@@ -21,9 +21,13 @@ type Config struct {
 	Secret     []byte // the job secret; every connection proves it knows it
 	ListenAddr string // host:port to listen on; default ":0"
 	MaxPayload int    // largest accepted payload
-	// DialTimeout bounds one dial; HandshakeTimeout bounds one handshake.
+	// DialTimeout bounds one dial; HandshakeTimeout bounds one handshake,
+	// and one step of the shared memory offer that follows it.
 	DialTimeout      time.Duration
 	HandshakeTimeout time.Duration
+	// ConnectTimeout bounds all the attempts to connect to one peer (a
+	// pair connects on first use); past it the peer is lost.
+	ConnectTimeout time.Duration
 	// SpinTime is how long a reader polls its socket for a frame that a
 	// Recv is waiting for before it parks; 0 never spins.
 	SpinTime time.Duration
@@ -42,8 +46,12 @@ type Config struct {
 	// ShmDir is where segments are created ("" = DefaultShmDir).
 	ShmDir string
 	// ShmRingBytes is one direction's ring capacity (rounded up to a
-	// power of two; 0 = DefaultShmRingBytes).
+	// power of two); 0 sizes rings from ShmBudget and the number of ranks
+	// on the host (see DefaultShmBudget).
 	ShmRingBytes int
+	// ShmBudget bounds one rank's share of shared memory (0 =
+	// DefaultShmBudget).
+	ShmBudget int
 	// HostKey names this rank's host: ranks share memory only when their
 	// keys (and kernels) are equal. "" = the hostname. The launcher's node
 	// number is a good key: test hosts in network namespaces share a
@@ -53,6 +61,9 @@ type Config struct {
 
 	// shmReserve replaces fallocate in tests that need a full ShmDir.
 	shmReserve func(fd int, size int64) error
+	// shmAnswerDelay makes the acceptor wait before answering an offer of
+	// a segment, in tests of an offer that times out.
+	shmAnswerDelay time.Duration
 }
 
 // DefaultConfig returns the defaults for everything but the job's identity.
@@ -62,6 +73,7 @@ func DefaultConfig() Config {
 		MaxPayload:       DefaultMaxPayload,
 		DialTimeout:      5 * time.Second,
 		HandshakeTimeout: 5 * time.Second,
+		ConnectTimeout:   30 * time.Second,
 		SpinTime:         100 * time.Microsecond,
 		ConfirmTimeout:   time.Second,
 		Shm:              true,
@@ -78,20 +90,29 @@ func (c *Config) validate() error {
 		return errors.New("transport: job secret must be at least 16 bytes")
 	case c.MaxPayload < 1:
 		return errors.New("transport: MaxPayload must be positive")
+	case c.DialTimeout <= 0 || c.HandshakeTimeout <= 0 || c.ConnectTimeout <= 0:
+		return errors.New("transport: DialTimeout, HandshakeTimeout and ConnectTimeout must be positive")
 	}
 	return nil
 }
 
-// TCP is a Transport over one TCP connection per pair of ranks.
+// TCP is a Transport over one TCP connection per pair of ranks that
+// talk, made on first use (see connect.go); through shared memory for
+// pairs on one host.
 type TCP struct {
 	cfg Config
 	log *slog.Logger
 	ln  net.Listener
 	w   *world
 
-	mu        sync.Mutex
-	conns     []atomic.Pointer[peerConn] // set once, under mu
-	connected chan struct{}              // signalled when a connection registers
+	mu         sync.Mutex
+	conns      []atomic.Pointer[peerConn] // set once, under mu
+	slots      map[int]*slot              // connecting; under mu
+	peerList   []Peer                     // from SetPeers; under mu
+	hostsKnown bool                       // every peer's Host was given
+	ringBytes  int                        // rings' capacity, from SetPeers
+	peersSet   chan struct{}              // closed by SetPeers
+	offers     atomic.Int64               // shared memory offers made
 
 	wg        sync.WaitGroup
 	readers   sync.WaitGroup
@@ -117,9 +138,8 @@ type peerConn struct {
 	spin spinState
 	pong chan struct{} // signalled when the peer answers a ping
 
-	shm      atomic.Pointer[shmPeer] // set once by Connect if the pair shares memory
-	sameHost bool                    // set once by Connect: the peer's host key is this rank's
-	shmCtl   chan []byte             // the peer's shared memory offer or answer
+	shm      atomic.Pointer[shmPeer] // set before the connection is published, if the pair shares memory
+	sameHost bool                    // the peer's host key is this rank's
 }
 
 // Listen starts listening; the transport is usable after Connect.
@@ -140,9 +160,10 @@ func Listen(cfg Config) (*TCP, error) {
 	}
 	t := &TCP{
 		cfg: cfg, log: log, ln: ln, w: newWorld(cfg.Rank, cfg.Size),
-		conns:     make([]atomic.Pointer[peerConn], cfg.Size),
-		connected: make(chan struct{}, 1),
-		closing:   make(chan struct{}),
+		conns:    make([]atomic.Pointer[peerConn], cfg.Size),
+		slots:    map[int]*slot{},
+		peersSet: make(chan struct{}),
+		closing:  make(chan struct{}),
 	}
 	t.hostKey = hostKey(cfg)
 	t.closeCtx, t.cancel = context.WithCancel(context.Background())
@@ -151,6 +172,11 @@ func Listen(cfg Config) (*TCP, error) {
 	go t.acceptLoop()
 	return t, nil
 }
+
+// HostKey is what ranks compare to find peers on their host (Config's
+// HostKey or the hostname, and the kernel's boot id): publish it with
+// Addr, and give it back as Peer.Host.
+func (t *TCP) HostKey() string { return t.hostKey }
 
 // Addr is the address the transport listens on.
 func (t *TCP) Addr() net.Addr { return t.ln.Addr() }
@@ -177,11 +203,19 @@ func (t *TCP) acceptLoop() {
 				return
 			default:
 			}
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			t.log.Warn("accept failed", "err", err)
-			return
+			// A transient failure (out of file descriptors, a connection
+			// reset before it was accepted): pause and go on, as
+			// net/http and memberlist do.
+			t.log.Warn("accept failed; retrying", "err", err)
+			select {
+			case <-t.closing:
+				return
+			case <-time.After(acceptPause):
+			}
+			continue
 		}
 		t.wg.Add(1)
 		go func() {
@@ -191,11 +225,14 @@ func (t *TCP) acceptLoop() {
 	}
 }
 
+// acceptPause is how long the accept loop waits after a failed accept.
+const acceptPause = 50 * time.Millisecond
+
 func (t *TCP) accept(c net.Conn) {
-	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	stop := context.AfterFunc(t.closeCtx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
-	h, err := handshakeAccept(c, t.cfg.Secret, func(h *hello) byte {
+	admitted := -1
+	_, err := handshakeAccept(deadlined(c, t.cfg.HandshakeTimeout), t.cfg.Secret, func(h *hello) byte {
 		switch {
 		case h.Version != ProtocolVersion:
 			return statusVersion
@@ -204,21 +241,38 @@ func (t *TCP) accept(c net.Conn) {
 		case int(h.To) != t.cfg.Rank || int(h.Size) != t.cfg.Size || int(h.From) >= t.cfg.Size || int(h.From) == t.cfg.Rank:
 			return statusRanks
 		}
-		return statusOK
+		st := t.admit(int(h.From))
+		if st == statusOK {
+			admitted = int(h.From)
+		}
+		return st
 	})
+	if admitted >= 0 {
+		defer t.unadmit(admitted)
+	}
 	if err != nil {
-		t.log.Warn("dropped a connection that failed the handshake", "remote", c.RemoteAddr().String(), "err", err)
+		if !errors.Is(err, errDuplicate) {
+			t.log.Warn("dropped a connection that failed the handshake", "remote", c.RemoteAddr().String(), "err", err)
+		}
 		c.Close()
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
-	if !t.register(int(h.From), c) {
-		t.log.Warn("dropped a duplicate connection", "remote", c.RemoteAddr().String(), "rank", h.From)
+	if err := t.acceptSetup(c, admitted); err != nil {
+		t.log.Debug("dropped a connection before it was set up", "rank", admitted, "err", err)
 		c.Close()
 	}
 }
 
-func (t *TCP) register(peer int, c net.Conn) bool {
+// deadlined sets c's deadline timeout from now and returns c.
+func deadlined(c net.Conn, timeout time.Duration) net.Conn {
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	return c
+}
+
+// register publishes a set-up connection to peer (with its shared memory,
+// if any) and starts its reader; false if peer already has one.
+func (t *TCP) register(peer int, c net.Conn, sp *shmPeer, sameHost bool) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	select {
@@ -234,75 +288,17 @@ func (t *TCP) register(peer int, c net.Conn) bool {
 		_ = tc.SetReadBuffer(4 << 20)
 		_ = tc.SetWriteBuffer(4 << 20)
 	}
-	pc := &peerConn{peer: peer, c: c, pong: make(chan struct{}, 1), shmCtl: make(chan []byte, 1)}
+	pc := &peerConn{peer: peer, c: c, pong: make(chan struct{}, 1), sameHost: sameHost}
+	if sp != nil {
+		t.attach(pc, sp)
+	}
+	t.w.peer(peer) // its inbox, before the reader delivers
 	t.conns[peer].Store(pc)
 	t.wg.Add(1)
 	t.readers.Add(1)
 	go t.readLoop(pc)
-	select {
-	case t.connected <- struct{}{}:
-	default:
-	}
+	t.slotOf(peer).notify()
 	return true
-}
-
-// Connect builds the full mesh: this rank dials every higher rank at
-// addrs[rank] and waits for every lower rank to dial it. The error names
-// the ranks that could not be reached.
-func (t *TCP) Connect(ctx context.Context, addrs []string) error {
-	if len(addrs) != t.cfg.Size {
-		return fmt.Errorf("transport: %d addresses for %d ranks", len(addrs), t.cfg.Size)
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, t.cfg.Size)
-	for peer := t.cfg.Rank + 1; peer < t.cfg.Size; peer++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[peer] = t.dial(ctx, peer, addrs[peer])
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	for {
-		missing := t.missing()
-		if len(missing) == 0 {
-			return t.setupShm(ctx)
-		}
-		select {
-		case <-t.connected:
-		case <-t.w.failed:
-			return t.w.Err()
-		case <-ctx.Done():
-			return fmt.Errorf("transport: rank %d: ranks %v never connected: %w", t.cfg.Rank, missing, context.Cause(ctx))
-		}
-	}
-}
-
-func (t *TCP) missing() []int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var m []int
-	for i := range t.conns {
-		if t.conns[i].Load() == nil && i != t.cfg.Rank {
-			m = append(m, i)
-		}
-	}
-	return m
-}
-
-func (t *TCP) dial(ctx context.Context, peer int, addr string) error {
-	c, err := DialAuth(ctx, nil, addr, t.cfg.JobID, t.cfg.Secret, Ends{From: t.cfg.Rank, To: peer, Size: t.cfg.Size}, t.cfg.DialTimeout, t.cfg.HandshakeTimeout)
-	if err != nil {
-		return fmt.Errorf("transport: rank %d: rank %d: %w", t.cfg.Rank, peer, err)
-	}
-	if !t.register(peer, c) {
-		c.Close()
-		return fmt.Errorf("transport: rank %d: duplicate connection to rank %d", t.cfg.Rank, peer)
-	}
-	return nil
 }
 
 func (t *TCP) readLoop(pc *peerConn) {
@@ -340,8 +336,17 @@ func (t *TCP) readLoop(pc *peerConn) {
 				runtime.Gosched()
 			}
 		case TypeAbort:
-			t.w.fail(parseAbort(pc.peer, p))
-			putBuf(p)
+			origin := pc.peer
+			if h.Step > 0 && int(h.Step) <= t.cfg.Size {
+				origin = int(h.Step) - 1 // forwarded: the rank it came from first
+			}
+			if t.w.fail(parseAbort(origin, p)) {
+				// Peers this rank talks to may not talk to the origin:
+				// pass the abort on, once, so that it floods the job.
+				t.forwardAbort(pc.peer, origin, p)
+			} else {
+				putBuf(p)
+			}
 		case TypeBye:
 			bye = true
 			t.w.markLeft(pc.peer)
@@ -359,11 +364,8 @@ func (t *TCP) readLoop(pc *peerConn) {
 			case pc.pong <- struct{}{}:
 			default:
 			}
-		case TypeShmOffer, TypeShmAnswer:
-			select {
-			case pc.shmCtl <- p:
-			default: // one per pair: more is a peer gone wrong; ignored
-			}
+		default: // setup frames after the setup: ignored
+			putBuf(p)
 		}
 	}
 }
@@ -387,7 +389,10 @@ func (t *TCP) Send(ctx context.Context, to int, h Header, payload []byte) error 
 	}
 	pc := t.conns[to].Load()
 	if pc == nil {
-		return fmt.Errorf("transport: rank %d: not connected to rank %d", t.cfg.Rank, to)
+		var err error
+		if pc, err = t.conn(ctx, to); err != nil {
+			return err
+		}
 	}
 	if sp := pc.shm.Load(); sp != nil {
 		return t.shmSend(ctx, sp, h, payload)
@@ -436,17 +441,21 @@ func (t *TCP) Recv(ctx context.Context, from int) (Frame, error) {
 	if from >= 0 && from < t.cfg.Size {
 		pc = t.conns[from].Load()
 	}
-	if pc != nil {
-		if sp := pc.shm.Load(); sp != nil {
-			if err := t.w.Err(); err != nil {
-				return Frame{}, err
-			}
-			return t.shmRecv(ctx, sp)
+	if pc == nil {
+		var err error
+		if pc, err = t.conn(ctx, from); err != nil {
+			return Frame{}, err
 		}
 	}
-	if t.cfg.SpinTime > 0 && pc != nil {
+	if sp := pc.shm.Load(); sp != nil {
+		if err := t.w.Err(); err != nil {
+			return Frame{}, err
+		}
+		return t.shmRecv(ctx, sp)
+	}
+	if t.cfg.SpinTime > 0 {
 		select {
-		case f := <-t.w.inbox[from]:
+		case f := <-t.w.peer(from).inbox:
 			shmRaceAcquire()
 			return f, nil
 		default:
@@ -471,7 +480,27 @@ func (t *TCP) Abort(err error) {
 // broadcastAbort sends an abort frame with err to every peer but skip, in
 // parallel, each bounded by timeout.
 func (t *TCP) broadcastAbort(err error, skip int, timeout time.Duration) {
-	payload := abortPayload(err)
+	t.sendAbort(abortPayload(err), skip, -1, timeout)
+}
+
+// forwardAbort passes on an abort (payload p, a pooled buffer) that came
+// from origin through peer from, in the background.
+func (t *TCP) forwardAbort(from, origin int, p []byte) {
+	t.wg.Add(1) // safe: called by a reader, which holds a count
+	go func() {
+		defer t.wg.Done()
+		t.sendAbort(p, from, origin, 500*time.Millisecond)
+		putBuf(p)
+	}()
+}
+
+// sendAbort sends an abort frame with payload to every connected peer
+// but skip; origin (-1: this rank) is the rank that aborted first.
+func (t *TCP) sendAbort(payload []byte, skip, origin int, timeout time.Duration) {
+	h := Header{Type: TypeAbort}
+	if origin >= 0 {
+		h.Step = uint32(origin) + 1
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -482,7 +511,7 @@ func (t *TCP) broadcastAbort(err error, skip int, timeout time.Duration) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = t.write(ctx, pc, Header{Type: TypeAbort}, payload)
+			_ = t.write(ctx, pc, h, payload)
 		}()
 	}
 	wg.Wait()
@@ -491,13 +520,12 @@ func (t *TCP) broadcastAbort(err error, skip int, timeout time.Duration) {
 // lose fails the job because peer is gone. The other peers are told first,
 // with the original cause, so that each of them blames the lost rank even
 // if this rank exits before they notice the loss themselves.
-func (t *TCP) lose(peer int, reason string) {
-	if peer >= 0 && peer < t.cfg.Size {
-		select {
-		case <-t.w.left[peer]:
-			return // it already said goodbye on the data plane
-		default:
-		}
+func (t *TCP) lose(peer int, reason string) { t.loseWith(peer, reason, nil) }
+
+// loseWith is lose with the error that made peer lost.
+func (t *TCP) loseWith(peer int, reason string, cause error) {
+	if peer >= 0 && peer < t.cfg.Size && t.w.hasLeft(peer) {
+		return // it already said goodbye on the data plane
 	}
 	t.lostMu.Lock()
 	if t.lost == nil {
@@ -510,7 +538,7 @@ func (t *TCP) lose(peer int, reason string) {
 	if t.w.Err() != nil {
 		return
 	}
-	err := &PeerLostError{Rank: peer, Reason: reason}
+	err := &PeerLostError{Rank: peer, Reason: reason, Cause: cause}
 	t.broadcastAbort(err, peer, 500*time.Millisecond)
 	t.w.fail(err)
 }
@@ -572,13 +600,32 @@ func (t *TCP) PeerLost(peer int, reason string) {
 		return
 	default:
 	}
-	if pc == nil || t.cfg.ConfirmTimeout <= 0 {
+	if t.cfg.ConfirmTimeout <= 0 {
 		t.mu.Unlock()
 		t.lose(peer, reason)
 		return
 	}
 	t.wg.Add(1) // under mu, so never after Close has started waiting
 	t.mu.Unlock()
+	if pc == nil {
+		// Not a peer this rank talks to: ask it for a handshake.
+		go func() {
+			defer t.wg.Done()
+			ctx, cancel := context.WithTimeout(t.closeCtx, t.cfg.ConfirmTimeout)
+			defer cancel()
+			if t.probe(ctx, peer) {
+				t.log.Warn("gossip declared a rank dead, but it answered a connection; keeping it", "rank", peer)
+				return
+			}
+			select {
+			case <-t.closing:
+				return
+			default:
+			}
+			t.lose(peer, reason+", and it did not answer a connection for "+t.cfg.ConfirmTimeout.String())
+		}()
+		return
+	}
 	go func() {
 		defer t.wg.Done()
 		select {

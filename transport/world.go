@@ -13,9 +13,13 @@ import (
 // peers have left cleanly, and the error that failed the job, if any.
 type world struct {
 	rank, size int
-	inbox      []chan Frame
-	left       []chan struct{}
-	leftOnce   []sync.Once
+	// peers holds each peer's inbox and departure, made on first use: a
+	// rank pays for the peers it talks to, not for the job's size.
+	peers []atomic.Pointer[peerState]
+	// made, if set, is called when a peer's state is made (before anyone
+	// can wait on it): the in-memory network marks ranks that already
+	// closed.
+	made func(peer int, ps *peerState)
 
 	failOnce sync.Once
 	failed   chan struct{}
@@ -50,27 +54,57 @@ func (w *world) SetWaitMeter(m *WaitMeter) { w.meter.Store(m) }
 
 const inboxDepth = 64
 
-func newWorld(rank, size int) *world {
-	w := &world{rank: rank, size: size, failed: make(chan struct{})}
-	w.inbox = make([]chan Frame, size)
-	w.left = make([]chan struct{}, size)
-	w.leftOnce = make([]sync.Once, size)
-	for i := range size {
-		w.inbox[i] = make(chan Frame, inboxDepth)
-		w.left[i] = make(chan struct{})
-	}
-	return w
+// peerState is what a rank keeps for one peer it has heard from or
+// waited for.
+type peerState struct {
+	inbox    chan Frame
+	left     chan struct{} // closed when the peer left cleanly
+	leftOnce sync.Once
 }
 
-// fail records the first error; later ones are dropped.
-func (w *world) fail(err error) {
+func newWorld(rank, size int) *world {
+	return &world{rank: rank, size: size, failed: make(chan struct{}), peers: make([]atomic.Pointer[peerState], size)}
+}
+
+// peer returns peer p's state, making it on first use.
+func (w *world) peer(p int) *peerState {
+	if ps := w.peers[p].Load(); ps != nil {
+		return ps
+	}
+	ps := &peerState{inbox: make(chan Frame, inboxDepth), left: make(chan struct{})}
+	if !w.peers[p].CompareAndSwap(nil, ps) {
+		return w.peers[p].Load()
+	}
+	if w.made != nil {
+		w.made(p, ps)
+	}
+	return ps
+}
+
+// known lists the peers that have state, in rank order.
+func (w *world) known() []int {
+	var out []int
+	for p := range w.peers {
+		if w.peers[p].Load() != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// fail records the first error; later ones are dropped. It reports
+// whether err was the first.
+func (w *world) fail(err error) bool {
+	first := false
 	w.failOnce.Do(func() {
+		first = true
 		w.err.Store(&err)
 		close(w.failed)
 		if w.onFail != nil {
 			w.onFail()
 		}
 	})
+	return first
 }
 
 // Failed is closed once the world has failed.
@@ -84,8 +118,22 @@ func (w *world) Err() error {
 }
 
 // markLeft records that peer closed cleanly.
-func (w *world) markLeft(peer int) {
-	w.leftOnce[peer].Do(func() { close(w.left[peer]) })
+func (w *world) markLeft(peer int) { w.peer(peer).markLeft() }
+
+func (ps *peerState) markLeft() { ps.leftOnce.Do(func() { close(ps.left) }) }
+
+// hasLeft reports whether peer said goodbye.
+func (w *world) hasLeft(peer int) bool {
+	ps := w.peers[peer].Load()
+	if ps == nil {
+		return false
+	}
+	select {
+	case <-ps.left:
+		return true
+	default:
+		return false
+	}
 }
 
 func (w *world) checkPeer(p int) error {
@@ -99,7 +147,7 @@ func (w *world) checkPeer(p int) error {
 // or done closes.
 func (w *world) deliver(from int, f Frame, done <-chan struct{}) bool {
 	select {
-	case w.inbox[from] <- f:
+	case w.peer(from).inbox <- f:
 		return true
 	case <-w.failed:
 	case <-done:
@@ -117,22 +165,23 @@ func (w *world) recv(ctx context.Context, from int) (Frame, error) {
 		return Frame{}, w.Err()
 	default:
 	}
+	ps := w.peer(from)
 	if m := w.meter.Load(); m != nil {
 		select {
-		case f := <-w.inbox[from]:
+		case f := <-ps.inbox:
 			return f, nil
 		default:
 		}
 		defer m.addSince(m.Now())
 	}
 	select {
-	case f := <-w.inbox[from]:
+	case f := <-ps.inbox:
 		return f, nil
 	case <-w.failed:
 		return Frame{}, w.Err()
-	case <-w.left[from]:
+	case <-ps.left:
 		select {
-		case f := <-w.inbox[from]:
+		case f := <-ps.inbox:
 			return f, nil
 		default:
 			return Frame{}, &PeerLostError{Rank: from, Reason: "it closed its Comm while this rank still expected data"}
@@ -164,7 +213,12 @@ func IsCanceled(err error) bool {
 
 // drain releases every undelivered frame; nothing sends any more.
 func (w *world) drain() {
-	for _, ch := range w.inbox {
+	for p := range w.peers {
+		ps := w.peers[p].Load()
+		if ps == nil {
+			continue
+		}
+		ch := ps.inbox
 		for len(ch) > 0 {
 			f := <-ch
 			f.Release()

@@ -1,0 +1,443 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// Connections on first use.
+//
+// A rank connects to a peer when it first sends to it or receives from
+// it, not at start: a ring needs two neighbours, recursive doubling
+// log2(N) partners, so a rank's connections, handshakes and shared memory
+// grow with the peers it talks to, not with the job. Each pair connects
+// under its own deadline (Config.ConnectTimeout), retrying a failed
+// attempt; a pair that cannot connect in that time loses the peer.
+//
+// Both ranks of a pair may reach for the connection at once. The lower
+// rank's dial wins: a rank that is dialing refuses (statusDuplicate) the
+// hello of a higher peer, and a higher rank whose dial was refused waits
+// for the lower one's. A rank that is accepting a peer's connection does
+// not dial it.
+//
+// After the handshake the dialer either offers shared memory (when the
+// placement says the peer is on its host, or does not say) or declares
+// the connection ready at once:
+//
+//	dialer   -> TypeShmOffer  (host key, segment or the reason for none)
+//	acceptor -> TypeShmAnswer (attached, same host, reason)
+//	dialer   -> TypeReady
+//
+// or just TypeReady. The dialer starts using the connection when it has
+// sent TypeReady, the acceptor when it has read it: no data frame can
+// race the switch to shared memory. An offer whose answer does not come
+// in time is dropped with its connection and the pair redials on TCP,
+// with one warning. Ranks the placement puts on other hosts exchange no
+// offer at all.
+
+// Peer is what a rank knows of another before they connect.
+type Peer struct {
+	Addr string // where its transport listens
+	// Host is its transport's HostKey; "" when unknown, and the pair then
+	// learns whether it shares a host while connecting.
+	Host string
+}
+
+// slot is this rank's side of connecting to one peer; under TCP.mu.
+type slot struct {
+	dialing   bool // a dialLoop runs
+	waiting   bool // its dial was refused: the peer's own dial comes
+	accepting int  // the peer's connections being accepted
+	noShm     bool // an offer to the peer timed out: TCP only
+	changed   chan struct{}
+}
+
+var errDuplicate = errors.New("the peer is connecting to this rank")
+
+// slotOf returns peer's slot; under mu.
+func (t *TCP) slotOf(peer int) *slot {
+	s := t.slots[peer]
+	if s == nil {
+		s = &slot{changed: make(chan struct{})}
+		t.slots[peer] = s
+	}
+	return s
+}
+
+// notify wakes everyone waiting on s; under mu.
+func (s *slot) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// SetPeers tells the transport where every rank listens and on which
+// host (in rank order; this rank's entry is ignored). Connections are
+// then made on first use, or by ConnectTo. It may be called once.
+func (t *TCP) SetPeers(peers []Peer) error {
+	if len(peers) != t.cfg.Size {
+		return fmt.Errorf("transport: %d peers for %d ranks", len(peers), t.cfg.Size)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.peerList != nil {
+		return errors.New("transport: SetPeers called twice")
+	}
+	t.peerList = append([]Peer(nil), peers...)
+	known, local := true, 1
+	for r, p := range peers {
+		if r == t.cfg.Rank {
+			continue
+		}
+		switch p.Host {
+		case "":
+			known = false
+		case t.hostKey:
+			local++
+		}
+	}
+	if !known {
+		local = t.cfg.Size
+	}
+	t.hostsKnown = known
+	t.ringBytes = ringBytesFor(t.cfg.ShmRingBytes, t.cfg.ShmBudget, local)
+	close(t.peersSet)
+	return nil
+}
+
+// ringBytesFor is one direction's ring capacity for a rank with local-1
+// peers on its host: explicit if set, else the largest power of two that
+// keeps this rank's share of its pairs' segments (half of each: one ring)
+// within budget even if it talks to every local peer, at most
+// DefaultShmRingBytes and at least 64 KiB.
+func ringBytesFor(explicit, budget, local int) int {
+	if explicit > 0 {
+		return ringCapOf(explicit)
+	}
+	if budget <= 0 {
+		budget = DefaultShmBudget
+	}
+	c := DefaultShmRingBytes
+	for c > 64<<10 && c*(local-1) > budget {
+		c /= 2
+	}
+	return c
+}
+
+// ConnectTo connects to the given peers now, in parallel, each under its
+// own deadline. The error names the peers that could not be reached.
+func (t *TCP) ConnectTo(ctx context.Context, peers []int) error {
+	errs := make([]error, len(peers))
+	done := make(chan int, len(peers))
+	for i, p := range peers {
+		go func() {
+			_, errs[i] = t.conn(ctx, p)
+			done <- i
+		}()
+	}
+	for range peers {
+		<-done
+	}
+	return errors.Join(errs...)
+}
+
+// Connect is SetPeers with addresses alone (hosts learned while
+// connecting) followed by ConnectTo every other rank: the full mesh.
+func (t *TCP) Connect(ctx context.Context, addrs []string) error {
+	peers := make([]Peer, len(addrs))
+	for i, a := range addrs {
+		peers[i].Addr = a
+	}
+	if err := t.SetPeers(peers); err != nil {
+		return err
+	}
+	all := make([]int, 0, t.cfg.Size-1)
+	for p := range t.cfg.Size {
+		if p != t.cfg.Rank {
+			all = append(all, p)
+		}
+	}
+	return t.ConnectTo(ctx, all)
+}
+
+// conn returns the connection to peer, making it if there is none.
+func (t *TCP) conn(ctx context.Context, peer int) (*peerConn, error) {
+	if err := t.w.checkPeer(peer); err != nil {
+		return nil, err
+	}
+	for {
+		if pc := t.conns[peer].Load(); pc != nil {
+			return pc, nil
+		}
+		select {
+		case <-t.peersSet:
+		case <-t.w.failed:
+			return nil, t.w.Err()
+		case <-ctx.Done():
+			return nil, ctxErr(ctx)
+		}
+		t.mu.Lock()
+		if pc := t.conns[peer].Load(); pc != nil {
+			t.mu.Unlock()
+			return pc, nil
+		}
+		s := t.slotOf(peer)
+		if !s.dialing && s.accepting == 0 {
+			select {
+			case <-t.closing:
+				t.mu.Unlock()
+				return nil, t.closedErr()
+			default:
+			}
+			s.dialing = true
+			t.wg.Add(1) // under mu: Close waits after closing, also under mu
+			go t.dialLoop(peer)
+		}
+		changed := s.changed
+		t.mu.Unlock()
+		select {
+		case <-changed:
+		case <-t.w.failed:
+			return nil, t.w.Err()
+		case <-ctx.Done():
+			return nil, ctxErr(ctx)
+		}
+	}
+}
+
+// dialLoop connects to peer, retrying until ConnectTimeout; past it the
+// peer is lost.
+func (t *TCP) dialLoop(peer int) {
+	defer t.wg.Done()
+	ctx, cancel := context.WithTimeout(t.closeCtx, t.cfg.ConnectTimeout)
+	defer cancel()
+	defer func() {
+		t.mu.Lock()
+		s := t.slotOf(peer)
+		s.dialing, s.waiting = false, false
+		s.notify()
+		t.mu.Unlock()
+	}()
+	var last error
+	for attempt := 0; ; attempt++ {
+		err := t.dialOnce(ctx, peer)
+		if err == nil || t.conns[peer].Load() != nil {
+			return
+		}
+		switch {
+		case errors.Is(err, errDuplicate):
+			if t.awaitPeer(ctx, peer) {
+				return
+			}
+			continue
+		case errors.Is(err, errShmTimeout):
+			t.mu.Lock()
+			t.slotOf(peer).noShm = true
+			t.mu.Unlock()
+			t.log.Warn("a shared memory offer timed out; TCP to this peer", "rank", t.cfg.Rank, "peer", peer, "err", err)
+			continue
+		case errors.Is(err, ErrAuth):
+			t.loseWith(peer, "refused this rank's connection: "+err.Error(), err)
+			return
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			select {
+			case <-t.closing:
+			default:
+				t.lose(peer, fmt.Sprintf("no connection to it within %v (last error: %v)", t.cfg.ConnectTimeout, last))
+			}
+			return
+		case <-time.After(min(time.Duration(attempt+1)*20*time.Millisecond, 500*time.Millisecond)):
+		}
+	}
+}
+
+// awaitPeer waits for the connection of a peer that refused this rank's
+// dial because it is dialing too and wins; false if it did not come in
+// twice the handshake timeout.
+func (t *TCP) awaitPeer(ctx context.Context, peer int) bool {
+	timer := time.NewTimer(2*t.cfg.HandshakeTimeout + t.cfg.DialTimeout)
+	defer timer.Stop()
+	t.mu.Lock()
+	t.slotOf(peer).waiting = true
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		t.slotOf(peer).waiting = false
+		t.mu.Unlock()
+	}()
+	for {
+		t.mu.Lock()
+		changed := t.slotOf(peer).changed
+		t.mu.Unlock()
+		if t.conns[peer].Load() != nil {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-t.w.failed:
+			return true // nothing more to connect for
+		}
+	}
+}
+
+// dialOnce makes one attempt: dial, handshake, shared memory, register.
+func (t *TCP) dialOnce(ctx context.Context, peer int) error {
+	t.mu.Lock()
+	p := t.peerList[peer]
+	noShm := t.slotOf(peer).noShm
+	t.mu.Unlock()
+	d := net.Dialer{Timeout: t.cfg.DialTimeout}
+	c, err := d.DialContext(ctx, "tcp", p.Addr)
+	if err != nil {
+		return err
+	}
+	if err := DialHandshake(c, t.cfg.JobID, t.cfg.Secret, Ends{From: t.cfg.Rank, To: peer, Size: t.cfg.Size}, t.cfg.HandshakeTimeout); err != nil {
+		c.Close()
+		return err
+	}
+	var sp *shmPeer
+	sameHost := p.Host != "" && p.Host == t.hostKey
+	if p.Host == "" || sameHost {
+		off := ""
+		switch {
+		case !t.cfg.Shm:
+			off = fmt.Sprintf("shared memory is off on rank %d", t.cfg.Rank)
+		case noShm:
+			off = "an earlier offer timed out"
+		}
+		t.offers.Add(1)
+		var a shmAnswer
+		sp, a, err = makeOffer(ctx, c, t.shmCfg(off), fmt.Sprintf("%d-%d", t.cfg.Rank, peer))
+		if err != nil {
+			c.Close()
+			return fmt.Errorf("%w: %w", errShmTimeout, err)
+		}
+		sameHost = a.SameHost
+	}
+	if _, err := writeCtl(ctx, c, t.cfg.HandshakeTimeout, Header{Type: TypeReady}, nil); err != nil {
+		if sp != nil {
+			_ = unmapSegment(sp.mem)
+		}
+		c.Close()
+		return err
+	}
+	if !t.register(peer, c, sp, sameHost) {
+		if sp != nil {
+			_ = unmapSegment(sp.mem)
+		}
+		c.Close()
+		return errDuplicate
+	}
+	return nil
+}
+
+var errShmTimeout = errors.New("shared memory offer")
+
+// admit decides on a peer's hello, before the secret is checked: a
+// duplicate, or the losing side of two dials at once, is refused.
+func (t *TCP) admit(peer int) byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	select {
+	case <-t.closing:
+		return statusDuplicate
+	default:
+	}
+	if t.conns[peer].Load() != nil {
+		return statusDuplicate
+	}
+	s := t.slotOf(peer)
+	if s.dialing && !s.waiting && t.cfg.Rank < peer {
+		return statusDuplicate // this rank's dial wins
+	}
+	s.accepting++
+	return statusOK
+}
+
+// unadmit ends an admitted accept (registered or not).
+func (t *TCP) unadmit(peer int) {
+	t.mu.Lock()
+	s := t.slotOf(peer)
+	s.accepting--
+	s.notify()
+	t.mu.Unlock()
+}
+
+// acceptSetup is the acceptor's side after the handshake: an offer to
+// answer, then TypeReady, or TypeReady alone.
+func (t *TCP) acceptSetup(c net.Conn, peer int) error {
+	timeout := 2*t.cfg.HandshakeTimeout + t.cfg.DialTimeout
+	h, p, err := readCtl(t.closeCtx, c, timeout)
+	if err != nil {
+		return err
+	}
+	var sp *shmPeer
+	sameHost := false
+	if h.Type == TypeShmOffer {
+		off := ""
+		if !t.cfg.Shm {
+			off = fmt.Sprintf("shared memory is off on rank %d", t.cfg.Rank)
+		}
+		if o, err := decodeShmOffer(p); err == nil && o.Path != "" && t.cfg.shmAnswerDelay > 0 {
+			time.Sleep(t.cfg.shmAnswerDelay)
+		}
+		if sp, sameHost, err = answerOffer(t.closeCtx, c, p, t.shmCfg(off), fmt.Sprintf("%d-%d", peer, t.cfg.Rank)); err != nil {
+			return err
+		}
+		if h, _, err = readCtl(t.closeCtx, c, timeout); err != nil {
+			if sp != nil {
+				_ = unmapSegment(sp.mem)
+			}
+			return err
+		}
+	}
+	if h.Type != TypeReady {
+		if sp != nil {
+			_ = unmapSegment(sp.mem)
+		}
+		return &FrameError{Msg: fmt.Sprintf("frame type %d where the connection's setup was due", h.Type)}
+	}
+	if !t.register(peer, c, sp, sameHost) {
+		if sp != nil {
+			_ = unmapSegment(sp.mem)
+		}
+		return errDuplicate
+	}
+	return nil
+}
+
+// probe checks that peer is alive, which gossip doubts, by connecting to
+// it: any answer to a hello (also a refusal) is life.
+func (t *TCP) probe(ctx context.Context, peer int) bool {
+	t.mu.Lock()
+	var addr string
+	if t.peerList != nil {
+		addr = t.peerList[peer].Addr
+	}
+	t.mu.Unlock()
+	if addr == "" {
+		return false
+	}
+	d := net.Dialer{}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	dl, _ := ctx.Deadline()
+	err = DialHandshake(c, t.cfg.JobID, t.cfg.Secret, Ends{From: t.cfg.Rank, To: peer, Size: t.cfg.Size}, time.Until(dl))
+	return err == nil || errors.Is(err, ErrAuth)
+}
+
+// Offers is how many shared memory offers this rank has made (to peers
+// on its host, or whose host it did not know).
+func (t *TCP) Offers() int { return int(t.offers.Load()) }

@@ -1,0 +1,278 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lazyMesh starts n transports on loopback and gives each the others'
+// addresses and hosts (host[r] names rank r's host; nil: all unknown),
+// without connecting.
+func lazyMesh(t *testing.T, n int, host []string, tweak func(r int, c *Config)) []*TCP {
+	t.Helper()
+	ts := make([]*TCP, n)
+	for r := range n {
+		cfg := DefaultConfig()
+		cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret, cfg.ListenAddr = r, n, "job1", testSecret, "127.0.0.1:0"
+		if host != nil {
+			cfg.HostKey = host[r]
+		}
+		if tweak != nil {
+			tweak(r, &cfg)
+		}
+		tr, err := Listen(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		ts[r] = tr
+	}
+	peers := make([]Peer, n)
+	for r, tr := range ts {
+		peers[r].Addr = tr.Addr().String()
+		if host != nil {
+			peers[r].Host = tr.HostKey()
+		}
+	}
+	for _, tr := range ts {
+		if err := tr.SetPeers(peers); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ts
+}
+
+func connected(tr *TCP) []int {
+	return tr.peersWhere(func(*peerConn) bool { return true })
+}
+
+// ringPass sends one frame from every rank to its right neighbour and
+// checks that each rank receives its left neighbour's.
+func ringPass(t *testing.T, ts []*TCP, seq uint32) {
+	t.Helper()
+	n := len(ts)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, tr := range ts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msg := fmt.Appendf(nil, "%d from %d", seq, r)
+			if err := tr.Send(ctx, (r+1)%n, Header{Seq: seq}, msg); err != nil {
+				errs[r] = err
+				return
+			}
+			f, err := tr.Recv(ctx, (r+n-1)%n)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			if want := fmt.Sprintf("%d from %d", seq, (r+n-1)%n); string(f.Payload) != want || f.Seq != seq {
+				errs[r] = fmt.Errorf("rank %d got %q, want %q", r, f.Payload, want)
+			}
+			f.Release()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConnectOnFirstUse: ranks that only pass frames around a ring hold
+// two connections each, whatever the job's size; shared memory is offered
+// only between ranks the placement puts on one host, and used there.
+func TestConnectOnFirstUse(t *testing.T) {
+	shmDir(t)
+	host := []string{"a", "a", "a", "b", "b", "b", "c", "c"}
+	ts := lazyMesh(t, len(host), host, nil)
+	for _, tr := range ts {
+		if got := connected(tr); len(got) != 0 {
+			t.Fatalf("rank %d connected to %v before any frame", tr.Rank(), got)
+		}
+	}
+	ringPass(t, ts, 1)
+	ringPass(t, ts, 2)
+	n := len(ts)
+	offers := 0
+	for r, tr := range ts {
+		left, right := (r+n-1)%n, (r+1)%n
+		if got, want := connected(tr), slices.Sorted(slices.Values([]int{left, right})); !slices.Equal(got, want) {
+			t.Fatalf("rank %d connected to %v, want its neighbours %v", r, got, want)
+		}
+		var wantShm []int
+		for _, p := range []int{left, right} {
+			if host[p] == host[r] && !slices.Contains(wantShm, p) {
+				wantShm = append(wantShm, p)
+			}
+		}
+		slices.Sort(wantShm)
+		if got := tr.SharedMemoryPeers(); !slices.Equal(got, wantShm) {
+			t.Fatalf("rank %d shares memory with %v, want %v", r, got, wantShm)
+		}
+		var wantLocal []int
+		for p := range host {
+			if p != r && host[p] == host[r] {
+				wantLocal = append(wantLocal, p)
+			}
+		}
+		if got := tr.LocalPeers(); !slices.Equal(got, wantLocal) {
+			t.Fatalf("rank %d: local peers %v, want %v (from the placement)", r, got, wantLocal)
+		}
+		offers += tr.Offers()
+	}
+	// One offer per connected pair on one host; none across hosts.
+	pairs := 0
+	for r := range n {
+		if host[r] == host[(r+1)%n] {
+			pairs++
+		}
+	}
+	if offers != pairs {
+		t.Fatalf("%d shared memory offers, want %d (one per neighbouring pair on one host, none across hosts)", offers, pairs)
+	}
+}
+
+// TestConcurrentFirstUse: every rank sends to every other at once, from
+// several goroutines per pair, so both ranks of every pair reach for the
+// connection together: each pair ends with one connection, and every
+// frame arrives in order.
+func TestConcurrentFirstUse(t *testing.T) {
+	for _, n := range []int{2, 3, 5, 8} {
+		for _, shm := range []bool{false, true} {
+			t.Run(fmt.Sprintf("n%d/shm=%v", n, shm), func(t *testing.T) {
+				ts := lazyMesh(t, n, nil, func(r int, c *Config) { c.Shm = shm })
+				exchange(t, ts, randomMsgs(uint64(n), 0, 1, 100, 70_000))
+				for _, tr := range ts {
+					if got := connected(tr); len(got) != n-1 {
+						t.Fatalf("rank %d connected to %v, want every other rank once", tr.Rank(), got)
+					}
+					if err := tr.Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestShmOfferTimesOut: an offer whose answer does not come in time is
+// dropped; the pair connects over TCP, one warning says so, and the frames
+// arrive.
+func TestShmOfferTimesOut(t *testing.T) {
+	dir := shmDir(t)
+	var logs logBuf
+	ts := lazyMesh(t, 2, []string{"a", "a"}, func(r int, c *Config) {
+		c.HandshakeTimeout = 200 * time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		if r == 1 {
+			c.shmAnswerDelay = 600 * time.Millisecond
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ts[0].Send(ctx, 1, Header{Seq: 7}, []byte("after a timed-out offer")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ts[1].Recv(ctx, 0)
+	if err != nil || string(f.Payload) != "after a timed-out offer" {
+		t.Fatalf("got %q, %v", f.Payload, err)
+	}
+	f.Release()
+	if got := ts[0].SharedMemoryPeers(); len(got) != 0 {
+		t.Fatalf("rank 0 shares memory with %v after its offer timed out", got)
+	}
+	if n := strings.Count(logs.String(), "shared memory offer timed out"); n != 1 {
+		t.Fatalf("want one warning, got %d:\n%s", n, logs.String())
+	}
+	for _, tr := range ts {
+		if err := tr.Err(); err != nil {
+			t.Fatalf("rank %d failed: %v", tr.Rank(), err)
+		}
+	}
+	time.Sleep(700 * time.Millisecond) // the acceptor's abandoned attempt ends
+	noSegments(t, dir, "job1")
+}
+
+// TestAbortFloods: an abort reaches ranks that never talked to the rank
+// that gave up, through the ranks that did, naming the rank it came from.
+func TestAbortFloods(t *testing.T) {
+	ts := lazyMesh(t, 6, nil, nil)
+	ringPass(t, ts, 1)
+	ts[0].Abort(fmt.Errorf("rank 0 gives up: %w", ErrSizeMismatch))
+	for _, r := range []int{2, 3, 4} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := ts[r].Recv(ctx, (r+5)%6)
+		cancel()
+		var re *RemoteError
+		if !errors.As(err, &re) || re.Rank != 0 || !errors.Is(err, ErrSizeMismatch) || !strings.Contains(err.Error(), "rank 0 gives up") {
+			t.Fatalf("rank %d (not connected to rank 0): got %v, want rank 0's abort", r, err)
+		}
+	}
+}
+
+// TestGossipVerdictUnconnected: gossip's verdict on a peer this rank has
+// no connection to is checked by connecting: a live peer is kept, a gone
+// one lost within ConfirmTimeout.
+func TestGossipVerdictUnconnected(t *testing.T) {
+	ts := lazyMesh(t, 3, nil, func(r int, c *Config) { c.ConfirmTimeout = 300 * time.Millisecond })
+	ts[0].PeerLost(1, "declared dead by gossip")
+	time.Sleep(500 * time.Millisecond)
+	if err := ts[0].Err(); err != nil {
+		t.Fatalf("a live rank was lost: %v", err)
+	}
+	ts[2].Close()
+	start := time.Now()
+	ts[0].PeerLost(2, "declared dead by gossip")
+	select {
+	case <-ts[0].Failed():
+	case <-time.After(3 * time.Second):
+		t.Fatal("a closed rank was not lost")
+	}
+	var pl *PeerLostError
+	if err := ts[0].Err(); !errors.As(err, &pl) || pl.Rank != 2 {
+		t.Fatalf("got %v, want rank 2 lost", err)
+	}
+	t.Logf("unconnected rank lost %v after gossip's verdict", time.Since(start))
+}
+
+// TestConnectTimeout: a peer that never answers (its address listens but
+// nothing accepts) is lost once ConnectTimeout has passed, by name.
+func TestConnectTimeout(t *testing.T) {
+	ts := lazyMesh(t, 2, nil, func(r int, c *Config) {
+		c.ConnectTimeout, c.HandshakeTimeout, c.DialTimeout = 700*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+	})
+	ts[1].Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := ts[0].Send(ctx, 1, Header{}, []byte("x"))
+	var pl *PeerLostError
+	if !errors.As(err, &pl) || pl.Rank != 1 || !strings.Contains(err.Error(), "no connection to it within") {
+		t.Fatalf("got %v, want rank 1 lost for want of a connection", err)
+	}
+}
+
+func TestRingBytesFor(t *testing.T) {
+	for _, c := range []struct{ explicit, local, want int }{
+		{0, 1, DefaultShmRingBytes}, {0, 2, DefaultShmRingBytes}, {0, 9, DefaultShmRingBytes},
+		{0, 10, 1 << 20}, {0, 17, 1 << 20}, {0, 18, 512 << 10}, {0, 33, 512 << 10}, {0, 64, 256 << 10},
+		{0, 256, 64 << 10}, {0, 4096, 64 << 10}, {5000, 64, 8192},
+	} {
+		got := ringBytesFor(c.explicit, 0, c.local)
+		if got != c.want {
+			t.Errorf("ringBytesFor(%d, %d local) = %d, want %d", c.explicit, c.local, got, c.want)
+		}
+		if c.explicit == 0 && c.local <= 257 && got*(c.local-1) > DefaultShmBudget {
+			t.Errorf("%d local ranks: %d byte rings exceed the budget", c.local, got)
+		}
+	}
+}
