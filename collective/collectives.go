@@ -32,13 +32,19 @@ func (c *Comm) direct(nbytes int) bool {
 
 // doubling says whether an AllReduce of nbytes runs recursive doubling:
 // Auto picks it for small buffers when the size is a power of two from 4
-// up. Measured on 4 ranks (2 cores), 4 KiB: 55-62 us against Direct's
-// 66-125 us; at 3, 5 and 6 ranks its extra fold-in and send-back rounds
-// made it slower than Direct.
+// up, or above directMaxRanks. Measured on 4 ranks (2 cores), 4 KiB:
+// 55-62 us against Direct's 66-125 us; at 3, 5 and 6 ranks its extra
+// fold-in and send-back rounds made it slower than Direct.
 func (c *Comm) doubling(nbytes int) bool {
 	n := c.Size()
-	return c.cfg.Algorithm == Doubling || c.cfg.Algorithm == Auto && nbytes <= c.cfg.SmallBytes && n >= 4 && n&(n-1) == 0
+	return c.cfg.Algorithm == Doubling || c.cfg.Algorithm == Auto && nbytes <= c.cfg.SmallBytes && n >= 4 && (n&(n-1) == 0 || n > directMaxRanks)
 }
+
+// directMaxRanks is the most ranks Auto lets talk to every other rank in
+// one collective (Direct, a broadcast from the root to all): beyond it a
+// rank's connections and messages would grow with the job, so Auto takes
+// recursive doubling and a binomial tree, whose partners grow as log2 N.
+const directMaxRanks = 8
 
 func allReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, o ring.Options) error {
 	if !op.Valid() {
@@ -110,6 +116,9 @@ func Broadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) error 
 			return c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundBroadcast, DType: dtype[T](), Root: root, Count: len(buf), Send: b, Recv: b})
 		}
 		direct := c.direct(bytesOf[T](len(buf)))
+		if direct && c.Size() > directMaxRanks && c.cfg.Algorithm == Auto {
+			return ring.TreeBroadcast(ctx, c.tr, buf, root, o)
+		}
 		if c.topo != nil && c.topo.byHost != nil && !direct && c.cfg.Algorithm != Ring {
 			// Ranks placed round-robin over hosts: chain host after host
 			// (Algorithm Ring keeps the chain in rank order).

@@ -142,7 +142,7 @@ func TestReduceScatterAllGatherBroadcast(t *testing.T) {
 					t.Fatalf("all-gather size %d n %d rank %d: %v %v", size, n, r, errs[r], got[r])
 				}
 			}
-			for _, direct := range []bool{false, true} {
+			for _, mode := range []string{"chain", "direct", "tree"} {
 				root := rng.IntN(size)
 				errs, _ = runAll(size, func(tr *transport.Mem) error {
 					buf := make([]int64, n)
@@ -150,11 +150,14 @@ func TestReduceScatterAllGatherBroadcast(t *testing.T) {
 						copy(buf, in[root])
 					}
 					got[tr.Rank()] = buf
-					return Broadcast(ctx, tr, buf, root, direct, opts(n, 16))
+					if mode == "tree" {
+						return TreeBroadcast(ctx, tr, buf, root, opts(n, 16))
+					}
+					return Broadcast(ctx, tr, buf, root, mode == "direct", opts(n, 16))
 				})
 				for r := range size {
 					if errs[r] != nil || !slices.Equal(got[r], in[root]) {
-						t.Fatalf("broadcast direct=%v size %d n %d root %d rank %d: %v", direct, size, n, root, r, errs[r])
+						t.Fatalf("broadcast %s size %d n %d root %d rank %d: %v", mode, size, n, root, r, errs[r])
 					}
 				}
 			}

@@ -1,6 +1,10 @@
 package ring
 
-import "testing"
+import (
+	"math/bits"
+	"slices"
+	"testing"
+)
 
 func TestChunks(t *testing.T) {
 	for size := 1; size <= 9; size++ {
@@ -93,5 +97,43 @@ func TestSegments(t *testing.T) {
 	s := segments(Span{3, 10}, 4)
 	if len(s) != 3 || s[0] != (Span{3, 4}) || s[2] != (Span{11, 2}) {
 		t.Fatalf("segments = %v", s)
+	}
+}
+
+// TestTreeLinks: every rank but the root has one parent, which lists it
+// as a child; the tree spans all ranks; no rank has more than
+// ceil(log2 N) children, and no path from the root is longer.
+func TestTreeLinks(t *testing.T) {
+	for size := 1; size <= 70; size++ {
+		depthMax := bits.Len(uint(size - 1))
+		for _, root := range []int{0, 1 % size, size / 2, size - 1} {
+			children := map[int][]int{}
+			parent := map[int]int{}
+			for r := range size {
+				p, cs := TreeLinks(r, root, size)
+				parent[r] = p
+				children[r] = cs
+				if len(cs) > depthMax {
+					t.Fatalf("size %d root %d: rank %d has %d children", size, root, r, len(cs))
+				}
+				if (p < 0) != (r == root) {
+					t.Fatalf("size %d root %d: rank %d parent %d", size, root, r, p)
+				}
+			}
+			for r := range size {
+				if r == root {
+					continue
+				}
+				if !slices.Contains(children[parent[r]], r) {
+					t.Fatalf("size %d root %d: rank %d's parent %d does not list it", size, root, r, parent[r])
+				}
+				depth := 0
+				for x := r; x != root; x = parent[x] {
+					if depth++; depth > depthMax {
+						t.Fatalf("size %d root %d: rank %d is deeper than %d", size, root, r, depthMax)
+					}
+				}
+			}
+		}
 	}
 }

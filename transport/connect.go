@@ -441,3 +441,6 @@ func (t *TCP) probe(ctx context.Context, peer int) bool {
 // Offers is how many shared memory offers this rank has made (to peers
 // on its host, or whose host it did not know).
 func (t *TCP) Offers() int { return int(t.offers.Load()) }
+
+// ConnectedPeers lists the peers this rank holds a connection to.
+func (t *TCP) ConnectedPeers() []int { return t.peersWhere(func(*peerConn) bool { return true }) }

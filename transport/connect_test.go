@@ -49,9 +49,8 @@ func lazyMesh(t *testing.T, n int, host []string, tweak func(r int, c *Config)) 
 	return ts
 }
 
-func connected(tr *TCP) []int {
-	return tr.peersWhere(func(*peerConn) bool { return true })
-}
+func connected(tr *TCP) []int { return tr.ConnectedPeers() }
+
 
 // ringPass sends one frame from every rank to its right neighbour and
 // checks that each rank receives its left neighbour's.
