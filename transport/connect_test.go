@@ -51,7 +51,6 @@ func lazyMesh(t *testing.T, n int, host []string, tweak func(r int, c *Config)) 
 
 func connected(tr *TCP) []int { return tr.ConnectedPeers() }
 
-
 // ringPass sends one frame from every rank to its right neighbour and
 // checks that each rank receives its left neighbour's.
 func ringPass(t *testing.T, ts []*TCP, seq uint32) {
