@@ -117,6 +117,9 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	tc.SpinTime = cfg.SpinTime
 	tc.SpinYield = cfg.SpinYield
 	tc.Shm, tc.HostKey = cfg.Shm, cfg.hostKey()
+	// The hub strategy's traffic bypasses the rank mesh: every rank's
+	// loss must fail it, as the mesh cannot tell.
+	tc.WatchAll = cfg.Strategy == StrategyHub
 	tr, err := transport.Listen(tc)
 	if err != nil {
 		return nil, err

@@ -222,6 +222,13 @@ func (t *TCP) dialLoop(peer int) {
 	}()
 	var last error
 	for attempt := 0; ; attempt++ {
+		t.mu.Lock()
+		why, gone := t.gone[peer]
+		t.mu.Unlock()
+		if gone && t.conns[peer].Load() == nil {
+			t.lose(peer, why+"; this rank had no connection to it yet")
+			return
+		}
 		err := t.dialOnce(ctx, peer)
 		if err == nil || t.conns[peer].Load() != nil {
 			return

@@ -222,7 +222,7 @@ func TestAbortFloods(t *testing.T) {
 // no connection to is checked by connecting: a live peer is kept, a gone
 // one lost within ConfirmTimeout.
 func TestGossipVerdictUnconnected(t *testing.T) {
-	ts := lazyMesh(t, 3, nil, func(r int, c *Config) { c.ConfirmTimeout = 300 * time.Millisecond })
+	ts := lazyMesh(t, 3, nil, func(r int, c *Config) { c.ConfirmTimeout, c.WatchAll = 300*time.Millisecond, true })
 	ts[0].PeerLost(1, "declared dead by gossip")
 	time.Sleep(500 * time.Millisecond)
 	if err := ts[0].Err(); err != nil {
@@ -241,6 +241,41 @@ func TestGossipVerdictUnconnected(t *testing.T) {
 		t.Fatalf("got %v, want rank 2 lost", err)
 	}
 	t.Logf("unconnected rank lost %v after gossip's verdict", time.Since(start))
+}
+
+// TestGossipVerdictRecorded: without WatchAll, gossip's verdict on an
+// unconnected peer fails nothing by itself (the peer may have finished
+// and left), but connecting to that peer then fails at once, naming it.
+func TestGossipVerdictRecorded(t *testing.T) {
+	ts := lazyMesh(t, 3, nil, nil)
+	ts[2].Close()
+	ts[0].PeerLost(2, "declared dead by gossip")
+	ringPassPair(t, ts[0], ts[1])
+	if err := ts[0].Err(); err != nil {
+		t.Fatalf("failed on an unconnected rank's departure: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := ts[0].Recv(ctx, 2)
+	var pl *PeerLostError
+	if !errors.As(err, &pl) || pl.Rank != 2 || !strings.Contains(err.Error(), "declared dead by gossip") || time.Since(start) > 2*time.Second {
+		t.Fatalf("got %v after %v, want rank 2 lost at once", err, time.Since(start))
+	}
+}
+
+func ringPassPair(t *testing.T, a, b *TCP) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.Send(ctx, b.Rank(), Header{}, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := b.Recv(ctx, a.Rank())
+	if err != nil || string(f.Payload) != "hi" {
+		t.Fatalf("got %q, %v", f.Payload, err)
+	}
+	f.Release()
 }
 
 // TestConnectTimeout: a peer that never answers (its address listens but

@@ -39,6 +39,15 @@ type Config struct {
 	// answer a ping on its data connection before it is lost; 0 trusts
 	// gossip at once.
 	ConfirmTimeout time.Duration
+	// WatchAll makes gossip's verdict on a peer this rank has no
+	// connection to fail the transport too (once the peer does not answer
+	// a connection within ConfirmTimeout), for users whose traffic does
+	// not flow through it (ParamHub workers). Without it such a verdict
+	// only makes connecting to that peer fail at once: the death of a rank
+	// reaches the others through the ranks connected to it, which abort
+	// and pass the abort on, while a rank that finished and left is no
+	// reason for ranks that never talked to it to fail.
+	WatchAll bool
 	// Shm lets ranks on one host exchange data through shared memory
 	// (see shm.go); pairs on different hosts, or that cannot set it up,
 	// use TCP.
@@ -123,6 +132,7 @@ type TCP struct {
 
 	lostMu sync.Mutex
 	lost   map[int]string // peers found lost here (see Lost)
+	gone   map[int]string // unconnected peers gossip declared dead (under mu)
 
 	shmWarn sync.Once
 	hostKey string // see hostKey
@@ -599,6 +609,18 @@ func (t *TCP) PeerLost(peer int, reason string) {
 		t.mu.Unlock()
 		return
 	default:
+	}
+	if pc == nil && !t.cfg.WatchAll {
+		// Not a peer this rank talks to: remember, so that a later dial
+		// to it fails at once.
+		if t.gone == nil {
+			t.gone = map[int]string{}
+		}
+		t.gone[peer] = reason
+		t.slotOf(peer).notify()
+		t.mu.Unlock()
+		t.log.Debug("gossip declared an unconnected rank dead", "rank", peer, "reason", reason)
+		return
 	}
 	if t.cfg.ConfirmTimeout <= 0 {
 		t.mu.Unlock()
