@@ -181,13 +181,20 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 // handshake and framing as over TCP), and Comm.Hub gives keyed push and
 // pull; the hubs stop when the last of the Comms closes.
 func NewLocal(n int, cfg Config) ([]*Comm, error) {
+	return NewLocalOn(transport.NewMemNetwork(n), cfg)
+}
+
+// NewLocalOn is NewLocal over a network the caller made, so that a test
+// can kill a rank (MemNetwork.Kill) or count what each rank sent and to
+// how many peers (MemNetwork.Frames, MemNetwork.Links).
+func NewLocalOn(nw *transport.MemNetwork, cfg Config) ([]*Comm, error) {
+	n := nw.Size()
 	cfg.Size, cfg.Rank = n, 0
 	cfg.Seeds = []string{"in-memory"}
 	cfg.JobID, cfg.Secret = "local", []byte("in-memory-job-secret")
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	nw := transport.NewMemNetwork(n)
 	comms := make([]*Comm, n)
 	for r := range n {
 		c := cfg

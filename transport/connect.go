@@ -225,12 +225,19 @@ func (t *TCP) dialLoop(peer int) {
 		t.mu.Lock()
 		why, gone := t.gone[peer]
 		t.mu.Unlock()
-		if gone && t.conns[peer].Load() == nil {
-			t.lose(peer, why+"; this rank had no connection to it yet")
-			return
-		}
 		err := t.dialOnce(ctx, peer)
 		if err == nil || t.conns[peer].Load() != nil {
+			if gone {
+				t.log.Warn("gossip declared a rank dead, but it answered a connection; keeping it", "rank", peer)
+				t.mu.Lock()
+				delete(t.gone, peer)
+				t.mu.Unlock()
+			}
+			return
+		}
+		if gone && !errors.Is(err, errDuplicate) && !errors.Is(err, errShmTimeout) {
+			// Gossip says it is dead and it does not answer: no retries.
+			t.loseWith(peer, why+", and a connection to it failed: "+err.Error(), err)
 			return
 		}
 		switch {

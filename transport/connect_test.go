@@ -245,9 +245,12 @@ func TestGossipVerdictUnconnected(t *testing.T) {
 
 // TestGossipVerdictRecorded: without WatchAll, gossip's verdict on an
 // unconnected peer fails nothing by itself (the peer may have finished
-// and left), but connecting to that peer then fails at once, naming it.
+// and left), but connecting to that peer then fails at once, naming it,
+// if it does not answer; a live one (gossip was wrong) is kept.
 func TestGossipVerdictRecorded(t *testing.T) {
-	ts := lazyMesh(t, 3, nil, nil)
+	ts := lazyMesh(t, 4, nil, nil)
+	ts[0].PeerLost(3, "declared dead by gossip")
+	ringPassPair(t, ts[0], ts[3])
 	ts[2].Close()
 	ts[0].PeerLost(2, "declared dead by gossip")
 	ringPassPair(t, ts[0], ts[1])

@@ -77,6 +77,9 @@ func (nw *MemNetwork) Links(r int) int {
 // Frames returns how many data frames rank r has sent.
 func (nw *MemNetwork) Frames(r int) int64 { return nw.ts[r].sent.Load() }
 
+// Size is the number of ranks.
+func (nw *MemNetwork) Size() int { return len(nw.ts) }
+
 // Transport returns rank r's transport.
 func (nw *MemNetwork) Transport(r int) *Mem { return nw.ts[r] }
 
