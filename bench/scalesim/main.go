@@ -82,7 +82,7 @@ func run(n int, ring bool) error {
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
-			return fmt.Errorf("N=%d %s: %w", n, s.name, err)
+			return fmt.Errorf("%d ranks, %s: %w", n, s.name, err)
 		}
 		took := time.Since(start)
 		var total, most int64
