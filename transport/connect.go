@@ -309,13 +309,8 @@ func (t *TCP) dialOnce(ctx context.Context, peer int) error {
 	p := t.peerList[peer]
 	noShm := t.slotOf(peer).noShm
 	t.mu.Unlock()
-	d := net.Dialer{Timeout: t.cfg.DialTimeout}
-	c, err := d.DialContext(ctx, "tcp", p.Addr)
+	c, err := t.dialHello(ctx, p.Addr, peer, t.cfg.HandshakeTimeout)
 	if err != nil {
-		return err
-	}
-	if err := DialHandshake(c, t.cfg.JobID, t.cfg.Secret, Ends{From: t.cfg.Rank, To: peer, Size: t.cfg.Size}, t.cfg.HandshakeTimeout); err != nil {
-		c.Close()
 		return err
 	}
 	var sp *shmPeer
@@ -338,16 +333,12 @@ func (t *TCP) dialOnce(ctx context.Context, peer int) error {
 		sameHost = a.SameHost
 	}
 	if _, err := writeCtl(ctx, c, t.cfg.HandshakeTimeout, Header{Type: TypeReady}, nil); err != nil {
-		if sp != nil {
-			_ = unmapSegment(sp.mem)
-		}
+		sp.drop()
 		c.Close()
 		return err
 	}
 	if !t.register(peer, c, sp, sameHost) {
-		if sp != nil {
-			_ = unmapSegment(sp.mem)
-		}
+		sp.drop()
 		c.Close()
 		return errDuplicate
 	}
@@ -361,12 +352,7 @@ var errShmTimeout = errors.New("shared memory offer")
 func (t *TCP) admit(peer int) byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	select {
-	case <-t.closing:
-		return statusDuplicate
-	default:
-	}
-	if t.conns[peer].Load() != nil {
+	if t.taken(peer) {
 		return statusDuplicate
 	}
 	s := t.slotOf(peer)
@@ -401,32 +387,32 @@ func (t *TCP) acceptSetup(c net.Conn, peer int) error {
 		if !t.cfg.Shm {
 			off = fmt.Sprintf("shared memory is off on rank %d", t.cfg.Rank)
 		}
-		if o, err := decodeShmOffer(p); err == nil && o.Path != "" && t.cfg.shmAnswerDelay > 0 {
+		if t.cfg.shmAnswerDelay > 0 && hasSegment(p) {
 			time.Sleep(t.cfg.shmAnswerDelay)
 		}
 		if sp, sameHost, err = answerOffer(t.closeCtx, c, p, t.shmCfg(off), fmt.Sprintf("%d-%d", peer, t.cfg.Rank)); err != nil {
 			return err
 		}
 		if h, _, err = readCtl(t.closeCtx, c, timeout); err != nil {
-			if sp != nil {
-				_ = unmapSegment(sp.mem)
-			}
+			sp.drop()
 			return err
 		}
 	}
 	if h.Type != TypeReady {
-		if sp != nil {
-			_ = unmapSegment(sp.mem)
-		}
+		sp.drop()
 		return &FrameError{Msg: fmt.Sprintf("frame type %d where the connection's setup was due", h.Type)}
 	}
 	if !t.register(peer, c, sp, sameHost) {
-		if sp != nil {
-			_ = unmapSegment(sp.mem)
-		}
+		sp.drop()
 		return errDuplicate
 	}
 	return nil
+}
+
+// hasSegment reports whether an offer's payload offers a segment (tests).
+func hasSegment(p []byte) bool {
+	o, err := decodeShmOffer(p)
+	return err == nil && o.Path != ""
 }
 
 // probe checks that peer is alive, which gossip doubts, by connecting to
@@ -441,15 +427,28 @@ func (t *TCP) probe(ctx context.Context, peer int) bool {
 	if addr == "" {
 		return false
 	}
-	d := net.Dialer{}
+	dl, _ := ctx.Deadline()
+	c, err := t.dialHello(ctx, addr, peer, time.Until(dl))
+	if err != nil {
+		return errors.Is(err, ErrAuth)
+	}
+	c.Close()
+	return true
+}
+
+// dialHello dials peer at addr and runs the handshake, within
+// handshakeTimeout; the connection is closed if the handshake fails.
+func (t *TCP) dialHello(ctx context.Context, addr string, peer int, handshakeTimeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: t.cfg.DialTimeout}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return false
+		return nil, err
 	}
-	defer c.Close()
-	dl, _ := ctx.Deadline()
-	err = DialHandshake(c, t.cfg.JobID, t.cfg.Secret, Ends{From: t.cfg.Rank, To: peer, Size: t.cfg.Size}, time.Until(dl))
-	return err == nil || errors.Is(err, ErrAuth)
+	if err := DialHandshake(c, t.cfg.JobID, t.cfg.Secret, Ends{From: t.cfg.Rank, To: peer, Size: t.cfg.Size}, handshakeTimeout); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // Offers is how many shared memory offers this rank has made (to peers

@@ -17,23 +17,14 @@ import (
 // without connecting.
 func lazyMesh(t *testing.T, n int, host []string, tweak func(r int, c *Config)) []*TCP {
 	t.Helper()
-	ts := make([]*TCP, n)
-	for r := range n {
-		cfg := DefaultConfig()
-		cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret, cfg.ListenAddr = r, n, "job1", testSecret, "127.0.0.1:0"
+	ts := listenAll(t, n, func(r int, c *Config) {
 		if host != nil {
-			cfg.HostKey = host[r]
+			c.HostKey = host[r]
 		}
 		if tweak != nil {
-			tweak(r, &cfg)
+			tweak(r, c)
 		}
-		tr, err := Listen(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tr.Close() })
-		ts[r] = tr
-	}
+	})
 	peers := make([]Peer, n)
 	for r, tr := range ts {
 		peers[r].Addr = tr.Addr().String()

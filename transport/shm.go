@@ -86,6 +86,13 @@ type shmPeer struct {
 	fitsWant   func() (bool, error)
 }
 
+// drop unmaps a pair that will not be used; nil does nothing.
+func (sp *shmPeer) drop() {
+	if sp != nil {
+		_ = unmapSegment(sp.mem)
+	}
+}
+
 func (sp *shmPeer) init(maxPayload int) {
 	sp.maxPayload = maxPayload
 	sp.nextRec = func() (bool, error) {
@@ -257,9 +264,7 @@ func answerOffer(ctx context.Context, c net.Conn, payload []byte, n shmNegotiati
 	}
 	a := shmAnswer{Attached: sp != nil, SameHost: o.HostKey == n.hostKey, Reason: reason}
 	if _, err := writeCtl(ctx, c, n.timeout, Header{Type: TypeShmAnswer}, a.encode()); err != nil {
-		if sp != nil {
-			_ = unmapSegment(sp.mem)
-		}
+		sp.drop()
 		return nil, false, err
 	}
 	return sp, a.SameHost, nil

@@ -239,10 +239,11 @@ func (t *TCP) acceptLoop() {
 const acceptPause = 50 * time.Millisecond
 
 func (t *TCP) accept(c net.Conn) {
+	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	stop := context.AfterFunc(t.closeCtx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
 	admitted := -1
-	_, err := handshakeAccept(deadlined(c, t.cfg.HandshakeTimeout), t.cfg.Secret, func(h *hello) byte {
+	_, err := handshakeAccept(c, t.cfg.Secret, func(h *hello) byte {
 		switch {
 		case h.Version != ProtocolVersion:
 			return statusVersion
@@ -274,10 +275,15 @@ func (t *TCP) accept(c net.Conn) {
 	}
 }
 
-// deadlined sets c's deadline timeout from now and returns c.
-func deadlined(c net.Conn, timeout time.Duration) net.Conn {
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	return c
+// taken reports, under mu, whether peer can get no new connection: it
+// has one, or the transport is closing.
+func (t *TCP) taken(peer int) bool {
+	select {
+	case <-t.closing:
+		return true
+	default:
+	}
+	return t.conns[peer].Load() != nil
 }
 
 // register publishes a set-up connection to peer (with its shared memory,
@@ -285,12 +291,7 @@ func deadlined(c net.Conn, timeout time.Duration) net.Conn {
 func (t *TCP) register(peer int, c net.Conn, sp *shmPeer, sameHost bool) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	select {
-	case <-t.closing:
-		return false
-	default:
-	}
-	if t.conns[peer].Load() != nil {
+	if t.taken(peer) {
 		return false
 	}
 	if tc, ok := c.(*net.TCPConn); ok {

@@ -14,11 +14,10 @@ import (
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
 
-// mesh starts n TCP transports on loopback and connects them.
-func mesh(t *testing.T, n int, tweak func(r int, c *Config)) []*TCP {
+// listenAll starts n TCP transports on loopback, closed at the test's end.
+func listenAll(t *testing.T, n int, tweak func(r int, c *Config)) []*TCP {
 	t.Helper()
 	ts := make([]*TCP, n)
-	addrs := make([]string, n)
 	for r := range n {
 		cfg := DefaultConfig()
 		cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret, cfg.ListenAddr = r, n, "job1", testSecret, "127.0.0.1:0"
@@ -30,7 +29,18 @@ func mesh(t *testing.T, n int, tweak func(r int, c *Config)) []*TCP {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { tr.Close() })
-		ts[r], addrs[r] = tr, tr.Addr().String()
+		ts[r] = tr
+	}
+	return ts
+}
+
+// mesh starts n TCP transports on loopback and connects them.
+func mesh(t *testing.T, n int, tweak func(r int, c *Config)) []*TCP {
+	t.Helper()
+	ts := listenAll(t, n, tweak)
+	addrs := make([]string, n)
+	for r, tr := range ts {
+		addrs[r] = tr.Addr().String()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
