@@ -4,6 +4,7 @@
 # 4 KiB time and the busbw at 1, 16 and 64 MiB, then the ratios gorun /
 # Open MPI default from the same rounds.
 #   bash bench/interleave.sh [ROUNDS] [NS]     (defaults: 3, "2 4")
+#   SIZES="4KiB 1MiB" bash bench/interleave.sh 3 "8 16"   a subset of the sizes
 # Runs, each round and N:
 #   gorun          gorun's defaults (shared memory between ranks on one host)
 #   gorun-tcp      the same with GORUN_SHM=0 (loopback TCP)
@@ -26,12 +27,18 @@ if command -v mpicc.mpich >/dev/null; then
     mpicc.mpich -O2 -o "$work/mpi_mpich" "$repo/../shared/peers/mpi_allreduce.c"
 fi
 export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
-sizes="4096 1048576 16777216 67108864"
+want=${SIZES:-"4KiB 1MiB 16MiB 64MiB"}
+sizes=$(for s in $want; do case $s in 4KiB) echo 4096 ;; *MiB) echo $((${s%MiB} * 1048576)) ;; *)
+    echo "interleave.sh: SIZES takes 4KiB and n MiB, not $s" >&2
+    exit 2
+    ;;
+esac; done | xargs)
+gsizes=$(echo "$want" | tr ' ' ,)
 # Each runner prints "4KiB <us> 1MiB <busbw> 16MiB <busbw> 64MiB <busbw>".
 gorun_run() { # N [extra gorun flags]
     local n=$1
     shift
-    "$repo/bin/gorun" --tag-output=false -np "$n" "$@" "$work/allreduce" -sizes 4KiB,1MiB,16MiB,64MiB -target 1s |
+    "$repo/bin/gorun" --tag-output=false -np "$n" "$@" "$work/allreduce" -sizes "$gsizes" -target 1s |
         awk '/^ *4KiB/ {printf "4KiB %s ", $2} /^ *(1|16|64)MiB/ {printf "%s %s ", $1, $5} END {print ""}'
 }
 mpi_run() { # launcher... ; the harness prints bytes ... time_us ... busbw

@@ -420,23 +420,35 @@ func (t *TCP) shmWait(ctx context.Context, word, sleeping *atomic.Uint32, left <
 		futexWait(word, seq, shmSleep)
 		wake()
 	}
+	done := ctx.Done()
 	return shmPoll(word, sleeping, t.cfg.SpinTime, t.cfg.SpinYield, ready, func() error {
-		select {
-		case <-t.w.failed:
+		// One channel at a time: a non-blocking receive from one open
+		// channel reads no lock, where a select over three locks all
+		// three, and this runs between every two polls.
+		switch {
+		case isClosed(t.w.failed):
 			return t.w.Err()
-		case <-ctx.Done():
-			select {
-			case <-t.w.failed:
+		case isClosed(done):
+			if isClosed(t.w.failed) { // a failure explains more than the cancellation it caused
 				return t.w.Err()
-			default:
 			}
 			return ctxErr(ctx)
-		case <-left:
+		case isClosed(left):
 			return errLeft
-		default:
-			return nil
 		}
+		return nil
 	}, sleep)
+}
+
+// isClosed reports whether ch is closed (or has a value ready); false for
+// a nil channel.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // shmPoll waits until ready reports true: first polling (for spin, giving

@@ -271,12 +271,11 @@ func (c *shmConn) wait(word, sleeping *atomic.Uint32, bell chan struct{}, dl *at
 	// A deadline is looked at before every poll (and a sleep lasts at most
 	// shmSleep), so that one set while waiting takes effect.
 	return shmPoll(word, sleeping, c.opts.SpinTime, c.opts.SpinYield, ready, func() error {
-		select {
-		case <-c.closed:
+		switch {
+		case isClosed(c.closed):
 			return net.ErrClosed
-		case <-c.gone:
+		case isClosed(c.gone):
 			return peerGone
-		default:
 		}
 		if d := dl.Load(); d != 0 && time.Now().UnixNano() >= d {
 			return shmTimeout{}
