@@ -4,14 +4,16 @@
 # gorun, Open MPI's mpirun and MPICH's mpiexec.hydra, the same program shape
 # for each (examples/scale, bench/mpi/scale_mpi.c), interleaved run by run (the
 # order rotates each round), plus the join time (start to Join / MPI_Init
-# done, max over ranks), peak /dev/shm during the run (du, every 50 ms,
-# less what was there before), the peak RSS and open sockets per rank,
+# done, max over ranks), peak shared memory during the run (Shmem in
+# /proc/meminfo every 50 ms, less what was there before: it counts the
+# segments a rank has mapped and already unlinked, which du on /dev/shm
+# misses), the peak RSS and open sockets per rank,
 # and the exit time (rank 0's Close / MPI_Finalize).
 #   bash bench/scale.sh [ROUNDS] [MODE] [SIZES]        (defaults: 3, local)
 #   MODE local: SIZES = rank counts on this machine (default "2 4 8 16 32")
 #   MODE hosts: SIZES = test host counts H (default "4 8 16 32"); each H
-#               brings up H hosts with 2 slots (../shared/testnet, needs
-#               root) and runs N = 2H ranks on them
+#               brings up H hosts with SLOTS slots (default 2;
+#               ../shared/testnet, needs root) and runs N = SLOTS*H ranks
 # Prints a table per size (median and min-max per runner; gorun/hydra and
 # gorun/mpirun per round) and writes every run to OUT (default
 # results/scale-<date>.tsv), the tables to OUT's .txt and a chart of wall
@@ -34,6 +36,7 @@ hosts) sizes=${3:-"4 8 16 32"} ;;
 esac
 only=${ONLY:-"gorun mpirun hydra"}
 limit=${TIMEOUT:-300}
+slots=${SLOTS:-2}
 out=${OUT:-$repo/results/scale-$(date +%Y%m%d-%H%M%S).tsv}
 mkdir -p "$(dirname "$out")"
 work=$(mktemp -d)
@@ -83,7 +86,7 @@ cmd() { # RUNNER N -> the command line, one word a line
     fi
 }
 
-shm_kib() { du -sk /dev/shm 2>/dev/null | cut -f1 || true; }
+shm_kib() { awk '/^Shmem:/ { print $2 }' /proc/meminfo; }
 
 # One run: appends a row to $out.
 run() { # RUNNER HOSTS N ROUND
@@ -146,7 +149,7 @@ table() { # N
         sh[$5] = sh[$5] " " $9; j[$5] = j[$5] " " $10; rs[$5] = rs[$5] " " $11; sm[$5] = sm[$5] " " $12; sa[$5] = sa[$5] " " $13; ex[$5] = ex[$5] " " $14
     }
     END {
-        printf "\n%s N=%d%s\n", mode, n, (mode == "hosts" ? " (" h " hosts x 2)" : "")
+        printf "\n%s N=%d%s\n", mode, n, (mode == "hosts" ? " (" h " hosts x " n / h ")" : "")
         printf "  %-7s %4s %10s %17s %9s %9s %9s %10s %8s %8s\n", "runner", "ok", "wall_s", "min-max", "join_ms", "exit_ms", "shm_KiB", "rss_KiB", "sock_max", "sock_avg"
         for (i = 1; i <= nr; i++) { r = order[i]
             printf "  %-7s %2d/%-2d %9s %8s-%-8s %9s %9s %9s %10s %8s %8s\n", r, runs[r] - fails[r], runs[r],
@@ -163,8 +166,8 @@ txt=${out%.tsv}.txt
 for size in $sizes; do
     if [ "$mode" = hosts ]; then
         h=$size
-        n=$((2 * h))
-        bash "$tn" up "$h" --slots 2 >/dev/null
+        n=$((slots * h))
+        bash "$tn" up "$h" --slots "$slots" >/dev/null
         # shellcheck disable=SC1091
         . "$TESTNET_DIR/env"
         sed 's/ slots=/:/' "$TESTNET_HOSTFILE" >"$work/hosts.hydra"

@@ -6,7 +6,13 @@
 //
 //	scale n=<N> join_ms_max=<..> rss_kib_max=<..> sockets_max=<..> sockets_mean=<..>
 //
-// and, after its Close, "scale exit_ms=<..>" (how long Close took).
+// and, after its Close, "scale exit_ms=<..>" (how long Close took). With
+// -idle DUR every rank then sits joined and idle for DUR (gossip and
+// failure detection running, no collectives) and rank 0 prints the CPU the
+// ranks used meanwhile, as a share of one core:
+//
+//	scale idle_s=<..> idle_cpu_pct_max=<..> idle_cpu_pct_mean=<..>
+//
 // bench/mpi/scale_mpi.c is the same job for MPI. Run it under gorun:
 //
 //	go build -o bin/scale ./examples/scale && bin/gorun -np 8 bin/scale
@@ -15,11 +21,13 @@ package main
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gorun/gorun/collective"
@@ -42,6 +50,8 @@ func fail(format string, args ...any) {
 }
 
 func main() {
+	idle := flag.Duration("idle", 0, "after the job, sit idle this long and report the ranks' CPU meanwhile")
+	flag.Parse()
 	ctx := context.Background()
 	c, err := collective.Join(ctx)
 	if err != nil {
@@ -100,6 +110,9 @@ func main() {
 		fmt.Printf("scale n=%d join_ms_max=%.1f rss_kib_max=%d sockets_max=%d sockets_mean=%.1f\n",
 			n, float64(joinMax)/1000, rssMax, sockMax, float64(sockSum)/float64(n))
 	}
+	if *idle > 0 {
+		idleCPU(ctx, c, *idle)
+	}
 	// Rank 0 also prints how long its Close took ("scale exit_ms=<..>").
 	// A failed clean leave is not the job's failure: the rank says so and
 	// exits 0.
@@ -112,6 +125,34 @@ func main() {
 	if rank == 0 {
 		fmt.Printf("scale exit_ms=%.1f\n", closeMS)
 	}
+}
+
+// idleCPU sleeps for d and has rank 0 print the CPU every rank used
+// meanwhile, in percent of one core (max and mean over ranks).
+func idleCPU(ctx context.Context, c *collective.Comm, d time.Duration) {
+	before, t := cpuTime(), time.Now()
+	time.Sleep(d)
+	pct := float64(cpuTime()-before) / float64(time.Since(t)) * 100
+	all := make([]float64, c.Size())
+	if err := collective.AllGather(ctx, c, []float64{pct}, all); err != nil {
+		fail("rank %d: all-gather: %v", c.Rank(), err)
+	}
+	if c.Rank() == 0 {
+		var hi, sum float64
+		for _, v := range all {
+			hi, sum = max(hi, v), sum+v
+		}
+		fmt.Printf("scale idle_s=%.1f idle_cpu_pct_max=%.2f idle_cpu_pct_mean=%.2f\n", d.Seconds(), hi, sum/float64(len(all)))
+	}
+}
+
+// cpuTime is the CPU this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // rssKiB is this process's peak resident set (VmHWM), or -1.
