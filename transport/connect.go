@@ -183,6 +183,10 @@ func (t *TCP) conn(ctx context.Context, peer int) (*peerConn, error) {
 			t.mu.Unlock()
 			return pc, nil
 		}
+		if t.w.hasLeft(peer) {
+			t.mu.Unlock()
+			return nil, leftError(peer)
+		}
 		s := t.slotOf(peer)
 		if !s.dialing && s.accepting == 0 {
 			select {
@@ -199,6 +203,7 @@ func (t *TCP) conn(ctx context.Context, peer int) (*peerConn, error) {
 		t.mu.Unlock()
 		select {
 		case <-changed:
+		case <-t.w.peer(peer).left:
 		case <-t.w.failed:
 			return nil, t.w.Err()
 		case <-ctx.Done():
@@ -257,6 +262,9 @@ func (t *TCP) dialLoop(peer int) {
 			return
 		}
 		last = err
+		if t.w.hasLeft(peer) {
+			return // it left the job: nothing to connect to
+		}
 		select {
 		case <-ctx.Done():
 			select {

@@ -671,11 +671,36 @@ func (t *TCP) PeerLost(peer int, reason string) {
 	}()
 }
 
-// PeerLeft records that peer left the job cleanly.
+// PeerLeft records that gossip says peer left the job cleanly. Gossip
+// travels apart from the data: a peer's last frames to this rank may still
+// be on their way when its goodbye arrives by gossip, so a peer connected
+// to this rank is left to say goodbye on its own connection, after its
+// data. One not connected may still have a connection on its way (it
+// connected, sent and closed before this rank accepted): it counts as gone
+// only if none arrives within ConfirmTimeout.
 func (t *TCP) PeerLeft(peer int) {
-	if peer >= 0 && peer < t.cfg.Size && peer != t.cfg.Rank {
-		t.w.markLeft(peer)
+	if peer < 0 || peer >= t.cfg.Size || peer == t.cfg.Rank || t.conns[peer].Load() != nil {
+		return
 	}
+	t.mu.Lock() // Close closes closing under mu, before it waits for wg
+	defer t.mu.Unlock()
+	if isClosed(t.closing) {
+		return
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		timer := time.NewTimer(t.cfg.ConfirmTimeout)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-t.closing:
+			return
+		}
+		if t.conns[peer].Load() == nil {
+			t.w.markLeft(peer)
+		}
+	}()
 }
 
 // unblock wakes every blocked write once the world has failed. Blocked

@@ -358,3 +358,44 @@ func TestTCPSpinModes(t *testing.T) {
 		})
 	}
 }
+
+// TestGossipLeftAfterData: gossip's word that a peer left can overtake
+// the peer's last frames on its connection; they are still delivered, and
+// only the connection's own goodbye ends the pair. A peer never connected
+// counts as gone once ConfirmTimeout passes without a connection.
+func TestGossipLeftAfterData(t *testing.T) {
+	for i := range 20 {
+		ts := mesh(t, 2, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ts[0].PeerLeft(1) // gossip first, while rank 0 already waits
+		type got struct {
+			f   Frame
+			err error
+		}
+		res := make(chan got, 1)
+		go func() { f, err := ts[0].Recv(ctx, 1); res <- got{f, err} }()
+		time.Sleep(time.Duration(i%3) * 10 * time.Millisecond)
+		if err := ts[1].Send(ctx, 0, Header{Step: uint32(i)}, []byte("last words")); err != nil {
+			t.Fatal(err)
+		}
+		r := <-res
+		f, err := r.f, r.err
+		if err != nil || string(f.Payload) != "last words" {
+			t.Fatalf("round %d: got %v %q, want the frame sent before leaving", i, err, f.Payload)
+		}
+		ts[1].Close()
+		if _, err := ts[0].Recv(ctx, 1); !errors.Is(err, ErrPeerLost) {
+			t.Fatalf("round %d: recv after the goodbye: %v", i, err)
+		}
+		cancel()
+	}
+	ts := lazyMesh(t, 3, nil, func(r int, c *Config) { c.ConfirmTimeout = 200 * time.Millisecond })
+	ts[2].Close()
+	ts[0].PeerLeft(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var pl *PeerLostError
+	if _, err := ts[0].Recv(ctx, 2); !errors.As(err, &pl) || pl.Rank != 2 {
+		t.Fatalf("recv from an unconnected rank that left: %v", err)
+	}
+}

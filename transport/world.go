@@ -184,7 +184,7 @@ func (w *world) recv(ctx context.Context, from int) (Frame, error) {
 		case f := <-ps.inbox:
 			return f, nil
 		default:
-			return Frame{}, &PeerLostError{Rank: from, Reason: "it closed its Comm while this rank still expected data"}
+			return Frame{}, leftError(from)
 		}
 	case <-ctx.Done():
 		select {
@@ -194,6 +194,11 @@ func (w *world) recv(ctx context.Context, from int) (Frame, error) {
 		}
 		return Frame{}, ctxErr(ctx)
 	}
+}
+
+// leftError is the error of waiting on a peer that left cleanly.
+func leftError(peer int) error {
+	return &PeerLostError{Rank: peer, Reason: "it closed its Comm while this rank still expected data"}
 }
 
 // ctxErr wraps a context's error so that CodeOf recognises it.
