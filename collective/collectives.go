@@ -40,6 +40,42 @@ func (c *Comm) doubling(nbytes int) bool {
 	return c.cfg.Algorithm == Doubling || c.cfg.Algorithm == Auto && nbytes <= c.cfg.SmallBytes && n >= 4 && (n&(n-1) == 0 || n > directMaxRanks)
 }
 
+// logSteps reports whether Auto runs a small all-gather or reduce-scatter
+// of nbytes (the whole buffer) by recursive doubling: log2 N steps instead
+// of the ring's N-1, which above directMaxRanks ranks cost more in
+// latency (one wake-up per step on a busy host) than the doubling's extra
+// bytes. 256 ranks gathering 24 bytes each took 255 ring steps.
+func (c *Comm) logSteps(nbytes int) bool {
+	return c.cfg.Algorithm == Auto && nbytes <= c.cfg.SmallBytes && c.Size() > directMaxRanks
+}
+
+// gatherByDoubling is AllGather as an all-reduce: every rank's recv is
+// zero but for its own block of n elements, and the ranks OR the buffers'
+// 32-bit words together by recursive doubling. OR with zeros keeps every
+// bit pattern (a sum would turn -0 into +0), so the result is exact for
+// every type.
+func gatherByDoubling[T Number](ctx context.Context, c *Comm, recv []T, n int, o ring.Options) error {
+	me := c.Rank() * n
+	clear(recv[:me])
+	clear(recv[me+n:])
+	b := reduce.AsBytes(recv) // elements are 4 or 8 bytes: whole words
+	words, shared := reduce.View[int32](b)
+	if !shared {
+		words = reduce.FromBytes[int32](b)
+	}
+	err := ring.Doubling(ctx, c.tr, words, orWords, o)
+	if !shared {
+		copy(b, reduce.AsBytes(words))
+	}
+	return err
+}
+
+func orWords(dst, src []int32) {
+	for i := range dst {
+		dst[i] |= src[i]
+	}
+}
+
 // directMaxRanks is the most ranks Auto lets talk to every other rank in
 // one collective (Direct, a broadcast from the root to all): beyond it a
 // rank's connections and messages would grow with the job, so Auto takes
@@ -144,6 +180,9 @@ func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 		if c.hierarchical(bytesOf[T](len(recv))) {
 			return ring.HierarchicalAllGather(ctx, *c.topo.tiers, recv, o)
 		}
+		if c.logSteps(bytesOf[T](len(recv))) {
+			return gatherByDoubling(ctx, c, recv, n, o)
+		}
 		return ring.AllGather(ctx, c.tr, recv, o)
 	}, header[T](0, len(send)))
 }
@@ -165,6 +204,11 @@ func ReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) (mine
 			err = c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantOff: s.Off, WantLen: s.Len})
 		} else if c.hierarchical(bytesOf[T](len(buf))) {
 			s, err = ring.HierarchicalReduceScatter(ctx, *c.topo.tiers, buf, reducer[T](op), o)
+		} else if c.logSteps(bytesOf[T](len(buf))) {
+			// Small: the whole all-reduce in log2 N steps beats the ring's
+			// N-1; every rank then keeps its chunk.
+			s = ring.Chunks(len(buf), c.Size())[c.Rank()]
+			err = ring.Doubling(ctx, c.tr, buf, reducer[T](op), o)
 		} else {
 			s, err = ring.ReduceScatter(ctx, c.tr, buf, reducer[T](op), o)
 		}

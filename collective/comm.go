@@ -52,6 +52,9 @@ type Comm struct {
 	useHub    atomic.Bool
 	stopWatch chan struct{}
 	watchDone chan struct{}
+	// confirmTimeout is the transport's ConfirmTimeout (hub.go waits
+	// for its verdicts).
+	confirmTimeout time.Duration
 
 	closeOnce sync.Once
 	closeErr  error
@@ -147,6 +150,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		return nil, err
 	}
 	c := newComm(cfg, logger, tr)
+	c.confirmTimeout = tc.ConfirmTimeout
 	c.member = member
 	ctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()

@@ -101,10 +101,10 @@ func (c *Comm) connectHubs(ctx context.Context, addrs []string, dial transport.D
 
 // reportLost tells the hubs about every rank the transport finds lost in
 // the next few seconds (the confirmation of gossip's verdict takes up to
-// its ConfirmTimeout).
+// its ConfirmTimeout, which an overloaded host stretches).
 func (c *Comm) reportLost(cl *ps.Client) {
 	reported := map[int]bool{}
-	deadline := time.After(transport.DefaultConfig().ConfirmTimeout + 3*time.Second)
+	deadline := time.After(c.confirmTimeout*transport.MaxConfirmScale + 3*time.Second)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -226,6 +226,7 @@ func (t *TCP) dialLoop(peer int) {
 		t.mu.Unlock()
 	}()
 	var last error
+	var goneSince time.Time // when a failed dial first met gossip's verdict
 	for attempt := 0; ; attempt++ {
 		t.mu.Lock()
 		why, gone := t.gone[peer]
@@ -241,9 +242,15 @@ func (t *TCP) dialLoop(peer int) {
 			return
 		}
 		if gone && !errors.Is(err, errDuplicate) && !errors.Is(err, errShmTimeout) {
-			// Gossip says it is dead and it does not answer: no retries.
-			t.loseWith(peer, why+", and a connection to it failed: "+err.Error(), err)
-			return
+			// Gossip says it is dead and it does not answer: retries only
+			// within the confirmation window, not ConnectTimeout.
+			if goneSince.IsZero() {
+				goneSince = time.Now()
+			}
+			if window := t.confirmWindow(); time.Since(goneSince) >= window {
+				t.loseWith(peer, fmt.Sprintf("%s, and connecting to it failed for %v: %v", why, window.Round(time.Millisecond), err), err)
+				return
+			}
 		}
 		switch {
 		case errors.Is(err, errDuplicate):

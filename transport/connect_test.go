@@ -224,7 +224,7 @@ func TestGossipVerdictUnconnected(t *testing.T) {
 	ts[0].PeerLost(2, "declared dead by gossip")
 	select {
 	case <-ts[0].Failed():
-	case <-time.After(3 * time.Second):
+	case <-time.After(15 * time.Second): // 300 ms, stretched by a loaded machine up to 9 s
 		t.Fatal("a closed rank was not lost")
 	}
 	var pl *PeerLostError
@@ -239,7 +239,9 @@ func TestGossipVerdictUnconnected(t *testing.T) {
 // and left), but connecting to that peer then fails at once, naming it,
 // if it does not answer; a live one (gossip was wrong) is kept.
 func TestGossipVerdictRecorded(t *testing.T) {
-	ts := lazyMesh(t, 4, nil, nil)
+	// A short confirmation, which a loaded test machine may stretch
+	// (confirmWindow) up to 1.5 s.
+	ts := lazyMesh(t, 4, nil, func(r int, c *Config) { c.ConfirmTimeout = 50 * time.Millisecond })
 	ts[0].PeerLost(3, "declared dead by gossip")
 	ringPassPair(t, ts[0], ts[3])
 	ts[2].Close()
@@ -253,8 +255,8 @@ func TestGossipVerdictRecorded(t *testing.T) {
 	start := time.Now()
 	_, err := ts[0].Recv(ctx, 2)
 	var pl *PeerLostError
-	if !errors.As(err, &pl) || pl.Rank != 2 || !strings.Contains(err.Error(), "declared dead by gossip") || time.Since(start) > 2*time.Second {
-		t.Fatalf("got %v after %v, want rank 2 lost at once", err, time.Since(start))
+	if !errors.As(err, &pl) || pl.Rank != 2 || !strings.Contains(err.Error(), "declared dead by gossip") || time.Since(start) > 4*time.Second {
+		t.Fatalf("got %v after %v, want rank 2 lost within the confirmation window, not ConnectTimeout", err, time.Since(start))
 	}
 }
 

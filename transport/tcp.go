@@ -36,8 +36,10 @@ type Config struct {
 	// should then be a few milliseconds.
 	SpinYield bool
 	// ConfirmTimeout is how long a rank that gossip declared dead gets to
-	// answer a ping on its data connection before it is lost; 0 trusts
-	// gossip at once.
+	// answer a ping on its data connection, or a connection, before it is
+	// lost; 0 trusts gossip at once. An overloaded host (more than 4
+	// runnable tasks per CPU) stretches it in proportion, up to
+	// MaxConfirmScale times.
 	ConfirmTimeout time.Duration
 	// WatchAll makes gossip's verdict on a peer this rank has no
 	// connection to fail the transport too (once the peer does not answer
@@ -597,8 +599,9 @@ func (t *TCP) suspect(peer int, reason string) {
 //
 // Gossip can be wrong about a rank whose process is starved of CPU, so its
 // verdict is checked first: the rank is pinged on its data connection, and
-// only if it does not answer within ConfirmTimeout is it lost. A stopped or
-// cut-off process cannot answer.
+// only if it does not answer within ConfirmTimeout (stretched on an
+// overloaded host: see confirmWindow) is it lost. A stopped or cut-off
+// process cannot answer.
 func (t *TCP) PeerLost(peer int, reason string) {
 	if peer < 0 || peer >= t.cfg.Size || peer == t.cfg.Rank {
 		return
@@ -630,11 +633,12 @@ func (t *TCP) PeerLost(peer int, reason string) {
 	}
 	t.wg.Add(1) // under mu, so never after Close has started waiting
 	t.mu.Unlock()
+	window := t.confirmWindow()
 	if pc == nil {
 		// Not a peer this rank talks to: ask it for a handshake.
 		go func() {
 			defer t.wg.Done()
-			ctx, cancel := context.WithTimeout(t.closeCtx, t.cfg.ConfirmTimeout)
+			ctx, cancel := context.WithTimeout(t.closeCtx, window)
 			defer cancel()
 			if t.probe(ctx, peer) {
 				t.log.Warn("gossip declared a rank dead, but it answered a connection; keeping it", "rank", peer)
@@ -645,7 +649,7 @@ func (t *TCP) PeerLost(peer int, reason string) {
 				return
 			default:
 			}
-			t.lose(peer, reason+", and it did not answer a connection for "+t.cfg.ConfirmTimeout.String())
+			t.lose(peer, reason+", and it did not answer a connection for "+window.Round(time.Millisecond).String())
 		}()
 		return
 	}
@@ -655,7 +659,7 @@ func (t *TCP) PeerLost(peer int, reason string) {
 		case <-pc.pong: // drop a stale answer
 		default:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.ConfirmTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), window)
 		defer cancel()
 		if err := t.write(ctx, pc, Header{Type: TypePing}, nil); err == nil {
 			select {
@@ -667,7 +671,7 @@ func (t *TCP) PeerLost(peer int, reason string) {
 				return
 			}
 		}
-		t.lose(peer, reason+", and no answer on its data connection for "+t.cfg.ConfirmTimeout.String())
+		t.lose(peer, reason+", and no answer on its data connection for "+window.Round(time.Millisecond).String())
 	}()
 }
 
