@@ -7,6 +7,8 @@ import (
 
 	"github.com/gorun/gorun/collective"
 	"github.com/gorun/gorun/internal/jobenv"
+	"github.com/gorun/gorun/launcher/agent"
+	"github.com/gorun/gorun/launcher/proto"
 	"github.com/gorun/gorun/ps"
 )
 
@@ -33,9 +35,13 @@ func TestEnvRoundTrip(t *testing.T) {
 	peers := []string{"10.0.0.1:10001", "10.0.0.1:10002", "10.0.0.2:10001"}
 	hubs := []string{"10.0.0.2:10003"}
 	env := append(jobEnv(cfg, jobID, secret, len(peers)), jobenv.Peers(peers, hubs, "10.0.0.1", 29500)...)
-	a := &agent{spec: &hostSpec{Ranks: []rankSpec{{Rank: 2, LocalRank: 0, LocalSize: 1, NodeRank: 1}, {Rank: 3, Hub: 1, NodeRank: 1}}}, addr: "10.0.0.2", ports: []int{10001, 10003}}
+	// Host 1 runs rank 2 (gossip port 10001) and hub 0 (port 10003).
+	rank := proto.RankSpec{Rank: 2, LocalRank: 0, LocalSize: 1, NodeRank: 1}
+	hub := proto.RankSpec{Rank: 3, Hub: 1, NodeRank: 1}
+	rankEnv := agent.RankEnv(rank, "10.0.0.2", 10001)
+	hubEnv := jobenv.Hub(hub.Hub-1, 10003, hub.NodeRank)
 
-	got, err := collective.ConfigFromEnv(lookupIn(append(env, a.rankEnv(0)...)))
+	got, err := collective.ConfigFromEnv(lookupIn(append(env, rankEnv...)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +52,7 @@ func TestEnvRoundTrip(t *testing.T) {
 	}
 	for _, want := range []string{"RANK=2", "WORLD_SIZE=3", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500", "OMPI_COMM_WORLD_RANK=2", "LOCAL_WORLD_SIZE=1"} {
 		k, v, _ := strings.Cut(want, "=")
-		if got, _ := lookupIn(append(env, a.rankEnv(0)...))(k); got != v {
+		if got, _ := lookupIn(append(env, rankEnv...))(k); got != v {
 			t.Errorf("%s=%q, want %q", k, got, v)
 		}
 	}
@@ -54,15 +60,15 @@ func TestEnvRoundTrip(t *testing.T) {
 	if !got.Shm || got.HostKey != "node-1" {
 		t.Fatalf("shared memory on by default with the launcher's node as host key: %v %q", got.Shm, got.HostKey)
 	}
-	off, err := collective.ConfigFromEnv(lookupIn(append(append(env, a.rankEnv(0)...), jobenv.ShmVar+"=0")))
+	off, err := collective.ConfigFromEnv(lookupIn(append(append(env, rankEnv...), jobenv.ShmVar+"=0")))
 	if err != nil || off.Shm {
 		t.Fatalf("GORUN_SHM=0: shm %v, %v", off.Shm, err)
 	}
-	if _, err := collective.ConfigFromEnv(lookupIn(append(append(env, a.rankEnv(0)...), jobenv.ShmVar+"=maybe"))); err == nil || !strings.Contains(err.Error(), "GORUN_SHM") {
+	if _, err := collective.ConfigFromEnv(lookupIn(append(append(env, rankEnv...), jobenv.ShmVar+"=maybe"))); err == nil || !strings.Contains(err.Error(), "GORUN_SHM") {
 		t.Fatalf("GORUN_SHM=maybe: %v", err)
 	}
 
-	hc, err := ps.HubConfigFromEnv(lookupIn(append(env, jobenv.Hub(0, a.ports[1], a.spec.Ranks[1].NodeRank)...)))
+	hc, err := ps.HubConfigFromEnv(lookupIn(append(env, hubEnv...)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +79,7 @@ func TestEnvRoundTrip(t *testing.T) {
 	if !hc.Shm.Enabled || hc.Shm.HostKey == "" || hc.Shm.HostKey != jobenv.HostKey(jobID, got.HostKey) {
 		t.Fatalf("hub's shared memory %+v, ranks' host %q", hc.Shm, got.HostKey)
 	}
-	if hc, err := ps.HubConfigFromEnv(lookupIn(append(append(env, jobenv.Hub(0, a.ports[1], a.spec.Ranks[1].NodeRank)...), jobenv.ShmVar+"=0"))); err != nil || hc.Shm.Enabled {
+	if hc, err := ps.HubConfigFromEnv(lookupIn(append(append(env, hubEnv...), jobenv.ShmVar+"=0"))); err != nil || hc.Shm.Enabled {
 		t.Fatalf("GORUN_SHM=0 for a hub: %+v, %v", hc.Shm, err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,126 +12,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/gorun/gorun/internal/jobenv"
+	"github.com/gorun/gorun/launcher/proto"
 	"github.com/gorun/gorun/pmi"
 )
-
-// Config describes one job. Build it with DefaultConfig and change what
-// you need.
-type Config struct {
-	NP            int    // number of ranks; 0 means one per slot
-	Hosts         []Host // nil: every rank on this machine
-	MapBy         MapBy
-	Oversubscribe bool
-	Program       string
-	Args          []string
-	Env           []string // extra "KEY=VALUE" for every rank (-x)
-	Wdir          string   // working directory of the ranks ("" = the launcher's)
-	// StatusLine: keep a live status line on Stderr (gorun sets it when
-	// stderr is a terminal and --quiet is not given).
-	StatusLine bool
-	// Timeline, if set, is where gorun writes one Chrome trace (JSON) of
-	// every rank's collectives and spans, on one clock, when the job ends.
-	Timeline  string
-	WdirSet   bool   // Wdir came from the user: failing to enter it is an error
-	TagOutput bool   // prefix every line with "[rank] "
-	OutputDir string // if set, also write DIR/rank.N/{stdout,stderr}
-	Timeout   time.Duration
-	// StallWarn: when ranks using gorun's collectives make no progress
-	// for this long while one of them waits in a collective, print where
-	// every rank is (again at growing intervals); 0 is off. StallAbort:
-	// end such a job after this long stalled (exit 124); 0 is off.
-	StallWarn, StallAbort time.Duration
-	// DumpWait is how long Go ranks get to write their goroutine dumps
-	// (SIGQUIT) before a timeout, a stall abort or a second Ctrl-C stops
-	// them.
-	DumpWait    time.Duration
-	Grace       time.Duration // from SIGTERM to SIGKILL
-	Preflight   time.Duration // how long every host's agent gets to report ready
-	SSH         []string      // remote agent command, default ["ssh"]
-	Gorun       string        // this gorun binary, started locally as the agent
-	RemoteGorun string        // gorun's path on remote hosts ("" = Gorun)
-	Strategy    string        // GORUN_STRATEGY for the ranks ("" = leave unset)
-	// Hubs starts this many dedicated ParamHub processes (gorun __hub) on
-	// the job's hosts, round-robin in host order, and gives every rank
-	// their addresses in GORUN_HUBS. They stop when the ranks are done.
-	Hubs       int
-	HubElastic bool // hubs finish BSP rounds without a lost rank
-	// PMI is PMIOn ("pmi1", also ""): every rank gets a PMI-1 socket
-	// (PMI_FD), so MPICH programs find their peers; or PMIOff ("none").
-	PMI string
-
-	Stdin          io.Reader // forwarded to rank 0; nil = none
-	Stdout, Stderr io.Writer
-	Signals        <-chan os.Signal // signals to forward to the ranks
-	Logger         *slog.Logger
-
-	// Local and Remote start agents; nil picks LocalSpawner / SSHSpawner.
-	Local, Remote Spawner
-}
-
-// DefaultConfig returns a Config with mpirun-like defaults.
-func DefaultConfig() Config {
-	return Config{
-		TagOutput: true,
-		StallWarn: 30 * time.Second,
-		DumpWait:  2 * time.Second,
-		Grace:     5 * time.Second,
-		Preflight: 30 * time.Second,
-		SSH:       []string{"ssh"},
-		Stdout:    os.Stdout,
-		Stderr:    os.Stderr,
-	}
-}
-
-func (c *Config) validate() error {
-	if c.Program == "" {
-		return errors.New("no program given: usage gorun [flags] PROGRAM [ARGS...]")
-	}
-	if c.NP < 0 {
-		return fmt.Errorf("-np must be positive, got %d", c.NP)
-	}
-	if c.Hubs < 0 || c.Hubs > 1024 {
-		return fmt.Errorf("--hubs %d: want 0 to 1024", c.Hubs)
-	}
-	if c.Grace < 0 || c.Timeout < 0 || c.StallWarn < 0 || c.StallAbort < 0 || c.DumpWait < 0 {
-		return errors.New("durations must not be negative")
-	}
-	if c.PMI != "" && c.PMI != PMIOn && c.PMI != PMIOff {
-		return fmt.Errorf("--pmi %q: want %s or %s", c.PMI, PMIOn, PMIOff)
-	}
-	if len(c.SSH) == 0 || c.SSH[0] == "" {
-		return errors.New("--ssh: empty command")
-	}
-	if c.Gorun == "" {
-		return errors.New("launcher: Config.Gorun (path of the gorun binary) is not set")
-	}
-	if c.Stdout == nil || c.Stderr == nil {
-		return errors.New("launcher: Stdout and Stderr must be set")
-	}
-	return nil
-}
-
-// Exit codes of the launcher itself.
-const (
-	ExitLaunchFailed = 1   // bad input, or a host failed its pre-flight
-	ExitTimeout      = 124 // --timeout ran out (like timeout(1))
-	ExitAgentLost    = 255 // a host's agent or SSH session died
-)
-
-// Result is how a job ended.
-type Result struct {
-	JobID      string // the job's id (GORUN_JOB_ID), "" if it never started
-	ExitCode   int
-	LaunchTime time.Duration // from Run to the last rank started
-	Failure    string        // one summary of what ended the job, "" on success
-}
 
 // Run starts the job and waits for it. The error is for problems before
 // any rank started; how ranks ended is in Result.
@@ -166,21 +54,25 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	return j.run(ctx)
 }
 
+// agentProc is one host's agent, as the launcher started it.
 type agentProc struct {
+	index  int // in job.agents
 	host   int // index into hosts
 	name   string
 	cmd    *exec.Cmd
-	conn   *conn
+	conn   *proto.Conn
 	stdin  io.WriteCloser
 	out    *bufio.Reader
 	stderr *tail
-	ranks  []rankSpec
-	ready  *readyInfo
-	done   bool
+	ranks  []proto.RankSpec
+	ready  *proto.Ready
+	outbox *outbox // what the supervise loop sends it
 }
 
+// rankState is what the launcher shows of a rank (or a hub).
 type rankState struct {
 	host    string
+	agent   int // index of its agent
 	pid     int
 	started bool
 	exited  bool
@@ -197,12 +89,25 @@ type job struct {
 	agents []*agentProc
 	ranks  []rankState
 	out    *output
+
+	// Every agent has a reader goroutine for its whole life (see read),
+	// which delivers on events until quit is closed, and a writer (see
+	// write) for its outbox.
+	events  chan agentEvent
+	quit    chan struct{}
+	streams sync.WaitGroup
+	shut    bool
+	// backlog: events of agents that were done with pre-flight while
+	// others were not, for supervise.
+	backlog []agentEvent
 }
 
-type event struct {
-	agent *agentProc
-	m     *msg
-	err   error
+// agentEvent is one message from an agent, or (m nil) the end of its
+// stream, with why it ended.
+type agentEvent struct {
+	agent int
+	m     *proto.Message
+	why   string
 }
 
 func newJobID() (id, secret string, err error) {
@@ -214,50 +119,52 @@ func newJobID() (id, secret string, err error) {
 }
 
 func (j *job) run(ctx context.Context) (Result, error) {
-	cfg := j.cfg
 	jobID, secret, err := newJobID()
 	if err != nil {
 		return Result{ExitCode: ExitLaunchFailed}, err
 	}
-	np := len(j.places)
-	j.jobID = jobID
-	j.out, err = newOutput(cfg, np, cfg.Hubs)
+	j.jobID, j.np = jobID, len(j.places)
+	j.out, err = newOutput(j.cfg, j.np, j.cfg.Hubs)
 	if err != nil {
 		return Result{ExitCode: ExitLaunchFailed}, err
 	}
 	defer j.out.Close()
-	j.np = np
-	j.ranks = make([]rankState, np+cfg.Hubs)
-	byHost := map[int][]rankSpec{}
+	specs := j.plan(secret)
+	j.events, j.quit = make(chan agentEvent, 64), make(chan struct{})
+	for i, a := range j.agents {
+		if err := j.startAgent(a, specs[i]); err != nil {
+			j.shutdown(true)
+			return Result{ExitCode: ExitLaunchFailed}, err
+		}
+	}
+	if code, err := j.preflight(ctx); err != nil {
+		j.shutdown(true)
+		return Result{ExitCode: code}, err
+	}
+	res := j.supervise(ctx)
+	res.JobID = jobID
+	return res, nil
+}
+
+// plan lays the ranks and hubs out on the hosts, and makes every host's
+// agent (not started yet) and its spec.
+func (j *job) plan(secret string) []*proto.HostSpec {
+	cfg := j.cfg
+	j.ranks = make([]rankState, j.np+cfg.Hubs)
+	byHost := map[int][]proto.RankSpec{}
 	var order []int
 	for _, p := range j.places {
 		if _, ok := byHost[p.Host]; !ok {
 			order = append(order, p.Host)
 		}
-		byHost[p.Host] = append(byHost[p.Host], rankSpec{Rank: p.Rank, LocalRank: p.LocalRank, LocalSize: p.LocalSize, NodeRank: p.NodeRank})
-		j.ranks[p.Rank] = rankState{host: j.hosts[p.Host].Name, stderr: newTail(10)}
+		byHost[p.Host] = append(byHost[p.Host], proto.RankSpec{Rank: p.Rank, LocalRank: p.LocalRank, LocalSize: p.LocalSize, NodeRank: p.NodeRank})
 	}
 	for h := range cfg.Hubs {
 		host := order[h%len(order)]
 		nodeRank := byHost[host][0].NodeRank
-		byHost[host] = append(byHost[host], rankSpec{Rank: np + h, NodeRank: nodeRank, Hub: h + 1})
-		j.ranks[np+h] = rankState{host: j.hosts[host].Name, stderr: newTail(10)}
+		byHost[host] = append(byHost[host], proto.RankSpec{Rank: j.np + h, NodeRank: nodeRank, Hub: h + 1})
 	}
-	wdir := cfg.Wdir
-	if wdir == "" {
-		wdir, _ = os.Getwd()
-	} else if abs, err := filepath.Abs(wdir); err == nil {
-		wdir = abs
-	}
-	env := jobEnv(cfg, jobID, secret, np)
-	var pmiInfo *pmiSpec
-	if cfg.PMI != PMIOff {
-		nodes := make([]int, np)
-		for _, p := range j.places {
-			nodes[p.Rank] = p.NodeRank
-		}
-		pmiInfo = &pmiSpec{KVS: "kvs_gorun_" + jobID, Size: np, Mapping: pmi.ProcessMapping(nodes)}
-	}
+	base := j.baseSpec(secret)
 	// Local ranks in a job with remote hosts must advertise an address the
 	// remote ranks can reach, not loopback.
 	remote := ""
@@ -266,29 +173,44 @@ func (j *job) run(ctx context.Context) (Result, error) {
 			remote = j.hosts[h].Name
 		}
 	}
-	for _, h := range order {
+	var specs []*proto.HostSpec
+	for i, h := range order {
 		name := j.hosts[h].Name
-		spec := &hostSpec{
-			Version: protoVersion, JobID: jobID, Host: name, Program: cfg.Program, Args: cfg.Args,
-			Wdir: wdir, WdirSet: cfg.WdirSet, Env: env, Ranks: byHost[h], Grace: cfg.Grace, PMI: pmiInfo, Timeline: cfg.Timeline != "",
-		}
+		spec := *base
+		spec.Host, spec.Ranks = name, byHost[h]
 		if isLocal(name) && remote != "" {
 			spec.Advertise = routeTo(remote)
 		}
-		a := &agentProc{host: h, name: name, ranks: byHost[h], stderr: newTail(20)}
-		j.agents = append(j.agents, a)
-		if err := j.startAgent(a, spec); err != nil {
-			j.abortAgents()
-			return Result{ExitCode: ExitLaunchFailed}, err
+		j.agents = append(j.agents, &agentProc{index: i, host: h, name: name, ranks: byHost[h], stderr: newTail(20)})
+		for _, rs := range byHost[h] {
+			j.ranks[rs.Rank] = rankState{host: name, agent: i, stderr: newTail(10)}
 		}
+		specs = append(specs, &spec)
 	}
-	if code, err := j.preflight(ctx); err != nil {
-		j.abortAgents()
-		return Result{ExitCode: code}, err
+	return specs
+}
+
+// baseSpec is what every host's spec has in common.
+func (j *job) baseSpec(secret string) *proto.HostSpec {
+	cfg := j.cfg
+	wdir := cfg.Wdir
+	if wdir == "" {
+		wdir, _ = os.Getwd()
+	} else if abs, err := filepath.Abs(wdir); err == nil {
+		wdir = abs
 	}
-	res := j.supervise(ctx)
-	res.JobID = jobID
-	return res, nil
+	var pmiSpec *proto.PMISpec
+	if cfg.PMI != PMIOff {
+		nodes := make([]int, j.np)
+		for _, p := range j.places {
+			nodes[p.Rank] = p.NodeRank
+		}
+		pmiSpec = &proto.PMISpec{KVS: "kvs_gorun_" + j.jobID, Size: j.np, Mapping: pmi.ProcessMapping(nodes)}
+	}
+	return &proto.HostSpec{
+		Version: proto.Version, JobID: j.jobID, Program: cfg.Program, Args: cfg.Args,
+		Wdir: wdir, WdirSet: cfg.WdirSet, Env: jobEnv(cfg, j.jobID, secret, j.np), Grace: cfg.Grace, PMI: pmiSpec, Timeline: cfg.Timeline != "",
+	}
 }
 
 // jobEnv is what every process of the job is told, before the ports are
@@ -325,7 +247,13 @@ func (j *job) spawner(host string) Spawner {
 	return SSHSpawner{SSH: j.cfg.SSH, Gorun: remote, ConnectTimeout: 10}
 }
 
-func (j *job) startAgent(a *agentProc, spec *hostSpec) error {
+// agentWaitDelay bounds how long reaping an agent waits for its stderr
+// once the process is gone (a child of ssh may hold the pipe).
+const agentWaitDelay = 2 * time.Second
+
+// startAgent starts a's process, its reader (which sends spec first) and
+// its writer.
+func (j *job) startAgent(a *agentProc, spec *proto.HostSpec) error {
 	cmd := j.spawner(a.name).AgentCommand(a.name)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -336,117 +264,176 @@ func (j *job) startAgent(a *agentProc, spec *hostSpec) error {
 		return err
 	}
 	cmd.Stderr = a.stderr
+	if cmd.WaitDelay == 0 {
+		cmd.WaitDelay = agentWaitDelay
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("%s: starting agent: %w", a.name, err)
 	}
 	a.cmd, a.stdin = cmd, stdin
 	// The banner and the gob stream are read from the same buffer.
 	a.out = bufio.NewReader(stdout)
-	a.conn = newConn(a.out, stdin)
-	// The spec goes out at once; the greeting is read in preflight.
-	go func() { _ = a.conn.Send(&msg{Kind: msgSpec, Spec: spec}) }()
+	a.conn = proto.NewConn(a.out, stdin)
+	a.outbox = newOutbox()
+	j.streams.Add(2)
+	go j.read(a, spec)
+	go j.write(a)
 	return nil
 }
 
-// asSignal is the signal gorun received, as one it can forward (SIGTERM
-// for anything that is not a syscall.Signal).
-func asSignal(sig os.Signal) syscall.Signal {
-	if s, ok := sig.(syscall.Signal); ok && s != 0 {
-		return s
+// read is a's reader for the agent's whole life: it sends the spec, skips
+// the banner, delivers every message, and at the end of the stream reaps
+// the process and delivers why the stream ended.
+func (j *job) read(a *agentProc, spec *proto.HostSpec) {
+	defer j.streams.Done()
+	// If the agent is gone already, reading says why.
+	_ = a.conn.Send(&proto.Message{Kind: proto.MsgSpec, Spec: spec})
+	noise, err := proto.SkipBanner(a.out)
+	if err == nil {
+		noise = nil // a remote shell's chatter, not an error message
 	}
-	return syscall.SIGTERM
-}
-
-type preflightResult struct {
-	a   *agentProc
-	err error
-}
-
-// preflight waits until every agent has checked its host and reserved ports,
-// and reports every host that failed, each on its own line, with the exit
-// code for the job. A signal (Ctrl-C) or the end of ctx ends the wait at
-// once: nothing has started yet, so the agents are simply killed.
-func (j *job) preflight(ctx context.Context) (int, error) {
-	ch := make(chan preflightResult, len(j.agents))
-	for _, a := range j.agents {
-		go func() {
-			ch <- preflightResult{a, j.awaitReady(a)}
-		}()
-	}
-	timer := time.NewTimer(j.cfg.Preflight)
-	defer timer.Stop()
-	var errs []error
-	pending := map[*agentProc]bool{}
-	for _, a := range j.agents {
-		pending[a] = true
-	}
-	for len(pending) > 0 {
-		select {
-		case r := <-ch:
-			delete(pending, r.a)
-			if r.err != nil {
-				errs = append(errs, r.err)
-			}
-		case <-timer.C:
-			for a := range pending {
-				errs = append(errs, fmt.Errorf("%s: no answer from the agent within %v%s", a.name, j.cfg.Preflight, a.stderr.suffix()))
-				_ = a.cmd.Process.Kill()
-			}
-			pending = nil
-		case sig := <-j.cfg.Signals:
-			s := asSignal(sig)
-			j.stopPending(pending, ch)
-			return 128 + int(s), fmt.Errorf("gorun received %v during pre-flight (%d host(s) still checking); no rank was started", s, len(pending))
-		case <-ctx.Done():
-			j.stopPending(pending, ch)
-			return ExitTimeout, fmt.Errorf("cancelled during pre-flight (%d host(s) still checking): %w", len(pending), context.Cause(ctx))
+	for err == nil {
+		var m *proto.Message
+		if m, err = a.conn.Recv(); err == nil {
+			j.deliver(agentEvent{agent: a.index, m: m})
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return ExitLaunchFailed, err
-	}
-	return 0, nil
+	werr := a.cmd.Wait()
+	j.deliver(agentEvent{agent: a.index, why: a.describeFailure(werr, noise)})
 }
 
-// stopPending kills the agents still in pre-flight and waits (at most 5 s)
-// for their readers, which reap them, so that nothing else waits on them.
-func (j *job) stopPending(pending map[*agentProc]bool, done <-chan preflightResult) {
-	for a := range pending {
-		_ = a.cmd.Process.Kill()
+// deliver passes ev on, or drops it once the job is shutting down.
+func (j *job) deliver(ev agentEvent) {
+	select {
+	case j.events <- ev:
+	case <-j.quit:
 	}
-	limit := time.After(5 * time.Second)
-	for range pending {
-		select {
-		case <-done:
-		case <-limit:
+}
+
+// write sends a's outbox to it until the outbox is closed, then closes
+// the stream. A send that fails (the agent is gone) drops the rest.
+func (j *job) write(a *agentProc) {
+	defer j.streams.Done()
+	defer a.stdin.Close()
+	for {
+		m, ok := a.outbox.next()
+		if !ok {
 			return
 		}
+		if a.conn.Send(m) != nil {
+			a.outbox.close()
+			a.outbox.drop()
+		}
 	}
 }
 
-func (j *job) awaitReady(a *agentProc) error {
-	noise, err := skipBanner(a.out)
-	if err != nil {
-		werr := a.cmd.Wait()
-		return fmt.Errorf("%s: %s", a.name, a.describeFailure(werr, noise))
+// shutdown ends the job's agents: it closes their streams (an agent that
+// is done then exits), kills them too if kill is set, and waits for their
+// readers, which reap them, and their writers. It does its work once.
+func (j *job) shutdown(kill bool) {
+	if j.shut {
+		return
 	}
-	m, err := a.conn.Recv()
-	if err != nil {
-		werr := a.cmd.Wait()
-		return fmt.Errorf("%s: %s", a.name, a.describeFailure(werr, nil))
+	j.shut = true
+	for _, a := range j.agents {
+		if a.cmd == nil || a.cmd.Process == nil {
+			continue
+		}
+		a.outbox.close()
+		if kill {
+			_ = a.stdin.Close() // a writer stuck on a stalled stream ends too
+			a.kill()
+		}
 	}
-	switch {
-	case m.Kind == msgError:
-		return fmt.Errorf("%s: %s", a.name, m.Err)
-	case m.Kind != msgReady || m.Ready == nil || len(m.Ready.Ports) != len(a.ranks):
-		return fmt.Errorf("%s: agent sent message %d instead of ready", a.name, m.Kind)
-	}
-	a.ready = m.Ready
-	return nil
+	close(j.quit)
+	j.streams.Wait()
 }
 
-// describeFailure explains why an agent never greeted: ssh's own message,
-// or the agent's exit status.
+// outbox is an agent's queue of messages: the supervise loop (and the
+// stdin copier) put, the agent's writer sends, in order, so the loop never
+// blocks on a host whose session has stalled.
+type outbox struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	q      []*proto.Message
+	closed bool // no more puts; the stream closes once q is sent
+}
+
+func newOutbox() *outbox {
+	o := &outbox{}
+	o.cond = sync.NewCond(&o.mu)
+	return o
+}
+
+// put queues m, unless the outbox is closed.
+func (o *outbox) put(m *proto.Message) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.closed {
+		o.q = append(o.q, m)
+		o.cond.Broadcast()
+	}
+}
+
+// putWait queues m once fewer than limit messages are queued; it reports
+// false if the outbox is closed first. Rank 0's stdin goes this way, so a
+// stalled host slows the copy down instead of filling memory.
+func (o *outbox) putWait(m *proto.Message, limit int) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for len(o.q) >= limit && !o.closed {
+		o.cond.Wait()
+	}
+	if o.closed {
+		return false
+	}
+	o.q = append(o.q, m)
+	o.cond.Broadcast()
+	return true
+}
+
+// close lets the writer close the stream once the queue is sent.
+func (o *outbox) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.closed = true
+	o.cond.Broadcast()
+}
+
+// drop forgets whatever is queued.
+func (o *outbox) drop() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.q = nil
+}
+
+// next waits for the next message; ok is false once the outbox is closed
+// and empty.
+func (o *outbox) next() (m *proto.Message, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for len(o.q) == 0 && !o.closed {
+		o.cond.Wait()
+	}
+	if len(o.q) == 0 {
+		return nil, false
+	}
+	m = o.q[0]
+	o.q = o.q[1:]
+	o.cond.Broadcast() // room for putWait
+	return m, true
+}
+
+// kill kills a's process (an ssh client, or the local agent, whose ranks
+// die with it); its stream then ends.
+func (a *agentProc) kill() {
+	if a.cmd != nil && a.cmd.Process != nil {
+		_ = a.cmd.Process.Kill()
+	}
+}
+
+// describeFailure explains why an agent's stream ended: ssh's own
+// message, or the agent's exit status.
 func (a *agentProc) describeFailure(waitErr error, noise []string) string {
 	lines := a.stderr.lines()
 	if len(lines) == 0 {
@@ -462,333 +449,11 @@ func (a *agentProc) describeFailure(waitErr error, noise []string) string {
 	return msg
 }
 
-func (j *job) abortAgents() {
-	for _, a := range j.agents {
-		if a.cmd != nil && a.cmd.Process != nil {
-			_ = a.stdin.Close()
-			_ = a.cmd.Process.Kill()
-			_ = a.cmd.Wait()
-		}
+// asSignal is the signal gorun received, as one it can forward (SIGTERM
+// for anything that is not a syscall.Signal).
+func asSignal(sig os.Signal) syscall.Signal {
+	if s, ok := sig.(syscall.Signal); ok && s != 0 {
+		return s
 	}
-}
-
-// supervise starts the ranks and runs the job to its end.
-func (j *job) supervise(ctx context.Context) Result {
-	cfg := j.cfg
-	peerOf := make([]string, len(j.ranks))
-	masterAddr, masterPort := "", 0
-	for _, a := range j.agents {
-		for i, rs := range a.ranks {
-			peerOf[rs.Rank] = net.JoinHostPort(a.ready.Addr, strconv.Itoa(a.ready.Ports[i]))
-			if rs.Rank == 0 {
-				masterAddr, masterPort = a.ready.Addr, a.ready.MasterPort
-			}
-		}
-	}
-	startEnv := jobenv.Peers(peerOf[:j.np], peerOf[j.np:], masterAddr, masterPort)
-	relay, err := newPMIRelay(j.agents, cfg.PMI != PMIOff)
-	if err != nil {
-		// Not reachable: every job has a host with ranks.
-		return Result{ExitCode: ExitLaunchFailed, Failure: err.Error()}
-	}
-	events := make(chan event, 64)
-	var readers sync.WaitGroup
-	clocks := map[*agentProc]*clockProbe{}
-	timelines := map[int][]byte{}
-	for _, a := range j.agents {
-		if err := a.conn.Send(&msg{Kind: msgStart, Env: startEnv}); err != nil {
-			events <- event{agent: a, err: err}
-		}
-		if cfg.Timeline != "" {
-			clocks[a] = &clockProbe{sent: time.Now()}
-			_ = a.conn.Send(&msg{Kind: msgClock})
-		}
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			for {
-				m, err := a.conn.Recv()
-				if err != nil {
-					events <- event{agent: a, err: err}
-					return
-				}
-				events <- event{agent: a, m: m}
-			}
-		}()
-	}
-	if cfg.Stdin != nil {
-		go j.forwardStdin()
-	}
-	var timeout <-chan time.Time
-	if cfg.Timeout > 0 {
-		t := time.NewTimer(cfg.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
-	res := Result{}
-	pol := newPolicy(j.np, cfg.Hubs, cfg.HubElastic)
-	var hardStop <-chan time.Time
-	apply := func(d decision) {
-		if d.Note != "" {
-			fmt.Fprintf(cfg.Stderr, "gorun: %s\n", d.Note)
-		}
-		if d.Signal != 0 {
-			for _, a := range j.agents {
-				if !a.done {
-					_ = a.conn.Send(&msg{Kind: msgTerminate, Signal: int(d.Signal)})
-				}
-			}
-		}
-		if d.HardStop && hardStop == nil {
-			hardStop = time.After(cfg.Grace + 10*time.Second)
-		}
-	}
-	started := 0
-	remaining := len(j.agents)
-	ins := newInspector(j, cfg)
-	defer ins.stop()
-	// dump asks the agents for the Go ranks' goroutine dumps; when
-	// dumpTimer fires, the ranks get dumpSig.
-	var dumpTimer <-chan time.Time
-	var dumpSig syscall.Signal
-	dump := func(code int, text string, sig syscall.Signal) bool {
-		if ins.dumped || !ins.dumpable() {
-			return false
-		}
-		ins.dumped = true
-		if code != 0 {
-			apply(pol.beginDump(code, text))
-		} else {
-			pol.dumping = true
-		}
-		for _, a := range j.agents {
-			if !a.done {
-				_ = a.conn.Send(&msg{Kind: msgDump})
-			}
-		}
-		dumpTimer, dumpSig = time.After(cfg.DumpWait), sig
-		return true
-	}
-	var status *statusLine
-	var statusTick <-chan time.Time
-	if cfg.StatusLine {
-		status = &statusLine{w: cfg.Stderr, start: time.Now()}
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		statusTick = t.C
-		defer status.clear()
-	}
-	for remaining > 0 {
-		select {
-		case now := <-statusTick:
-			if now.Sub(status.start) >= statusAfter {
-				status.draw(statusText(j.ranks, ins.views, status, now))
-			}
-			continue
-		case now := <-ins.tick:
-			status.clear()
-			if text, abort := ins.check(now); abort {
-				if !dump(ExitTimeout, text, syscall.SIGTERM) {
-					apply(pol.timedOut(text))
-				}
-			}
-		case <-dumpTimer:
-			dumpTimer = nil
-			apply(pol.endDump(dumpSig))
-		case ev := <-events:
-			if ev.m == nil || ev.m.Kind != msgStatus && ev.m.Kind != msgClock && ev.m.Kind != msgStarted && ev.m.Kind != msgTimeline {
-				status.clear()
-			}
-			a := ev.agent
-			if ev.err != nil {
-				if !a.done {
-					a.done = true
-					remaining--
-					werr := a.cmd.Wait()
-					apply(pol.agentLost(j.allExited(a), fmt.Sprintf("lost the agent on %s: %s", a.name, a.describeFailure(werr, nil))))
-				}
-				continue
-			}
-			switch ev.m.Kind {
-			case msgStarted:
-				rs := &j.ranks[ev.m.Rank]
-				rs.pid, rs.started = ev.m.Pid, true
-				started++
-				if started == len(j.ranks) {
-					res.LaunchTime = time.Since(j.t0)
-					cfg.Logger.Info("all ranks started", "ranks", started, "elapsed", res.LaunchTime)
-				}
-			case msgClock:
-				if cp := clocks[a]; cp != nil && cp.reply(ev.m.Clock, time.Now()) {
-					cp.sent = time.Now()
-					_ = a.conn.Send(&msg{Kind: msgClock})
-				}
-			case msgTimeline:
-				timelines[ev.m.Rank] = ev.m.Data
-			case msgStatus:
-				if ev.m.Status != nil {
-					ins.update(ev.m.Rank, ev.m.Status, time.Now())
-				}
-			case msgOutput:
-				if ev.m.Stream == streamDump {
-					ins.dumpLine(ev.m.Rank, ev.m.Data)
-					continue
-				}
-				if ev.m.Stream == 2 {
-					j.ranks[ev.m.Rank].stderr.add(string(ev.m.Data))
-				}
-				j.out.line(ev.m.Rank, ev.m.Stream, ev.m.Data)
-			case msgExit:
-				j.ranks[ev.m.Rank].exited = true
-				ins.exited(ev.m.Rank)
-				ex := ev.m.Exit
-				code := ex.Code
-				if ex.Signal != 0 {
-					code = 128 + ex.Signal
-				}
-				if ex.Failure != "" && (code == 0 || ex.Signal == int(syscall.SIGKILL)) {
-					code = 1
-				}
-				apply(pol.rankExited(ev.m.Rank, code, j.describeExit(ev.m.Rank, ex)))
-			case msgDone:
-				a.done = true
-				remaining--
-				_ = a.stdin.Close()
-			case msgError:
-				apply(pol.agentError(fmt.Sprintf("%s: agent: %s", a.name, ev.m.Err)))
-			case msgPMIFence:
-				if err := relay.enter(a, ev.m); err != nil {
-					apply(pol.jobFailed(ExitLaunchFailed, err.Error()))
-				}
-			case msgPMIAbort:
-				text := fmt.Sprintf("%s on %s called MPI_Abort with exit code %d", j.name(ev.m.Rank), a.name, ev.m.Code)
-				if ev.m.Err != "" {
-					text += ": " + ev.m.Err
-				}
-				apply(pol.jobFailed(ev.m.Code, text))
-			}
-		case sig := <-cfg.Signals:
-			status.clear()
-			// A second signal kills; the Go ranks first write their dumps.
-			if pol.stopping == 0 || !dump(0, "", syscall.SIGKILL) {
-				apply(pol.signal(asSignal(sig)))
-			}
-		case <-timeout:
-			status.clear()
-			timeout = nil
-			text := fmt.Sprintf("job timed out after %v; terminated every rank", cfg.Timeout)
-			if !dump(ExitTimeout, text, syscall.SIGTERM) {
-				apply(pol.timedOut(text))
-			}
-		case <-ctx.Done():
-			apply(pol.timedOut("cancelled: " + ctx.Err().Error()))
-			ctx = context.Background()
-		case <-hardStop:
-			// Agents that do not finish after the grace period plus a
-			// margin are killed; their ranks die with them.
-			for _, a := range j.agents {
-				if !a.done {
-					_ = a.cmd.Process.Kill()
-				}
-			}
-			hardStop = nil
-		}
-	}
-	status.clear()
-	for _, a := range j.agents {
-		_ = a.stdin.Close()
-		_ = a.cmd.Wait()
-	}
-	go func() { readers.Wait(); close(events) }()
-	for range events {
-	}
-	var note string
-	res.ExitCode, res.Failure, note = pol.result()
-	if note != "" {
-		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", note)
-	}
-	if res.Failure != "" {
-		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", res.Failure)
-	}
-	if d := ins.writeDumps(j.jobID); d != "" {
-		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", d)
-	}
-	if cfg.Timeline != "" {
-		if note, err := j.writeTimeline(cfg.Timeline, timelines, clocks); err != nil {
-			fmt.Fprintf(cfg.Stderr, "gorun: --timeline: %v\n", err)
-		} else {
-			fmt.Fprintf(cfg.Stderr, "gorun: %s\n", note)
-		}
-	}
-	return res
-}
-
-// name is how messages call a rank or a hub.
-func (j *job) name(rank int) string {
-	if rank >= j.np {
-		return fmt.Sprintf("hub %d", rank-j.np)
-	}
-	return fmt.Sprintf("rank %d", rank)
-}
-
-func (j *job) allExited(a *agentProc) bool {
-	for _, rs := range a.ranks {
-		if !j.ranks[rs.Rank].exited {
-			return false
-		}
-	}
-	return true
-}
-
-func (j *job) describeExit(rank int, ex *exitInfo) string {
-	rs := j.ranks[rank]
-	var b strings.Builder
-	how := fmt.Sprintf("exited with code %d", ex.Code)
-	if ex.Signal != 0 {
-		how = fmt.Sprintf("was killed by signal %d (%v)", ex.Signal, syscall.Signal(ex.Signal))
-	}
-	switch {
-	case ex.OOM:
-		how += " (by the kernel's OOM killer: the memory cgroup counted an oom_kill)"
-	case ex.ForeignKill:
-		how += " (not by gorun; out of memory?)"
-	}
-	switch {
-	case ex.Failure != "" && ex.Signal == int(syscall.SIGKILL):
-		how = "was failed by gorun (killed): " + ex.Failure
-	case ex.Failure != "":
-		how += " " + ex.Failure
-	}
-	fmt.Fprintf(&b, "%s on %s (pid %d) %s", j.name(rank), rs.host, ex.Pid, how)
-	if lines := rs.stderr.lines(); len(lines) > 0 {
-		fmt.Fprintf(&b, "; its last stderr lines:")
-		for _, l := range lines {
-			fmt.Fprintf(&b, "\n    %s", l)
-		}
-	}
-	return b.String()
-}
-
-func (j *job) forwardStdin() {
-	var target *agentProc
-	for _, a := range j.agents {
-		for _, rs := range a.ranks {
-			if rs.Rank == 0 {
-				target = a
-			}
-		}
-	}
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := j.cfg.Stdin.Read(buf)
-		if n > 0 {
-			if target.conn.Send(&msg{Kind: msgStdin, Data: append([]byte(nil), buf[:n]...)}) != nil {
-				return
-			}
-		}
-		if err != nil {
-			_ = target.conn.Send(&msg{Kind: msgStdinEOF})
-			return
-		}
-	}
+	return syscall.SIGTERM
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+
+	"github.com/gorun/gorun/launcher/proto"
 )
 
 // output writes ranks' lines whole, one Write per line, so that lines from
@@ -121,10 +123,10 @@ func (t *tail) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		t.push(string(trimNewline(t.partial[:i+1])))
+		t.push(string(proto.TrimNewline(t.partial[:i+1])))
 		t.partial = t.partial[i+1:]
 	}
-	if len(t.partial) > maxLine {
+	if len(t.partial) > proto.MaxLine {
 		t.push(string(t.partial))
 		t.partial = nil
 	}

@@ -3,12 +3,15 @@ package launcher
 import (
 	"fmt"
 	"syscall"
+
+	"github.com/gorun/gorun/launcher/proto"
 )
 
 // policy decides how a job ends: which exit code wins, when the ranks are
 // told to stop and with which signal, and what the summary says. It is
 // fed the job's events and returns what to do; it does no I/O and reads no
-// clock, so its rules have table tests. supervise does the I/O.
+// clock, so its rules have table tests. The supervisor (supervisor.go)
+// feeds it and turns its decisions into actions.
 type policy struct {
 	np      int  // ranks 0..np-1; indices from np up are dedicated hubs
 	elastic bool // --hub-elastic
@@ -23,7 +26,7 @@ type policy struct {
 	dumping    bool // the Go ranks are writing goroutine dumps before the stop
 }
 
-// decision is what supervise does after an event.
+// decision is what the supervisor does after an event.
 type decision struct {
 	// Signal, if not 0, goes to every rank of every host that is not done.
 	Signal syscall.Signal
@@ -36,6 +39,24 @@ type decision struct {
 
 func newPolicy(np, hubs int, elastic bool) *policy {
 	return &policy{np: np, elastic: elastic, exited: make([]bool, np+hubs), ok: make([]bool, np+hubs)}
+}
+
+// exitCode is what a rank's exit counts as: its exit code, 128+N when
+// signal N killed it, and 1 when its agent counts it as failed (a PMI
+// error, MPI_Init without MPI_Finalize) although it exited with 0 or was
+// killed by the agent.
+func exitCode(ex *proto.Exit) int {
+	if ex == nil {
+		return 1
+	}
+	code := ex.Code
+	if ex.Signal != 0 {
+		code = 128 + ex.Signal
+	}
+	if ex.Failure != "" && (code == 0 || ex.Signal == int(syscall.SIGKILL)) {
+		code = 1
+	}
+	return code
 }
 
 // fail records the first failure; later ones do not change the outcome.

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/gorun/gorun/launcher/proto"
 )
 
 // Spawner makes the command that starts gorun's agent on a host. The
@@ -55,8 +57,9 @@ func (s SSHSpawner) AgentCommand(host string) *exec.Cmd {
 	return cmd
 }
 
-// AgentCommandName is the hidden subcommand that runs a host's agent.
-const AgentCommandName = "__agent"
+// AgentCommandName is the hidden subcommand of gorun that runs a host's
+// agent (package agent's Run).
+const AgentCommandName = proto.AgentCommandName
 
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
@@ -72,5 +75,6 @@ func isLocal(host string) bool {
 	return err == nil && host == name
 }
 
-// HubCommandName is the hidden subcommand that runs a dedicated ParamHub.
-const HubCommandName = "__hub"
+// HubCommandName is the hidden subcommand of gorun that runs a dedicated
+// ParamHub (an agent starts it for Config.Hubs).
+const HubCommandName = proto.HubCommandName

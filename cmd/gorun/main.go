@@ -18,6 +18,7 @@ import (
 	"github.com/gorun/gorun/collective"
 	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/launcher/agent"
 	"github.com/gorun/gorun/ps"
 	"github.com/urfave/cli/v2"
 )
@@ -59,7 +60,7 @@ func newApp() *cli.App {
 			{
 				Name:   launcher.AgentCommandName,
 				Hidden: true,
-				Action: agent,
+				Action: runAgent,
 			},
 			{
 				Name:   launcher.HubCommandName,
@@ -98,6 +99,7 @@ func launchFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "stall-warn", Value: launcher.DefaultConfig().StallWarn, Usage: "when ranks using gorun's collectives make no progress this long, print where each one is (0: off)"},
 		&cli.DurationFlag{Name: "stall-abort", Usage: "end a job stalled this long (exit code 124), after goroutine dumps of its Go ranks"},
 		&cli.DurationFlag{Name: "grace", Value: launcher.DefaultConfig().Grace, Usage: "time from SIGTERM to SIGKILL when ending ranks"},
+		&cli.DurationFlag{Name: "agent-wait", Value: launcher.DefaultConfig().AgentWait, Usage: "when the job ends, how long a host's agent may stay silent before gorun reports the host unreachable and kills its session (0: until the grace period plus 10s)"},
 		&cli.StringFlag{Name: "ssh", Value: "ssh", Usage: "remote agent `COMMAND` (like Open MPI's plm_rsh_agent)"},
 		&cli.StringFlag{Name: "remote-gorun", Usage: "`PATH` of gorun on remote hosts (default: this binary's path)"},
 		&cli.StringFlag{Name: "wdir", Usage: "working `DIR` of the ranks (default: the current directory)"},
@@ -181,6 +183,7 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 	cfg.Timeline = c.String("timeline")
 	cfg.StatusLine = launcher.IsTerminal(os.Stderr) && !c.Bool("quiet")
 	cfg.Grace = c.Duration("grace")
+	cfg.AgentWait = c.Duration("agent-wait")
 	cfg.SSH = strings.Fields(c.String("ssh"))
 	cfg.RemoteGorun = c.String("remote-gorun")
 	cfg.Wdir, cfg.WdirSet = c.String("wdir"), c.IsSet("wdir")
@@ -318,7 +321,8 @@ func exportVar(x string) (string, error) {
 	return name + "=" + v, nil
 }
 
-func agent(c *cli.Context) error {
+// runAgent is `gorun __agent`, which the launcher starts on every host.
+func runAgent(c *cli.Context) error {
 	// The launcher forwards signals; the terminal's Ctrl-C, a hang-up and
 	// a broken pipe are not for the agent. They are caught and dropped, not
 	// ignored: an ignored signal would stay ignored in the ranks it execs.
@@ -331,7 +335,7 @@ func agent(c *cli.Context) error {
 	}()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	err := launcher.RunAgent(ctx, launcher.AgentConfig{In: os.Stdin, Out: os.Stdout, Environ: os.Environ()})
+	err := agent.Run(ctx, agent.Config{In: os.Stdin, Out: os.Stdout, Environ: os.Environ()})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gorun agent: %v\n", err)
 		return exitError{1}

@@ -1,4 +1,4 @@
-package launcher
+package agent
 
 import (
 	"errors"
@@ -13,10 +13,11 @@ import (
 // The agent reserves each rank's ports and the rank binds them later, so
 // another socket could take one in between. Outgoing connections (the
 // ranks' own dials, SSH) take their local ports from the kernel's
-// ephemeral range, and so does a listener on port 0; freePort therefore
-// picks ports below that range (tests that bind ports later use it too), where only explicit binds go.
+// ephemeral range, and so does a listener on port 0; FreePort therefore
+// picks ports below that range, where only explicit binds go (tests that
+// bind ports later use it too).
 
-// portFloor is the lowest port freePort hands out.
+// portFloor is the lowest port FreePort hands out.
 const portFloor = 10000
 
 // FreePort finds a port that is free for both TCP and UDP (memberlist binds

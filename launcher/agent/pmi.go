@@ -1,0 +1,133 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/gorun/gorun/launcher/proto"
+	"github.com/gorun/gorun/pmi"
+)
+
+// PMI-1 on the host. Each rank gets one end of a socket pair as PMI_FD
+// (descriptor pmiFD); the agent answers on the other end through a
+// pmi.Node. When every rank of the host has entered a barrier, the agent
+// sends the host's puts to the launcher (MsgPMIFence); the launcher sends
+// every host's puts back (MsgPMIRelease), which releases the ranks.
+
+// pmiFD is the rank's descriptor of its PMI socket: the first of
+// exec.Cmd.ExtraFiles.
+const pmiFD = 3
+
+// pmiWait is how long a rank's PMI session may lag behind its exit.
+const pmiWait = time.Second
+
+// pmiSession is one rank's PMI conversation.
+type pmiSession struct {
+	conn net.Conn
+	done chan struct{}
+	res  pmi.Result
+	err  error
+}
+
+// pmiSocket returns the agent's end of a new socket pair, as a net.Conn,
+// and the rank's end, as a file for ExtraFiles.
+func pmiSocket() (net.Conn, *os.File, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("PMI socket pair: %w", err)
+	}
+	mine := os.NewFile(uintptr(fds[0]), "pmi")
+	defer mine.Close() // FileConn dups it
+	conn, err := net.FileConn(mine)
+	if err != nil {
+		syscall.Close(fds[1])
+		return nil, nil, fmt.Errorf("PMI socket pair: %w", err)
+	}
+	return conn, os.NewFile(uintptr(fds[1]), "pmi-rank"), nil
+}
+
+// pmiNode creates the host's pmi.Node for its ranks (not its hubs), or
+// returns nil when the job has no PMI.
+func (a *agent) pmiNode() (*pmi.Node, error) {
+	s := a.spec.PMI
+	local := 0
+	for _, r := range a.spec.Ranks {
+		if r.Hub == 0 {
+			local++
+		}
+	}
+	if s == nil || local == 0 {
+		return nil, nil
+	}
+	cfg := pmi.DefaultNodeConfig()
+	cfg.KVS, cfg.Size, cfg.Local, cfg.Mapping = s.KVS, s.Size, local, s.Mapping
+	cfg.Relay = func(epoch int, puts []pmi.KV) error {
+		return a.conn.Send(&proto.Message{Kind: proto.MsgPMIFence, Epoch: epoch, Puts: puts})
+	}
+	cfg.Abort = func(rank, code int, text string) {
+		_ = a.conn.Send(&proto.Message{Kind: proto.MsgPMIAbort, Rank: rank, Code: code, Err: text})
+	}
+	return pmi.NewNode(cfg)
+}
+
+// releasePMI passes the launcher's release of a barrier to the node.
+func (a *agent) releasePMI(m *proto.Message) {
+	if a.pmi == nil {
+		return
+	}
+	if err := a.pmi.Release(m.Epoch, m.Puts); err != nil {
+		_ = a.conn.Send(&proto.Message{Kind: proto.MsgError, Err: err.Error()})
+	}
+}
+
+// servePMI answers p's PMI requests until its session ends. A protocol
+// error fails the rank: the agent kills it and says why. The session's
+// goroutine is waited for by endPMI.
+func (a *agent) servePMI(p *rankProc) {
+	s := p.pmi
+	go func() {
+		defer close(s.done)
+		s.res, s.err = a.pmi.Serve(context.Background(), p.spec.Rank, s.conn) // Close wakes it
+		if s.err != nil && !errors.Is(s.err, pmi.ErrClosed) && !errors.Is(s.err, net.ErrClosed) {
+			a.failRank(p, "PMI: "+s.err.Error())
+		}
+	}()
+}
+
+// endPMI waits for p's session after the process exited (its last
+// request, such as abort, may still be in the socket), and returns why the
+// rank counts as failed in spite of a zero exit code, if it does.
+func (a *agent) endPMI(p *rankProc, code int) string {
+	s := p.pmi
+	if s == nil {
+		return ""
+	}
+	t := time.NewTimer(pmiWait)
+	select {
+	case <-s.done:
+	case <-t.C:
+		// A child of the rank still holds its end of the socket.
+	}
+	t.Stop()
+	_ = s.conn.Close()
+	<-s.done
+	if code == 0 && s.res.Init && !s.res.Finalized && !s.res.Aborted {
+		return "without calling MPI_Finalize after MPI_Init (PMI finalize after init)"
+	}
+	return ""
+}
+
+// failRank kills p, unless it already exited, and keeps why.
+func (a *agent) failRank(p *rankProc, why string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p.alive && p.failure == "" {
+		p.failure, p.killed = why, true
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}

@@ -1,0 +1,258 @@
+package agent
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/gorun/gorun/internal/inspect"
+	"github.com/gorun/gorun/internal/jobenv"
+	"github.com/gorun/gorun/launcher/proto"
+	"github.com/gorun/gorun/pmi"
+)
+
+type rankProc struct {
+	spec    proto.RankSpec
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	alive   bool
+	pmi     *pmiSession // nil: no PMI
+	failure string      // set by failRank
+	page    string      // its status page ("" none)
+	// declared is the pid that declared the page (the rank itself, if it
+	// uses gorun's collectives); dumping: its stderr is a goroutine dump.
+	declared int
+	dumping  atomic.Bool
+	killed   bool   // the agent sent it SIGKILL
+	ooms     int    // the cgroup's OOM kills when it started
+	timeline string // where it writes its timeline ("" none)
+}
+
+// RankEnv is the per-rank part of a rank's environment, as the agent sets
+// it: r's numbers, the address the host's ranks advertise, and the rank's
+// gossip port. The job-wide part comes from the launcher (the spec's Env
+// and MsgStart's).
+func RankEnv(r proto.RankSpec, addr string, port int) []string {
+	return jobenv.Rank{Rank: r.Rank, LocalRank: r.LocalRank, LocalSize: r.LocalSize, NodeRank: r.NodeRank, Addr: addr, GossipPort: port}.Env()
+}
+
+// threadEnv gives Go ranks an equal share of this host's CPUs, as torchrun
+// sets OMP_NUM_THREADS: one thread per rank when they share few cores makes
+// a rank's network reader hand frames to its collective on one hot thread.
+// The user's own GOMAXPROCS (exported, or given with -x) wins.
+func (a *agent) threadEnv() []string {
+	if envValue(a.environ, "GOMAXPROCS") != "" || envValue(a.spec.Env, "GOMAXPROCS") != "" || len(a.spec.Ranks) == 0 {
+		return nil
+	}
+	return []string{"GOMAXPROCS=" + strconv.Itoa(max(1, runtime.NumCPU()/a.spec.Ranks[0].LocalSize))}
+}
+
+// command is what to run for the i'th process of the host: the program
+// with the job's and the rank's environment, or, for a hub, this very
+// binary as `gorun __hub`.
+func (a *agent) command(i int, p *rankProc, jobEnv []string) (prog string, args, env []string) {
+	rs := p.spec
+	if rs.Hub > 0 {
+		var err error
+		if prog, err = os.Executable(); err != nil {
+			prog = "/proc/self/exe"
+		}
+		env = append(append([]string{}, a.environ...), jobEnv...)
+		env = append(env, a.spec.Env...)
+		env = append(env, jobenv.Hub(rs.Hub-1, a.ports[i], rs.NodeRank)...)
+		return prog, []string{proto.HubCommandName}, env
+	}
+	env = append(append(append(append(append([]string{}, a.environ...), a.threadEnv()...), a.spec.Env...), jobEnv...), RankEnv(rs, a.addr, a.ports[i])...)
+	if path := pagePath(a.spec.JobID, rs.Rank); inspect.CreatePage(path) == nil {
+		p.page = path
+		env = append(env, jobenv.StatusFileVar+"="+path)
+	}
+	if a.spec.Timeline {
+		p.timeline = timelinePath(a.spec.JobID, rs.Rank)
+		env = append(env, jobenv.TimelineFileVar+"="+p.timeline)
+	}
+	return a.prog, a.spec.Args, env
+}
+
+// start starts every process of the host; one that cannot be started is
+// reported to the launcher as exited with 127.
+func (a *agent) start(jobEnv []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.notify = make(chan struct{})
+	for i, rs := range a.spec.Ranks {
+		p := &rankProc{spec: rs}
+		a.procs = append(a.procs, p)
+		prog, args, env := a.command(i, p, jobEnv)
+		p.ooms, _ = oomKills()
+		var conn net.Conn
+		var theirs *os.File
+		if a.pmi != nil && rs.Hub == 0 {
+			var err error
+			if conn, theirs, err = pmiSocket(); err == nil {
+				env = append(env, pmi.Env(pmiFD, rs.Rank, a.spec.PMI.Size, rs.LocalRank, rs.LocalSize)...)
+				p.pmi = &pmiSession{conn: conn, done: make(chan struct{})}
+			} else {
+				a.log.Warn("no PMI for this rank", "rank", rs.Rank, "err", err)
+			}
+		}
+		err := a.startOne(p, prog, args, env, theirs)
+		if theirs != nil {
+			_ = theirs.Close()
+		}
+		if conn != nil {
+			if err != nil {
+				_ = conn.Close()
+				p.pmi = nil
+			} else {
+				a.servePMI(p)
+			}
+		}
+		if err != nil {
+			_ = a.conn.Send(&proto.Message{Kind: proto.MsgOutput, Rank: rs.Rank, Stream: proto.StreamStderr, Data: []byte("gorun: " + err.Error())})
+			_ = a.conn.Send(&proto.Message{Kind: proto.MsgExit, Rank: rs.Rank, Exit: &proto.Exit{Code: 127}})
+		}
+	}
+}
+
+// startOne starts one rank in a process group of its own. Its output goes
+// through pipes the agent owns, so that waiting for the process and reading
+// its output are independent.
+func (a *agent) startOne(p *rankProc, prog string, args, env []string, pmiFile *os.File) error {
+	cmd := exec.Command(prog, args...)
+	if pmiFile != nil {
+		cmd.ExtraFiles = []*os.File{pmiFile} // descriptor pmiFD
+	}
+	if p.spec.Hub == 0 {
+		cmd.Args[0] = a.spec.Program
+	}
+	cmd.Dir = a.dir
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	if p.spec.Rank == 0 {
+		if p.stdin, err = cmd.StdinPipe(); err != nil {
+			return err
+		}
+	}
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return fmt.Errorf("starting %s: %w", prog, err)
+	}
+	p.cmd, p.alive = cmd, true
+	a.live++
+	_ = a.conn.Send(&proto.Message{Kind: proto.MsgStarted, Rank: p.spec.Rank, Pid: cmd.Process.Pid})
+	pumps := new(sync.WaitGroup)
+	pumps.Add(2)
+	go a.pump(pumps, p, proto.StreamStdout, outR)
+	go a.pump(pumps, p, proto.StreamStderr, errR)
+	a.wg.Add(1)
+	go a.waitRank(p, pumps)
+	return nil
+}
+
+// waitRank waits for p to exit and for its output, and reports the exit
+// to the launcher.
+func (a *agent) waitRank(p *rankProc, pumps *sync.WaitGroup) {
+	defer a.wg.Done()
+	cmd := p.cmd
+	werr := cmd.Wait()
+	pid := cmd.Process.Pid
+	// Whatever the rank left behind in its group goes with it.
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	pumps.Wait()
+	ex := &proto.Exit{Pid: pid, Code: cmd.ProcessState.ExitCode()}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		ex.Code, ex.Signal = -1, int(ws.Signal())
+	} else if ex.Code < 0 && werr != nil {
+		ex.Code = 1
+	}
+	ex.Failure = a.endPMI(p, ex.Code)
+	a.mu.Lock()
+	if p.failure != "" {
+		ex.Failure = p.failure
+	}
+	ex.ForeignKill = ex.Signal == int(syscall.SIGKILL) && !p.killed && p.failure == ""
+	a.mu.Unlock()
+	if n, ok := oomKills(); ok && n > p.ooms {
+		ex.OOM = true
+	}
+	if p.page != "" {
+		_ = os.Remove(p.page)
+	}
+	a.sendTimeline(p)
+	_ = a.conn.Send(&proto.Message{Kind: proto.MsgExit, Rank: p.spec.Rank, Exit: ex})
+	a.mu.Lock()
+	p.alive = false
+	a.live--
+	close(a.notify)
+	a.notify = make(chan struct{})
+	a.mu.Unlock()
+}
+
+// pump forwards whole lines; a line longer than proto.MaxLine is sent in
+// pieces.
+func (a *agent) pump(wg *sync.WaitGroup, p *rankProc, stream int, r *os.File) {
+	defer wg.Done()
+	defer r.Close()
+	br := bufio.NewReaderSize(r, proto.MaxLine)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			data := append([]byte(nil), proto.TrimNewline(line)...)
+			s := stream
+			if s == proto.StreamStderr && p.dumping.Load() {
+				s = proto.StreamDump
+			}
+			_ = a.conn.Send(&proto.Message{Kind: proto.MsgOutput, Rank: p.spec.Rank, Stream: s, Data: data})
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			return
+		}
+	}
+}
+
+func (a *agent) running() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.live
+}
+
+func (a *agent) exited() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.notify
+}
+
+func (a *agent) signalAll(sig syscall.Signal) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range a.procs {
+		if p.alive {
+			p.killed = p.killed || sig == syscall.SIGKILL
+			_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+		}
+	}
+}

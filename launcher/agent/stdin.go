@@ -1,0 +1,63 @@
+package agent
+
+import (
+	"io"
+	"sync"
+)
+
+// writeStdin queues bytes for rank 0's stdin; a feeder goroutine writes
+// the pipe, so that a rank that never reads its stdin cannot stall the
+// agent.
+func (a *agent) writeStdin(b []byte) { a.queueStdin(b, false) }
+
+// closeStdin closes rank 0's stdin once the queue is written.
+func (a *agent) closeStdin() { a.queueStdin(nil, true) }
+
+func (a *agent) queueStdin(b []byte, eof bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stdinCond == nil {
+		a.stdinCond = sync.NewCond(&a.mu)
+		a.background(func(<-chan struct{}) { a.feedStdin() })
+	}
+	if b != nil {
+		a.stdinQ = append(a.stdinQ, b)
+	}
+	a.stdinEOF = a.stdinEOF || eof
+	a.stdinCond.Signal()
+}
+
+// feedStdin writes the queue to rank 0's stdin until closeStdin. A write
+// blocked on a rank that does not read ends when the rank exits: its
+// stdin pipe is closed then.
+func (a *agent) feedStdin() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for {
+		for len(a.stdinQ) == 0 && !a.stdinEOF {
+			a.stdinCond.Wait()
+		}
+		var w io.WriteCloser
+		for _, p := range a.procs {
+			if p.stdin != nil {
+				w = p.stdin
+			}
+		}
+		if len(a.stdinQ) == 0 {
+			if w != nil {
+				_ = w.Close()
+			}
+			return
+		}
+		b := a.stdinQ[0]
+		a.stdinQ = a.stdinQ[1:]
+		if w != nil {
+			a.mu.Unlock()
+			_, err := w.Write(b)
+			a.mu.Lock()
+			if err != nil {
+				a.stdinQ, a.stdinEOF = nil, true
+			}
+		}
+	}
+}

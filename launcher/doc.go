@@ -1,0 +1,74 @@
+// Package launcher is the job side of gorun: it places the ranks on the
+// hosts, starts one agent per host, and supervises the job until every
+// rank is gone, with mpirun's exit-code and signal rules. It is what
+// `gorun PROGRAM` runs on the user's machine; the per-host agent is package
+// agent, and the messages between the two are package proto.
+//
+// # Processes
+//
+//	user's machine                          each host of the job
+//	+--------------------------+           +--------------------------+
+//	| gorun (package launcher) |  ssh HOST | gorun __agent            |
+//	|  Run: place, pre-flight, |---------->|  (package agent)         |---> rank 0 (PROGRAM)
+//	|  supervise               |  stdin:   |  pre-flight, ports, PMI, |---> rank 1 ...
+//	|  output, status line,    |  messages |  status pages, signals   |---> gorun __hub (--hubs)
+//	|  stall inspector, PMI    |<----------|                          |
+//	|  fence, summary          |  stdout   +--------------------------+
+//	+--------------------------+            (this machine: a child process, no ssh)
+//
+// Ranks and hubs talk to each other directly (gossip, ring, ParamHub
+// links): the launcher and the agents are not on the data path. Each rank
+// runs in a process group of its own with SIGKILL as its parent-death
+// signal, so no rank outlives its agent; a local agent gets SIGTERM when
+// the launcher dies, a remote one sees its stream end.
+//
+// # Protocol
+//
+// One gob stream each way over the agent's stdin and stdout (proto.Conn),
+// message kinds in proto.Kind (append-only):
+//
+//	launcher                                  agent
+//	   start `ssh HOST gorun __agent`  ---->
+//	                                   <----  "GORUN-AGENT-1" line (shell noise before it is skipped)
+//	   MsgSpec {version, job, program, ranks}  ---->  pre-flight: wdir, program, ports
+//	                                   <----  MsgReady {addr, ports} | MsgError
+//	   (every host ready within Config.Preflight, else the job fails naming each host)
+//	   MsgStart {peers, master address}  ---->  start the ranks and hubs
+//	                                   <----  MsgStarted {rank, pid}
+//	                                   <----  MsgOutput {rank, stream, line}, MsgStatus {rank, page}
+//	                                   <----  MsgPMIFence {epoch, host's puts}
+//	   MsgPMIRelease {epoch, all puts} ---->  (once every host entered the barrier)
+//	   MsgStdin, MsgStdinEOF           ---->  rank 0's stdin
+//	   MsgClock                        ---->
+//	                                   <----  MsgClock {agent's time}  (--timeline probes; a ping)
+//	   MsgDump                         ---->  SIGQUIT to Go ranks; their stderr comes back as dumps
+//	   MsgTerminate {signal}           ---->  signal every rank; SIGKILL after the grace period
+//	                                   <----  MsgExit {rank, code, signal, failure}, MsgTimeline
+//	                                   <----  MsgDone (every rank gone) | MsgPMIAbort | MsgError
+//	   close the stream                ---->  the agent exits
+//
+// # Supervision
+//
+// How the job ends is decided by a pure state machine (supervisor.go, with
+// the exit-code rules in policy.go): events in (a rank started or exited,
+// an agent finished, went away or went silent, a signal, --timeout, a
+// stall, the caller's context, time passing), actions out (tell the agents
+// to signal or dump their ranks, ping or kill an agent, print a line). The
+// loop in supervise.go only turns channel receives into events and
+// performs the actions. The rules, in short:
+//
+//   - The first failure wins: a rank's nonzero exit (128+N for signal N),
+//     MPI_Abort, a lost agent (exit 255) or gorun's own signal sets the
+//     exit code and the summary, and every other rank gets SIGTERM, then
+//     SIGKILL after Config.Grace. A second signal sends SIGKILL.
+//   - --timeout and --stall-abort end the job with exit 124, after the Go
+//     ranks wrote goroutine dumps (Config.DumpWait).
+//   - With --hub-elastic, a lost rank does not end the job.
+//   - When the ranks are told to stop, every agent is pinged. An agent
+//     that says nothing within Config.AgentWait (2 s by default) is on a
+//     host that cannot be reached (a network partition): gorun reports
+//     "HOST unreachable", kills its SSH session and ends the job without
+//     it, with the exit code of the failure that stopped the job (255 if
+//     there was none). Agents that answer get the grace period.
+//   - Grace plus 10 s after the stop, agents still running are killed.
+package launcher

@@ -1,0 +1,44 @@
+package proto
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestSkipBanner: a remote shell's noise before the agent's greeting is
+// skipped (and kept for error messages), and the gob stream after it is
+// intact.
+func TestSkipBanner(t *testing.T) {
+	var stream bytes.Buffer
+	stream.WriteString("Welcome!\r\n" + strings.Repeat("x", 10000) + "\n" + Magic + "\n")
+	if err := NewConn(nil, &stream).Send(&Message{Kind: MsgReady, Ready: &Ready{Hostname: "h1", Ports: []int{5}}}); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(&stream)
+	noise, err := SkipBanner(r)
+	if err != nil || len(noise) != 2 || noise[0] != "Welcome!" || !strings.HasPrefix(noise[1], "xxx") {
+		t.Fatalf("noise %q, err %v", noise, err)
+	}
+	m, err := NewConn(r, io.Discard).Recv()
+	if err != nil || m.Kind != MsgReady || m.Ready.Hostname != "h1" || m.Ready.Ports[0] != 5 {
+		t.Fatalf("after the banner: %+v, %v", m, err)
+	}
+	noise, err = SkipBanner(bufio.NewReader(strings.NewReader("bash: gorun: command not found\n")))
+	if err != io.EOF || len(noise) != 1 || !strings.Contains(noise[0], "command not found") {
+		t.Fatalf("no greeting: %q, %v", noise, err)
+	}
+	if _, err := SkipBanner(bufio.NewReader(strings.NewReader(strings.Repeat("spam\n", MaxBannerLines+1)))); err == nil || !strings.Contains(err.Error(), "no agent greeting") {
+		t.Fatalf("endless noise: %v", err)
+	}
+}
+
+func TestTrimNewline(t *testing.T) {
+	for in, want := range map[string]string{"a\n": "a", "a\r\n": "a", "a": "a", "\n": "", "": "", "a\r": "a\r"} {
+		if got := string(TrimNewline([]byte(in))); got != want {
+			t.Errorf("TrimNewline(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,380 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gorun/gorun/internal/jobenv"
+	"github.com/gorun/gorun/launcher/proto"
+)
+
+// session is supervise's state: the supervisor (pure) and what performs
+// its actions and shows the job (output, status line, stall inspector,
+// timelines, the PMI relay).
+type session struct {
+	j         *job
+	sv        *supervisor
+	relay     *pmiRelay
+	ins       *inspector
+	status    *statusLine // nil: no status line
+	timelines map[int][]byte
+	wake      *time.Timer // the supervisor's next deadline
+	armed     time.Time   // what wake is set for (zero: nothing)
+}
+
+// supervise starts the ranks and runs the job to its end. It only turns
+// what happens (agents' messages, signals, the context, timers) into the
+// supervisor's events and performs the actions the supervisor returns;
+// the rules are in supervisor.go.
+func (j *job) supervise(ctx context.Context) Result {
+	relay, err := newPMIRelay(j.agents, j.cfg.PMI != PMIOff)
+	if err != nil {
+		// Not reachable: every job has a host with ranks.
+		j.shutdown(true)
+		return Result{ExitCode: ExitLaunchFailed, Failure: err.Error()}
+	}
+	s := &session{j: j, sv: newSupervisor(j.supervisorConfig(), j.t0), relay: relay, ins: newInspector(j, j.cfg), timelines: map[int][]byte{}}
+	defer s.ins.stop()
+	start := &proto.Message{Kind: proto.MsgStart, Env: j.startEnv()}
+	for _, a := range j.agents {
+		a.outbox.put(start) // if the agent is gone, its reader says so
+	}
+	s.perform(s.sv.step(event{kind: evStart, now: time.Now()}))
+	for _, ev := range j.backlog {
+		s.agentEvent(ev)
+	}
+	j.backlog = nil
+	stopStdin := j.forwardStdin()
+	s.loop(ctx)
+	for _, a := range j.agents {
+		a.outbox.close() // every agent is done: this also ends the stdin copy
+	}
+	stopStdin()
+	j.shutdown(false)
+	return s.finish()
+}
+
+// supervisorConfig is the job as the supervisor sees it.
+func (j *job) supervisorConfig() supervisorConfig {
+	cfg := j.cfg
+	c := supervisorConfig{
+		NP: j.np, Hubs: cfg.Hubs, Elastic: cfg.HubElastic, Timeout: cfg.Timeout, DumpWait: cfg.DumpWait,
+		Grace: cfg.Grace, AgentWait: cfg.AgentWait, Timeline: cfg.Timeline != "",
+	}
+	for _, a := range j.agents {
+		sa := supervisedAgent{Name: a.name}
+		for _, rs := range a.ranks {
+			sa.Ranks = append(sa.Ranks, rs.Rank)
+		}
+		c.Agents = append(c.Agents, sa)
+	}
+	return c
+}
+
+// startEnv is what every rank is told at the start: every rank's and
+// hub's address, and rank 0's master address.
+func (j *job) startEnv() []string {
+	peerOf := make([]string, len(j.ranks))
+	masterAddr, masterPort := "", 0
+	for _, a := range j.agents {
+		for i, rs := range a.ranks {
+			peerOf[rs.Rank] = net.JoinHostPort(a.ready.Addr, strconv.Itoa(a.ready.Ports[i]))
+			if rs.Rank == 0 {
+				masterAddr, masterPort = a.ready.Addr, a.ready.MasterPort
+			}
+		}
+	}
+	return jobenv.Peers(peerOf[:j.np], peerOf[j.np:], masterAddr, masterPort)
+}
+
+// loop runs until every agent is done.
+func (s *session) loop(ctx context.Context) {
+	cfg := s.j.cfg
+	s.wake = time.NewTimer(time.Hour)
+	s.wake.Stop()
+	defer s.wake.Stop()
+	var statusTick <-chan time.Time
+	if cfg.StatusLine {
+		s.status = &statusLine{w: cfg.Stderr, start: time.Now()}
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		statusTick = t.C
+		defer s.status.clear()
+	}
+	ctxDone := ctx.Done()
+	for !s.sv.finished() {
+		s.arm()
+		select {
+		case now := <-statusTick:
+			if now.Sub(s.status.start) >= statusAfter {
+				s.status.draw(statusText(s.j.ranks, s.ins.views, s.status, now))
+			}
+		case now := <-s.ins.tick:
+			warn, abort := s.ins.check(now)
+			if warn != "" {
+				s.perform(s.sv.step(event{kind: evStall, now: now, text: warn}))
+			}
+			if abort != "" {
+				s.perform(s.sv.step(event{kind: evStall, now: now, text: abort, abort: true}))
+			}
+		case now := <-s.wake.C:
+			s.armed = time.Time{}
+			s.perform(s.sv.step(event{kind: evTick, now: now}))
+		case ev := <-s.j.events:
+			s.agentEvent(ev)
+		case sig := <-cfg.Signals:
+			s.perform(s.sv.step(event{kind: evSignal, now: time.Now(), sig: asSignal(sig)}))
+		case <-ctxDone:
+			ctxDone = nil // the job is stopping; once is enough
+			s.perform(s.sv.step(event{kind: evCancelled, now: time.Now(), text: ctx.Err().Error()}))
+		}
+	}
+}
+
+// arm sets the wake-up timer for the supervisor's next deadline.
+func (s *session) arm() {
+	next := s.sv.next()
+	if next.Equal(s.armed) {
+		return
+	}
+	s.armed = next
+	if next.IsZero() {
+		s.wake.Stop()
+		return
+	}
+	s.wake.Reset(time.Until(next))
+}
+
+// agentEvent feeds one message of an agent, or the end of its stream, to
+// the supervisor.
+func (s *session) agentEvent(ev agentEvent) {
+	now := time.Now()
+	a := s.j.agents[ev.agent]
+	if ev.m == nil {
+		s.perform(s.sv.step(event{kind: evLost, now: now, agent: a.index, text: fmt.Sprintf("lost the agent on %s: %s", a.name, ev.why)}))
+		return
+	}
+	s.perform(s.sv.step(s.translate(a, ev.m, now)))
+}
+
+// translate does what a message needs besides supervision (output, the
+// ranks' states, timelines, the PMI relay) and returns its event.
+func (s *session) translate(a *agentProc, m *proto.Message, now time.Time) event {
+	j := s.j
+	ev := event{kind: evHeard, now: now, agent: a.index, rank: m.Rank}
+	ours := m.Rank >= 0 && m.Rank < len(j.ranks) && j.ranks[m.Rank].agent == a.index
+	switch {
+	case m.Kind == proto.MsgStarted && ours:
+		rs := &j.ranks[m.Rank]
+		rs.pid, rs.started = m.Pid, true
+		ev.kind = evStarted
+	case m.Kind == proto.MsgExit && ours:
+		ex := m.Exit
+		if ex == nil {
+			ex = &proto.Exit{Code: 1, Failure: "(its agent sent no exit status)"}
+		}
+		j.ranks[m.Rank].exited = true
+		s.ins.exited(m.Rank)
+		ev.kind, ev.exit, ev.text = evExited, ex, j.describeExit(m.Rank, ex)
+	case m.Kind == proto.MsgOutput && ours:
+		s.output(m)
+	case m.Kind == proto.MsgStatus && ours && m.Status != nil:
+		s.ins.update(m.Rank, m.Status, now)
+		ev.kind, ev.declared = evStatus, m.Status.State.Declared
+	case m.Kind == proto.MsgTimeline && ours:
+		s.timelines[m.Rank] = m.Data
+	case m.Kind == proto.MsgClock:
+		ev.kind, ev.clock = evClock, m.Clock
+	case m.Kind == proto.MsgDone:
+		ev.kind = evDone
+	case m.Kind == proto.MsgError:
+		ev.kind, ev.text = evAgentError, fmt.Sprintf("%s: agent: %s", a.name, m.Err)
+	case m.Kind == proto.MsgPMIFence:
+		if err := s.fence(a, m); err != nil {
+			ev.kind, ev.code, ev.text = evFailed, ExitLaunchFailed, err.Error()
+		}
+	case m.Kind == proto.MsgPMIAbort:
+		text := fmt.Sprintf("%s on %s called MPI_Abort with exit code %d", j.name(m.Rank), a.name, m.Code)
+		if m.Err != "" {
+			text += ": " + m.Err
+		}
+		ev.kind, ev.code, ev.text = evFailed, m.Code, text
+	}
+	return ev
+}
+
+// output passes on a line of a rank's output (or keeps a line of its
+// goroutine dump).
+func (s *session) output(m *proto.Message) {
+	switch m.Stream {
+	case proto.StreamDump:
+		s.ins.dumpLine(m.Rank, m.Data)
+		return
+	case proto.StreamStderr:
+		s.j.ranks[m.Rank].stderr.add(string(m.Data))
+	case proto.StreamStdout:
+	default:
+		return
+	}
+	s.status.clear()
+	s.j.out.line(m.Rank, m.Stream, m.Data)
+}
+
+// fence enters a's PMI barrier, and releases every host when it was the
+// last.
+func (s *session) fence(a *agentProc, m *proto.Message) error {
+	puts, complete, err := s.relay.enter(a, m)
+	if err != nil || !complete {
+		return err
+	}
+	rel := &proto.Message{Kind: proto.MsgPMIRelease, Epoch: m.Epoch, Puts: puts}
+	for _, b := range s.relay.agents {
+		if !s.sv.done(b.index) {
+			b.outbox.put(rel)
+		}
+	}
+	return nil
+}
+
+// perform carries out the supervisor's actions.
+func (s *session) perform(acts []action) {
+	j := s.j
+	for _, act := range acts {
+		switch act.kind {
+		case actPrint:
+			s.status.clear()
+			fmt.Fprintf(j.cfg.Stderr, "gorun: %s\n", act.text)
+		case actTerminate:
+			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgTerminate, Signal: int(act.sig)})
+		case actDump:
+			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgDump})
+		case actClock:
+			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgClock})
+		case actCloseStdin:
+			j.agents[act.agent].outbox.close()
+		case actKill:
+			j.agents[act.agent].kill()
+		case actLaunched:
+			j.cfg.Logger.Info("all ranks started", "ranks", len(j.ranks), "elapsed", s.sv.launch)
+		}
+	}
+}
+
+// finish prints the job's summary, its goroutine dumps and its timeline,
+// and returns its result.
+func (s *session) finish() Result {
+	cfg := s.j.cfg
+	res := Result{LaunchTime: s.sv.launch}
+	var note string
+	res.ExitCode, res.Failure, note = s.sv.result()
+	if note != "" {
+		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", note)
+	}
+	if res.Failure != "" {
+		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", res.Failure)
+	}
+	if d := s.ins.writeDumps(s.j.jobID); d != "" {
+		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", d)
+	}
+	if cfg.Timeline != "" {
+		probes := make([]clockProbe, len(s.sv.agents))
+		for i, a := range s.sv.agents {
+			probes[i] = a.probe
+		}
+		if note, err := s.j.writeTimeline(cfg.Timeline, s.timelines, probes); err != nil {
+			fmt.Fprintf(cfg.Stderr, "gorun: --timeline: %v\n", err)
+		} else {
+			fmt.Fprintf(cfg.Stderr, "gorun: %s\n", note)
+		}
+	}
+	return res
+}
+
+// name is how messages call a rank or a hub.
+func (j *job) name(rank int) string {
+	if rank >= j.np {
+		return fmt.Sprintf("hub %d", rank-j.np)
+	}
+	return fmt.Sprintf("rank %d", rank)
+}
+
+// describeExit is the summary of a rank's exit, with its last stderr
+// lines.
+func (j *job) describeExit(rank int, ex *proto.Exit) string {
+	rs := j.ranks[rank]
+	var b strings.Builder
+	how := fmt.Sprintf("exited with code %d", ex.Code)
+	if ex.Signal != 0 {
+		how = fmt.Sprintf("was killed by signal %d (%v)", ex.Signal, syscall.Signal(ex.Signal))
+	}
+	switch {
+	case ex.OOM:
+		how += " (by the kernel's OOM killer: the memory cgroup counted an oom_kill)"
+	case ex.ForeignKill:
+		how += " (not by gorun; out of memory?)"
+	}
+	switch {
+	case ex.Failure != "" && ex.Signal == int(syscall.SIGKILL):
+		how = "was failed by gorun (killed): " + ex.Failure
+	case ex.Failure != "":
+		how += " " + ex.Failure
+	}
+	fmt.Fprintf(&b, "%s on %s (pid %d) %s", j.name(rank), rs.host, ex.Pid, how)
+	if lines := rs.stderr.lines(); len(lines) > 0 {
+		fmt.Fprintf(&b, "; its last stderr lines:")
+		for _, l := range lines {
+			fmt.Fprintf(&b, "\n    %s", l)
+		}
+	}
+	return b.String()
+}
+
+// stdinBacklog bounds the stdin messages (32 KiB each) queued for rank 0's
+// agent.
+const stdinBacklog = 32
+
+// forwardStdin copies Config.Stdin to rank 0 until it ends, and returns
+// how to stop the copy. stop waits for the copier when its read can be
+// interrupted (the reader has SetReadDeadline, as a pollable pipe does);
+// a read of a terminal cannot be, and the copier then ends at its next
+// read, or with the process.
+func (j *job) forwardStdin() (stop func()) {
+	if j.cfg.Stdin == nil {
+		return func() {}
+	}
+	target := j.agents[j.ranks[0].agent]
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := j.cfg.Stdin.Read(buf)
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			if n > 0 && !target.outbox.putWait(&proto.Message{Kind: proto.MsgStdin, Data: append([]byte(nil), buf[:n]...)}, stdinBacklog) {
+				return
+			}
+			if err != nil {
+				target.outbox.put(&proto.Message{Kind: proto.MsgStdinEOF})
+				return
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		d, ok := j.cfg.Stdin.(interface{ SetReadDeadline(time.Time) error })
+		if !ok || d.SetReadDeadline(time.Now()) != nil {
+			return
+		}
+		<-done
+		_ = d.SetReadDeadline(time.Time{})
+	}
+}

@@ -1,0 +1,449 @@
+package launcher
+
+import (
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/gorun/gorun/launcher/proto"
+)
+
+// The job's supervision, from the start of the ranks to the end of the
+// job, is a pure state machine: supervisor.step takes one event (a rank
+// exited, gorun got a signal, time passed, ...) and returns the actions to
+// take (tell the agents to signal their ranks, print a line, kill a host's
+// session, ...). It reads no clock (every event carries the time) and does
+// no I/O, so each of its rules has a table test (supervisor_test.go).
+// job.supervise turns channel receives into events and performs the
+// actions; policy, inside the supervisor, decides the exit code.
+//
+// The rules, besides policy's:
+//   - --timeout and a --stall-abort first ask the Go ranks for goroutine
+//     dumps (if any rank can write one), and stop every rank DumpWait
+//     later; a second signal does the same before SIGKILL.
+//   - Once the ranks are told to stop, every agent is pinged (MsgClock).
+//     An agent that says nothing within AgentWait is gone silent: its host
+//     is reported unreachable, its session is killed, and the job goes on
+//     without waiting for it (a partitioned host).
+//   - Grace plus hardStopMargin after the first stop, agents still
+//     running are killed (their ranks die with them).
+//   - With --timeline, each agent's clock is probed clockProbes times at
+//     the start to align the ranks' timelines.
+
+// hardStopMargin is how long after the grace period the launcher kills
+// agents that are still running.
+const hardStopMargin = 10 * time.Second
+
+// eventKind is what happened.
+type eventKind uint8
+
+const (
+	evStart      eventKind = iota + 1 // the agents were told to start the ranks
+	evStarted                         // agent's rank started
+	evExited                          // agent's rank exited (exit); text describes it
+	evStatus                          // agent's rank's status page changed; declared: it is a Go rank that can dump
+	evClock                           // agent answered a MsgClock with its clock
+	evHeard                           // agent said something else (output, a timeline, a PMI barrier)
+	evDone                            // agent: every rank of its host is gone
+	evLost                            // agent's stream ended (text says why)
+	evAgentError                      // agent reported an error of its own (text)
+	evFailed                          // the job failed with code for another reason (text): MPI_Abort, a broken PMI barrier
+	evSignal                          // gorun received sig
+	evCancelled                       // the caller's context ended (text)
+	evStall                           // the stall inspector's report (text); abort: stalled for --stall-abort
+	evTick                            // time passed: a deadline may be due
+)
+
+// fromAgent says whether events of kind k come from an agent (and so show
+// that it is reachable).
+func (k eventKind) fromAgent() bool {
+	switch k {
+	case evStarted, evExited, evStatus, evClock, evHeard, evDone, evAgentError, evFailed:
+		return true
+	}
+	return false
+}
+
+// event is one input of the supervisor. now is when it happened; the
+// other fields are set as its kind says.
+type event struct {
+	kind     eventKind
+	now      time.Time
+	agent    int // index of the agent it came from
+	rank     int
+	code     int
+	exit     *proto.Exit
+	sig      syscall.Signal
+	clock    int64
+	text     string
+	declared bool
+	abort    bool
+}
+
+// actionKind is what to do.
+type actionKind uint8
+
+const (
+	actPrint      actionKind = iota + 1 // print "gorun: text" on stderr
+	actTerminate                        // tell agent to signal its ranks with sig (MsgTerminate)
+	actDump                             // tell agent to SIGQUIT its Go ranks (MsgDump)
+	actClock                            // send agent a MsgClock (a clock probe, or a ping)
+	actCloseStdin                       // close agent's stream: it is done
+	actKill                             // kill agent's process (its SSH session) and its process group
+	actLaunched                         // every rank started (log it)
+)
+
+type action struct {
+	kind  actionKind
+	agent int
+	sig   syscall.Signal
+	text  string
+}
+
+// supervisedAgent is one host's agent as the supervisor sees it.
+type supervisedAgent struct {
+	Name  string
+	Ranks []int // the ranks and hubs it runs
+}
+
+// supervisorConfig is what the supervisor needs from the job.
+type supervisorConfig struct {
+	NP, Hubs  int
+	Elastic   bool
+	Timeout   time.Duration // 0: none
+	DumpWait  time.Duration
+	Grace     time.Duration
+	AgentWait time.Duration // 0: no bound (the hard stop only)
+	Timeline  bool
+	Agents    []supervisedAgent
+}
+
+// agentState is the supervisor's view of one agent.
+type agentState struct {
+	supervisedAgent
+	done   bool
+	heard  bool       // it said something since the ranks were told to stop
+	clocks []clockReq // its MsgClocks not answered yet, oldest first
+	probe  clockProbe // its clock against the launcher's (--timeline)
+}
+
+// clockReq is a MsgClock in flight: a clock probe, or a ping.
+type clockReq struct {
+	sent  time.Time
+	probe bool
+}
+
+type supervisor struct {
+	cfg      supervisorConfig
+	t0       time.Time // when Run began
+	pol      *policy
+	agents   []agentState
+	declared []bool // per rank: a Go rank that can write a goroutine dump
+	started  int
+	launch   time.Duration // from t0 to the last rank started
+
+	dumped   bool
+	dumpSig  syscall.Signal
+	stopped  bool // the ranks were told to stop: the agents were pinged
+	hardSet  bool // the hard stop was armed (it is armed once)
+	timeout  time.Time
+	dumpEnd  time.Time
+	silentAt time.Time
+	hardStop time.Time
+
+	acts []action
+}
+
+func newSupervisor(cfg supervisorConfig, t0 time.Time) *supervisor {
+	s := &supervisor{cfg: cfg, t0: t0, pol: newPolicy(cfg.NP, cfg.Hubs, cfg.Elastic), declared: make([]bool, cfg.NP)}
+	for _, a := range cfg.Agents {
+		s.agents = append(s.agents, agentState{supervisedAgent: a})
+	}
+	return s
+}
+
+// step takes one event and returns what to do, in order.
+func (s *supervisor) step(ev event) []action {
+	s.acts = nil
+	if ev.kind.fromAgent() && ev.agent >= 0 && ev.agent < len(s.agents) {
+		s.agents[ev.agent].heard = true
+	}
+	switch ev.kind {
+	case evStart:
+		s.start(ev.now)
+	case evStarted:
+		s.rankStarted(ev.now)
+	case evExited:
+		s.apply(s.pol.rankExited(ev.rank, exitCode(ev.exit), ev.text), ev.now)
+	case evStatus:
+		if ev.rank >= 0 && ev.rank < len(s.declared) {
+			s.declared[ev.rank] = ev.declared
+		}
+	case evClock:
+		s.clockReply(ev.agent, ev.clock, ev.now)
+	case evDone:
+		if !s.agents[ev.agent].done {
+			s.agents[ev.agent].done = true
+			s.emit(action{kind: actCloseStdin, agent: ev.agent})
+		}
+	case evLost:
+		if !s.agents[ev.agent].done {
+			s.agents[ev.agent].done = true
+			s.apply(s.pol.agentLost(s.allExited(ev.agent), ev.text), ev.now)
+		}
+	case evAgentError:
+		s.apply(s.pol.agentError(ev.text), ev.now)
+	case evFailed:
+		s.apply(s.pol.jobFailed(ev.code, ev.text), ev.now)
+	case evSignal:
+		// A second signal kills; the Go ranks first write their dumps.
+		if s.pol.stopping == 0 || !s.dump(ev.now, 0, "", syscall.SIGKILL) {
+			s.apply(s.pol.signal(ev.sig), ev.now)
+		}
+	case evCancelled:
+		s.apply(s.pol.timedOut("cancelled: "+ev.text), ev.now)
+	case evStall:
+		s.stall(ev)
+	case evTick:
+		s.tick(ev.now)
+	}
+	return s.acts
+}
+
+func (s *supervisor) emit(a action) { s.acts = append(s.acts, a) }
+
+// start: the ranks are starting; --timeout runs from now, and the agents'
+// clocks are probed for --timeline.
+func (s *supervisor) start(now time.Time) {
+	if s.cfg.Timeout > 0 {
+		s.timeout = now.Add(s.cfg.Timeout)
+	}
+	if s.cfg.Timeline {
+		for i := range s.agents {
+			s.sendClock(i, now, true)
+		}
+	}
+}
+
+func (s *supervisor) rankStarted(now time.Time) {
+	s.started++
+	if s.started == s.cfg.NP+s.cfg.Hubs {
+		s.launch = now.Sub(s.t0)
+		s.emit(action{kind: actLaunched})
+	}
+}
+
+func (s *supervisor) sendClock(i int, now time.Time, probe bool) {
+	a := &s.agents[i]
+	a.clocks = append(a.clocks, clockReq{sent: now, probe: probe})
+	s.emit(action{kind: actClock, agent: i})
+}
+
+// clockReply pairs agent i's answer with its oldest MsgClock in flight
+// (the agent answers in order); a probe's answer may call for another.
+func (s *supervisor) clockReply(i int, clock int64, now time.Time) {
+	a := &s.agents[i]
+	if len(a.clocks) == 0 {
+		return
+	}
+	req := a.clocks[0]
+	a.clocks = a.clocks[1:]
+	if req.probe && a.probe.reply(req.sent, clock, now) {
+		s.sendClock(i, now, true)
+	}
+}
+
+// apply carries out one of policy's decisions.
+func (s *supervisor) apply(d decision, now time.Time) {
+	if d.Note != "" {
+		s.emit(action{kind: actPrint, text: d.Note})
+	}
+	if d.Signal != 0 {
+		for i, a := range s.agents {
+			if !a.done {
+				s.emit(action{kind: actTerminate, agent: i, sig: d.Signal})
+			}
+		}
+		s.ping(now)
+	}
+	if d.HardStop && !s.hardSet {
+		s.hardSet = true
+		s.hardStop = now.Add(s.cfg.Grace + hardStopMargin)
+	}
+}
+
+// ping asks every agent that is not done for a sign of life, once, when
+// the ranks are first told to stop; silence sets the deadline.
+func (s *supervisor) ping(now time.Time) {
+	if s.stopped || s.cfg.AgentWait <= 0 {
+		return
+	}
+	s.stopped = true
+	s.silentAt = now.Add(s.cfg.AgentWait)
+	for i := range s.agents {
+		if !s.agents[i].done {
+			s.agents[i].heard = false
+			s.sendClock(i, now, false)
+		}
+	}
+}
+
+// dump asks the Go ranks for goroutine dumps, once, if some running rank
+// can write one; DumpWait later the ranks get sig. A code of 0 leaves the
+// job's outcome as it is (a second signal).
+func (s *supervisor) dump(now time.Time, code int, text string, sig syscall.Signal) bool {
+	if s.dumped || !s.dumpable() {
+		return false
+	}
+	s.dumped = true
+	if code != 0 {
+		s.apply(s.pol.beginDump(code, text), now)
+	} else {
+		s.pol.dumping = true
+	}
+	for i, a := range s.agents {
+		if !a.done {
+			s.emit(action{kind: actDump, agent: i})
+		}
+	}
+	s.dumpEnd, s.dumpSig = now.Add(s.cfg.DumpWait), sig
+	return true
+}
+
+// dumpable: some running rank is a Go program using gorun's collectives.
+func (s *supervisor) dumpable() bool {
+	for r, d := range s.declared {
+		if d && !s.pol.exited[r] {
+			return true
+		}
+	}
+	return false
+}
+
+// stall: the stall inspector's warning is printed; --stall-abort ends the
+// job as --timeout does.
+func (s *supervisor) stall(ev event) {
+	if !ev.abort {
+		s.emit(action{kind: actPrint, text: "stall: " + ev.text})
+		return
+	}
+	if !s.dump(ev.now, ExitTimeout, ev.text, syscall.SIGTERM) {
+		s.apply(s.pol.timedOut(ev.text), ev.now)
+	}
+}
+
+// due reports whether deadline t is set and has come at now.
+func due(t, now time.Time) bool { return !t.IsZero() && !now.Before(t) }
+
+// tick acts on the deadlines that have come.
+func (s *supervisor) tick(now time.Time) {
+	if due(s.timeout, now) {
+		s.timeout = time.Time{}
+		text := fmt.Sprintf("job timed out after %v; terminated every rank", s.cfg.Timeout)
+		if !s.dump(now, ExitTimeout, text, syscall.SIGTERM) {
+			s.apply(s.pol.timedOut(text), now)
+		}
+	}
+	if due(s.dumpEnd, now) {
+		s.dumpEnd = time.Time{}
+		s.apply(s.pol.endDump(s.dumpSig), now)
+	}
+	if due(s.silentAt, now) {
+		s.silentAt = time.Time{}
+		s.silent(now)
+	}
+	if due(s.hardStop, now) {
+		s.hardStop = time.Time{}
+		// Agents that do not finish after the grace period plus a
+		// margin are killed; their ranks die with them.
+		for i, a := range s.agents {
+			if !a.done {
+				s.emit(action{kind: actKill, agent: i})
+			}
+		}
+	}
+}
+
+// silent ends the wait on every agent that said nothing within AgentWait
+// of the stop: its host is reported unreachable and its session killed,
+// and it counts as lost now rather than when its stream ends.
+func (s *supervisor) silent(now time.Time) {
+	for i := range s.agents {
+		a := &s.agents[i]
+		if a.done || a.heard {
+			continue
+		}
+		a.done = true
+		text := fmt.Sprintf("%s unreachable: no word from its agent within %v of the stop; killed its session", a.Name, s.cfg.AgentWait)
+		s.emit(action{kind: actKill, agent: i})
+		failed := s.pol.failed
+		all := s.allExited(i)
+		s.apply(s.pol.agentLost(all, text), now)
+		if failed || all {
+			// Not the job's failure: report it here.
+			s.emit(action{kind: actPrint, text: text})
+		}
+	}
+}
+
+// allExited reports whether every rank of agent i has exited.
+func (s *supervisor) allExited(i int) bool {
+	for _, r := range s.agents[i].Ranks {
+		if !s.pol.exited[r] {
+			return false
+		}
+	}
+	return true
+}
+
+// next is the earliest deadline to wake up for with an evTick (zero:
+// none).
+func (s *supervisor) next() time.Time {
+	var t time.Time
+	for _, d := range []time.Time{s.timeout, s.dumpEnd, s.silentAt, s.hardStop} {
+		if !d.IsZero() && (t.IsZero() || d.Before(t)) {
+			t = d
+		}
+	}
+	return t
+}
+
+// finished: every agent is done (or lost); the job is over.
+func (s *supervisor) finished() bool {
+	for _, a := range s.agents {
+		if !a.done {
+			return false
+		}
+	}
+	return true
+}
+
+// done reports whether agent i is done: it gets no more messages.
+func (s *supervisor) done(i int) bool { return s.agents[i].done }
+
+// result is the job's exit code and summary, and a closing note ("" for
+// none), once it is finished.
+func (s *supervisor) result() (code int, failure, note string) { return s.pol.result() }
+
+// clockProbe measures an agent's clock against the launcher's: the
+// fastest of clockProbes round trips wins.
+type clockProbe struct {
+	n      int
+	offset time.Duration // agent minus launcher
+	err    time.Duration // half the round trip
+	ok     bool
+}
+
+const clockProbes = 5
+
+// reply takes the agent's time for a probe sent at sent and answered at
+// now, and says whether to probe again.
+func (c *clockProbe) reply(sent time.Time, agentNs int64, now time.Time) (again bool) {
+	rtt := now.Sub(sent)
+	mid := sent.Add(rtt / 2)
+	if !c.ok || rtt/2 < c.err {
+		c.offset, c.err, c.ok = time.Unix(0, agentNs).Sub(mid), rtt/2, true
+	}
+	c.n++
+	return c.n < clockProbes
+}

@@ -1,0 +1,337 @@
+package launcher
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/launcher/proto"
+)
+
+// The supervisor's rules, one table row each. Every row runs a fresh
+// supervisor through events at given times and checks the actions of each
+// step and the job's result; nothing here sleeps or starts a process.
+
+var t0 = time.Unix(1_000_000, 0)
+
+// sstep is one event fed at t0+at, and the actions it must produce, in
+// order, each rendered by show (a print matches by prefix).
+type sstep struct {
+	at   time.Duration
+	ev   event
+	want []string
+}
+
+func show(a action) string {
+	switch a.kind {
+	case actPrint:
+		return "print: " + a.text
+	case actTerminate:
+		return fmt.Sprintf("terminate %d %s", a.agent, signalName(a.sig))
+	case actDump:
+		return fmt.Sprintf("dump %d", a.agent)
+	case actClock:
+		return fmt.Sprintf("clock %d", a.agent)
+	case actCloseStdin:
+		return fmt.Sprintf("close %d", a.agent)
+	case actKill:
+		return fmt.Sprintf("kill %d", a.agent)
+	case actLaunched:
+		return "launched"
+	}
+	return fmt.Sprintf("action %d", a.kind)
+}
+
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGTERM:
+		return "TERM"
+	case syscall.SIGKILL:
+		return "KILL"
+	case syscall.SIGINT:
+		return "INT"
+	}
+	return fmt.Sprint(int(s))
+}
+
+// Event builders: agent 0 is h1 with ranks 0 and 1, agent 1 is h2 with
+// ranks 2 and 3 (testConfig).
+func exited(agent, rank, code int) event {
+	return event{kind: evExited, agent: agent, rank: rank, exit: &proto.Exit{Code: code}, text: fmt.Sprintf("rank %d exited with code %d", rank, code)}
+}
+func started(agent, rank int) event { return event{kind: evStarted, agent: agent, rank: rank} }
+func heard(agent int) event         { return event{kind: evHeard, agent: agent} }
+func clockAns(agent int, ns int64) event {
+	return event{kind: evClock, agent: agent, clock: ns}
+}
+func doneEv(agent int) event { return event{kind: evDone, agent: agent} }
+func lost(agent int) event {
+	return event{kind: evLost, agent: agent, text: fmt.Sprintf("lost the agent on h%d", agent+1)}
+}
+func declared(agent, rank int) event {
+	return event{kind: evStatus, agent: agent, rank: rank, declared: true}
+}
+func signal(s syscall.Signal) event { return event{kind: evSignal, sig: s} }
+func tick() event                   { return event{kind: evTick} }
+
+func testConfig() supervisorConfig {
+	return supervisorConfig{
+		NP: 4, Grace: 5 * time.Second, DumpWait: 2 * time.Second, AgentWait: 2 * time.Second,
+		Agents: []supervisedAgent{{Name: "h1", Ranks: []int{0, 1}}, {Name: "h2", Ranks: []int{2, 3}}},
+	}
+}
+
+// bothStop is what the first stop of a job on h1 and h2 does: both agents
+// signal their ranks, then both are pinged.
+var bothStop = []string{"terminate 0 TERM", "terminate 1 TERM", "clock 0", "clock 1"}
+
+func TestSupervisor(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		cfg         func(*supervisorConfig)
+		steps       []sstep
+		wantCode    int
+		wantFailure string // substring; "" means success
+		notDone     bool   // the job is still running after the steps
+	}{
+		{name: "all ranks succeed: the agents finish", steps: []sstep{
+			{ev: started(0, 0)}, {ev: started(0, 1)}, {ev: started(1, 2)},
+			{at: time.Second, ev: started(1, 3), want: []string{"launched"}},
+			{ev: exited(0, 0, 0)}, {ev: exited(0, 1, 0)}, {ev: exited(1, 2, 0)},
+			// The last rank's exit stops what is left (dedicated hubs).
+			{ev: exited(1, 3, 0), want: bothStop},
+			{ev: doneEv(0), want: []string{"close 0"}}, {ev: doneEv(1), want: []string{"close 1"}},
+		}},
+		{name: "a failed rank stops every host and sets the code", steps: []sstep{
+			{ev: exited(1, 2, 3), want: bothStop},
+			{ev: exited(0, 0, 143)}, {ev: exited(0, 1, 143)}, {ev: exited(1, 3, 143)},
+			{ev: doneEv(0), want: []string{"close 0"}}, {ev: doneEv(1), want: []string{"close 1"}},
+		}, wantCode: 3, wantFailure: "rank 2 exited with code 3"},
+		{name: "exit code: a signal counts as 128+N", steps: []sstep{
+			{ev: event{kind: evExited, agent: 0, rank: 0, exit: &proto.Exit{Code: -1, Signal: 9}, text: "killed"}, want: bothStop},
+		}, wantCode: 137, wantFailure: "killed", notDone: true},
+		{name: "exit code: the agent's failure of a rank that exited 0 is 1", steps: []sstep{
+			{ev: event{kind: evExited, agent: 0, rank: 0, exit: &proto.Exit{Failure: "without MPI_Finalize"}, text: "no finalize"}, want: bothStop},
+		}, wantCode: 1, wantFailure: "no finalize", notDone: true},
+		{name: "silent host: reported, killed, and the job ends without it", steps: []sstep{
+			{ev: exited(0, 0, 1), want: bothStop},
+			{at: 100 * time.Millisecond, ev: clockAns(0, 0)},
+			{at: 200 * time.Millisecond, ev: exited(0, 1, 143)},
+			{at: 300 * time.Millisecond, ev: doneEv(0), want: []string{"close 0"}},
+			{at: 1999 * time.Millisecond, ev: tick()},
+			{at: 2 * time.Second, ev: tick(), want: []string{"kill 1", "print: h2 unreachable: no word from its agent within 2s of the stop"}},
+			// Its stream ends when the kill lands: nothing more to do.
+			{at: 2100 * time.Millisecond, ev: lost(1)},
+		}, wantCode: 1, wantFailure: "rank 0 exited with code 1"},
+		{name: "a host that answers is not silent, however long its ranks take", steps: []sstep{
+			{ev: exited(0, 0, 1), want: bothStop},
+			{at: time.Second, ev: heard(1)}, {at: time.Second, ev: started(0, 1)},
+			{at: 2 * time.Second, ev: tick()},
+			{at: 15 * time.Second, ev: tick(), want: []string{"kill 0", "kill 1"}},
+		}, wantCode: 1, wantFailure: "rank 0 exited", notDone: true},
+		{name: "what an agent said before the stop does not count", steps: []sstep{
+			{ev: heard(1)},
+			{at: time.Second, ev: exited(0, 0, 1), want: bothStop},
+			{at: 3 * time.Second, ev: tick(), want: []string{"kill 0", "print: h1 unreachable", "kill 1", "print: h2 unreachable"}},
+		}, wantCode: 1, wantFailure: "rank 0 exited"},
+		{name: "silent host on the way to success fails the job naming it", steps: []sstep{
+			{ev: exited(0, 0, 0)}, {ev: exited(0, 1, 0)}, {ev: exited(1, 2, 0)},
+			{ev: exited(1, 3, 0), want: bothStop},
+			{ev: doneEv(0), want: []string{"close 0"}},
+			// h2's ranks have all exited: only its goodbye is missing.
+			{at: 2 * time.Second, ev: tick(), want: []string{"kill 1", "print: h2 unreachable"}},
+		}},
+		{name: "silent host with live ranks fails a job that had not failed", cfg: func(c *supervisorConfig) {
+			c.Hubs = 1
+			c.Agents[1].Ranks = append(c.Agents[1].Ranks, 4)
+		}, steps: []sstep{
+			{ev: exited(0, 0, 0)}, {ev: exited(0, 1, 0)}, {ev: exited(1, 2, 0)},
+			{ev: exited(1, 3, 0), want: bothStop}, // the hub is told to stop
+			{ev: doneEv(0), want: []string{"close 0"}},
+			{at: 2 * time.Second, ev: tick(), want: []string{"kill 1"}},
+		}, wantCode: ExitAgentLost, wantFailure: "h2 unreachable"},
+		{name: "AgentWait 0: no pings, silent hosts wait for the hard stop", cfg: func(c *supervisorConfig) { c.AgentWait = 0 }, steps: []sstep{
+			{ev: exited(0, 0, 1), want: []string{"terminate 0 TERM", "terminate 1 TERM"}},
+			{at: 5 * time.Second, ev: tick()},
+			{at: 15 * time.Second, ev: tick(), want: []string{"kill 0", "kill 1"}},
+			{ev: lost(0)}, {ev: lost(1)},
+		}, wantCode: 1, wantFailure: "rank 0 exited"},
+		{name: "lost agent with running ranks", steps: []sstep{
+			{ev: lost(1), want: []string{"terminate 0 TERM", "clock 0"}},
+			{ev: exited(0, 0, 143)}, {ev: exited(0, 1, 143)},
+			{ev: doneEv(0), want: []string{"close 0"}},
+		}, wantCode: ExitAgentLost, wantFailure: "lost the agent on h2"},
+		{name: "agent gone after its ranks exited is fine", steps: []sstep{
+			{ev: exited(1, 2, 0)}, {ev: exited(1, 3, 0)}, {ev: lost(1)},
+			{ev: exited(0, 0, 0)}, {ev: exited(0, 1, 0), want: []string{"terminate 0 TERM", "clock 0"}},
+			{ev: doneEv(0), want: []string{"close 0"}},
+		}},
+		{name: "agent error", steps: []sstep{
+			{ev: event{kind: evAgentError, agent: 1, text: "h2: agent: no PMI"}, want: bothStop},
+		}, wantCode: ExitAgentLost, wantFailure: "no PMI", notDone: true},
+		{name: "MPI_Abort sets the code", steps: []sstep{
+			{ev: event{kind: evFailed, agent: 0, code: 7, text: "rank 1 called MPI_Abort"}, want: bothStop},
+			{ev: exited(0, 1, 7)},
+		}, wantCode: 7, wantFailure: "MPI_Abort", notDone: true},
+		{name: "ctrl-c forwarded, the second kills", steps: []sstep{
+			{ev: signal(syscall.SIGINT), want: []string{"terminate 0 INT", "terminate 1 INT", "clock 0", "clock 1"}},
+			{ev: signal(syscall.SIGINT), want: []string{"terminate 0 KILL", "terminate 1 KILL"}},
+			{ev: signal(syscall.SIGINT)},
+		}, wantCode: 130, wantFailure: "received interrupt", notDone: true},
+		{name: "second ctrl-c: Go ranks dump first, then SIGKILL", steps: []sstep{
+			{ev: declared(0, 0)},
+			{ev: signal(syscall.SIGINT), want: []string{"terminate 0 INT", "terminate 1 INT", "clock 0", "clock 1"}},
+			{ev: heard(0)}, {ev: heard(1)},
+			{at: time.Second, ev: signal(syscall.SIGINT), want: []string{"dump 0", "dump 1"}},
+			{at: 2 * time.Second, ev: tick()},
+			{at: 3 * time.Second, ev: tick(), want: []string{"terminate 0 KILL", "terminate 1 KILL"}},
+		}, wantCode: 130, wantFailure: "received interrupt", notDone: true},
+		{name: "timeout", cfg: func(c *supervisorConfig) { c.Timeout = time.Minute }, steps: []sstep{
+			{ev: event{kind: evStart}},
+			{at: 59 * time.Second, ev: tick()},
+			{at: time.Minute, ev: tick(), want: bothStop},
+		}, wantCode: ExitTimeout, wantFailure: "timed out after 1m0s", notDone: true},
+		{name: "timeout with Go ranks: dumps first, exits meanwhile do not stop the job", cfg: func(c *supervisorConfig) { c.Timeout = time.Minute }, steps: []sstep{
+			{ev: event{kind: evStart}},
+			{ev: declared(1, 2)},
+			{at: time.Minute, ev: tick(), want: []string{"dump 0", "dump 1"}},
+			{at: time.Minute + time.Second, ev: exited(1, 2, 2)},
+			{at: time.Minute + 2*time.Second, ev: tick(), want: bothStop},
+		}, wantCode: ExitTimeout, wantFailure: "timed out", notDone: true},
+		{name: "a Go rank that exited cannot dump", cfg: func(c *supervisorConfig) { c.Timeout = time.Minute }, steps: []sstep{
+			{ev: event{kind: evStart}},
+			{ev: declared(1, 2)}, {ev: exited(1, 2, 0)},
+			{at: time.Minute, ev: tick(), want: bothStop},
+		}, wantCode: ExitTimeout, wantFailure: "timed out", notDone: true},
+		{name: "stall warning is printed, the abort stops the job", steps: []sstep{
+			{ev: event{kind: evStall, text: "rank 1 waits in all-reduce #3"}, want: []string{"print: stall: rank 1 waits"}},
+			{ev: event{kind: evStall, abort: true, text: "stalled for 10s"}, want: bothStop},
+		}, wantCode: ExitTimeout, wantFailure: "stalled for 10s", notDone: true},
+		{name: "cancelled context", steps: []sstep{
+			{ev: event{kind: evCancelled, text: "context canceled"}, want: bothStop},
+		}, wantCode: ExitTimeout, wantFailure: "cancelled: context canceled", notDone: true},
+		{name: "timeline: clocks probed at the start, a ping in between does not confuse them", cfg: func(c *supervisorConfig) { c.Timeline = true }, steps: []sstep{
+			{ev: event{kind: evStart}, want: []string{"clock 0", "clock 1"}},
+			{at: 10 * time.Millisecond, ev: clockAns(0, 0), want: []string{"clock 0"}},
+			{at: 10 * time.Millisecond, ev: exited(1, 2, 1), want: bothStop},
+			{at: 20 * time.Millisecond, ev: clockAns(0, 0), want: []string{"clock 0"}}, // the probe's answer
+			{at: 20 * time.Millisecond, ev: clockAns(0, 0)},                            // the ping's
+			{at: 30 * time.Millisecond, ev: clockAns(0, 0), want: []string{"clock 0"}},
+		}, wantCode: 1, wantFailure: "rank 2 exited", notDone: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			s := newSupervisor(cfg, t0)
+			for i, st := range tc.steps {
+				st.ev.now = t0.Add(st.at)
+				var got []string
+				for _, a := range s.step(st.ev) {
+					got = append(got, show(a))
+				}
+				if !matchActions(got, st.want) {
+					t.Fatalf("step %d (event %d at %v): actions\n  %q\nwant\n  %q", i, st.ev.kind, st.at, got, st.want)
+				}
+			}
+			if s.finished() == tc.notDone {
+				t.Fatalf("finished %v, want %v", s.finished(), !tc.notDone)
+			}
+			code, failure, _ := s.result()
+			if code != tc.wantCode || (tc.wantFailure == "") != (failure == "") || !strings.Contains(failure, tc.wantFailure) {
+				t.Fatalf("result %d %q, want %d %q", code, failure, tc.wantCode, tc.wantFailure)
+			}
+		})
+	}
+}
+
+func matchActions(got, want []string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if !strings.HasPrefix(got[i], want[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestSupervisorDeadlines: next is the earliest deadline armed, and a
+// deadline fires once.
+func TestSupervisorDeadlines(t *testing.T) {
+	cfg := testConfig()
+	cfg.Timeout = time.Minute
+	s := newSupervisor(cfg, t0)
+	if !s.next().IsZero() {
+		t.Fatalf("deadline %v before the start", s.next())
+	}
+	s.step(event{kind: evStart, now: t0})
+	if want := t0.Add(time.Minute); !s.next().Equal(want) {
+		t.Fatalf("next %v, want the timeout %v", s.next(), want)
+	}
+	s.step(event{kind: evExited, now: t0.Add(time.Second), agent: 0, rank: 0, exit: &proto.Exit{Code: 1}})
+	if want := t0.Add(3 * time.Second); !s.next().Equal(want) {
+		t.Fatalf("next %v, want the silence deadline %v", s.next(), want)
+	}
+	s.step(event{kind: evHeard, now: t0.Add(2 * time.Second), agent: 0})
+	s.step(event{kind: evHeard, now: t0.Add(2 * time.Second), agent: 1})
+	if acts := s.step(event{kind: evTick, now: t0.Add(3 * time.Second)}); len(acts) != 0 {
+		t.Fatalf("agents that answered: %v", acts)
+	}
+	if want := t0.Add(16 * time.Second); !s.next().Equal(want) {
+		t.Fatalf("next %v, want the hard stop %v (grace + %v after the stop)", s.next(), want, hardStopMargin)
+	}
+	if acts := s.step(event{kind: evTick, now: t0.Add(16 * time.Second)}); len(acts) != 2 {
+		t.Fatalf("hard stop: %v", acts)
+	}
+	if acts := s.step(event{kind: evTick, now: t0.Add(time.Hour)}); len(acts) != 0 || !s.next().IsZero() {
+		t.Fatalf("after every deadline: %v, next %v", acts, s.next())
+	}
+}
+
+// TestClockProbe: the fastest round trip wins, and an agent's clock is
+// probed clockProbes times.
+func TestClockProbe(t *testing.T) {
+	cfg := testConfig()
+	cfg.Timeline = true
+	s := newSupervisor(cfg, t0)
+	s.step(event{kind: evStart, now: t0})
+	// Agent 0's clock runs 5 s ahead; the third round trip is the fastest.
+	now := t0
+	for i, rtt := range []time.Duration{40, 20, 4, 30, 10} {
+		rtt *= time.Millisecond
+		sent := now
+		now = now.Add(rtt)
+		acts := s.step(event{kind: evClock, now: now, agent: 0, clock: sent.Add(rtt / 2).Add(5 * time.Second).UnixNano()})
+		if again := len(acts) == 1; again != (i < clockProbes-1) {
+			t.Fatalf("probe %d: %v", i, acts)
+		}
+	}
+	p := s.agents[0].probe
+	if !p.ok || p.offset != 5*time.Second || p.err != 2*time.Millisecond {
+		t.Fatalf("probe %+v, want offset 5s within 2ms", p)
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	for _, tc := range []struct {
+		ex   *proto.Exit
+		want int
+	}{
+		{&proto.Exit{}, 0},
+		{&proto.Exit{Code: 3}, 3},
+		{&proto.Exit{Code: -1, Signal: 15}, 143},
+		{&proto.Exit{Failure: "PMI: bad command"}, 1},
+		{&proto.Exit{Code: -1, Signal: 9, Failure: "PMI: bad command"}, 1},
+		{&proto.Exit{Code: 5, Failure: "no finalize"}, 5},
+		{nil, 1},
+	} {
+		if got := exitCode(tc.ex); got != tc.want {
+			t.Errorf("exitCode(%+v) = %d, want %d", tc.ex, got, tc.want)
+		}
+	}
+}
