@@ -52,7 +52,8 @@ func AcceptHandshake(c net.Conn, jobID string, secret []byte, ok func(Ends) bool
 type DialFunc func(ctx context.Context, addr string) (net.Conn, error)
 
 // DialAuth dials addr until it connects and passes the handshake, or ctx
-// ends; a peer that is not listening yet is retried with a growing pause.
+// ends; a peer that is not listening yet is retried with a growing pause
+// (as DefaultConfig's RetryPause and MaxRetryPause pace the rank mesh).
 // A refused handshake (ErrAuth) is final. On ctx's end the error names
 // the cause and the last failure.
 // dial, if not nil, replaces TCP (an in-memory listener's Dial, say).
@@ -79,7 +80,7 @@ func DialAuth(ctx context.Context, dial DialFunc, addr, jobID string, secret []b
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("connecting to %s: %w (last error: %v)", addr, context.Cause(ctx), last)
-		case <-time.After(min(time.Duration(attempt+1)*20*time.Millisecond, 500*time.Millisecond)):
+		case <-time.After(retryPause(attempt, defaultRetryPause, defaultMaxRetryPause)):
 		}
 	}
 }

@@ -212,8 +212,8 @@ func (t *TCP) conn(ctx context.Context, peer int) (*peerConn, error) {
 	}
 }
 
-// dialLoop connects to peer, retrying until ConnectTimeout; past it the
-// peer is lost.
+// dialLoop connects to peer, retrying (paced by RetryPause and
+// MaxRetryPause) until ConnectTimeout; past it the peer is lost.
 func (t *TCP) dialLoop(peer int) {
 	defer t.wg.Done()
 	ctx, cancel := context.WithTimeout(t.closeCtx, t.cfg.ConnectTimeout)
@@ -280,7 +280,7 @@ func (t *TCP) dialLoop(peer int) {
 				t.lose(peer, fmt.Sprintf("no connection to it within %v (last error: %v)", t.cfg.ConnectTimeout, last))
 			}
 			return
-		case <-time.After(min(time.Duration(attempt+1)*20*time.Millisecond, 500*time.Millisecond)):
+		case <-time.After(retryPause(attempt, t.cfg.RetryPause, t.cfg.MaxRetryPause)):
 		}
 	}
 }

@@ -10,26 +10,48 @@ import (
 // Type is a frame's type.
 type Type uint8
 
-// ONLY APPEND TO THIS LIST: the values cross the wire.
+// ONLY APPEND TO THIS LIST: the values cross the wire. doc.go describes
+// each frame's use and payload in full.
 const (
-	TypeData      Type = iota + 1 // part of a collective
-	TypeAbort                     // the sender gives up the current collective; payload: code byte + text
-	TypeBye                       // the sender is closing cleanly
-	TypePing                      // are you alive? (answered by the reader, not the application)
-	TypePong                      // yes
-	TypeShmOffer                  // the dialer of a pair offers a shared memory segment (or declines); payload: see shmOffer
-	TypeShmAnswer                 // the acceptor's answer to an offer; payload: attached byte, same-host byte, reason
-	TypeReady                     // the dialer starts using the connection (the acceptor may too once it has read this)
-	typeEnd                       // one past the last valid type
+	// TypeData is part of a collective.
+	TypeData Type = iota + 1
+	// TypeAbort: the sender gives up; payload: a Code byte and the text
+	// of the error. Step is 0 if the sender is the rank that aborted,
+	// else that rank + 1 (an abort passed on).
+	TypeAbort
+	// TypeBye: the sender is closing cleanly; no payload.
+	TypeBye
+	// TypePing asks whether the peer is alive; its reader (not the
+	// application) answers with TypePong. No payload.
+	TypePing
+	// TypePong answers a ping; no payload.
+	TypePong
+	// TypeShmOffer: the dialing side of a connection offers a shared
+	// memory segment, or declines to (see shmOffer.encode); rank pairs on
+	// different hosts skip it.
+	TypeShmOffer
+	// TypeShmAnswer: the accepting side's answer to an offer, always
+	// sent. Payload: byte 0 is 1 if it mapped the segment (the pair then
+	// moves its data through it), else 0; byte 1 is 1 if the offer's host
+	// key is its own (also when it did not map the segment), else 0; the
+	// rest is why it did not map the segment ("" when it did). A payload
+	// under 2 bytes counts as a refusal.
+	TypeShmAnswer
+	// TypeReady ends a rank pair's setup (after the answer, or alone):
+	// the dialer uses the connection once it has sent this, the acceptor
+	// once it has read it. No payload. Hub links do not send it.
+	TypeReady
+	typeEnd // one past the last valid type
 )
 
 // HeaderSize is the size of an encoded Header.
 const HeaderSize = 28
 
 // magic starts every frame, to catch a stream that lost its framing.
-const magic uint16 = 0x6772 // "gr"
+const magic uint16 = 0x6772 // "gr" as a number; on the wire, little-endian: 0x72 0x67
 
-// DefaultMaxPayload caps a frame's payload unless Config says otherwise.
+// DefaultMaxPayload caps a frame's payload unless Config.MaxPayload says
+// otherwise.
 const DefaultMaxPayload = 64 << 20
 
 // Header is the fixed part of every frame. The fields that describe the

@@ -104,8 +104,8 @@ func (sp *shmPeer) init(maxPayload int) {
 	sp.fitsWant = func() (bool, error) { return sp.out.fits(sp.want), nil }
 }
 
-// shmOffer is what the lower rank of a pair sends; Path "" declines, and
-// Reason says why.
+// shmOffer is what the dialing side of a connection offers; Path ""
+// declines, and Reason says why.
 type shmOffer struct {
 	HostKey string
 	Path    string
@@ -132,6 +132,9 @@ func (o shmOffer) refusal(mine, dir, jobID string) string {
 	return ""
 }
 
+// encode lays out an offer (TypeShmOffer's payload): HostKey, Path and
+// Reason, each as a uint16 length (little-endian) and at most 32 KiB of
+// bytes, then RingCap as a little-endian uint32.
 func (o shmOffer) encode() []byte {
 	var b []byte
 	for _, s := range []string{o.HostKey, o.Path, o.Reason} {
@@ -270,9 +273,10 @@ func answerOffer(ctx context.Context, c net.Conn, payload []byte, n shmNegotiati
 	return sp, a.SameHost, nil
 }
 
-// shmAnswer is the higher rank's answer to an offer: whether it mapped
-// the segment, whether the two share a host (also when they share no
-// memory), and why not.
+// shmAnswer is the accepting side's answer to an offer: whether it
+// mapped the segment, whether the two share a host (also when they share
+// no memory), and why not. On the wire (TypeShmAnswer): an attached byte
+// (1 or 0), a same-host byte (1 or 0), then the reason's bytes.
 type shmAnswer struct {
 	Attached, SameHost bool
 	Reason             string
@@ -309,7 +313,7 @@ func pairOver(peer int, mem []byte, ringCap int, creator bool) *shmPeer {
 	return &shmPeer{peer: peer, out: second, in: first, mem: mem}
 }
 
-// offerSegment makes the lower side's offer: a new segment for two rings
+// offerSegment makes the dialing side's offer: a new segment for two rings
 // of ringCap in dir, named after the job and name (the pair) with 128
 // random bits, unless off gives the reason not to. If the segment cannot
 // be made the offer declines with the reason, and err says it for the
@@ -406,9 +410,12 @@ func (t *TCP) shmWakeAll() {
 	}
 }
 
-// shmSleep is the longest one futex sleep lasts before the waiter looks
-// at its context and the world again; failures and cancellations also
-// wake it at once.
+// shmSleep is the longest one futex sleep (or, on a connection upgraded
+// to shared memory, one wait for a bell) lasts before the waiter looks at
+// its context, the world and its deadline again. Failures and
+// cancellations wake it at once, so this only bounds how late a waiter
+// sees what does not wake it (a peer's goodbye, a passed deadline, a lost
+// wake-up): a safety net of the ring protocol, not a tuning knob.
 const shmSleep = 20 * time.Millisecond
 
 // shmWait waits until ready reports true, as shmPoll does, asleep on the

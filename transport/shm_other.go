@@ -3,14 +3,18 @@
 package transport
 
 import (
-	"errors"
 	"sync/atomic"
 	"time"
 )
 
 const shmSupported = false
 
-func futexWait(*atomic.Uint32, uint32, time.Duration) { time.Sleep(50 * time.Microsecond) }
+// pollSleep stands in for a futex sleep where there is none: a short
+// nap between polls. No segment is ever made on these platforms (see
+// shmSupported), so it is never used in a job.
+const pollSleep = 50 * time.Microsecond
+
+func futexWait(*atomic.Uint32, uint32, time.Duration) { time.Sleep(pollSleep) }
 func futexWake(*atomic.Uint32)                        {}
 
 func createSegment(string, int, func(int, int64) error) ([]byte, error) { return nil, errNoShm }

@@ -48,7 +48,8 @@ type ShmOptions struct {
 	// SpinTime and SpinYield are the waiting policy, as in Config.
 	SpinTime  time.Duration
 	SpinYield bool
-	// Timeout bounds the offer and answer exchange.
+	// Timeout bounds each step (one frame written or read) of the offer
+	// and answer exchange; 0 is DefaultShmTimeout.
 	Timeout time.Duration
 	// Logger gets the warning when shared memory fails (not when it is
 	// declined by choice or because the peer is on another host).
@@ -73,14 +74,20 @@ func (o *ShmOptions) log() *slog.Logger {
 	return o.Logger
 }
 
+// DefaultShmTimeout bounds each step of a connection's shared-memory
+// upgrade unless ShmOptions.Timeout says otherwise.
+const DefaultShmTimeout = 10 * time.Second
+
 func (o *ShmOptions) timeout() time.Duration {
 	if o.Timeout <= 0 {
-		return 10 * time.Second
+		return DefaultShmTimeout
 	}
 	return o.Timeout
 }
 
-// shmCtlMax bounds an offer or answer frame.
+// shmCtlMax caps the payload of a control frame (an offer, an answer, a
+// ready) read while a connection is set up: a protocol bound, far above
+// what an offer needs, not a tuning knob.
 const shmCtlMax = 4 << 10
 
 func (o *ShmOptions) negotiation() shmNegotiation {

@@ -70,6 +70,41 @@ type Config struct {
 	HostKey string
 	Logger  *slog.Logger
 
+	// The timings below bound the transport's own waits. DefaultConfig
+	// gives each its value in brackets; every one must be positive, except
+	// where 0 is given a meaning.
+
+	// ExplainWait is how long a broken connection waits for a better
+	// explanation (an abort from another rank, or a failure found
+	// otherwise) before the peer at its other end is blamed; 0 blames it
+	// at once [250 ms].
+	ExplainWait time.Duration
+	// AbortTimeout bounds Abort's sending of the abort to every connected
+	// peer, in parallel [1 s].
+	AbortTimeout time.Duration
+	// NoticeTimeout bounds the aborts the transport sends on its own, to
+	// every connected peer in parallel: the news that a peer is lost, and
+	// an abort passed on from the rank it came through [500 ms].
+	NoticeTimeout time.Duration
+	// PongTimeout bounds the answer to a peer's ping [1 s].
+	PongTimeout time.Duration
+	// ByeTimeout bounds Close's goodbye (or, if the transport failed, its
+	// abort) to every connected peer, in parallel [1 s].
+	ByeTimeout time.Duration
+	// DrainTimeout is how long Close of a failed transport lets its
+	// readers take in what peers still send before it closes the
+	// connections, so that their last words are not lost to a reset; 0
+	// does not wait [200 ms].
+	DrainTimeout time.Duration
+	// AcceptPause is how long the accept loop waits after a failed accept
+	// (out of file descriptors, a connection reset before it was
+	// accepted) before it accepts again [50 ms].
+	AcceptPause time.Duration
+	// RetryPause and MaxRetryPause pace the attempts to connect to a
+	// peer: after the nth failed attempt the next waits n × RetryPause, at
+	// most MaxRetryPause (see retryPause) [20 ms, 500 ms].
+	RetryPause, MaxRetryPause time.Duration
+
 	// shmReserve replaces fallocate in tests that need a full ShmDir.
 	shmReserve func(fd int, size int64) error
 	// shmAnswerDelay makes the acceptor wait before answering an offer of
@@ -88,7 +123,31 @@ func DefaultConfig() Config {
 		SpinTime:         100 * time.Microsecond,
 		ConfirmTimeout:   time.Second,
 		Shm:              true,
+		ExplainWait:      250 * time.Millisecond,
+		AbortTimeout:     time.Second,
+		NoticeTimeout:    500 * time.Millisecond,
+		PongTimeout:      time.Second,
+		ByeTimeout:       time.Second,
+		DrainTimeout:     200 * time.Millisecond,
+		AcceptPause:      50 * time.Millisecond,
+		RetryPause:       defaultRetryPause,
+		MaxRetryPause:    defaultMaxRetryPause,
 	}
+}
+
+// The pacing of connection attempts: DefaultConfig's, and DialAuth's.
+const (
+	defaultRetryPause    = 20 * time.Millisecond
+	defaultMaxRetryPause = 500 * time.Millisecond
+)
+
+// retryPause is the wait after the failed attempt number attempt (from
+// 0): (attempt+1) × step, at most limit.
+func retryPause(attempt int, step, limit time.Duration) time.Duration {
+	if step <= 0 || attempt >= int(limit/step) {
+		return limit
+	}
+	return min(time.Duration(attempt+1)*step, limit)
 }
 
 func (c *Config) validate() error {
@@ -103,6 +162,12 @@ func (c *Config) validate() error {
 		return errors.New("transport: MaxPayload must be positive")
 	case c.DialTimeout <= 0 || c.HandshakeTimeout <= 0 || c.ConnectTimeout <= 0:
 		return errors.New("transport: DialTimeout, HandshakeTimeout and ConnectTimeout must be positive")
+	case c.AbortTimeout <= 0 || c.NoticeTimeout <= 0 || c.PongTimeout <= 0 || c.ByeTimeout <= 0:
+		return errors.New("transport: AbortTimeout, NoticeTimeout, PongTimeout and ByeTimeout must be positive")
+	case c.AcceptPause <= 0 || c.RetryPause <= 0 || c.MaxRetryPause < c.RetryPause:
+		return errors.New("transport: AcceptPause and RetryPause must be positive, and MaxRetryPause at least RetryPause")
+	case c.ExplainWait < 0 || c.DrainTimeout < 0:
+		return errors.New("transport: ExplainWait and DrainTimeout must not be negative")
 	}
 	return nil
 }
@@ -166,6 +231,11 @@ func Listen(cfg Config) (*TCP, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen: %w", err)
 	}
+	return listenOn(cfg, ln), nil
+}
+
+// listenOn starts a transport that accepts on ln; cfg is valid.
+func listenOn(cfg Config, ln net.Listener) *TCP {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -182,7 +252,7 @@ func Listen(cfg Config) (*TCP, error) {
 	t.w.onFail = func() { t.unblock(); t.shmWakeAll() }
 	t.wg.Add(1)
 	go t.acceptLoop()
-	return t, nil
+	return t
 }
 
 // HostKey is what ranks compare to find peers on their host (Config's
@@ -225,7 +295,7 @@ func (t *TCP) acceptLoop() {
 			select {
 			case <-t.closing:
 				return
-			case <-time.After(acceptPause):
+			case <-time.After(t.cfg.AcceptPause):
 			}
 			continue
 		}
@@ -236,9 +306,6 @@ func (t *TCP) acceptLoop() {
 		}()
 	}
 }
-
-// acceptPause is how long the accept loop waits after a failed accept.
-const acceptPause = 50 * time.Millisecond
 
 func (t *TCP) accept(c net.Conn) {
 	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
@@ -368,7 +435,7 @@ func (t *TCP) readLoop(pc *peerConn) {
 			t.wg.Add(1) // safe: this reader holds a count until it returns
 			go func() {
 				defer t.wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), t.cfg.PongTimeout)
 				defer cancel()
 				_ = t.write(ctx, pc, Header{Type: TypePong}, nil)
 			}()
@@ -481,12 +548,12 @@ func (t *TCP) Recv(ctx context.Context, from int) (Frame, error) {
 }
 
 // Abort implements Transport: it sends err to every peer (best effort,
-// bounded by a short deadline) and then fails this transport with err.
+// bounded by AbortTimeout) and then fails this transport with err.
 func (t *TCP) Abort(err error) {
 	if t.w.Err() != nil {
 		return
 	}
-	t.broadcastAbort(err, -1, time.Second)
+	t.broadcastAbort(err, -1, t.cfg.AbortTimeout)
 	t.w.fail(err)
 }
 
@@ -497,12 +564,13 @@ func (t *TCP) broadcastAbort(err error, skip int, timeout time.Duration) {
 }
 
 // forwardAbort passes on an abort (payload p, a pooled buffer) that came
-// from origin through peer from, in the background.
+// from origin through peer from, in the background, within
+// NoticeTimeout.
 func (t *TCP) forwardAbort(from, origin int, p []byte) {
 	t.wg.Add(1) // safe: called by a reader, which holds a count
 	go func() {
 		defer t.wg.Done()
-		t.sendAbort(p, from, origin, 500*time.Millisecond)
+		t.sendAbort(p, from, origin, t.cfg.NoticeTimeout)
 		putBuf(p)
 	}()
 }
@@ -552,7 +620,7 @@ func (t *TCP) loseWith(peer int, reason string, cause error) {
 		return
 	}
 	err := &PeerLostError{Rank: peer, Reason: reason, Cause: cause}
-	t.broadcastAbort(err, peer, 500*time.Millisecond)
+	t.broadcastAbort(err, peer, t.cfg.NoticeTimeout)
 	t.w.fail(err)
 }
 
@@ -575,21 +643,20 @@ func (t *TCP) peers() []*peerConn {
 	return out
 }
 
-// explainWait is how long a broken connection waits for a better
-// explanation (an abort frame from another rank, or gossip) before the
-// peer at its other end is blamed.
-const explainWait = 250 * time.Millisecond
-
 // suspect handles a broken connection to peer. A peer that exits because
 // the job already failed tells everyone why before it goes; that reason is
-// preferred to blaming the peer itself.
+// preferred to blaming the peer itself, if it comes within ExplainWait.
 func (t *TCP) suspect(peer int, reason string) {
-	select {
-	case <-t.w.failed:
-		return
-	case <-t.closing:
-		return
-	case <-time.After(explainWait):
+	if t.cfg.ExplainWait > 0 {
+		timer := time.NewTimer(t.cfg.ExplainWait)
+		defer timer.Stop()
+		select {
+		case <-t.w.failed:
+			return
+		case <-t.closing:
+			return
+		case <-timer.C:
+		}
 	}
 	t.lose(peer, reason)
 }
@@ -722,7 +789,7 @@ func (t *TCP) unblock() {
 func (t *TCP) Close() error {
 	t.closeOnce.Do(func() {
 		failed := t.w.Err()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.ByeTimeout)
 		var wg sync.WaitGroup
 		for _, pc := range t.peers() {
 			wg.Add(1)
@@ -741,11 +808,11 @@ func (t *TCP) Close() error {
 		wg.Wait()
 		cancel()
 		t.w.fail(fmt.Errorf("transport: rank %d: %w", t.cfg.Rank, ErrClosed))
-		if failed != nil {
+		if failed != nil && t.cfg.DrainTimeout > 0 {
 			// Let the readers drain what peers still send, briefly, so
 			// that closing does not reset connections whose last words
 			// are still on the way.
-			t.waitReaders(200 * time.Millisecond)
+			t.waitReaders(t.cfg.DrainTimeout)
 		}
 		t.mu.Lock()
 		close(t.closing)

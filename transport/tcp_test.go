@@ -8,6 +8,8 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -397,5 +399,114 @@ func TestGossipLeftAfterData(t *testing.T) {
 	var pl *PeerLostError
 	if _, err := ts[0].Recv(ctx, 2); !errors.As(err, &pl) || pl.Rank != 2 {
 		t.Fatalf("recv from an unconnected rank that left: %v", err)
+	}
+}
+
+// flakyListener fails its first fails accepts with a transient error (as
+// when the process is out of file descriptors), then accepts.
+type flakyListener struct {
+	net.Listener
+	fails  int
+	failed atomic.Int32
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if int(l.failed.Load()) < l.fails {
+		l.failed.Add(1)
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: syscall.EMFILE}
+	}
+	return l.Listener.Accept()
+}
+
+// TestAcceptSurvivesTransientErrors: failed accepts pause the accept loop
+// (AcceptPause) without ending it; a peer then connects, and Close still
+// returns.
+func TestAcceptSurvivesTransientErrors(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret = 0, 2, "job1", testSecret
+	cfg.AcceptPause = 5 * time.Millisecond
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &flakyListener{Listener: ln, fails: 3}
+	t0 := listenOn(cfg, fl)
+	defer t0.Close()
+	t1 := listenAll(t, 2, nil)[1]
+	peers := []Peer{{Addr: t0.Addr().String()}, {Addr: t1.Addr().String()}}
+	for _, tr := range []*TCP{t0, t1} {
+		if err := tr.SetPeers(peers); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t1.Send(ctx, 0, Header{Seq: 1}, []byte("hi")); err != nil { // rank 1 dials rank 0
+		t.Fatal(err)
+	}
+	f, err := t0.Recv(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(f.Payload) != "hi" {
+		t.Fatalf("got %q", f.Payload)
+	}
+	f.Release()
+	if n := fl.failed.Load(); n != 3 {
+		t.Fatalf("%d accepts failed, want 3", n)
+	}
+}
+
+func TestRetryPause(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		attempt   int
+		step, max time.Duration
+		want      time.Duration
+	}{
+		{0, 20 * ms, 500 * ms, 20 * ms},
+		{1, 20 * ms, 500 * ms, 40 * ms},
+		{23, 20 * ms, 500 * ms, 480 * ms},
+		{24, 20 * ms, 500 * ms, 500 * ms},
+		{1 << 40, 20 * ms, 500 * ms, 500 * ms}, // no overflow
+		{0, 30 * ms, 20 * ms, 20 * ms},
+		{3, 0, 20 * ms, 20 * ms},
+	} {
+		if got := retryPause(c.attempt, c.step, c.max); got != c.want {
+			t.Errorf("retryPause(%d, %v, %v) = %v, want %v", c.attempt, c.step, c.max, got, c.want)
+		}
+	}
+}
+
+func TestConfigValidatesTimings(t *testing.T) {
+	base := DefaultConfig()
+	base.Rank, base.Size, base.JobID, base.Secret = 0, 2, "job1", testSecret
+	if err := base.validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for name, tweak := range map[string]func(*Config){
+		"AbortTimeout":  func(c *Config) { c.AbortTimeout = 0 },
+		"NoticeTimeout": func(c *Config) { c.NoticeTimeout = 0 },
+		"PongTimeout":   func(c *Config) { c.PongTimeout = 0 },
+		"ByeTimeout":    func(c *Config) { c.ByeTimeout = 0 },
+		"AcceptPause":   func(c *Config) { c.AcceptPause = 0 },
+		"RetryPause":    func(c *Config) { c.RetryPause = 0 },
+		"MaxRetryPause": func(c *Config) { c.MaxRetryPause = c.RetryPause - 1 },
+		"ExplainWait":   func(c *Config) { c.ExplainWait = -1 },
+		"DrainTimeout":  func(c *Config) { c.DrainTimeout = -1 },
+	} {
+		c := base
+		tweak(&c)
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: got %v, want an error naming it", name, err)
+		}
+	}
+	c := base
+	c.ExplainWait, c.DrainTimeout = 0, 0
+	if err := c.validate(); err != nil {
+		t.Errorf("ExplainWait and DrainTimeout of 0: %v", err)
 	}
 }

@@ -1,11 +1,3 @@
-// Package transport moves framed messages between the ranks of a job. It is
-// the leaf the algorithms build on: a small Transport interface, a TCP
-// implementation with an authenticated handshake, and an in-memory one for
-// tests of algorithms and of users' own training loops. The TCP transport
-// moves the data of pairs on one host through shared memory (shm.go).
-//
-// Failure is world-wide: once any peer is lost, or any rank aborts, every
-// pending and later Send and Recv fails with an error that names the rank.
 package transport
 
 import (
