@@ -1,10 +1,18 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: build deps test test-short check fuzz bench integ demo clean
+.PHONY: build pmilib deps test test-short check fuzz bench integ demo clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/gorun ./cmd/gorun
+
+# gorun's PMI-1 client library for Open MPI 4, embedded in gorun. The built
+# copy is committed (so that `go install` gives a gorun that runs Open MPI
+# programs too); rebuild it after changing pmi/libpmi/gorunpmi.c. The test
+# in pmi/pmilib fails when the committed copy is not this source's.
+pmilib:
+	sh pmi/libpmi/build.sh pmi/pmilib/libgorunpmi-$$($(GO) env GOARCH).so
+	gcc --version | head -1 > pmi/pmilib/libgorunpmi-$$($(GO) env GOARCH).so.gcc
 
 # The Debian packages the tests need (sshd, iproute2, iptables, MPICH, the
 # real Fashion-MNIST; the list is in the script): installs the missing ones
@@ -13,9 +21,9 @@ deps:
 	bash scripts/testdeps.sh
 
 # As root everything can run here, so the SSH end-to-end tests (e2e/doc.go)
-# and the MPICH tests fail instead of skipping; not as root they skip.
+# and the MPICH and Open MPI tests fail instead of skipping; not as root they skip.
 ifeq ($(shell id -u),0)
-TEST_REQUIRE := GORUN_REQUIRE_TESTNET=1 GORUN_REQUIRE_MPICH=1
+TEST_REQUIRE := GORUN_REQUIRE_TESTNET=1 GORUN_REQUIRE_MPICH=1 GORUN_REQUIRE_OPENMPI=1
 endif
 
 # The whole suite, SSH end-to-end tests included (they need root; see e2e/doc.go).

@@ -388,3 +388,23 @@ func TestFence(t *testing.T) {
 		t.Fatalf("over the cap: %v", err)
 	}
 }
+
+// TestParseLineRestOfLine: a put's value and an abort's message run to the
+// end of the line, spaces included (Open MPI's encoded values hold them);
+// elsewhere a space still separates fields.
+func TestParseLineRestOfLine(t *testing.T) {
+	for _, tc := range []struct{ line, key, want string }{
+		{"cmd=put kvsname=k key=a value=x  y -", "value", "x  y -"},
+		{"cmd=put kvsname=k key=a value=", "value", ""},
+		{"cmd=put kvsname=k key=a value=key=b", "value", "key=b"},
+		{"cmd=abort exitcode=3 msg=it went wrong ", "msg", "it went wrong "},
+	} {
+		r, err := ParseLine(tc.line)
+		if err != nil || r.Args[tc.key] != tc.want {
+			t.Fatalf("%q: %q, %v; want %s=%q", tc.line, r.Args[tc.key], err, tc.key, tc.want)
+		}
+	}
+	if _, err := ParseLine("cmd=get kvsname=k key=a b"); err == nil {
+		t.Fatal("a get with a stray word parsed")
+	}
+}

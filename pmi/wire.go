@@ -29,7 +29,9 @@ type Request struct {
 // ParseLine parses one request line, without its newline: space-separated
 // key=value tokens, the first of which is cmd= or mcmd=. Keys are unique
 // and non-empty, values may be empty, and the line holds no control
-// characters.
+// characters. The value of a put and the message of an abort run to the
+// end of the line, spaces included: they are the last field of their
+// line in every PMI-1 client, and Open MPI's encoded values hold spaces.
 func ParseLine(line string) (Request, error) {
 	if len(line) > MaxLine {
 		return Request{}, fmt.Errorf("%w: line of %d bytes (the limit is %d)", ErrMalformed, len(line), MaxLine)
@@ -39,12 +41,12 @@ func ParseLine(line string) (Request, error) {
 			return Request{}, fmt.Errorf("%w: control character %#x at byte %d", ErrMalformed, c, i)
 		}
 	}
-	toks := strings.Fields(line)
-	if len(toks) == 0 {
+	first, rest := nextToken(line)
+	if first == "" {
 		return Request{}, fmt.Errorf("%w: empty line", ErrMalformed)
 	}
 	var r Request
-	k, v, ok := strings.Cut(toks[0], "=")
+	k, v, ok := strings.Cut(first, "=")
 	switch {
 	case ok && k == "cmd":
 	case ok && k == "mcmd":
@@ -56,8 +58,14 @@ func ParseLine(line string) (Request, error) {
 		return Request{}, fmt.Errorf("%w: empty command in %q", ErrMalformed, clip(line))
 	}
 	r.Cmd = v
-	r.Args = make(map[string]string, len(toks)-1)
-	for _, t := range toks[1:] {
+	r.Args = make(map[string]string, 4)
+	for {
+		rest = strings.TrimLeft(rest, " \t")
+		if rest == "" {
+			return r, nil
+		}
+		var t string
+		t, rest = nextToken(rest)
 		k, v, ok := strings.Cut(t, "=")
 		if !ok || k == "" {
 			return Request{}, fmt.Errorf("%w: token %q is not key=value", ErrMalformed, clip(t))
@@ -65,9 +73,21 @@ func ParseLine(line string) (Request, error) {
 		if _, dup := r.Args[k]; dup || k == "cmd" || k == "mcmd" {
 			return Request{}, fmt.Errorf("%w: key %q given twice", ErrMalformed, clip(k))
 		}
+		if !r.Multi && (r.Cmd == "put" && k == "value" || r.Cmd == "abort" && k == "msg") {
+			v, rest = v+rest, ""
+		}
 		r.Args[k] = v
 	}
-	return r, nil
+}
+
+// nextToken splits s, which starts with a token, at the first space or tab
+// after it (leading blanks are skipped).
+func nextToken(s string) (tok, rest string) {
+	s = strings.TrimLeft(s, " \t")
+	if i := strings.IndexAny(s, " \t"); i >= 0 {
+		return s[:i], s[i:]
+	}
+	return s, ""
 }
 
 // Format is the answer line "cmd=CMD k1=v1 k2=v2 ...\n" for the pairs kv

@@ -18,9 +18,12 @@ set -euo pipefail
 #   the SSH end-to-end tests' hosts (../shared/testnet: sshd in network
 #   namespaces, iptables-legacy for its delay line);
 # dataset-fashion-mnist: the real Fashion-MNIST the trainers' tests learn;
-# mpich, libmpich-dev: MPICH programs run under gorun's PMI-1.
+# mpich, libmpich-dev: MPICH programs run under gorun's PMI-1;
+# openmpi-bin, libopenmpi-dev: Open MPI 4 programs, through gorun's PMI-1
+#   library; libpmix-dev: the PMIx client that stands in for Open MPI 5.
 pkgs=(openssh-server openssh-client iproute2 iptables util-linux procps
-    dataset-fashion-mnist mpich libmpich-dev)
+    dataset-fashion-mnist mpich libmpich-dev openmpi-bin libopenmpi-dev
+    libpmix-dev)
 # shellcheck disable=SC2206 # split on purpose: a space-separated list
 pkgs+=(${TESTDEPS_EXTRA:-})
 

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,24 +12,33 @@ import (
 	"github.com/gorun/gorun/internal/mpitest"
 )
 
-// mpiPrograms builds the MPICH test programs into a directory whose name
-// holds a marker, so that noLeftovers finds their processes.
-func mpiPrograms(t *testing.T) (map[string]string, string) {
+// mpiPrograms builds the test programs with mpi into a directory whose
+// name holds a marker, so that noLeftovers finds their processes.
+func mpiPrograms(t *testing.T, mpi mpitest.MPI) (map[string]string, string) {
 	t.Helper()
 	mark := marker(t)
 	dir := filepath.Join(t.TempDir(), mark)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return mpitest.Build(t, dir), mark
+	return mpitest.BuildWith(t, dir, mpi), mark
 }
 
 // TestMPICHCollectives: an unmodified MPICH program under gorun (PMI-1)
 // gets the right MPI_Allreduce (sum, max, min), MPI_Bcast and
 // MPI_Allgather results on 1 to 5 ranks, for counts 0, 1, primes and
 // fewer than the ranks, checked against a naive reference.
-func TestMPICHCollectives(t *testing.T) {
-	progs, mark := mpiPrograms(t)
+func TestMPICHCollectives(t *testing.T) { checkCollectives(t, mpitest.MPICH) }
+
+// TestOpenMPICollectives: the same for an unmodified Open MPI 4 program,
+// which bootstraps through gorun's PMI-1 library (its flux component).
+func TestOpenMPICollectives(t *testing.T) {
+	checkCollectives(t, mpitest.OpenMPI)
+	noOpenMPIFiles(t)
+}
+
+func checkCollectives(t *testing.T, mpi mpitest.MPI) {
+	progs, mark := mpiPrograms(t, mpi)
 	for np := 1; np <= 5; np++ {
 		seed := rand.Int64N(1 << 20)
 		counts := []int{0, 1, 2, 7, 13, 1 + rand.IntN(40)}
@@ -49,8 +59,17 @@ func TestMPICHCollectives(t *testing.T) {
 // rank; a segfault ends it with the signal; returning without
 // MPI_Finalize fails the job instead of leaving the others in a barrier;
 // nothing is left running.
-func TestMPICHFailures(t *testing.T) {
-	progs, mark := mpiPrograms(t)
+func TestMPICHFailures(t *testing.T) { checkFailures(t, mpitest.MPICH) }
+
+// TestOpenMPIFailures: the same for Open MPI, and no Open MPI file (its
+// session directory, its shared-memory segments) is left on the host.
+func TestOpenMPIFailures(t *testing.T) {
+	checkFailures(t, mpitest.OpenMPI)
+	noOpenMPIFiles(t)
+}
+
+func checkFailures(t *testing.T, mpi mpitest.MPI) {
+	progs, mark := mpiPrograms(t, mpi)
 	r := gorun(t, "-np", "3", "--grace", "1s", progs["mpiabort"])
 	if r.code != 3 || !strings.Contains(r.stderr, "rank 1 on localhost called MPI_Abort with exit code 3") {
 		t.Fatalf("abort: exit %d, want 3 naming rank 1:\n%s", r.code, r.stderr)
@@ -71,8 +90,13 @@ func TestMPICHFailures(t *testing.T) {
 // TestMPICHWithoutInit: a program linked with MPICH that never calls
 // MPI_Init runs as any program does; with --pmi=none an MPI program runs
 // as MPICH singletons (size 1 each), as it would without a launcher.
-func TestMPICHWithoutInit(t *testing.T) {
-	progs, mark := mpiPrograms(t)
+func TestMPICHWithoutInit(t *testing.T) { checkWithoutInit(t, mpitest.MPICH) }
+
+// TestOpenMPIWithoutInit: the same for Open MPI.
+func TestOpenMPIWithoutInit(t *testing.T) { checkWithoutInit(t, mpitest.OpenMPI) }
+
+func checkWithoutInit(t *testing.T, mpi mpitest.MPI) {
+	progs, mark := mpiPrograms(t, mpi)
 	r := gorun(t, "-np", "2", progs["mpinoinit"])
 	if r.code != 0 || !strings.Contains(r.stdout, "[0] 0 no-init initialized=0") || !strings.Contains(r.stdout, "[1] 1 no-init initialized=0") {
 		t.Fatalf("exit %d:\n%s\n%s", r.code, r.stdout, r.stderr)
@@ -85,6 +109,42 @@ func TestMPICHWithoutInit(t *testing.T) {
 		t.Fatalf("--pmi=pmi2: exit %d:\n%s", r.code, r.stderr)
 	}
 	noLeftovers(t, mark)
+}
+
+// TestUnservedMPI: an MPI program gorun cannot bootstrap never runs as N
+// silent one-rank jobs. A PMIx client (what Open MPI 5's MPI_Init is
+// first) lands in the agent's trap and fails the job naming its rank; an
+// Open MPI 4 rank kept off gorun's route (FLUX_JOB_ID removed) starts as a
+// singleton, which the agent sees by its session directory, and fails the
+// job too, even when every rank exits 0.
+func TestUnservedMPI(t *testing.T) {
+	progs, mark := mpiPrograms(t, mpitest.OpenMPI)
+	pmix := mpitest.BuildPMIxClient(t, filepath.Dir(progs["mpicheck"]))
+	r := gorun(t, "-np", "3", "--grace", "1s", pmix)
+	if r.code != 1 || !strings.Contains(r.stderr, "started a PMIx client") || !regexp.MustCompile(`rank [0-2] on localhost`).MatchString(r.stderr) || strings.Contains(r.stdout, "PMIx_Init Success") {
+		t.Fatalf("PMIx client: exit %d, want 1 naming a rank:\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	noLeftovers(t, mark)
+	for _, prog := range []string{progs["mpicheck"], progs["mpinofinalize"]} {
+		r = gorun(t, "-np", "2", "--grace", "1s", "env", "-u", "FLUX_JOB_ID", prog, "5", "3")
+		if r.code != 1 || !strings.Contains(r.stderr, "ran Open MPI as a singleton") {
+			t.Fatalf("%s as singletons: exit %d, want 1:\n%s\n%s", filepath.Base(prog), r.code, r.stdout, r.stderr)
+		}
+		noLeftovers(t, mark)
+	}
+	noOpenMPIFiles(t)
+}
+
+// noOpenMPIFiles fails if a job left Open MPI's files behind on this host:
+// gorun's per-job directory for them, or segments in Open MPI's default
+// places.
+func noOpenMPIFiles(t *testing.T) {
+	t.Helper()
+	for _, pat := range []string{"/dev/shm/gorun-*-ompi-*", "/dev/shm/vader_segment.*", filepath.Join(os.TempDir(), "gorun-*-ompi-*")} {
+		if m, _ := filepath.Glob(pat); len(m) > 0 {
+			t.Fatalf("left behind: %v", m)
+		}
+	}
 }
 
 // TestPMIGarbage: a rank that writes garbage to its PMI socket is failed

@@ -1,5 +1,6 @@
-// Package mpitest builds small MPICH programs for the tests of gorun's
-// PMI-1 support, and checks their collectives against a naive reference.
+// Package mpitest builds small MPI programs (with MPICH's or Open MPI's
+// compiler) for the tests of gorun's PMI-1 support, and checks their
+// collectives against a naive reference.
 package mpitest
 
 import (
@@ -112,33 +113,92 @@ int main(void) {
 `,
 }
 
+// An MPI is one implementation the tests build with.
+type MPI struct {
+	Name     string // as messages name it
+	Compiler string // its C compiler wrapper on Debian
+	Packages string // what provides it
+	Require  string // the variable that makes its absence a failure (CI)
+}
+
+// The MPIs of Debian.
+var (
+	MPICH   = MPI{"MPICH", "mpicc.mpich", "mpich libmpich-dev", "GORUN_REQUIRE_MPICH"}
+	OpenMPI = MPI{"Open MPI", "mpicc.openmpi", "openmpi-bin libopenmpi-dev libpmix-dev", "GORUN_REQUIRE_OPENMPI"}
+)
+
 // Compiler is MPICH's C compiler wrapper on Debian.
 const Compiler = "mpicc.mpich"
 
-// Build compiles every program into dir and returns their paths by name.
-// Without mpicc.mpich it skips the test, unless GORUN_REQUIRE_MPICH=1
-// (CI), where it fails.
+// Build compiles every program with MPICH into dir; see BuildWith.
 func Build(t testing.TB, dir string) map[string]string {
 	t.Helper()
-	if _, err := exec.LookPath(Compiler); err != nil {
-		if os.Getenv("GORUN_REQUIRE_MPICH") == "1" {
-			t.Fatalf("%s not found (apt-get install mpich libmpich-dev)", Compiler)
-		}
-		t.Skipf("%s not found (apt-get install mpich libmpich-dev)", Compiler)
-	}
+	return BuildWith(t, dir, MPICH)
+}
+
+// BuildWith compiles every program with mpi's compiler into dir and
+// returns their paths by name. Without the compiler it skips the test,
+// unless mpi.Require is 1 (CI), where it fails.
+func BuildWith(t testing.TB, dir string, mpi MPI) map[string]string {
+	t.Helper()
+	need(t, mpi.Compiler, mpi)
 	out := map[string]string{}
 	for name, src := range sources {
-		c := filepath.Join(dir, name+".c")
-		if err := os.WriteFile(c, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		bin := filepath.Join(dir, name)
-		if b, err := exec.Command(Compiler, "-O1", "-o", bin, c).CombinedOutput(); err != nil {
-			t.Fatalf("%s %s: %v\n%s", Compiler, name, err, b)
-		}
-		out[name] = bin
+		out[name] = compile(t, dir, name, src, mpi.Compiler)
 	}
 	return out
+}
+
+// need skips or fails the test without the program prog.
+func need(t testing.TB, prog string, mpi MPI) {
+	t.Helper()
+	if _, err := exec.LookPath(prog); err != nil {
+		if os.Getenv(mpi.Require) == "1" {
+			t.Fatalf("%s not found (apt-get install %s)", prog, mpi.Packages)
+		}
+		t.Skipf("%s not found (apt-get install %s)", prog, mpi.Packages)
+	}
+}
+
+func compile(t testing.TB, dir, name, src, cc string, flags ...string) string {
+	t.Helper()
+	c := filepath.Join(dir, name+".c")
+	if err := os.WriteFile(c, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, name)
+	args := append([]string{"-O1", "-o", bin, c}, flags...)
+	if b, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", cc, name, err, b)
+	}
+	return bin
+}
+
+// pmixDir is where Debian's libpmix-dev keeps PMIx's headers and library.
+const pmixDir = "/usr/lib/x86_64-linux-gnu/pmix2"
+
+// BuildPMIxClient compiles a program that calls PMIx_Init and prints
+// what it got, as Open MPI 5's MPI_Init does first: the stand-in for an
+// MPI gorun cannot serve. It needs libpmix-dev (a part of OpenMPI's
+// packages here).
+func BuildPMIxClient(t testing.TB, dir string) string {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(pmixDir, "include", "pmix.h")); err != nil {
+		need(t, "no-pmix.h", OpenMPI)
+	}
+	const src = `#include <pmix.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+    pmix_proc_t me;
+    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
+    printf("PMIx_Init %s nspace=%s rank=%u\n", PMIx_Error_string(rc), me.nspace, me.rank);
+    fflush(stdout);
+    sleep(30); /* a singleton would go on alone */
+    return 0;
+}
+`
+	return compile(t, dir, "pmixclient", src, "gcc", "-I"+pmixDir+"/include", "-L"+pmixDir+"/lib", "-Wl,-rpath,"+pmixDir+"/lib", "-lpmix")
 }
 
 // Value is what mpicheck's rank r holds at index i.

@@ -70,6 +70,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if a.pmi != nil {
 		defer a.pmi.Close()
+		if a.ompi, err = a.openMPIRoute(); err != nil {
+			return fail(c, err)
+		}
+		defer a.ompi.close()
+		a.background(a.watchTrap)
+		a.background(a.watchSingletons)
 	}
 	if err := c.Send(&proto.Message{Kind: proto.MsgReady, Ready: ready}); err != nil {
 		return err
@@ -158,6 +164,7 @@ func (l *loop) finished() (bool, error) {
 	if l.started && a.running() == 0 {
 		a.wg.Wait()
 		a.removeSegments()
+		a.ompi.close()
 		if !l.orphaned {
 			return true, a.conn.Send(&proto.Message{Kind: proto.MsgDone})
 		}
@@ -306,7 +313,8 @@ type agent struct {
 	addr    string
 	dir     string
 	prog    string
-	pmi     *pmi.Node // nil: no PMI
+	pmi     *pmi.Node  // nil: no PMI
+	ompi    *ompiRoute // nil: no PMI
 
 	mu     sync.Mutex
 	procs  []*rankProc

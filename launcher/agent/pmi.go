@@ -122,6 +122,25 @@ func (a *agent) endPMI(p *rankProc, code int) string {
 	return ""
 }
 
+// failRankNumber fails the host's rank of that number, or its first live
+// rank if there is none (rank -1, for instance).
+func (a *agent) failRankNumber(rank int, why string) {
+	a.mu.Lock()
+	var target *rankProc
+	for _, p := range a.procs {
+		if p.spec.Hub != 0 || !p.alive {
+			continue
+		}
+		if p.spec.Rank == rank || target == nil {
+			target = p
+		}
+	}
+	a.mu.Unlock()
+	if target != nil {
+		a.failRank(target, why)
+	}
+}
+
 // failRank kills p, unless it already exited, and keeps why.
 func (a *agent) failRank(p *rankProc, why string) {
 	a.mu.Lock()

@@ -99,6 +99,8 @@ func (a *agent) start(jobEnv []string) {
 			var err error
 			if conn, theirs, err = pmiSocket(); err == nil {
 				env = append(env, pmi.Env(pmiFD, rs.Rank, a.spec.PMI.Size, rs.LocalRank, rs.LocalSize)...)
+				env = append(env, a.ompi.env...)
+				env = append(env, a.ompi.trapEnv()...)
 				p.pmi = &pmiSession{conn: conn, done: make(chan struct{})}
 			} else {
 				a.log.Warn("no PMI for this rank", "rank", rs.Rank, "err", err)
@@ -130,6 +132,9 @@ func (a *agent) startOne(p *rankProc, prog string, args, env []string, pmiFile *
 	cmd := exec.Command(prog, args...)
 	if pmiFile != nil {
 		cmd.ExtraFiles = []*os.File{pmiFile} // descriptor pmiFD
+		if a.ompi.lib != nil {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, a.ompi.lib) // descriptor ompiLibFD
+		}
 	}
 	if p.spec.Hub == 0 {
 		cmd.Args[0] = a.spec.Program
@@ -190,6 +195,9 @@ func (a *agent) waitRank(p *rankProc, pumps *sync.WaitGroup) {
 		ex.Code = 1
 	}
 	ex.Failure = a.endPMI(p, ex.Code)
+	if ex.Code == 0 && ex.Failure == "" && a.ompi.singleton() {
+		ex.Failure = "but " + singletonFailure
+	}
 	a.mu.Lock()
 	if p.failure != "" {
 		ex.Failure = p.failure

@@ -1,0 +1,290 @@
+package agent
+
+import (
+	"bytes"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorun/gorun/pmi/pmilib"
+)
+
+// Open MPI 4.x programs. Open MPI has no PMI-1 client of its own, but its
+// "flux" pmix component, chosen when FLUX_JOB_ID is set, dlopen()s the
+// PMI-1 library that FLUX_PMI_LIBRARY_PATH names. The agent hands every
+// rank gorun's library (package pmilib) in a sealed memfd, descriptor
+// ompiLibFD, beside PMI_FD, and points Open MPI's session directory and
+// shared-memory backing files into a directory of the job that it removes
+// when the host's ranks are gone, whatever way they ended.
+
+// ompiLibFD is the rank's descriptor of the library: the second of
+// exec.Cmd.ExtraFiles.
+const ompiLibFD = pmiFD + 1
+
+// ompiRoute is what the host's ranks share for Open MPI.
+type ompiRoute struct {
+	lib  *os.File     // nil: this gorun has no library (the trap then says so)
+	dir  string       // the job's directory for Open MPI's files on this host
+	env  []string     // the part of every rank's environment that is the same
+	trap net.Listener // where a PMIx client lands (see trapEnv)
+
+	sawSingleton atomic.Bool // see singleton
+}
+
+// openMPIRoute prepares the route, once per host, before the ranks start.
+// It fails only if no directory can be made; a missing library is not an
+// error here.
+func (a *agent) openMPIRoute() (*ompiRoute, error) {
+	base := "/dev/shm" // Open MPI's own default for its shared memory
+	if st, err := os.Stat(base); err != nil || !st.IsDir() {
+		base = os.TempDir()
+	}
+	dir, err := os.MkdirTemp(base, "gorun-"+a.spec.JobID+"-ompi-")
+	if err != nil {
+		return nil, fmt.Errorf("directory for Open MPI's session files: %w", err)
+	}
+	r := &ompiRoute{dir: dir}
+	r.env = []string{
+		"FLUX_JOB_ID=" + strconv.FormatUint(uint64(ompiJobNumber(a.spec.JobID)), 10),
+		"OMPI_MCA_orte_tmpdir_base=" + dir,
+		"OMPI_MCA_btl_vader_backing_directory=" + dir,
+		"OMPI_MCA_osc_sm_backing_directory=" + dir,
+		"GORUN_PMI_CLIQUE=" + a.clique(),
+	}
+	if r.lib, err = pmilib.Open(); err != nil {
+		a.log.Warn("no PMI-1 library for Open MPI", "err", err)
+		r.lib = nil
+		// Open MPI 4 then skips its flux component and, as a PMIx
+		// client, lands in the trap, which says why.
+		r.env = append(r.env, "OMPI_MCA_pmix=^flux")
+	} else {
+		r.env = append(r.env, "FLUX_PMI_LIBRARY_PATH=/proc/self/fd/"+strconv.Itoa(ompiLibFD))
+	}
+	if r.trap, err = net.Listen("tcp4", "127.0.0.1:0"); err != nil {
+		r.close()
+		return nil, fmt.Errorf("PMIx trap: %w", err)
+	}
+	return r, nil
+}
+
+// The trap. gorun is no PMIx server, but a PMIx client that finds none
+// runs as a singleton: N silent one-rank jobs. So every rank is told that
+// a PMIx server listens on a port of the agent's; Open MPI 5, an Open MPI
+// 4 that does not use its flux component, or any other PMIx program,
+// connects there in its MPI_Init, and the agent fails the rank with a
+// message that says what to do instead. Open MPI 4's flux route reads
+// none of these variables (its ext3x component looks at PMIX_SERVER_URI
+// and PMIX_ID only, which are left unset), so it is not disturbed.
+
+// trapEnv is a rank's PMIx environment pointing at the trap. It leaves
+// PMIX_NAMESPACE unset: Open MPI 4 would then choose its ext3x component
+// over flux even with FLUX_JOB_ID set; a PMIx client connects without it.
+func (r *ompiRoute) trapEnv() []string {
+	uri := "gorun.0;tcp4://" + r.trap.Addr().String()
+	var env []string
+	for _, v := range []string{"41", "4", "3", "21", "2"} {
+		env = append(env, "PMIX_SERVER_URI"+v+"="+uri)
+	}
+	return env
+}
+
+// watchTrap fails the rank whose PMIx client connects to the trap, until
+// stop.
+func (a *agent) watchTrap(stop <-chan struct{}) {
+	r := a.ompi
+	go func() {
+		<-stop
+		_ = r.trap.Close()
+	}()
+	for {
+		c, err := r.trap.Accept()
+		if err != nil {
+			return
+		}
+		rank := a.trapRank(c)
+		_ = c.Close()
+		what := "started a PMIx client (Open MPI 5, or an Open MPI 4 that does not use its flux component)"
+		if r.lib == nil {
+			what = "started Open MPI, but " + pmilib.ErrNone.Error()
+		}
+		a.failRankNumber(rank, what+": gorun serves MPI programs through PMI-1 (MPICH and its derivatives, Open MPI 4.x through its flux component), and this program would run as one-rank jobs. "+ompiAdvice)
+	}
+}
+
+// ompiAdvice ends every message about an MPI program gorun cannot serve.
+const ompiAdvice = "Start it with its own mpirun, or build it against MPICH (mpicc.mpich); `--pmi=none` runs it as separate one-rank jobs on purpose."
+
+// trapRank finds which of the host's ranks the client on c belongs to:
+// the process that holds the other end of c (found through
+// /proc/net/tcp and the processes' descriptors) is in the process group
+// of the rank that started it. It returns -1 if it cannot tell.
+func (a *agent) trapRank(c net.Conn) int {
+	remote, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return -1
+	}
+	inode := tcpInode(remote.Port, c.LocalAddr().(*net.TCPAddr).Port)
+	if inode == "" {
+		return -1
+	}
+	groups := map[int]int{} // a rank's pid, which is its process group, to its rank
+	a.mu.Lock()
+	for _, p := range a.procs {
+		if p.alive && p.spec.Hub == 0 {
+			groups[p.cmd.Process.Pid] = p.spec.Rank
+		}
+	}
+	a.mu.Unlock()
+	procs, _ := os.ReadDir("/proc")
+	for _, d := range procs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		rank, ours := groups[processGroup(pid)]
+		if ours && holdsSocket(pid, inode) {
+			return rank
+		}
+	}
+	return -1
+}
+
+// tcpInode is the inode of the loopback socket from port local to port
+// remote, from /proc/net/tcp; "" if there is none.
+func tcpInode(local, remote int) string {
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return ""
+	}
+	want := fmt.Sprintf("0100007F:%04X 0100007F:%04X", local, remote)
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 9 && f[1]+" "+f[2] == want {
+			return f[9]
+		}
+	}
+	return ""
+}
+
+// processGroup is pid's process group, or 0.
+func processGroup(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// "pid (comm) state ppid pgrp ...": comm may hold spaces and parens.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 3 {
+		return 0
+	}
+	g, _ := strconv.Atoi(f[2])
+	return g
+}
+
+// holdsSocket reports whether pid has the socket inode open.
+func holdsSocket(pid int, inode string) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	fds, _ := os.ReadDir(dir)
+	want := "socket:[" + inode + "]"
+	for _, fd := range fds {
+		if l, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && l == want {
+			return true
+		}
+	}
+	return false
+}
+
+// singleton reports whether an Open MPI rank on this host started as a
+// singleton: it makes a session directory "pid.N" under "ompi.HOST.UID" in
+// the directory the job gave it, where a rank that bootstrapped through
+// gorun makes only "jf.N". The singleton's helper process removes it when
+// the rank ends, so the agent watches the directory (watchSingletons) and
+// remembers what it saw.
+func (r *ompiRoute) singleton() bool {
+	if r == nil {
+		return false
+	}
+	if r.sawSingleton.Load() {
+		return true
+	}
+	m, _ := filepath.Glob(filepath.Join(r.dir, "ompi.*", "pid.*"))
+	if len(m) > 0 {
+		r.sawSingleton.Store(true)
+	}
+	return len(m) > 0
+}
+
+// singletonFailure is why a rank that ran Open MPI as a singleton fails.
+const singletonFailure = "it ran Open MPI as a singleton (a one-rank job of its own, so its results are not the job's): this Open MPI did not bootstrap through gorun's PMI-1. " + ompiAdvice
+
+// watchSingletons fails the job once an Open MPI rank of this host runs
+// as a singleton. It watches the job's directory with inotify (a
+// singleton's directory can come and go within a tick), and also looks
+// twice a second, until stop.
+func (a *agent) watchSingletons(stop <-chan struct{}) {
+	r := a.ompi
+	events := make(chan struct{}, 1)
+	if w, err := watchDirs(r.dir, events); err == nil {
+		defer w.Close()
+	} else {
+		a.log.Warn("no inotify on Open MPI's directory; looking twice a second", "err", err)
+	}
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for !r.singleton() {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		case <-events:
+		}
+	}
+	a.failRankNumber(-1, singletonFailure)
+}
+
+// close removes the job's Open MPI files on this host and the memfd, and
+// closes the trap. It is idempotent.
+func (r *ompiRoute) close() {
+	if r == nil {
+		return
+	}
+	if r.lib != nil {
+		_ = r.lib.Close()
+		r.lib = nil
+	}
+	if r.trap != nil {
+		_ = r.trap.Close()
+	}
+	_ = os.RemoveAll(r.dir)
+}
+
+// ompiJobNumber is the job's number for Open MPI (FLUX_JOB_ID): a 32-bit
+// job id whose low half, Open MPI's local job number, is 1, as a
+// launched application's is; its high half comes from the job's id, so
+// that two jobs on a host differ.
+func ompiJobNumber(jobID string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(jobID))
+	return (h.Sum32()&0x7fff+1)<<16 | 1
+}
+
+// clique is the host's ranks, comma-separated (PMI_Get_clique_ranks).
+func (a *agent) clique() string {
+	var b strings.Builder
+	for _, r := range a.spec.Ranks {
+		if r.Hub != 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(r.Rank))
+	}
+	return b.String()
+}
