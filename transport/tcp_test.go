@@ -471,7 +471,7 @@ func TestRetryPause(t *testing.T) {
 		{1, 20 * ms, 500 * ms, 40 * ms},
 		{23, 20 * ms, 500 * ms, 480 * ms},
 		{24, 20 * ms, 500 * ms, 500 * ms},
-		{1 << 40, 20 * ms, 500 * ms, 500 * ms}, // no overflow
+		{1 << 30, 20 * ms, 500 * ms, 500 * ms}, // no overflow
 		{0, 30 * ms, 20 * ms, 20 * ms},
 		{3, 0, 20 * ms, 20 * ms},
 	} {
