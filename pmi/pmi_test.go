@@ -44,10 +44,16 @@ func FuzzParseLine(f *testing.F) {
 			return
 		}
 		// What parses formats back to something that parses the same.
-		var kv []string
+		// A value that runs to the end of the line goes last.
+		var kv, last []string
 		for k, v := range r.Args {
-			kv = append(kv, k, v)
+			if restOfLine(r, k) {
+				last = []string{k, v}
+			} else {
+				kv = append(kv, k, v)
+			}
 		}
+		kv = append(kv, last...)
 		line := strings.TrimSuffix(string(Format(r.Cmd, kv...)), "\n")
 		if r.Multi {
 			line = "m" + line

@@ -73,11 +73,16 @@ func ParseLine(line string) (Request, error) {
 		if _, dup := r.Args[k]; dup || k == "cmd" || k == "mcmd" {
 			return Request{}, fmt.Errorf("%w: key %q given twice", ErrMalformed, clip(k))
 		}
-		if !r.Multi && (r.Cmd == "put" && k == "value" || r.Cmd == "abort" && k == "msg") {
+		if restOfLine(r, k) {
 			v, rest = v+rest, ""
 		}
 		r.Args[k] = v
 	}
+}
+
+// restOfLine reports whether key's value in r runs to the end of the line.
+func restOfLine(r Request, key string) bool {
+	return !r.Multi && (r.Cmd == "put" && key == "value" || r.Cmd == "abort" && key == "msg")
 }
 
 // nextToken splits s, which starts with a token, at the first space or tab
