@@ -15,60 +15,39 @@ import (
 // collective results; with --map-by node too (a cyclic process mapping);
 // MPI_Abort(…, 3) on one rank ends the job with 3 and leaves nothing on
 // any host.
-func TestMPICHOverSSH(t *testing.T) {
-	r := needRig(t)
-	progs := mpitest.Build(t, r.testbins)
-	hf := r.hostfile(t, 3, 2)
-	for _, mapBy := range []string{"slot", "node"} {
-		seed := rand.Int64N(1 << 20)
-		counts := []int{0, 1, 5, 11, 1 + rand.IntN(30)}
-		args := []string{"-hostfile", hf, "--map-by", mapBy, progs["mpicheck"], strconv.FormatInt(seed, 10)}
-		for _, c := range counts {
-			args = append(args, strconv.Itoa(c))
-		}
-		res := r.run(t, args...)
-		if res.code != 0 {
-			t.Fatalf("--map-by %s: exit %d:\n%s", mapBy, res.code, res.stderr)
-		}
-		mpitest.Check(t, res.stdout, 6, seed, counts)
-	}
-	r.noLeftovers(t)
-	res := r.run(t, "-hostfile", hf, "--grace", "1s", progs["mpiabort"])
-	if res.code != 3 || !strings.Contains(res.stderr, "rank 1 on "+r.hosts[0]+" called MPI_Abort with exit code 3") {
-		t.Fatalf("abort: exit %d, want 3 naming rank 1 on %s:\n%s", res.code, r.hosts[0], res.stderr)
-	}
-	r.noLeftovers(t)
-}
+func TestMPICHOverSSH(t *testing.T) { checkMPIOverSSH(t, mpitest.MPICH) }
 
-// TestOpenMPIOverSSH: an unmodified Open MPI 4 program on 6 ranks over 3
-// test hosts bootstraps through gorun's PMI-1 library (Open MPI's own
-// shared memory within a host, TCP across) and gets the right results
-// with either mapping; MPI_Abort(…, 3) ends the job with 3; nothing of the
-// job, Open MPI's files included, is left on any host.
+// TestOpenMPIOverSSH: the same for an unmodified Open MPI 4 program, which
+// bootstraps through gorun's PMI-1 library (Open MPI's own shared memory
+// within a host, TCP across); Open MPI's files are not left behind either.
 func TestOpenMPIOverSSH(t *testing.T) {
-	r := needRig(t)
-	progs := mpitest.BuildWith(t, r.testbins, mpitest.OpenMPI)
-	hf := r.hostfile(t, 3, 2)
-	for _, mapBy := range []string{"slot", "node"} {
-		seed := rand.Int64N(1 << 20)
-		counts := []int{0, 1, 5, 11, 1 + rand.IntN(30)}
-		args := []string{"-hostfile", hf, "--map-by", mapBy, progs["mpicheck"], strconv.FormatInt(seed, 10)}
-		for _, c := range counts {
-			args = append(args, strconv.Itoa(c))
-		}
-		res := r.run(t, args...)
-		if res.code != 0 {
-			t.Fatalf("--map-by %s: exit %d:\n%s", mapBy, res.code, res.stderr)
-		}
-		mpitest.Check(t, res.stdout, 6, seed, counts)
-	}
-	r.noLeftovers(t)
-	res := r.run(t, "-hostfile", hf, "--grace", "1s", progs["mpiabort"])
-	if res.code != 3 || !strings.Contains(res.stderr, "rank 1 on "+r.hosts[0]+" called MPI_Abort with exit code 3") {
-		t.Fatalf("abort: exit %d, want 3 naming rank 1 on %s:\n%s", res.code, r.hosts[0], res.stderr)
-	}
-	r.noLeftovers(t)
+	checkMPIOverSSH(t, mpitest.OpenMPI)
 	if m, _ := filepath.Glob("/dev/shm/gorun-*-ompi-*"); len(m) > 0 {
 		t.Fatalf("Open MPI files left behind: %v", m)
 	}
+}
+
+func checkMPIOverSSH(t *testing.T, mpi mpitest.MPI) {
+	r := needRig(t)
+	progs := mpitest.BuildWith(t, r.testbins, mpi)
+	hf := r.hostfile(t, 3, 2)
+	for _, mapBy := range []string{"slot", "node"} {
+		seed := rand.Int64N(1 << 20)
+		counts := []int{0, 1, 5, 11, 1 + rand.IntN(30)}
+		args := []string{"-hostfile", hf, "--map-by", mapBy, progs["mpicheck"], strconv.FormatInt(seed, 10)}
+		for _, c := range counts {
+			args = append(args, strconv.Itoa(c))
+		}
+		res := r.run(t, args...)
+		if res.code != 0 {
+			t.Fatalf("--map-by %s: exit %d:\n%s", mapBy, res.code, res.stderr)
+		}
+		mpitest.Check(t, res.stdout, 6, seed, counts)
+	}
+	r.noLeftovers(t)
+	res := r.run(t, "-hostfile", hf, "--grace", "1s", progs["mpiabort"])
+	if res.code != 3 || !strings.Contains(res.stderr, "rank 1 on "+r.hosts[0]+" called MPI_Abort with exit code 3") {
+		t.Fatalf("abort: exit %d, want 3 naming rank 1 on %s:\n%s", res.code, r.hosts[0], res.stderr)
+	}
+	r.noLeftovers(t)
 }
