@@ -142,7 +142,7 @@ func testAllReduce[T Number](t *testing.T, algo Algorithm) {
 }
 
 func TestAllReduce(t *testing.T) {
-	for _, algo := range []Algorithm{Auto, Ring, Direct, Doubling} {
+	for _, algo := range []Algorithm{Auto, Ring, Direct, Doubling, Halving} {
 		t.Run(fmt.Sprint("algo", algo), func(t *testing.T) {
 			testAllReduce[float32](t, algo)
 			testAllReduce[float64](t, algo)
@@ -357,6 +357,17 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Fatal("unknown strategy accepted")
 	}
 	delete(env, "GORUN_STRATEGY")
+	for a := Auto; a <= Halving; a++ {
+		env["GORUN_ALGORITHM"] = a.String()
+		if cfg, err := ConfigFromEnv(lookup); err != nil || cfg.Algorithm != a {
+			t.Fatalf("GORUN_ALGORITHM=%s gave %v, %v", a, cfg.Algorithm, err)
+		}
+	}
+	env["GORUN_ALGORITHM"] = "tree"
+	if _, err := ConfigFromEnv(lookup); err == nil || !contains(err.Error(), "GORUN_ALGORITHM") || !contains(err.Error(), "halving") {
+		t.Fatalf("a bad GORUN_ALGORITHM was not named with the choices: %v", err)
+	}
+	delete(env, "GORUN_ALGORITHM")
 	delete(env, "GORUN_RANK")
 	delete(env, "GORUN_PEERS")
 	_, err = ConfigFromEnv(lookup)

@@ -96,6 +96,8 @@ func allReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, o ring.Op
 		err = ring.Doubling(ctx, c.tr, buf, reducer[T](op), o)
 	} else if c.direct(bytesOf[T](len(buf))) {
 		err = ring.Direct(ctx, c.tr, buf, reducer[T](op), o)
+	} else if c.cfg.Algorithm == Halving || c.cfg.Algorithm == Auto && ring.HalvingWins(c.Size(), bytesOf[T](len(buf))) {
+		err = ring.Halving(ctx, c.tr, buf, reducer[T](op), o)
 	} else {
 		err = ring.AllReduce(ctx, c.tr, buf, reducer[T](op), o)
 	}

@@ -19,8 +19,9 @@ type Algorithm int
 
 const (
 	// Auto uses Ring above Config.SmallBytes (Hierarchical when ranks
-	// share hosts across several hosts); below, Doubling when the size is
-	// a power of two from 4 up and Direct otherwise.
+	// share hosts across several hosts, Halving while the buffer is small
+	// for the number of ranks, see Halving); below, Doubling when the size is a power of two from 4
+	// up and Direct otherwise.
 	Auto Algorithm = iota
 	// Ring is the bandwidth-optimal pipelined ring (chain for Broadcast).
 	Ring
@@ -38,7 +39,35 @@ const (
 	// the job spans several hosts with the same number of ranks (at least
 	// two) on each; Ring forces the flat ring.
 	Hierarchical
+	// Halving is recursive halving and doubling (Rabenseifner): the ring's
+	// bytes in 2·log2(N) steps instead of 2(N−1). Auto picks it above
+	// SmallBytes when N is a power of two from 4 up and the buffer is at
+	// most N × 32 KiB, or N is 8 or more and the buffer at most N × 8 KiB
+	// (ring.HalvingWins), and for the cross-host stage of Hierarchical on
+	// the same terms for the number of hosts.
+	Halving
 )
+
+var algorithmNames = []string{Auto: "auto", Ring: "ring", Direct: "direct", Doubling: "doubling", Hierarchical: "hierarchical", Halving: "halving"}
+
+// String is the algorithm's name, as GORUN_ALGORITHM takes it.
+func (a Algorithm) String() string {
+	if a >= 0 && int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", int(a))
+}
+
+// ParseAlgorithm returns the algorithm of a name: auto, ring, direct,
+// doubling, halving or hierarchical.
+func ParseAlgorithm(name string) (Algorithm, error) {
+	for a, n := range algorithmNames {
+		if n == name {
+			return Algorithm(a), nil
+		}
+	}
+	return Auto, fmt.Errorf("unknown algorithm %q (want one of %s)", name, strings.Join(algorithmNames, ", "))
+}
 
 // Strategies.
 const (
@@ -182,6 +211,9 @@ func (c *Config) validate() error {
 			errs = append(errs, errors.New("no gossip seeds"))
 		}
 	}
+	if c.Algorithm < Auto || c.Algorithm > Halving {
+		errs = append(errs, fmt.Errorf("unknown algorithm %v", c.Algorithm))
+	}
 	switch c.Strategy {
 	case "", StrategyRing, StrategyHub:
 	default:
@@ -206,8 +238,8 @@ func (c *Config) validate() error {
 // rank (see internal/jobenv for the names: GORUN_RANK, GORUN_SIZE,
 // GORUN_JOB_ID, GORUN_JOB_SECRET, GORUN_PEERS, GORUN_ADDR,
 // GORUN_GOSSIP_PORT and optionally GORUN_STRATEGY, GORUN_HUBS,
-// GORUN_HUB_ELASTIC, GORUN_COLOCATED_HUBS, GORUN_LOCAL_SIZE and
-// GORUN_SPIN). lookup is os.LookupEnv in a real rank. This is the only
+// GORUN_HUB_ELASTIC, GORUN_COLOCATED_HUBS, GORUN_LOCAL_SIZE, GORUN_SPIN
+// and GORUN_ALGORITHM). lookup is os.LookupEnv in a real rank. This is the only
 // place a rank reads the environment.
 func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	cfg := DefaultConfig()
@@ -233,6 +265,13 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 		cfg.SpinTime, cfg.SpinYield = OversubscribedSpinTime, true
 	}
 	cfg.SpinTime = env.Duration(jobenv.SpinVar, cfg.SpinTime)
+	if v, ok := env.Lookup(jobenv.AlgorithmVar); ok {
+		a, err := ParseAlgorithm(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("collective: %s: %w", jobenv.AlgorithmVar, err)
+		}
+		cfg.Algorithm = a
+	}
 	cfg.Shm = env.Switch(jobenv.ShmVar, cfg.Shm)
 	if v, ok := env.Lookup(jobenv.StatusFileVar); ok {
 		cfg.StatusFile = v

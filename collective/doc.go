@@ -63,13 +63,18 @@
 // # Algorithms
 //
 // The ring strategy runs AllReduce as a pipelined ring (reduce-scatter then
-// all-gather), which moves 2(N-1)/N of the buffer per rank. Buffers up to
+// all-gather), which moves 2(N-1)/N of the buffer per rank. While the
+// buffer is small for N (at most N × 32 KiB on a power of two from 4
+// ranks, N × 8 KiB from 8 ranks otherwise) it runs recursive halving and
+// doubling instead (Algorithm Halving), which moves the same bytes in
+// about 2·log2 N steps instead of 2(N−1). Buffers up to
 // Config.SmallBytes take fewer, smaller steps: recursive doubling (log2 N
 // rounds of one message) when N is a power of two from 4 up, else a
 // one-round direct exchange. When the job spans several hosts with the
 // same number of ranks (at least two) on each, larger all-reduces run
 // node-aware: a reduce-scatter among each host's ranks, an all-reduce of
-// each slice across the hosts, an all-gather on each host (Algorithm
+// each slice across the hosts (by halving and doubling on the same terms
+// for the number of hosts), an all-gather on each host (Algorithm
 // Hierarchical; Ring forces the flat ring). Large ReduceScatter and
 // AllGather calls are node-aware on such layouts too: their cross-host
 // stage runs between the ranks at the same place on every host. Results are bitwise identical

@@ -214,6 +214,31 @@ func TestProcessesVerify(t *testing.T) {
 	}
 }
 
+// TestProcessesAlgorithm forces each large-buffer algorithm through the
+// environment, as a user does with gorun -x GORUN_ALGORITHM=..., and runs
+// the reference-checked workload in real processes on shared memory and
+// on TCP.
+func TestProcessesAlgorithm(t *testing.T) {
+	for _, c := range []struct {
+		algo string
+		np   int
+		shm  string
+	}{{"halving", 4, "1"}, {"halving", 6, "0"}, {"ring", 5, "1"}, {"hierarchical", 4, "0"}} {
+		res, out := launchWith(t, c.np, "verify", 5*time.Second, func(cfg *launcher.Config) {
+			cfg.Env = append(cfg.Env, "GORUN_ALGORITHM="+c.algo, "GORUN_SHM="+c.shm)
+		})
+		if res.ExitCode != 0 || strings.Count(out, "OK\n") != c.np {
+			t.Fatalf("%s np %d shm %s: exit %d:\n%s", c.algo, c.np, c.shm, res.ExitCode, out)
+		}
+	}
+	res, out := launchWith(t, 2, "verify", 5*time.Second, func(cfg *launcher.Config) {
+		cfg.Env = append(cfg.Env, "GORUN_ALGORITHM=tree")
+	})
+	if res.ExitCode == 0 || !strings.Contains(out, "GORUN_ALGORITHM") {
+		t.Fatalf("an unknown GORUN_ALGORITHM ran (exit %d):\n%s", res.ExitCode, out)
+	}
+}
+
 var (
 	strikeRE = regexp.MustCompile(`\[(\d+)\] STRIKE (\d+)`)
 	lostRE   = regexp.MustCompile(`\[(\d+)\] LOST (\d+) (.*)`)

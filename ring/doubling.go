@@ -94,7 +94,13 @@ func (x *exchanger[T]) send(to int, step uint32, data []T) error {
 }
 
 func (x *exchanger[T]) recv(from int, step uint32, dst []T) error {
-	if err := recvInto(x.ctx, x.tr, from, step, dst, x.seg, nil, x.o); err != nil {
+	return x.recvFold(from, step, dst, nil)
+}
+
+// recvFold receives from's data of step into dst, reducing it in with
+// fold as each segment arrives (fold nil: copy).
+func (x *exchanger[T]) recvFold(from int, step uint32, dst []T, fold func(dst, src []T)) error {
+	if err := recvInto(x.ctx, x.tr, from, step, dst, x.seg, fold, x.o); err != nil {
 		return fmt.Errorf("step %d: %w", step, err)
 	}
 	return nil
@@ -105,6 +111,11 @@ func (x *exchanger[T]) recv(from int, step uint32, dst []T) error {
 // in the socket buffers; large ones from a sender goroutine, so that the
 // two ranks never both block writing.
 func (x *exchanger[T]) swap(peer int, step uint32, data, dst []T) error {
+	return x.swapFold(peer, step, data, dst, nil)
+}
+
+// swapFold is swap that reduces what it receives into dst with fold.
+func (x *exchanger[T]) swapFold(peer int, step uint32, data, dst []T, fold func(dst, src []T)) error {
 	segs := segments(Span{0, len(data)}, x.seg)
 	if len(segs) == 1 && len(data)*reduce.SizeOf[T]() <= inlineBytes {
 		h := x.o.Header
@@ -115,7 +126,7 @@ func (x *exchanger[T]) swap(peer int, step uint32, data, dst []T) error {
 		if dst == nil {
 			return nil
 		}
-		return x.recv(peer, step, dst)
+		return x.recvFold(peer, step, dst, fold)
 	}
 	snd := startSender[T](x.ctx, x.cancel, x.tr, len(segs), x.o)
 	for _, s := range segs {
@@ -123,7 +134,7 @@ func (x *exchanger[T]) swap(peer int, step uint32, data, dst []T) error {
 	}
 	var err error
 	if dst != nil {
-		err = x.recv(peer, step, dst)
+		err = x.recvFold(peer, step, dst, fold)
 	}
 	return snd.wait(err)
 }

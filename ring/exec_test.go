@@ -72,7 +72,7 @@ func TestAllReduceMatchesReference(t *testing.T) {
 					}
 				}
 				for algo, run := range map[string]func(context.Context, Transport, []int64, func(dst, src []int64), Options) error{
-					"ring": AllReduce[int64], "direct": Direct[int64], "doubling": Doubling[int64],
+					"ring": AllReduce[int64], "direct": Direct[int64], "doubling": Doubling[int64], "halving": Halving[int64],
 				} {
 					bufs := make([][]int64, size)
 					errs, _ := runAll(size, func(tr *transport.Mem) error {
@@ -200,7 +200,7 @@ func TestBarrierWaitsForAll(t *testing.T) {
 // hang and never write out of bounds.
 func TestMismatchDetected(t *testing.T) {
 	for size := 2; size <= 6; size++ {
-		for _, algo := range []string{"ring", "direct", "doubling"} {
+		for _, algo := range []string{"ring", "direct", "doubling", "halving"} {
 			odd := size - 1
 			errs, _ := runAll(size, func(tr *transport.Mem) error {
 				n := 10
@@ -214,6 +214,8 @@ func TestMismatchDetected(t *testing.T) {
 					err = AllReduce(context.Background(), tr, buf, sum, opts(n, 16))
 				case "direct":
 					err = Direct(context.Background(), tr, buf, sum, opts(n, 16))
+				case "halving":
+					err = Halving(context.Background(), tr, buf, sum, opts(n, 16))
 				default:
 					err = Doubling(context.Background(), tr, buf, sum, opts(n, 16))
 				}
@@ -236,7 +238,7 @@ func TestMismatchDetected(t *testing.T) {
 // about to be sent. Every survivor must return an error naming rank k;
 // none may hang.
 func TestKillMidRing(t *testing.T) {
-	for _, run := range []func(context.Context, Transport, []int64, func(dst, src []int64), Options) error{AllReduce[int64], Doubling[int64]} {
+	for _, run := range []func(context.Context, Transport, []int64, func(dst, src []int64), Options) error{AllReduce[int64], Doubling[int64], Halving[int64]} {
 		killMid(t, run)
 	}
 }
@@ -290,6 +292,12 @@ func killMid(t *testing.T, run func(context.Context, Transport, []int64, func(ds
 // every rank with the same bits, because partners combine the lower
 // ranks' part first.
 func TestDoublingSameBits(t *testing.T) {
+	for _, run := range []func(context.Context, Transport, []float64, func(dst, src []float64), Options) error{Doubling[float64], Halving[float64]} {
+		sameBits(t, run)
+	}
+}
+
+func sameBits(t *testing.T, run func(context.Context, Transport, []float64, func(dst, src []float64), Options) error) {
 	firstMin := func(dst, src []float64) {
 		for i := range dst {
 			if src[i] < dst[i] {
@@ -298,7 +306,7 @@ func TestDoublingSameBits(t *testing.T) {
 		}
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
-	for size := 2; size <= 9; size++ {
+	for _, size := range []int{2, 3, 4, 5, 6, 7, 8, 9, 16, 17} {
 		const n = 64
 		in := make([][]float64, size)
 		for r := range in {
@@ -313,7 +321,7 @@ func TestDoublingSameBits(t *testing.T) {
 		got := make([][]float64, size)
 		errs, _ := runAll(size, func(tr *transport.Mem) error {
 			got[tr.Rank()] = slices.Clone(in[tr.Rank()])
-			return Doubling(context.Background(), tr, got[tr.Rank()], firstMin, opts(n, 1<<10))
+			return run(context.Background(), tr, got[tr.Rank()], firstMin, opts(n, 1<<10))
 		})
 		if err := errors.Join(errs...); err != nil {
 			t.Fatal(err)
@@ -322,6 +330,37 @@ func TestDoublingSameBits(t *testing.T) {
 			for i := range n {
 				if math.Float64bits(got[r][i]) != math.Float64bits(got[0][i]) {
 					t.Fatalf("size %d: ranks 0 and %d differ at %d: %x vs %x", size, r, i, math.Float64bits(got[0][i]), math.Float64bits(got[r][i]))
+				}
+			}
+		}
+	}
+}
+
+// TestHalvingMany runs Halving on the job sizes where HalvingWins picks it
+// and on sizes just off a power of two, against a naive sum; segments as
+// small as two elements make every exchange several frames.
+func TestHalvingMany(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	ctx := context.Background()
+	for _, size := range []int{8, 15, 16, 31, 32, 33, 64} {
+		for _, n := range []int{0, 1, size - 1, size, 97, 1009 + rng.IntN(3000)} {
+			in := make([][]int64, size)
+			want := make([]int64, n)
+			for r := range size {
+				in[r] = randInts(rng, n)
+				sum(want, in[r])
+			}
+			bufs := make([][]int64, size)
+			errs, _ := runAll(size, func(tr *transport.Mem) error {
+				bufs[tr.Rank()] = slices.Clone(in[tr.Rank()])
+				return Halving(ctx, tr, bufs[tr.Rank()], sum, opts(n, 16))
+			})
+			for r := range size {
+				if errs[r] != nil {
+					t.Fatalf("size %d n %d rank %d: %v", size, n, r, errs[r])
+				}
+				if !slices.Equal(bufs[r], want) {
+					t.Fatalf("size %d n %d rank %d: result differs from the naive sum", size, n, r)
 				}
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
 )
 
@@ -78,7 +79,9 @@ type Tiers struct {
 // the ranks of this host (local, through shared memory), then a ring
 // all-reduce of this rank's slice among the ranks that hold the same slice
 // on the other hosts (cross: every local rank carries its own slice, so
-// every host's links are all used), then a ring all-gather on the host.
+// every host's links are all used; Halving instead of the ring when
+// HalvingWins for the number of hosts and the slice: at 64 hosts a 1 MiB
+// slice takes 12 steps instead of 126), then a ring all-gather on the host.
 // Every rank ends with the same bits.
 func Hierarchical[T Elem](ctx context.Context, t Tiers, buf []T, fold func(dst, src []T), o Options) error {
 	m := t.Local.Size()
@@ -88,7 +91,11 @@ func Hierarchical[T Elem](ctx context.Context, t Tiers, buf []T, fold func(dst, 
 		return fmt.Errorf("on-host reduce-scatter: %w", err)
 	}
 	mine := spans[t.Local.Rank()]
-	if err := AllReduce(ctx, t.Cross, buf[mine.Off:mine.Off+mine.Len], fold, o); err != nil {
+	cross := AllReduce[T]
+	if HalvingWins(t.Cross.Size(), mine.Len*reduce.SizeOf[T]()) {
+		cross = Halving[T]
+	}
+	if err := cross(ctx, t.Cross, buf[mine.Off:mine.Off+mine.Len], fold, o); err != nil {
 		return fmt.Errorf("cross-host all-reduce: %w", err)
 	}
 	if err := Run(ctx, t.Local, buf, spans, steps[m-1:], nil, o); err != nil {

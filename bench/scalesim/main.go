@@ -20,12 +20,13 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/collective"
+	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/transport"
 )
 
 func main() {
 	ns := flag.String("n", "256,1024,4096", "job sizes")
-	ringMax := flag.Int("ring-max", 1024, "largest N that also runs the 64 KiB (ring) all-reduce: 2(N-1) frames per rank")
+	ringMax := flag.Int("ring-max", 1024, "largest N that also runs the 64 KiB all-reduce (ring: 2(N-1) frames per rank; halving on a power of two: 2 log2 N)")
 	flag.Parse()
 	fmt.Printf("%6s  %-24s %8s %10s %10s %8s\n", "N", "collective", "algo", "frames/rk", "max/rk", "time")
 	for _, f := range strings.Split(*ns, ",") {
@@ -46,7 +47,7 @@ type step struct {
 	do         func(ctx context.Context, c *collective.Comm) error
 }
 
-func run(n int, ring bool) error {
+func run(n int, large bool) error {
 	nw := transport.NewMemNetwork(n)
 	comms, err := collective.NewLocalOn(nw, collective.DefaultConfig())
 	if err != nil {
@@ -63,8 +64,12 @@ func run(n int, ring bool) error {
 		{"broadcast 8 KiB", "tree", broadcast(n, 1024)},
 		{"barrier", "dissem.", func(ctx context.Context, c *collective.Comm) error { return c.Barrier(ctx) }},
 	}
-	if ring {
-		steps = append(steps, step{"all-reduce 64 KiB", "ring", allReduce(n, 8192)})
+	if large {
+		algo := "ring"
+		if ring.HalvingWins(n, 64<<10) {
+			algo = "halving"
+		}
+		steps = append(steps, step{"all-reduce 64 KiB", algo, allReduce(n, 8192)})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

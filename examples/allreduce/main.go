@@ -20,7 +20,7 @@ import (
 func main() {
 	sizes := flag.String("sizes", "4KiB,64KiB,1MiB,16MiB,64MiB", "comma-separated buffer sizes")
 	target := flag.Duration("target", time.Second, "time spent per size")
-	algo := flag.String("algo", "auto", "auto, ring (flat), direct, doubling or hierarchical (node-aware)")
+	algo := flag.String("algo", "", "auto, ring (flat), direct, doubling, halving or hierarchical (node-aware); default GORUN_ALGORITHM or auto")
 	seg := flag.String("seg", "", "ring segment size (default: the library's)")
 	coll := flag.String("coll", "allreduce", "allreduce, broadcast (from rank 0), reducescatter or allgather (size = the whole result); the busbw column always applies the all-reduce's factor 2(n-1)/n")
 	flag.Parse()
@@ -39,7 +39,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	cfg.Algorithm = map[string]collective.Algorithm{"auto": collective.Auto, "ring": collective.Ring, "direct": collective.Direct, "doubling": collective.Doubling, "hierarchical": collective.Hierarchical}[*algo]
+	if *algo != "" {
+		if cfg.Algorithm, err = collective.ParseAlgorithm(*algo); err != nil {
+			fmt.Fprintln(os.Stderr, "allreduce: -algo:", err)
+			os.Exit(2)
+		}
+	}
 	if *seg != "" {
 		if cfg.SegmentBytes, err = bench.ParseSize(*seg); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -34,6 +34,7 @@ const (
 	// Set by users (exported or with -x).
 	ColocatedHubsVar = "GORUN_COLOCATED_HUBS"
 	SpinVar          = "GORUN_SPIN"
+	AlgorithmVar     = "GORUN_ALGORITHM"     // auto, ring, direct, doubling, halving or hierarchical
 	ShmVar           = "GORUN_SHM"           // 0: no shared memory between ranks on one host
 	StatusFileVar    = "GORUN_STATUS_FILE"   // the rank's status page (internal/inspect)
 	TimelineFileVar  = "GORUN_TIMELINE_FILE" // where the rank writes its timeline at Close (gorun --timeline)
