@@ -31,6 +31,8 @@ const (
 	HubIndexVar   = "GORUN_HUB_INDEX"   // a dedicated hub's number
 	HubPortVar    = "GORUN_HUB_PORT"    // where a dedicated hub listens
 	HubStatsVar   = "GORUN_HUB_STATS"   // 1: dedicated hubs report their traffic (gorun -v)
+	ElasticVar    = "GORUN_ELASTIC"     // 1: the ring goes on without a lost rank (gorun --elastic)
+	ControlFDVar  = "GORUN_CONTROL_FD"  // an elastic rank's line channel to its agent: views down, suspects up
 	// Set by users (exported or with -x).
 	ColocatedHubsVar = "GORUN_COLOCATED_HUBS"
 	SpinVar          = "GORUN_SPIN"
@@ -46,6 +48,7 @@ type Job struct {
 	Size       int
 	Strategy   string // "" leaves GORUN_STRATEGY unset
 	HubElastic bool
+	Elastic    bool // GORUN_ELASTIC=1 (gorun --elastic with the ring strategy)
 	HubStats   bool
 }
 
@@ -61,6 +64,9 @@ func (j Job) Env() []string {
 	}
 	if j.HubElastic {
 		env = append(env, HubElasticVar+"=1")
+	}
+	if j.Elastic {
+		env = append(env, ElasticVar+"=1")
 	}
 	if j.HubStats {
 		env = append(env, HubStatsVar+"=1")
