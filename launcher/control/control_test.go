@@ -1,0 +1,110 @@
+package control
+
+import (
+	"errors"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+func TestView(t *testing.T) {
+	v := View{Epoch: 1, Live: []int{0, 1, 3}}
+	if got := v.String(); got != "view 1 0,1,3" {
+		t.Fatalf("String %q", got)
+	}
+	back, err := ParseView("view 1 0,1,3")
+	if err != nil || back.Epoch != 1 || !slices.Equal(back.Live, v.Live) {
+		t.Fatalf("ParseView: %+v, %v", back, err)
+	}
+	for _, bad := range []string{"", "view", "view 1", "view 1 ", "view 0 0,1", "view -1 0", "view 1 0,,1", "view 1 1,0",
+		"view 1 0,0", "view x 0", "view 1 0,1 ", "view 1 +1", "views 1 0", "suspect 1 x", "view 1 9999999999"} {
+		if _, err := ParseView(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("ParseView(%q): %v, want ErrMalformed", bad, err)
+		}
+	}
+}
+
+func TestSuspect(t *testing.T) {
+	for line, want := range map[string]Suspect{
+		"suspect 3 frozen":                     {3, "frozen"},
+		"suspect 0 no frames for 2s from rank": {0, "no frames for 2s from rank"},
+		"suspect 12":                           {12, ""},
+		"suspect 12 ":                          {12, ""},
+		"suspect 1 a\tb":                       {1, "a b"},
+	} {
+		got, err := ParseSuspect(line)
+		if err != nil || got != want {
+			t.Errorf("ParseSuspect(%q) = %+v, %v; want %+v", line, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "suspect", "suspect ", "suspect x frozen", "suspect -1 x", "suspect  3 x", "SUSPECT 3 x", "view 1 0"} {
+		if _, err := ParseSuspect(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("ParseSuspect(%q): %v, want ErrMalformed", bad, err)
+		}
+	}
+	if got := (Suspect{Rank: 2, Reason: "a\nb"}).String(); got != "suspect 2 a b" {
+		t.Fatalf("a newline in the reason must not end the line: %q", got)
+	}
+}
+
+// TestReader: lines come out whole at every split of the stream, \r\n
+// is one newline, a line past MaxLine is reported and skipped, and a last
+// line without a newline still counts.
+func TestReader(t *testing.T) {
+	long := strings.Repeat("x", MaxLine+1)
+	exact := strings.Repeat("y", MaxLine)
+	stream := "suspect 1 a\r\n\n" + long + "\nview 2 0,1\n" + exact + "\nlast"
+	want := []string{"suspect 1 a", "", "ERR", "view 2 0,1", exact, "last", "EOF"}
+	read := func(r io.Reader) []string {
+		var got []string
+		cr := NewReader(r)
+		for {
+			line, err := cr.Next()
+			switch {
+			case errors.Is(err, ErrLineTooLong):
+				got = append(got, "ERR")
+				continue
+			case err == io.EOF:
+				return append(got, "EOF")
+			case err != nil:
+				return append(got, err.Error())
+			}
+			got = append(got, string(line))
+		}
+	}
+	if got := read(iotest.OneByteReader(strings.NewReader(stream))); !slices.Equal(got, want) {
+		t.Fatalf("one byte at a time: %.100q", got)
+	}
+	for _, at := range []int{0, 1, 11, 12, 13, 14, 15 + MaxLine, 15 + MaxLine + 1, len(stream) - 1, len(stream)} {
+		r := io.MultiReader(strings.NewReader(stream[:at]), strings.NewReader(stream[at:]))
+		if got := read(r); !slices.Equal(got, want) {
+			t.Fatalf("split at %d: %.100q", at, got)
+		}
+	}
+	if got := read(strings.NewReader(long)); !slices.Equal(got, []string{"EOF"}) {
+		t.Fatalf("an endless last line: %q", got)
+	}
+}
+
+// FuzzParse: no line makes a parser panic, and whatever parses prints
+// back to a line that parses to the same message.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"view 1 0,1,3", "suspect 3 frozen", "suspect 0", "view 2 5", "view 1 0,,", "suspect 1 \x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		if v, err := ParseView(line); err == nil {
+			back, err := ParseView(v.String())
+			if err != nil || back.Epoch != v.Epoch || !slices.Equal(back.Live, v.Live) {
+				t.Fatalf("view %q prints as %q, parses back as %+v, %v", line, v.String(), back, err)
+			}
+		}
+		if s, err := ParseSuspect(line); err == nil {
+			if back, err := ParseSuspect(s.String()); err != nil || back != s {
+				t.Fatalf("suspect %q prints as %q, parses back as %+v, %v", line, s.String(), back, err)
+			}
+		}
+	})
+}
