@@ -55,7 +55,7 @@ func (c *Comm) logSteps(nbytes int) bool {
 // bit pattern (a sum would turn -0 into +0), so the result is exact for
 // every type.
 func gatherByDoubling[T Number](ctx context.Context, c *Comm, recv []T, n int, o ring.Options) error {
-	me := c.Rank() * n
+	me := c.index() * n
 	clear(recv[:me])
 	clear(recv[me+n:])
 	b := reduce.AsBytes(recv) // elements are 4 or 8 bytes: whole words
@@ -63,7 +63,7 @@ func gatherByDoubling[T Number](ctx context.Context, c *Comm, recv []T, n int, o
 	if !shared {
 		words = reduce.FromBytes[int32](b)
 	}
-	err := ring.Doubling(ctx, c.tr, words, orWords, o)
+	err := ring.Doubling(ctx, c.net, words, orWords, o)
 	if !shared {
 		copy(b, reduce.AsBytes(words))
 	}
@@ -93,13 +93,13 @@ func allReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, o ring.Op
 	} else if c.hierarchical(bytesOf[T](len(buf))) {
 		err = ring.Hierarchical(ctx, *c.topo.tiers, buf, reducer[T](op), o)
 	} else if c.doubling(bytesOf[T](len(buf))) {
-		err = ring.Doubling(ctx, c.tr, buf, reducer[T](op), o)
+		err = ring.Doubling(ctx, c.net, buf, reducer[T](op), o)
 	} else if c.direct(bytesOf[T](len(buf))) {
-		err = ring.Direct(ctx, c.tr, buf, reducer[T](op), o)
+		err = ring.Direct(ctx, c.net, buf, reducer[T](op), o)
 	} else if c.cfg.Algorithm == Halving || c.cfg.Algorithm == Auto && ring.HalvingWins(c.Size(), bytesOf[T](len(buf))) {
-		err = ring.Halving(ctx, c.tr, buf, reducer[T](op), o)
+		err = ring.Halving(ctx, c.net, buf, reducer[T](op), o)
 	} else {
-		err = ring.AllReduce(ctx, c.tr, buf, reducer[T](op), o)
+		err = ring.AllReduce(ctx, c.net, buf, reducer[T](op), o)
 	}
 	if err != nil {
 		return err
@@ -111,7 +111,7 @@ func allReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, o ring.Op
 // AllReduce replaces buf on every rank with the element-wise reduction of
 // all ranks' bufs. Every rank ends with the same bits.
 func AllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error {
-	return c.do(ctx, kindAllReduce, func(o ring.Options) error {
+	return c.do(ctx, kindAllReduce, func(ctx context.Context, o ring.Options) error {
 		return allReduce(ctx, c, buf, op, o)
 	}, header[T](op, len(buf)))
 }
@@ -120,9 +120,9 @@ func AllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error {
 // other ranks buf is used as scratch: its contents afterwards are
 // unspecified.
 func Reduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, root int) error {
-	return c.do(ctx, kindReduce, func(o ring.Options) error {
-		if root < 0 || root >= c.Size() {
-			return localError("root %d out of range for size %d", root, c.Size())
+	return c.do(ctx, kindReduce, func(ctx context.Context, o ring.Options) error {
+		if _, err := c.rootIndex(root); err != nil {
+			return err
 		}
 		if c.useHub.Load() {
 			if !op.Valid() {
@@ -145,24 +145,26 @@ func Reduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, root int) er
 
 // Broadcast copies root's buf into buf on every other rank.
 func Broadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) error {
-	return c.do(ctx, kindBroadcast, func(o ring.Options) error {
-		if root < 0 || root >= c.Size() {
-			return localError("root %d out of range for size %d", root, c.Size())
+	return c.do(ctx, kindBroadcast, func(ctx context.Context, o ring.Options) error {
+		jobRoot := root
+		root, err := c.rootIndex(root)
+		if err != nil {
+			return err
 		}
 		if c.useHub.Load() {
 			b := reduce.AsBytes(buf)
-			return c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundBroadcast, DType: dtype[T](), Root: root, Count: len(buf), Send: b, Recv: b})
+			return c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundBroadcast, DType: dtype[T](), Root: jobRoot, Count: len(buf), Send: b, Recv: b})
 		}
 		direct := c.direct(bytesOf[T](len(buf)))
 		if direct && c.Size() > directMaxRanks && c.cfg.Algorithm == Auto {
-			return ring.TreeBroadcast(ctx, c.tr, buf, root, o)
+			return ring.TreeBroadcast(ctx, c.net, buf, root, o)
 		}
 		if c.topo != nil && c.topo.byHost != nil && !direct && c.cfg.Algorithm != Ring {
 			// Ranks placed round-robin over hosts: chain host after host
 			// (Algorithm Ring keeps the chain in rank order).
 			return ring.Broadcast(ctx, c.topo.byHost, buf, c.topo.byHost.Index(root), false, o)
 		}
-		return ring.Broadcast(ctx, c.tr, buf, root, direct, o)
+		return ring.Broadcast(ctx, c.net, buf, root, direct, o)
 	}, header[T](Op(root%256), len(buf)))
 }
 
@@ -170,7 +172,7 @@ func Broadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) error 
 // recv[r*len(send):(r+1)*len(send)] is rank r's send. recv must hold
 // Size()*len(send) elements, and every rank must send the same length.
 func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
-	return c.do(ctx, kindAllGather, func(o ring.Options) error {
+	return c.do(ctx, kindAllGather, func(ctx context.Context, o ring.Options) error {
 		n := len(send)
 		if len(recv) != n*c.Size() {
 			return localError("all-gather recv holds %d elements, want %d ranks x %d", len(recv), c.Size(), n)
@@ -178,14 +180,14 @@ func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 		if c.useHub.Load() {
 			return c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundGather, DType: dtype[T](), Count: n, Send: reduce.AsBytes(send), Recv: reduce.AsBytes(recv)})
 		}
-		copy(recv[c.Rank()*n:], send)
+		copy(recv[c.index()*n:], send)
 		if c.hierarchical(bytesOf[T](len(recv))) {
 			return ring.HierarchicalAllGather(ctx, *c.topo.tiers, recv, o)
 		}
 		if c.logSteps(bytesOf[T](len(recv))) {
 			return gatherByDoubling(ctx, c, recv, n, o)
 		}
-		return ring.AllGather(ctx, c.tr, recv, o)
+		return ring.AllGather(ctx, c.net, recv, o)
 	}, header[T](0, len(send)))
 }
 
@@ -194,7 +196,7 @@ func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 // rank's chunk of Chunk(len(buf), Size(), Rank()). The rest of buf is
 // scratch afterwards.
 func ReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) (mine []T, err error) {
-	err = c.do(ctx, kindReduceScatter, func(o ring.Options) error {
+	err = c.do(ctx, kindReduceScatter, func(ctx context.Context, o ring.Options) error {
 		if !op.Valid() {
 			return localError("unknown op %d", op)
 		}
@@ -209,10 +211,10 @@ func ReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) (mine
 		} else if c.logSteps(bytesOf[T](len(buf))) {
 			// Small: the whole all-reduce in log2 N steps beats the ring's
 			// N-1; every rank then keeps its chunk.
-			s = ring.Chunks(len(buf), c.Size())[c.Rank()]
-			err = ring.Doubling(ctx, c.tr, buf, reducer[T](op), o)
+			s = ring.Chunks(len(buf), c.Size())[c.index()]
+			err = ring.Doubling(ctx, c.net, buf, reducer[T](op), o)
 		} else {
-			s, err = ring.ReduceScatter(ctx, c.tr, buf, reducer[T](op), o)
+			s, err = ring.ReduceScatter(ctx, c.net, buf, reducer[T](op), o)
 		}
 		if err != nil {
 			return err

@@ -32,9 +32,13 @@ var (
 
 // Comm is one rank's handle on its job.
 type Comm struct {
-	cfg    Config
-	log    *slog.Logger
-	tr     transport.Transport
+	cfg Config
+	log *slog.Logger
+	tr  transport.Transport
+	// net is what the algorithms run over: tr, or with Elastic the ranks
+	// of the current view (see elastic.go).
+	net    ring.Transport
+	el     *elastic // nil unless Config.Elastic
 	member *membership.Member
 
 	turn   chan struct{} // holds one token: whoever has it runs a collective
@@ -61,7 +65,7 @@ type Comm struct {
 }
 
 func newComm(cfg Config, log *slog.Logger, tr transport.Transport) *Comm {
-	c := &Comm{cfg: cfg, log: log, tr: tr, turn: make(chan struct{}, 1), closed: make(chan struct{})}
+	c := &Comm{cfg: cfg, log: log, tr: tr, net: tr, turn: make(chan struct{}, 1), closed: make(chan struct{})}
 	c.turn <- struct{}{}
 	if cfg.StatusFile != "" {
 		// The page stays mapped for the life of the process: a collective
@@ -123,6 +127,20 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	// The hub strategy's traffic bypasses the rank mesh: every rank's
 	// loss must fail it, as the mesh cannot tell.
 	tc.WatchAll = cfg.Strategy == StrategyHub
+	var el atomic.Pointer[elastic] // set once joined; a loss before is fatal
+	if cfg.Elastic {
+		tc.Elastic = true
+		tc.OnPeerLost = func(peer int, err error) {
+			if e := el.Load(); e != nil {
+				var pl *transport.PeerLostError
+				reason := err.Error()
+				if errors.As(err, &pl) {
+					reason = pl.Reason
+				}
+				e.suspect(peer, reason)
+			}
+		}
+	}
 	tr, err := transport.Listen(tc)
 	if err != nil {
 		return nil, err
@@ -164,7 +182,10 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 			peers[r], hosts[r] = transport.Peer{Addr: p.Data, Host: p.Host}, p.Host
 		}
 		err = tr.SetPeers(peers)
-		if err == nil {
+		if err == nil && cfg.Elastic {
+			err = c.startElastic(hosts)
+			el.Store(c.el)
+		} else if err == nil {
 			err = c.setTopology(hosts)
 		}
 	}
@@ -217,11 +238,43 @@ func NewLocalOn(nw *transport.MemNetwork, cfg Config) ([]*Comm, error) {
 	return comms, nil
 }
 
-// Rank is this rank's number, 0 to Size-1.
+// Rank is this rank's number in the job, 0 to the job's size - 1 (with
+// Elastic it stays the same when the view changes).
 func (c *Comm) Rank() int { return c.cfg.Rank }
 
-// Size is the number of ranks in the job.
-func (c *Comm) Size() int { return c.cfg.Size }
+// Size is the number of ranks that take part in a collective: the job's
+// size, or with Elastic the ranks of the current view.
+func (c *Comm) Size() int {
+	if c.el != nil {
+		return len(c.el.installed.Ranks)
+	}
+	return c.cfg.Size
+}
+
+// index is this rank's place among the ranks that take part in a
+// collective: its rank, or with Elastic its index in the view.
+func (c *Comm) index() int {
+	if c.el != nil {
+		return c.el.me
+	}
+	return c.cfg.Rank
+}
+
+// rootIndex maps a root given as a job rank to its place among the ranks
+// that take part.
+func (c *Comm) rootIndex(root int) (int, error) {
+	if c.el == nil {
+		if root < 0 || root >= c.Size() {
+			return 0, localError("root %d out of range for size %d", root, c.Size())
+		}
+		return root, nil
+	}
+	i := c.el.installed.Index(root)
+	if i < 0 {
+		return 0, localError("root %d is not in the view (epoch %d, ranks %v)", root, c.el.installed.Epoch, c.el.installed.Ranks)
+	}
+	return i, nil
+}
 
 // Close leaves the job cleanly and releases everything the Comm holds. A
 // collective blocked in another goroutine returns ErrClosed. Close is
@@ -229,6 +282,9 @@ func (c *Comm) Size() int { return c.cfg.Size }
 func (c *Comm) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)
+		if c.el != nil {
+			c.el.close()
+		}
 		c.closeHub()
 		c.closeErr = c.tr.Close()
 		if c.member != nil {
@@ -311,7 +367,7 @@ var kindName = map[uint8]string{
 // it, its ctx and Close. Any failure is sent to every peer (so that none of
 // them waits for this rank) and breaks the Comm; Close during a collective
 // returns ErrClosed and tells the peers nothing more than the closing does.
-func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error, h transport.Header) error {
+func (c *Comm) do(ctx context.Context, kind uint8, f func(ctx context.Context, o ring.Options) error, h transport.Header) error {
 	select {
 	case <-c.closed:
 		return fmt.Errorf("collective: rank %d: %s: %w", c.cfg.Rank, kindName[kind], ErrClosed)
@@ -325,7 +381,18 @@ func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error,
 		}
 	}
 	defer func() { c.turn <- struct{}{} }()
-	c.seq++
+	userCtx := ctx
+	if c.el != nil {
+		var done func()
+		var err error
+		if ctx, done, err = c.el.begin(ctx, kind); err != nil {
+			return err
+		}
+		defer done()
+		c.seq = c.el.seqBase | (c.seq+1)&seqMask
+	} else {
+		c.seq++
+	}
 	h.Kind, h.Seq = kind, c.seq
 	if err := c.tr.Err(); err != nil {
 		return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
@@ -337,7 +404,7 @@ func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error,
 	if c.page != nil { // the arguments cost map lookups: none without a page
 		c.page.Begin(uint64(c.seq), kindName[kind], dtypeName(h.DType), int(h.Count)*reduce.Size(h.DType))
 	}
-	err := f(ring.Options{Header: h, SegmentBytes: c.cfg.SegmentBytes})
+	err := f(ctx, ring.Options{Header: h, SegmentBytes: c.cfg.SegmentBytes})
 	if c.rec != nil {
 		c.rec.Collective(kind, h.DType, c.useHub.Load(), h.Seq, uint64(int(h.Count)*reduce.Size(h.DType)), began, tick.Now(), c.waited.Total()-waited)
 	}
@@ -355,6 +422,11 @@ func (c *Comm) do(ctx context.Context, kind uint8, f func(o ring.Options) error,
 		}
 		return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
 	default:
+	}
+	if c.el != nil && userCtx.Err() == nil {
+		if verr, ok := c.el.viewChange(userCtx, kind, c.seq, err); ok {
+			return verr
+		}
 	}
 	why := fmt.Errorf("rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
 	if c.tr.Err() == nil {
@@ -387,10 +459,10 @@ func (c *Comm) waitTurn(ctx context.Context, kind uint8) error {
 
 // Barrier returns once every rank has entered it.
 func (c *Comm) Barrier(ctx context.Context) error {
-	return c.do(ctx, kindBarrier, func(o ring.Options) error {
+	return c.do(ctx, kindBarrier, func(ctx context.Context, o ring.Options) error {
 		if c.useHub.Load() {
 			return c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: Sum, DType: dtype[int64]()})
 		}
-		return ring.Barrier(ctx, c.tr, o)
+		return ring.Barrier(ctx, c.net, o)
 	}, transport.Header{})
 }

@@ -3,7 +3,9 @@ package collective
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -119,6 +121,14 @@ type Config struct {
 	// long has passed.
 	CloseTimeout time.Duration
 
+	// Elastic (GORUN_ELASTIC=1, gorun --elastic) keeps the ring strategy's
+	// job going when a rank is lost: see View and ErrViewChanged. Control
+	// is the channel to gorun's sequencer (from GORUN_CONTROL_FD), and
+	// ViewTimeout how long a rank that lost a peer waits for the new view
+	// before it fails as without Elastic [30 s].
+	Elastic      bool
+	Control      io.ReadWriteCloser
+	ViewTimeout  time.Duration
 	Algorithm    Algorithm
 	SmallBytes   int // Auto's threshold between Direct and Ring
 	SegmentBytes int // pipelining unit of the ring
@@ -181,6 +191,7 @@ func DefaultConfig() Config {
 		DataListen:        "0.0.0.0:0",
 		JoinTimeout:       60 * time.Second,
 		CloseTimeout:      30 * time.Second,
+		ViewTimeout:       30 * time.Second,
 		SmallBytes:        32 << 10,
 		SegmentBytes:      512 << 10,
 		MaxFrame:          transport.DefaultMaxPayload,
@@ -211,6 +222,12 @@ func (c *Config) validate() error {
 			errs = append(errs, errors.New("no gossip seeds"))
 		}
 	}
+	if c.Elastic && c.Strategy == StrategyHub {
+		errs = append(errs, errors.New("Elastic is for the ring strategy; the hub strategy's is HubElastic (gorun --elastic sets the right one)"))
+	}
+	if c.Elastic && c.ViewTimeout <= 0 {
+		errs = append(errs, errors.New("ViewTimeout must be > 0 with Elastic"))
+	}
 	if c.Algorithm < Auto || c.Algorithm > Halving {
 		errs = append(errs, fmt.Errorf("unknown algorithm %v", c.Algorithm))
 	}
@@ -238,8 +255,8 @@ func (c *Config) validate() error {
 // rank (see internal/jobenv for the names: GORUN_RANK, GORUN_SIZE,
 // GORUN_JOB_ID, GORUN_JOB_SECRET, GORUN_PEERS, GORUN_ADDR,
 // GORUN_GOSSIP_PORT and optionally GORUN_STRATEGY, GORUN_HUBS,
-// GORUN_HUB_ELASTIC, GORUN_COLOCATED_HUBS, GORUN_LOCAL_SIZE, GORUN_SPIN
-// and GORUN_ALGORITHM). lookup is os.LookupEnv in a real rank. This is the only
+// GORUN_HUB_ELASTIC, GORUN_ELASTIC, GORUN_CONTROL_FD, GORUN_COLOCATED_HUBS,
+// GORUN_LOCAL_SIZE, GORUN_SPIN and GORUN_ALGORITHM). lookup is os.LookupEnv in a real rank. This is the only
 // place a rank reads the environment.
 func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	cfg := DefaultConfig()
@@ -255,6 +272,10 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	}
 	cfg.Hubs = env.List(jobenv.HubsVar)
 	cfg.HubElastic = env.Flag(jobenv.HubElasticVar)
+	cfg.Elastic = env.Flag(jobenv.ElasticVar)
+	if fd := env.OptionalInt(jobenv.ControlFDVar, -1); fd >= 0 && cfg.Elastic {
+		cfg.Control = os.NewFile(uintptr(fd), "gorun control channel")
+	}
 	cfg.ColocatedHubs = env.OptionalInt(jobenv.ColocatedHubsVar, cfg.ColocatedHubs)
 	if n := env.OptionalInt(jobenv.LocalSizeVar, 0); n > runtime.NumCPU() {
 		// Oversubscribed: a plain spin would starve the peers, and

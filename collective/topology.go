@@ -50,17 +50,19 @@ func nodeAware(hosts [][]int) bool {
 	return true
 }
 
-// setTopology builds the groups from every rank's host (any string
-// shared by a host's ranks), which gossip brought: no message is needed.
+// setTopology builds the groups from the host of every rank that takes
+// part (any string shared by a host's ranks; with Elastic, of the view's
+// ranks in view order), which gossip brought: no message is needed.
 func (c *Comm) setTopology(hostOf []string) error {
-	if c.cfg.Size < 2 {
+	c.topo = nil
+	if len(hostOf) < 2 {
 		return nil
 	}
 	hosts := hostsOf(hostOf)
 	t := &topology{hosts: hosts}
 	if order := slices.Concat(hosts...); !slices.IsSorted(order) {
 		var err error
-		if t.byHost, err = ring.NewGroup(c.tr, order); err != nil {
+		if t.byHost, err = ring.NewGroup(c.net, order); err != nil {
 			return err
 		}
 	}
@@ -68,7 +70,7 @@ func (c *Comm) setTopology(hostOf []string) error {
 		var mine, place int
 		for h, ranks := range hosts {
 			for i, r := range ranks {
-				if r == c.cfg.Rank {
+				if r == c.index() {
 					mine, place = h, i
 				}
 			}
@@ -77,11 +79,11 @@ func (c *Comm) setTopology(hostOf []string) error {
 		for h, ranks := range hosts {
 			cross[h] = ranks[place]
 		}
-		local, err := ring.NewGroup(c.tr, hosts[mine])
+		local, err := ring.NewGroup(c.net, hosts[mine])
 		if err != nil {
 			return err
 		}
-		across, err := ring.NewGroup(c.tr, cross)
+		across, err := ring.NewGroup(c.net, cross)
 		if err != nil {
 			return err
 		}
@@ -101,18 +103,20 @@ func (c *Comm) hierarchical(nbytes int) bool {
 }
 
 // Hosts reports which ranks share a host (learned when the Comm joined):
-// one list of ranks per host. A Comm from NewLocal is one host.
+// one list of ranks per host (with Elastic, of the current view's ranks).
+// A Comm from NewLocal is one host.
 func (c *Comm) Hosts() [][]int {
 	if c.topo == nil {
-		all := make([]int, c.cfg.Size)
-		for i := range all {
-			all[i] = i
-		}
-		return [][]int{all}
+		return [][]int{c.View().Ranks}
 	}
 	out := make([][]int, len(c.topo.hosts))
 	for i, h := range c.topo.hosts {
 		out[i] = append([]int(nil), h...)
+		if c.el != nil { // view indices to job ranks
+			for j, x := range out[i] {
+				out[i][j] = c.el.installed.Ranks[x]
+			}
+		}
 	}
 	return out
 }

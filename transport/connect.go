@@ -185,7 +185,7 @@ func (t *TCP) conn(ctx context.Context, peer int) (*peerConn, error) {
 		}
 		if t.w.hasLeft(peer) {
 			t.mu.Unlock()
-			return nil, leftError(peer)
+			return nil, t.w.goneErr(peer)
 		}
 		s := t.slotOf(peer)
 		if !s.dialing && s.accepting == 0 {

@@ -601,7 +601,7 @@ func (t *TCP) shmRecvWait(ctx context.Context, sp *shmPeer, next func() (bool, e
 	case err == nil:
 		return nil
 	case errors.Is(err, errLeft):
-		return &PeerLostError{Rank: sp.peer, Reason: "it closed its Comm while this rank still expected data"}
+		return t.w.goneErr(sp.peer)
 	case errors.Is(err, ErrFrame):
 		return t.shmBroken(sp.peer, err)
 	}

@@ -50,6 +50,15 @@ type Config struct {
 	// and pass the abort on, while a rank that finished and left is no
 	// reason for ranks that never talked to it to fail.
 	WatchAll bool
+	// Elastic makes a lost peer a loss of that peer only (an elastic ring,
+	// gorun --elastic): calls that wait on it or send to it fail with its
+	// PeerLostError, the rest of the transport goes on, no abort is sent,
+	// and OnPeerLost is told. A broken shared memory segment, a garbage
+	// frame or another rank's abort still fail the whole transport.
+	Elastic bool
+	// OnPeerLost, if set, is called (from a transport goroutine) when an
+	// Elastic transport loses a peer.
+	OnPeerLost func(peer int, err error)
 	// Shm lets ranks on one host exchange data through shared memory
 	// (see shm.go); pairs on different hosts, or that cannot set it up,
 	// use TCP.
@@ -467,6 +476,9 @@ func (t *TCP) Send(ctx context.Context, to int, h Header, payload []byte) error 
 	if len(payload) > t.cfg.MaxPayload {
 		return fmt.Errorf("transport: payload of %d bytes exceeds the %d byte cap", len(payload), t.cfg.MaxPayload)
 	}
+	if t.cfg.Elastic && t.w.hasLeft(to) {
+		return t.w.goneErr(to)
+	}
 	pc := t.conns[to].Load()
 	if pc == nil {
 		var err error
@@ -620,6 +632,12 @@ func (t *TCP) loseWith(peer int, reason string, cause error) {
 		return
 	}
 	err := &PeerLostError{Rank: peer, Reason: reason, Cause: cause}
+	if t.cfg.Elastic && peer >= 0 && peer < t.cfg.Size && peer != t.cfg.Rank {
+		if t.w.losePeer(peer, err) && t.cfg.OnPeerLost != nil {
+			t.cfg.OnPeerLost(peer, err)
+		}
+		return
+	}
 	t.broadcastAbort(err, peer, t.cfg.NoticeTimeout)
 	t.w.fail(err)
 }

@@ -58,8 +58,9 @@ const inboxDepth = 64
 // waited for.
 type peerState struct {
 	inbox    chan Frame
-	left     chan struct{} // closed when the peer left cleanly
+	left     chan struct{} // closed when the peer left cleanly, or was lost (elastic)
 	leftOnce sync.Once
+	lost     atomic.Pointer[PeerLostError] // why, when an elastic transport lost it
 }
 
 func newWorld(rank, size int) *world {
@@ -121,6 +122,28 @@ func (w *world) Err() error {
 func (w *world) markLeft(peer int) { w.peer(peer).markLeft() }
 
 func (ps *peerState) markLeft() { ps.leftOnce.Do(func() { close(ps.left) }) }
+
+// losePeer records that an elastic transport lost peer (and wakes every
+// call waiting on it); it reports whether this was news.
+func (w *world) losePeer(peer int, err *PeerLostError) bool {
+	ps := w.peer(peer)
+	if !ps.lost.CompareAndSwap(nil, err) {
+		return false
+	}
+	ps.markLeft()
+	return true
+}
+
+// goneErr is the error of waiting on, or sending to, a peer that left or
+// was lost.
+func (w *world) goneErr(peer int) error {
+	if ps := w.peers[peer].Load(); ps != nil {
+		if err := ps.lost.Load(); err != nil {
+			return err
+		}
+	}
+	return leftError(peer)
+}
 
 // hasLeft reports whether peer said goodbye.
 func (w *world) hasLeft(peer int) bool {
@@ -184,7 +207,7 @@ func (w *world) recv(ctx context.Context, from int) (Frame, error) {
 		case f := <-ps.inbox:
 			return f, nil
 		default:
-			return Frame{}, leftError(from)
+			return Frame{}, w.goneErr(from)
 		}
 	case <-ctx.Done():
 		select {

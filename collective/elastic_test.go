@@ -1,0 +1,208 @@
+package collective
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestParseView(t *testing.T) {
+	good := map[string]View{
+		"view 1 0,1,3":           {1, []int{0, 1, 3}},
+		"view 4095 7":            {4095, []int{7}},
+		" view  2  2,5 ":         {2, []int{2, 5}},
+		"view 3 0,1,2,3,4,5,6,7": {3, []int{0, 1, 2, 3, 4, 5, 6, 7}},
+	}
+	for line, want := range good {
+		v, err := ParseView(line, 8)
+		if err != nil || v.Epoch != want.Epoch || !slices.Equal(v.Ranks, want.Ranks) {
+			t.Errorf("ParseView(%q) = %v, %v; want %v", line, v, err, want)
+		}
+	}
+	for _, line := range []string{
+		"", "view", "view 1", "view 0 1,2", "view 4096 1", "view -1 1", "view x 1",
+		"view 1 1,1", "view 1 2,1", "view 1 8", "view 1 -1", "view 1 1,,2", "view 1 1,2 extra",
+		"suspect 1 x", "view 1 0,1,2,3,4,5,6,7,8",
+	} {
+		if v, err := ParseView(line, 8); err == nil {
+			t.Errorf("ParseView(%q) accepted: %v", line, v)
+		}
+	}
+}
+
+// FuzzParseView: any line either fails or gives a view that is valid for
+// the job and prints back to itself.
+func FuzzParseView(f *testing.F) {
+	for _, s := range []string{"view 1 0,1,3", "view 7 2", "view 1 1,1", "", "view 99999999999999999999 1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		v, err := ParseView(line, 16)
+		if err != nil {
+			return
+		}
+		if v.Epoch < 1 || v.Epoch > maxEpoch || len(v.Ranks) == 0 || len(v.Ranks) > 16 {
+			t.Fatalf("%q: %v", line, v)
+		}
+		for i, r := range v.Ranks {
+			if r < 0 || r >= 16 || i > 0 && r <= v.Ranks[i-1] {
+				t.Fatalf("%q: ranks %v", line, v.Ranks)
+			}
+		}
+		strs := make([]string, len(v.Ranks))
+		for i, r := range v.Ranks {
+			strs[i] = fmt.Sprint(r)
+		}
+		again, err := ParseView(fmt.Sprintf("view %d %s", v.Epoch, strings.Join(strs, ",")), 16)
+		if err != nil || again.Epoch != v.Epoch || !slices.Equal(again.Ranks, v.Ranks) {
+			t.Fatalf("%q: round trip %v, %v", line, again, err)
+		}
+	})
+}
+
+// sequencer plays gorun's part for in-process elastic Comms: it holds
+// the other end of every rank's control channel, records the suspects,
+// and sends views.
+type sequencer struct {
+	t     *testing.T
+	ends  []net.Conn
+	mu    sync.Mutex
+	epoch int
+	live  []int
+	sus   []string
+}
+
+func newSequencer(t *testing.T, cfgs []Config) *sequencer {
+	s := &sequencer{t: t, ends: make([]net.Conn, len(cfgs))}
+	for r := range cfgs {
+		a, b := net.Pipe()
+		cfgs[r].Elastic, cfgs[r].Control, cfgs[r].ViewTimeout = true, a, 10*time.Second
+		s.ends[r] = b
+		s.live = append(s.live, r)
+		go func() {
+			sc := bufio.NewScanner(b)
+			for sc.Scan() {
+				s.mu.Lock()
+				s.sus = append(s.sus, fmt.Sprintf("%d: %s", r, sc.Text()))
+				s.mu.Unlock()
+			}
+		}()
+	}
+	return s
+}
+
+// remove takes rank out of the view and tells every live rank.
+func (s *sequencer) remove(rank int) View {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.live = slices.DeleteFunc(s.live, func(r int) bool { return r == rank })
+	s.epoch++
+	v := View{Epoch: s.epoch, Ranks: slices.Clone(s.live)}
+	strs := make([]string, len(v.Ranks))
+	for i, r := range v.Ranks {
+		strs[i] = fmt.Sprint(r)
+	}
+	line := fmt.Sprintf("view %d %s\n", v.Epoch, strings.Join(strs, ","))
+	for _, r := range s.live {
+		go io.WriteString(s.ends[r], line)
+	}
+	return v
+}
+
+// TestElasticRankLeaves: 4 ranks over TCP (and shared memory between
+// some) run all-reduces of several sizes; rank 2 vanishes in the middle
+// of one (its Comm closes). Every survivor gets exactly one
+// ErrViewChanged, at the same collective, then the sums over the new view
+// are exact.
+func TestElasticRankLeaves(t *testing.T) {
+	for _, shm := range []bool{true, false} {
+		t.Run(fmt.Sprint("shm=", shm), func(t *testing.T) {
+			const n, victim, at = 4, 2, 5
+			cfgs := tcpConfigs(t, n, "a-secret-of-the-right-length")
+			for r := range cfgs {
+				cfgs[r].Shm = shm
+				cfgs[r].HostKey = fmt.Sprint("host", r/2)
+			}
+			seq := newSequencer(t, cfgs)
+			comms, errs := newAll(cfgs)
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { closeAll(comms) })
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			changedAt := make([]int, n)
+			err := runAll(comms, func(c *Comm) error {
+				changedAt[c.Rank()] = -1
+				for it := 0; it < 12; it++ {
+					count := []int{1, 7, 5000, 1 << 18}[it%4]
+					buf := make([]float64, count)
+					for i := range buf {
+						buf[i] = float64(c.Rank() + 1)
+					}
+					if c.Rank() == victim && it == at {
+						go func() {
+							time.Sleep(50 * time.Millisecond)
+							c.Close()
+							seq.remove(victim)
+						}()
+					}
+					err := AllReduce(ctx, c, buf, Sum)
+					if c.Rank() == victim && it >= at {
+						return nil // gone
+					}
+					if errors.Is(err, ErrViewChanged) {
+						if changedAt[c.Rank()] >= 0 {
+							return fmt.Errorf("a second view change at %d: %w", it, err)
+						}
+						changedAt[c.Rank()] = it
+						// The documented pattern: take the step (the
+						// training state) from the view's first rank, and
+						// go on from there.
+						step := []int64{int64(it)}
+						if err := Broadcast(ctx, c, step, c.View().Ranks[0]); err != nil {
+							return fmt.Errorf("sync after the view change: %w", err)
+						}
+						it = int(step[0]) - 1
+						continue
+					}
+					if err != nil {
+						return fmt.Errorf("iteration %d: %w", it, err)
+					}
+					var want float64
+					for _, r := range c.View().Ranks {
+						want += float64(r + 1)
+					}
+					for i, x := range buf {
+						if x != want {
+							return fmt.Errorf("iteration %d (view %v): [%d] = %v, want %v", it, c.View(), i, x, want)
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r := range n {
+				if r == victim {
+					continue
+				}
+				if changedAt[r] < at || changedAt[r] > at+1 {
+					t.Fatalf("rank %d saw the view change at step %d, want %d or %d", r, changedAt[r], at, at+1)
+				}
+				if v := comms[r].View(); v.Epoch != 1 || !slices.Equal(v.Ranks, []int{0, 1, 3}) || comms[r].Size() != 3 {
+					t.Fatalf("rank %d: view %v, size %d", r, v, comms[r].Size())
+				}
+			}
+		})
+	}
+}
