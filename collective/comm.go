@@ -211,7 +211,9 @@ func NewLocal(n int, cfg Config) ([]*Comm, error) {
 
 // NewLocalOn is NewLocal over a network the caller made, so that a test
 // can kill a rank (MemNetwork.Kill) or count what each rank sent and to
-// how many peers (MemNetwork.Frames, MemNetwork.Links).
+// how many peers (MemNetwork.Frames, MemNetwork.Links). With cfg.Elastic
+// the job is elastic, its sequencer in memory: a Kill is a death, after
+// which the others get the new view.
 func NewLocalOn(nw *transport.MemNetwork, cfg Config) ([]*Comm, error) {
 	n := nw.Size()
 	cfg.Size, cfg.Rank = n, 0
@@ -229,6 +231,19 @@ func NewLocalOn(nw *transport.MemNetwork, cfg Config) ([]*Comm, error) {
 			logger = slog.New(slog.DiscardHandler)
 		}
 		comms[r] = newComm(c, logger, nw.Transport(r))
+	}
+	if cfg.Elastic {
+		if cfg.Strategy == StrategyHub || cfg.Control != nil {
+			return nil, errors.New("collective: an in-memory elastic job takes the ring strategy and no Control: its sequencer is in memory")
+		}
+		seq := &memSequencer{nw: nw, comms: comms, view: comms[0].View()}
+		nw.Elastic, nw.OnKill = true, seq.killed
+		for _, c := range comms {
+			if err := c.startElastic(nil); err != nil {
+				return nil, err
+			}
+			c.el.local = seq
+		}
 	}
 	if cfg.Strategy == StrategyHub {
 		if err := startLocalHubs(comms, cfg); err != nil {

@@ -99,10 +99,35 @@ type elastic struct {
 	stash     map[int][]transport.Frame // frames of a later epoch, by job rank
 	out       error                     // set once a view left this rank out
 
+	local    *memSequencer // in memory (NewLocal): the sequencer itself
 	wmu      sync.Mutex
 	reported map[int]bool // ranks suspected to the sequencer
 	closeOne sync.Once
 }
+
+// memSequencer is the sequencer of an in-memory elastic job (NewLocalOn
+// with Config.Elastic): MemNetwork.Kill is a death, and a suspect is
+// fenced by a Kill.
+type memSequencer struct {
+	nw    *transport.MemNetwork
+	comms []*Comm
+	mu    sync.Mutex
+	view  View
+}
+
+func (s *memSequencer) killed(r int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.view.Index(r) < 0 {
+		return
+	}
+	s.view = View{Epoch: s.view.Epoch + 1, Ranks: slices.DeleteFunc(slices.Clone(s.view.Ranks), func(x int) bool { return x == r })}
+	for _, x := range s.view.Ranks {
+		s.comms[x].el.announce(s.view)
+	}
+}
+
+func (s *memSequencer) suspect(r int) { go s.nw.Kill(r) }
 
 // startElastic makes c elastic with every rank in view 0 and starts
 // reading the control channel.
@@ -321,6 +346,10 @@ func (e *elastic) viewChange(ctx context.Context, kind uint8, seq uint32, cause 
 
 // suspect tells the sequencer that rank seems lost (once per rank).
 func (e *elastic) suspect(rank int, reason string) {
+	if e.local != nil {
+		e.local.suspect(rank)
+		return
+	}
 	if e.ctl == nil {
 		return
 	}

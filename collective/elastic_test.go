@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/transport"
 )
 
 func TestParseView(t *testing.T) {
@@ -204,5 +206,158 @@ func TestElasticRankLeaves(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestElasticKillAnywhere is the deterministic drill on the in-memory
+// transport: for 2 to 9 ranks, rank k is killed exactly when the m-th
+// frame of the job is about to be sent, at every rank and at several
+// points of a run of all-reduces (small, by recursive doubling or direct,
+// and large, by the ring). Every survivor must see exactly one
+// ErrViewChanged, and after the documented resynchronisation every sum
+// must equal the naive sum over the view's ranks.
+func TestElasticKillAnywhere(t *testing.T) {
+	kills := 0
+	for n := 2; n <= 9; n++ {
+		for victim := range n {
+			for _, at := range []int{0, 1, n, 3 * n, 7 * n, 20 * n} {
+				if elasticDrill(t, n, victim, at) {
+					kills++
+				}
+			}
+		}
+	}
+	t.Logf("%d drills killed their victim mid-run", kills)
+	if kills < 100 {
+		t.Fatalf("only %d drills killed: the points are off", kills)
+	}
+}
+
+func elasticDrill(t *testing.T, n, victim, at int) bool {
+	t.Helper()
+	nw := transport.NewMemNetwork(n)
+	sent := 0
+	killed := false
+	nw.BeforeSend = func(from, to int, h transport.Header) bool {
+		if sent == at && !killed {
+			killed = true
+			go nw.Kill(victim)
+			time.Sleep(time.Millisecond) // let the kill land mid-collective
+		}
+		sent++
+		return true
+	}
+	cfg := DefaultConfig()
+	cfg.Elastic, cfg.SmallBytes, cfg.SegmentBytes = true, 64, 32
+	comms, err := NewLocalOn(nw, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(comms)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const steps = 8
+	changes := make([]int, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for _, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := c.Rank()
+			for it := 0; it < steps; it++ {
+				count := []int{1, 3, 40, 97}[it%4]
+				buf := make([]int64, count)
+				for i := range buf {
+					buf[i] = int64((r+1)*1000 + it*10 + i%7)
+				}
+				err := AllReduce(ctx, c, buf, Sum)
+				if errors.Is(err, ErrViewChanged) {
+					changes[r]++
+					step := []int64{int64(it)}
+					if err := Broadcast(ctx, c, step, c.View().Ranks[0]); err != nil {
+						errs[r] = fmt.Errorf("sync: %w", err)
+						return
+					}
+					it = int(step[0]) - 1
+					continue
+				}
+				if err != nil {
+					if r != victim {
+						errs[r] = fmt.Errorf("step %d: %w", it, err)
+					}
+					return
+				}
+				for i, x := range buf {
+					var want int64
+					for _, q := range c.View().Ranks {
+						want += int64((q+1)*1000 + it*10 + i%7)
+					}
+					if x != want {
+						errs[r] = fmt.Errorf("step %d, view %v: [%d] = %d, want %d", it, c.View(), i, x, want)
+						return
+					}
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("n %d victim %d at %d: hung", n, victim, at)
+	}
+	for r := range n {
+		if r == victim {
+			continue
+		}
+		if errs[r] != nil {
+			t.Fatalf("n %d victim %d at %d: rank %d: %v", n, victim, at, r, errs[r])
+		}
+		want := 0
+		if killed {
+			want = 1
+		}
+		if changes[r] != want {
+			t.Fatalf("n %d victim %d at %d: rank %d saw %d view changes, want %d", n, victim, at, r, changes[r], want)
+		}
+	}
+	return killed
+}
+
+// TestEpochFrames: a view's transport drops the frames of an earlier
+// epoch (an interrupted collective's leftovers), keeps a later epoch's
+// for when this rank gets there, and hands them over in order.
+func TestEpochFrames(t *testing.T) {
+	nw := transport.NewMemNetwork(2)
+	ctx := context.Background()
+	send := func(epoch, n uint32, payload string) {
+		if err := nw.Transport(1).Send(ctx, 0, transport.Header{Seq: epoch<<seqEpochShift | n}, []byte(payload)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(0, 7, "stale")
+	send(1, 1, "one")
+	send(0, 8, "stale too")
+	send(2, 1, "two-a")
+	send(2, 2, "two-b")
+	e := &elastic{stash: map[int][]transport.Frame{}}
+	one := &epochNet{e: e, base: nw.Transport(0), epoch: 1}
+	f, err := one.Recv(ctx, 1)
+	if err != nil || string(f.Payload) != "one" {
+		t.Fatalf("epoch 1 got %q, %v", f.Payload, err)
+	}
+	f.Release()
+	if _, err := one.Recv(ctx, 1); !errors.Is(err, errNewerView) {
+		t.Fatalf("a later epoch's frame: %v, want errNewerView", err)
+	}
+	two := &epochNet{e: e, base: nw.Transport(0), epoch: 2}
+	for _, want := range []string{"two-a", "two-b"} {
+		f, err := two.Recv(ctx, 1)
+		if err != nil || string(f.Payload) != want {
+			t.Fatalf("epoch 2 got %q, %v; want %q", f.Payload, err, want)
+		}
+		f.Release()
 	}
 }

@@ -22,6 +22,13 @@ type MemNetwork struct {
 	// BeforeSend, if set, is called before every data frame is sent. It may
 	// call Kill; if it returns false the frame is dropped silently.
 	BeforeSend func(from, to int, h Header) bool
+	// Elastic makes Kill a loss of one rank, as Config.Elastic does over
+	// TCP: the others' calls that wait on it or send to it fail with its
+	// PeerLostError, and nothing else fails. OnKill, if set, is called
+	// after each Kill (the in-memory elastic job's sequencer). Set both
+	// before any traffic.
+	Elastic bool
+	OnKill  func(r int)
 }
 
 // Mem is one rank's end of a MemNetwork.
@@ -87,10 +94,18 @@ func (nw *MemNetwork) Transport(r int) *Mem { return nw.ts[r] }
 // lost, and r's own calls fail.
 func (nw *MemNetwork) Kill(r int) {
 	nw.failMu.Lock()
-	defer nw.failMu.Unlock()
+	if _, again := nw.killed[r]; again {
+		nw.failMu.Unlock()
+		return
+	}
 	nw.ts[r].w.fail(fmt.Errorf("transport: rank %d was killed: %w", r, ErrClosed))
 	for i, t := range nw.ts {
-		if i != r {
+		if i == r {
+			continue
+		}
+		if nw.Elastic {
+			t.w.losePeer(r, &PeerLostError{Rank: r, Reason: "killed"})
+		} else {
 			t.w.fail(&PeerLostError{Rank: r, Reason: "killed"})
 		}
 	}
@@ -98,6 +113,10 @@ func (nw *MemNetwork) Kill(r int) {
 		nw.killed = map[int]string{}
 	}
 	nw.killed[r] = "killed"
+	nw.failMu.Unlock()
+	if nw.OnKill != nil {
+		nw.OnKill(r)
+	}
 }
 
 // LocalPeers implements Transport: in memory every rank is on one host.
