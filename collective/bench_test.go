@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -173,4 +175,31 @@ func median(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// BenchmarkElastic is the cost of Config.Elastic when nothing fails: 2
+// ranks over shared memory (and loopback TCP), 4 KiB and 16 MiB
+// all-reduces, plain and elastic Comms side by side in one process (run
+// with -count for pairs).
+func BenchmarkElastic(b *testing.B) {
+	for _, shm := range []bool{true, false} {
+		for _, bytes := range []int{4 << 10, 16 << 20} {
+			for _, mode := range []string{"plain", "elastic"} {
+				b.Run(fmt.Sprintf("shm=%v/%dB/%s", shm, bytes, mode), func(b *testing.B) {
+					cfgs := tcpConfigs(b, 2, "a-secret-of-the-right-length")
+					for i := range cfgs {
+						cfgs[i].Shm = shm
+						if mode == "elastic" {
+							a, other := net.Pipe()
+							go io.Copy(io.Discard, other)
+							b.Cleanup(func() { other.Close() })
+							cfgs[i].Elastic, cfgs[i].Control = true, a
+						}
+					}
+					comms := startAll(b, cfgs)
+					allReduceAll(b, comms, bytes)
+				})
+			}
+		}
+	}
 }

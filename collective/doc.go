@@ -60,6 +60,44 @@
 // the same error. Close the Comm; a job usually exits, and gorun then ends
 // the remaining ranks.
 //
+// # Elastic jobs
+//
+// With Config.Elastic (gorun --elastic, ring strategy) a lost rank does
+// not end the job. gorun's launcher is the one sequencer of the
+// membership: it learns of a death from the process's exit, fences a rank
+// that a peer suspects (a frozen one) by killing it, and sends every
+// survivor the new view (View: an epoch and the live ranks). Gossip's
+// opinions never decide it. Every survivor then gets ErrViewChanged
+// exactly once per change: from the collective the change interrupted,
+// or, on a rank that had already finished that one, from its next call,
+// which moves no data. Nothing of that collective's result can be
+// trusted, and ranks may disagree on how far they got, so the program
+// takes its state from one survivor and goes on:
+//
+//	for step := 0; step < steps; step++ {
+//		err := collective.AllReduce(ctx, c, grads, collective.Avg)
+//		if errors.Is(err, collective.ErrViewChanged) {
+//			state := []float64{float64(step)} // with the weights, the optimizer...
+//			if err := collective.Broadcast(ctx, c, state, c.View().Ranks[0]); err != nil {
+//				return err
+//			}
+//			step = int(state[0]) - 1 // redo that step on the new view
+//			continue
+//		}
+//		...
+//	}
+//
+// Afterwards Size is the number of ranks in the view (an Avg divides by
+// it), Rank stays the job's rank, roots are job ranks that must be in the
+// view, and AllGather's recv holds Size blocks in the view's rank order.
+// Every frame carries its epoch, and the frames of an interrupted
+// collective are dropped, so they never mix with the next one's. A
+// failure that a view change does not explain (a length mismatch, a
+// cancelled context) breaks the Comm as above, and so does waiting longer
+// than Config.ViewTimeout for the view after a loss. NewLocalOn with
+// Config.Elastic makes an elastic job in memory, for tests: a
+// MemNetwork.Kill is a death.
+//
 // # Algorithms
 //
 // The ring strategy runs AllReduce as a pipelined ring (reduce-scatter then
