@@ -219,15 +219,15 @@ func (l *loop) handle(m *proto.Message) (end bool) {
 		a.closeStdin()
 	case proto.MsgPMIRelease:
 		a.releasePMI(m)
+	case proto.MsgView:
+		a.sendView(m)
+	case proto.MsgSignalRank:
+		a.signalRank(m.Rank, signalFrom(m))
 	case proto.MsgTerminate:
-		sig := syscall.Signal(m.Signal)
-		if sig == 0 {
-			sig = syscall.SIGTERM
-		}
 		if !l.started {
 			return true
 		}
-		l.terminate(sig)
+		l.terminate(signalFrom(m))
 	}
 	return false
 }

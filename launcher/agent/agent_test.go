@@ -23,8 +23,9 @@ type launcherEnd struct {
 }
 
 // startAgent runs Run in-process for one host with the given ranks of sh
-// running script, and goes through the banner, the spec and pre-flight.
-func startAgent(t *testing.T, ctx context.Context, script string, ranks int) *launcherEnd {
+// running script, and goes through the banner, the spec (changed by opts)
+// and pre-flight.
+func startAgent(t *testing.T, ctx context.Context, script string, ranks int, opts ...func(*proto.HostSpec)) *launcherEnd {
 	t.Helper()
 	proctest.SkipShort(t)
 	inR, inW := io.Pipe()
@@ -43,6 +44,9 @@ func startAgent(t *testing.T, ctx context.Context, script string, ranks int) *la
 	spec := &proto.HostSpec{Version: proto.Version, JobID: "agenttest", Host: "localhost", Program: "sh", Args: []string{"-c", script}, Wdir: t.TempDir(), Grace: time.Second}
 	for r := range ranks {
 		spec.Ranks = append(spec.Ranks, proto.RankSpec{Rank: r, LocalRank: r, LocalSize: ranks})
+	}
+	for _, o := range opts {
+		o(spec)
 	}
 	if err := l.conn.Send(&proto.Message{Kind: proto.MsgSpec, Spec: spec}); err != nil {
 		t.Fatal(err)

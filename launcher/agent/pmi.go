@@ -34,21 +34,22 @@ type pmiSession struct {
 	err  error
 }
 
-// pmiSocket returns the agent's end of a new socket pair, as a net.Conn,
-// and the rank's end, as a file for ExtraFiles.
-func pmiSocket() (net.Conn, *os.File, error) {
+// socketPair returns the agent's end of a new unix stream socket pair, as
+// a net.Conn, and the rank's end, as a file for ExtraFiles; what names
+// the pair in errors.
+func socketPair(what string) (net.Conn, *os.File, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil, fmt.Errorf("PMI socket pair: %w", err)
+		return nil, nil, fmt.Errorf("%s socket pair: %w", what, err)
 	}
-	mine := os.NewFile(uintptr(fds[0]), "pmi")
+	mine := os.NewFile(uintptr(fds[0]), what)
 	defer mine.Close() // FileConn dups it
 	conn, err := net.FileConn(mine)
 	if err != nil {
 		syscall.Close(fds[1])
-		return nil, nil, fmt.Errorf("PMI socket pair: %w", err)
+		return nil, nil, fmt.Errorf("%s socket pair: %w", what, err)
 	}
-	return conn, os.NewFile(uintptr(fds[1]), "pmi-rank"), nil
+	return conn, os.NewFile(uintptr(fds[1]), what+"-rank"), nil
 }
 
 // pmiNode creates the host's pmi.Node for its ranks (not its hubs), or

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -24,9 +23,10 @@ type rankProc struct {
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
 	alive   bool
-	pmi     *pmiSession // nil: no PMI
-	failure string      // set by failRank
-	page    string      // its status page ("" none)
+	pmi     *pmiSession     // nil: no PMI
+	control *controlSession // nil: no control channel (not gorun --elastic)
+	failure string          // set by failRank
+	page    string          // its status page ("" none)
 	// declared is the pid that declared the page (the rank itself, if it
 	// uses gorun's collectives); dumping: its stderr is a goroutine dump.
 	declared int
@@ -93,31 +93,12 @@ func (a *agent) start(jobEnv []string) {
 		a.procs = append(a.procs, p)
 		prog, args, env := a.command(i, p, jobEnv)
 		p.ooms, _ = oomKills()
-		var conn net.Conn
-		var theirs *os.File
-		if a.pmi != nil && rs.Hub == 0 {
-			var err error
-			if conn, theirs, err = pmiSocket(); err == nil {
-				env = append(env, pmi.Env(pmiFD, rs.Rank, a.spec.PMI.Size, rs.LocalRank, rs.LocalSize)...)
-				env = append(env, a.ompi.env...)
-				env = append(env, a.ompi.trapEnv()...)
-				p.pmi = &pmiSession{conn: conn, done: make(chan struct{})}
-			} else {
-				a.log.Warn("no PMI for this rank", "rank", rs.Rank, "err", err)
-			}
-		}
-		err := a.startOne(p, prog, args, env, theirs)
-		if theirs != nil {
+		f := a.openChannels(p)
+		err := a.startOne(p, prog, args, append(env, f.env...), f.extra)
+		for _, theirs := range f.theirs {
 			_ = theirs.Close()
 		}
-		if conn != nil {
-			if err != nil {
-				_ = conn.Close()
-				p.pmi = nil
-			} else {
-				a.servePMI(p)
-			}
-		}
+		a.serveChannels(p, err == nil)
 		if err != nil {
 			_ = a.conn.Send(&proto.Message{Kind: proto.MsgOutput, Rank: rs.Rank, Stream: proto.StreamStderr, Data: []byte("gorun: " + err.Error())})
 			_ = a.conn.Send(&proto.Message{Kind: proto.MsgExit, Rank: rs.Rank, Exit: &proto.Exit{Code: 127}})
@@ -125,17 +106,80 @@ func (a *agent) start(jobEnv []string) {
 	}
 }
 
-// startOne starts one rank in a process group of its own. Its output goes
-// through pipes the agent owns, so that waiting for the process and reading
-// its output are independent.
-func (a *agent) startOne(p *rankProc, prog string, args, env []string, pmiFile *os.File) error {
-	cmd := exec.Command(prog, args...)
-	if pmiFile != nil {
-		cmd.ExtraFiles = []*os.File{pmiFile} // descriptor pmiFD
-		if a.ompi.lib != nil {
-			cmd.ExtraFiles = append(cmd.ExtraFiles, a.ompi.lib) // descriptor ompiLibFD
+// channels is what a rank inherits besides its stdio: its descriptors
+// (exec.Cmd.ExtraFiles: descriptor 3 + index) and their variables.
+type channels struct {
+	extra  []*os.File // in descriptor order
+	theirs []*os.File // the rank's socket ends, closed once it started
+	env    []string
+}
+
+// openChannels opens p's PMI socket (descriptor pmiFD, first) with Open
+// MPI's library after it (ompiLibFD), and its control channel (gorun
+// --elastic) after those; hubs get none. A socket that cannot be made is
+// logged and left out.
+func (a *agent) openChannels(p *rankProc) channels {
+	var f channels
+	rs := p.spec
+	if rs.Hub != 0 {
+		return f
+	}
+	if a.pmi != nil {
+		if conn, theirs, err := socketPair("PMI"); err == nil {
+			f.extra, f.theirs = append(f.extra, theirs), append(f.theirs, theirs) // descriptor pmiFD
+			f.env = append(f.env, pmi.Env(pmiFD, rs.Rank, a.spec.PMI.Size, rs.LocalRank, rs.LocalSize)...)
+			f.env = append(f.env, a.ompi.env...)
+			f.env = append(f.env, a.ompi.trapEnv()...)
+			if a.ompi.lib != nil {
+				f.extra = append(f.extra, a.ompi.lib) // descriptor ompiLibFD
+			}
+			p.pmi = &pmiSession{conn: conn, done: make(chan struct{})}
+		} else {
+			a.log.Warn("no PMI for this rank", "rank", rs.Rank, "err", err)
 		}
 	}
+	if a.spec.Elastic {
+		if conn, theirs, err := socketPair("control"); err == nil {
+			fd := 3 + len(f.extra)
+			f.extra, f.theirs = append(f.extra, theirs), append(f.theirs, theirs)
+			f.env = append(f.env, jobenv.ControlFDVar+"="+strconv.Itoa(fd))
+			p.control = newControlSession(conn)
+		} else {
+			a.log.Warn("no control channel for this rank", "rank", rs.Rank, "err", err)
+		}
+	}
+	return f
+}
+
+// serveChannels serves p's PMI socket and control channel if it started,
+// and closes them if not.
+func (a *agent) serveChannels(p *rankProc, started bool) {
+	if !started {
+		if p.pmi != nil {
+			_ = p.pmi.conn.Close()
+			p.pmi = nil
+		}
+		if p.control != nil {
+			_ = p.control.conn.Close()
+			p.control = nil
+		}
+		return
+	}
+	if p.pmi != nil {
+		a.servePMI(p)
+	}
+	if p.control != nil {
+		a.serveControl(p)
+	}
+}
+
+// startOne starts one rank in a process group of its own, with extra as
+// its descriptors from 3 on. Its output goes through pipes the agent
+// owns, so that waiting for the process and reading its output are
+// independent.
+func (a *agent) startOne(p *rankProc, prog string, args, env []string, extra []*os.File) error {
+	cmd := exec.Command(prog, args...)
+	cmd.ExtraFiles = extra
 	if p.spec.Hub == 0 {
 		cmd.Args[0] = a.spec.Program
 	}
@@ -195,6 +239,7 @@ func (a *agent) waitRank(p *rankProc, pumps *sync.WaitGroup) {
 		ex.Code = 1
 	}
 	ex.Failure = a.endPMI(p, ex.Code)
+	a.endControl(p)
 	if ex.Code == 0 && ex.Failure == "" && a.ompi.singleton() {
 		ex.Failure = "but " + singletonFailure
 	}
@@ -252,6 +297,19 @@ func (a *agent) exited() <-chan struct{} {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.notify
+}
+
+// signalRank sends sig to the process group of the host's rank of that
+// number, if it is running (the launcher fences a rank with SIGKILL).
+func (a *agent) signalRank(rank int, sig syscall.Signal) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range a.procs {
+		if p.alive && p.spec.Rank == rank {
+			p.killed = p.killed || sig == syscall.SIGKILL
+			_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+		}
+	}
 }
 
 func (a *agent) signalAll(sig syscall.Signal) {

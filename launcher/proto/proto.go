@@ -22,8 +22,9 @@ const (
 	// Magic is the line an agent writes before its first message.
 	Magic = "GORUN-AGENT-1"
 	// Version is the protocol version; launcher and agent must agree.
-	// 2: RankSpec.Hub (dedicated ParamHub processes); 3: PMI-1.
-	Version = 3
+	// 2: RankSpec.Hub (dedicated ParamHub processes); 3: PMI-1;
+	// 4: elastic ranks (HostSpec.Elastic, MsgView, MsgSuspect, MsgSignalRank).
+	Version = 4
 
 	// MaxBannerLines is how many lines before Magic SkipBanner reads
 	// before it gives up.
@@ -66,6 +67,9 @@ const (
 	MsgDump                       // launcher -> agent: SIGQUIT the Go ranks; their stderr comes back as StreamDump
 	MsgClock                      // launcher -> agent: what time is it? agent -> launcher: Clock, its time (unix ns)
 	MsgTimeline                   // agent -> launcher: Rank's timeline file (Data), after it exited
+	MsgView                       // launcher -> agent: the job's membership changed to view Epoch (Live); tell every running rank
+	MsgSuspect                    // agent -> launcher: Rank reports rank Target lost (Err: its reason)
+	MsgSignalRank                 // launcher -> agent: send Signal to Rank alone (SIGKILL: the launcher fences it)
 )
 
 // Streams of MsgOutput.
@@ -98,6 +102,9 @@ type HostSpec struct {
 	Advertise string   // address to advertise; "" lets the agent decide
 	PMI       *PMISpec // nil: no PMI for this job's ranks
 	Timeline  bool     // ranks record timelines (gorun --timeline)
+	// Elastic: every rank (not a hub) gets a control channel, a socket
+	// whose descriptor GORUN_CONTROL_FD names (gorun --elastic, ring).
+	Elastic bool
 }
 
 // PMISpec is what a host's ranks are told through PMI-1.
@@ -151,7 +158,9 @@ type Message struct {
 	Exit   *Exit
 	Signal int
 	Err    string
-	Epoch  int      // MsgPMIFence, MsgPMIRelease
+	Epoch  int      // MsgPMIFence, MsgPMIRelease, MsgView
+	Live   []int    // MsgView: the live ranks, in increasing order
+	Target int      // MsgSuspect: the rank suspected
 	Puts   []pmi.KV // MsgPMIFence, MsgPMIRelease
 	Code   int      // MsgPMIAbort
 	Status *Status
