@@ -58,6 +58,17 @@ type Config struct {
 	// their addresses in GORUN_HUBS. They stop when the ranks are done.
 	Hubs       int
 	HubElastic bool // hubs finish BSP rounds without a lost rank
+	// Elastic: a rank's death does not end the job while MinNP ranks are
+	// still running. With the ring strategy (Strategy "" or "ring") the
+	// launcher sequences the membership: every rank gets GORUN_ELASTIC=1
+	// and a control channel (GORUN_CONTROL_FD, package control), each
+	// exit while the job goes on sends the running ranks a new view, and
+	// a rank another one suspects is fenced (killed). With Strategy "hub"
+	// it is HubElastic.
+	Elastic bool
+	// MinNP, with Elastic or HubElastic, is the fewest running ranks a
+	// failed rank may leave; below it the job fails. 0 means 1.
+	MinNP int
 	// PMI is PMIOn ("pmi1", also ""): every rank gets a PMI-1 socket
 	// (PMI_FD), so MPICH programs find their peers; or PMIOff ("none").
 	PMI string
@@ -93,6 +104,15 @@ func (c *Config) validate() error {
 	if c.NP < 0 {
 		return fmt.Errorf("-np must be positive, got %d", c.NP)
 	}
+	if c.MinNP < 0 {
+		return fmt.Errorf("--min-np %d: want at least 1", c.MinNP)
+	}
+	if c.MinNP > 0 && !c.Elastic && !c.HubElastic {
+		return fmt.Errorf("--min-np %d needs --elastic (or --hub-elastic)", c.MinNP)
+	}
+	if c.NP > 0 && c.MinNP > c.NP {
+		return fmt.Errorf("--min-np %d is more than the job's %d ranks (-np)", c.MinNP, c.NP)
+	}
 	if c.Hubs < 0 || c.Hubs > 1024 {
 		return fmt.Errorf("--hubs %d: want 0 to 1024", c.Hubs)
 	}
@@ -112,6 +132,17 @@ func (c *Config) validate() error {
 		return errors.New("launcher: Stdout and Stderr must be set")
 	}
 	return nil
+}
+
+// elasticity is how the job takes a lost rank.
+func (c *Config) elasticity() elasticity {
+	switch {
+	case c.Elastic && c.Strategy != "hub":
+		return ringElastic
+	case c.Elastic || c.HubElastic:
+		return hubElastic
+	}
+	return notElastic
 }
 
 // Exit codes of the launcher itself.

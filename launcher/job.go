@@ -46,6 +46,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			np += h.Slots
 		}
 	}
+	if cfg.MinNP > np {
+		return Result{ExitCode: ExitLaunchFailed}, fmt.Errorf("--min-np %d is more than the job's %d ranks", cfg.MinNP, np)
+	}
 	places, err := Place(hosts, np, cfg.MapBy, cfg.Oversubscribe)
 	if err != nil {
 		return Result{ExitCode: ExitLaunchFailed}, err
@@ -210,13 +213,16 @@ func (j *job) baseSpec(secret string) *proto.HostSpec {
 	return &proto.HostSpec{
 		Version: proto.Version, JobID: j.jobID, Program: cfg.Program, Args: cfg.Args,
 		Wdir: wdir, WdirSet: cfg.WdirSet, Env: jobEnv(cfg, j.jobID, secret, j.np), Grace: cfg.Grace, PMI: pmiSpec, Timeline: cfg.Timeline != "",
+		Elastic: cfg.elasticity() == ringElastic,
 	}
 }
 
 // jobEnv is what every process of the job is told, before the ports are
 // known; the user's -x variables come last and win.
 func jobEnv(cfg Config, jobID, secret string, np int) []string {
-	return append(jobenv.Job{ID: jobID, Secret: secret, Size: np, Strategy: cfg.Strategy, HubElastic: cfg.HubElastic}.Env(), cfg.Env...)
+	e := cfg.elasticity()
+	job := jobenv.Job{ID: jobID, Secret: secret, Size: np, Strategy: cfg.Strategy, HubElastic: cfg.HubElastic || e == hubElastic, Elastic: e == ringElastic}
+	return append(job.Env(), cfg.Env...)
 }
 
 // routeTo returns the local address the kernel would use to reach host, so

@@ -4,8 +4,26 @@ import (
 	"fmt"
 	"syscall"
 
+	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/launcher/proto"
 )
+
+// elasticity is how a job takes the loss of a rank.
+type elasticity uint8
+
+const (
+	notElastic  elasticity = iota // the first failure ends the job
+	hubElastic                    // --hub-elastic: the hubs finish their rounds without it
+	ringElastic                   // --elastic: the launcher sequences views and fences suspects
+)
+
+// flag is the option that set e, for messages.
+func (e elasticity) flag() string {
+	if e == ringElastic {
+		return "--elastic"
+	}
+	return "--hub-elastic"
+}
 
 // policy decides how a job ends: which exit code wins, when the ranks are
 // told to stop and with which signal, and what the summary says. It is
@@ -13,10 +31,13 @@ import (
 // clock, so its rules have table tests. The supervisor (supervisor.go)
 // feeds it and turns its decisions into actions.
 type policy struct {
-	np      int  // ranks 0..np-1; indices from np up are dedicated hubs
-	elastic bool // --hub-elastic
+	np      int // ranks 0..np-1; indices from np up are dedicated hubs
+	elastic elasticity
+	minNP   int // elastic: the fewest running ranks a lost rank may leave
 
 	exited, ok []bool
+	fenced     []bool // ranks killed on a suspect (ringElastic)
+	epoch      int    // of the last view (ringElastic); 0 is the start
 	failed     bool
 	code       int
 	failure    string
@@ -35,10 +56,19 @@ type decision struct {
 	HardStop bool
 	// Note is a line to print now ("" for none).
 	Note string
+	// View, if not nil, is the job's new membership, for every running
+	// rank (ringElastic).
+	View *control.View
+	// Fence, if not nil, is a rank to kill with SIGKILL: a rank reported
+	// it lost (ringElastic).
+	Fence *int
 }
 
-func newPolicy(np, hubs int, elastic bool) *policy {
-	return &policy{np: np, elastic: elastic, exited: make([]bool, np+hubs), ok: make([]bool, np+hubs)}
+// newPolicy: np ranks and hubs hubs; minNP (0 counts as 1) is the fewest
+// running ranks an elastic job goes on with.
+func newPolicy(np, hubs int, elastic elasticity, minNP int) *policy {
+	return &policy{np: np, elastic: elastic, minNP: max(minNP, 1),
+		exited: make([]bool, np+hubs), ok: make([]bool, np+hubs), fenced: make([]bool, np)}
 }
 
 // exitCode is what a rank's exit counts as: its exit code, 128+N when
@@ -86,29 +116,91 @@ func (p *policy) workersDone() bool {
 
 // rankExited: rank (or hub) exited with code (128+N for signal N);
 // describe is the summary of its exit, used if it ends the job.
+//
+// In an elastic job a rank that fails is lost, and the job goes on, while
+// at least minNP ranks are still running; with --elastic every exit
+// (a failure, or a rank that finished) while the job goes on starts a new
+// view for the ranks still running.
 func (p *policy) rankExited(rank, code int, describe string) decision {
 	p.exited[rank], p.ok[rank] = true, code == 0
+	worker := rank < p.np
 	var d decision
 	switch {
-	case code == 0 || p.stopping != 0 || p.dumping:
-	case p.elastic && rank < p.np && !p.workersDone():
-		// The hubs finish their rounds without it.
+	case p.stopping != 0 || p.dumping:
+	case code == 0:
+		if p.elastic == ringElastic && worker {
+			d.View = p.nextView()
+		}
+	case p.elastic == notElastic || !worker:
+		p.fail(code, describe)
+		return p.stop(syscall.SIGTERM)
+	case len(p.running()) < p.minNP:
+		p.fail(code, fmt.Sprintf("%s; %s: %d rank(s) left, below --min-np %d", describe, p.elastic.flag(), len(p.running()), p.minNP))
+		return p.stop(syscall.SIGTERM)
+	default:
 		p.lost = append(p.lost, rank)
 		if p.lostCode == 0 {
 			p.lostCode = code
 		}
-		d.Note = describe + "; --hub-elastic: the job goes on without it"
-	default:
-		p.fail(code, describe)
-		return p.stop(syscall.SIGTERM)
+		if p.elastic == hubElastic {
+			// The hubs finish their rounds without it.
+			d.Note = describe + "; --hub-elastic: the job goes on without it"
+			break
+		}
+		d.View = p.nextView()
+		d.Note = fmt.Sprintf("%s; --elastic: the job goes on with %d ranks (view %d)", describe, len(d.View.Live), d.View.Epoch)
 	}
-	if p.stopping == 0 && rank < p.np && p.workersDone() {
+	if p.stopping == 0 && worker && p.workersDone() {
 		// Every rank is done: the hubs have nothing left to serve.
 		s := p.stop(syscall.SIGTERM)
 		s.Note = d.Note
 		return s
 	}
 	return d
+}
+
+// running lists the ranks (not hubs) that have not exited, in order.
+func (p *policy) running() []int {
+	var live []int
+	for r, e := range p.exited[:p.np] {
+		if !e {
+			live = append(live, r)
+		}
+	}
+	return live
+}
+
+// nextView is the next epoch's view of the running ranks; nil if none is
+// left to tell.
+func (p *policy) nextView() *control.View {
+	live := p.running()
+	if len(live) == 0 {
+		return nil
+	}
+	p.epoch++
+	return &control.View{Epoch: p.epoch, Live: live}
+}
+
+// suspect: rank reporter says rank target is lost (reason). With
+// --elastic, a target that is running is fenced (killed); its exit then
+// makes the new view. A report is ignored while the job is ending, and
+// when either rank is not running or was fenced already (a fenced rank's
+// reports do not count), or names itself.
+func (p *policy) suspect(reporter, target int, reason string) decision {
+	if p.elastic != ringElastic || p.stopping != 0 || p.dumping || reporter == target || !p.standing(reporter) || !p.standing(target) {
+		return decision{}
+	}
+	p.fenced[target] = true
+	why := ""
+	if reason != "" {
+		why = " (" + reason + ")"
+	}
+	return decision{Fence: &target, Note: fmt.Sprintf("rank %d suspects rank %d%s; --elastic: fenced it", reporter, target, why)}
+}
+
+// standing: r is a rank (not a hub) that is running and was not fenced.
+func (p *policy) standing(r int) bool {
+	return r >= 0 && r < p.np && !p.exited[r] && !p.fenced[r]
 }
 
 // agentLost: a host's agent (its SSH session) ended; ranksExited says
@@ -176,7 +268,7 @@ func (p *policy) result() (code int, failure, note string) {
 		if !anyOK {
 			p.fail(p.lostCode, fmt.Sprintf("every rank was lost (elastic: %v)", p.lost))
 		} else {
-			note = fmt.Sprintf("finished without %d lost rank(s) %v (--hub-elastic)", len(p.lost), p.lost)
+			note = fmt.Sprintf("finished without %d lost rank(s) %v (%s)", len(p.lost), p.lost, p.elastic.flag())
 		}
 	}
 	return p.code, p.failure, note

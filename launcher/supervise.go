@@ -63,7 +63,7 @@ func (j *job) supervise(ctx context.Context) Result {
 func (j *job) supervisorConfig() supervisorConfig {
 	cfg := j.cfg
 	c := supervisorConfig{
-		NP: j.np, Hubs: cfg.Hubs, Elastic: cfg.HubElastic, Timeout: cfg.Timeout, DumpWait: cfg.DumpWait,
+		NP: j.np, Hubs: cfg.Hubs, Elastic: cfg.elasticity(), MinNP: cfg.MinNP, Timeout: cfg.Timeout, DumpWait: cfg.DumpWait,
 		Grace: cfg.Grace, AgentWait: cfg.AgentWait, Timeline: cfg.Timeline != "",
 	}
 	for _, a := range j.agents {
@@ -183,6 +183,8 @@ func (s *session) translate(a *agentProc, m *proto.Message, now time.Time) event
 		ev.kind, ev.exit, ev.text = evExited, ex, j.describeExit(m.Rank, ex)
 	case m.Kind == proto.MsgOutput && ours:
 		s.output(m)
+	case m.Kind == proto.MsgSuspect && ours:
+		ev.kind, ev.target, ev.text = evSuspect, m.Target, m.Err
 	case m.Kind == proto.MsgStatus && ours && m.Status != nil:
 		s.ins.update(m.Rank, m.Status, now)
 		ev.kind, ev.declared = evStatus, m.Status.State.Declared
@@ -259,6 +261,10 @@ func (s *session) perform(acts []action) {
 			j.agents[act.agent].outbox.close()
 		case actKill:
 			j.agents[act.agent].kill()
+		case actView:
+			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgView, Epoch: act.view.Epoch, Live: act.view.Live})
+		case actSignalRank:
+			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgSignalRank, Rank: act.rank, Signal: int(act.sig)})
 		case actLaunched:
 			j.cfg.Logger.Info("all ranks started", "ranks", len(j.ranks), "elapsed", s.sv.launch)
 		}

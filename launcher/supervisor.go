@@ -5,6 +5,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/launcher/proto"
 )
 
@@ -29,6 +30,8 @@ import (
 //     running are killed (their ranks die with them).
 //   - With --timeline, each agent's clock is probed clockProbes times at
 //     the start to align the ranks' timelines.
+//   - With --elastic, a new view goes to every host that has a rank still
+//     running, and a fenced rank is killed through its own host's agent.
 
 // hardStopMargin is how long after the grace period the launcher kills
 // agents that are still running.
@@ -52,13 +55,14 @@ const (
 	evCancelled                       // the caller's context ended (text)
 	evStall                           // the stall inspector's report (text); abort: stalled for --stall-abort
 	evTick                            // time passed: a deadline may be due
+	evSuspect                         // agent's rank reports rank target lost (text: why)
 )
 
 // fromAgent says whether events of kind k come from an agent (and so show
 // that it is reachable).
 func (k eventKind) fromAgent() bool {
 	switch k {
-	case evStarted, evExited, evStatus, evClock, evHeard, evDone, evAgentError, evFailed:
+	case evStarted, evExited, evStatus, evClock, evHeard, evDone, evAgentError, evFailed, evSuspect:
 		return true
 	}
 	return false
@@ -71,6 +75,7 @@ type event struct {
 	now      time.Time
 	agent    int // index of the agent it came from
 	rank     int
+	target   int // evSuspect: the rank suspected
 	code     int
 	exit     *proto.Exit
 	sig      syscall.Signal
@@ -91,13 +96,17 @@ const (
 	actCloseStdin                       // close agent's stream: it is done
 	actKill                             // kill agent's process (its SSH session) and its process group
 	actLaunched                         // every rank started (log it)
+	actView                             // tell agent's running ranks the new view (MsgView)
+	actSignalRank                       // tell agent to signal its rank with sig (MsgSignalRank)
 )
 
 type action struct {
 	kind  actionKind
 	agent int
+	rank  int // actSignalRank
 	sig   syscall.Signal
 	text  string
+	view  control.View // actView
 }
 
 // supervisedAgent is one host's agent as the supervisor sees it.
@@ -109,7 +118,8 @@ type supervisedAgent struct {
 // supervisorConfig is what the supervisor needs from the job.
 type supervisorConfig struct {
 	NP, Hubs  int
-	Elastic   bool
+	Elastic   elasticity
+	MinNP     int           // with Elastic: the fewest running ranks the job goes on with (0: 1)
 	Timeout   time.Duration // 0: none
 	DumpWait  time.Duration
 	Grace     time.Duration
@@ -138,6 +148,7 @@ type supervisor struct {
 	t0       time.Time // when Run began
 	pol      *policy
 	agents   []agentState
+	owner    []int  // per rank and hub: the index of its agent
 	declared []bool // per rank: a Go rank that can write a goroutine dump
 	started  int
 	launch   time.Duration // from t0 to the last rank started
@@ -155,9 +166,15 @@ type supervisor struct {
 }
 
 func newSupervisor(cfg supervisorConfig, t0 time.Time) *supervisor {
-	s := &supervisor{cfg: cfg, t0: t0, pol: newPolicy(cfg.NP, cfg.Hubs, cfg.Elastic), declared: make([]bool, cfg.NP)}
-	for _, a := range cfg.Agents {
+	s := &supervisor{cfg: cfg, t0: t0, pol: newPolicy(cfg.NP, cfg.Hubs, cfg.Elastic, cfg.MinNP), declared: make([]bool, cfg.NP)}
+	s.owner = make([]int, cfg.NP+cfg.Hubs)
+	for i, a := range cfg.Agents {
 		s.agents = append(s.agents, agentState{supervisedAgent: a})
+		for _, r := range a.Ranks {
+			if r >= 0 && r < len(s.owner) {
+				s.owner[r] = i
+			}
+		}
 	}
 	return s
 }
@@ -175,6 +192,8 @@ func (s *supervisor) step(ev event) []action {
 		s.rankStarted(ev.now)
 	case evExited:
 		s.apply(s.pol.rankExited(ev.rank, exitCode(ev.exit), ev.text), ev.now)
+	case evSuspect:
+		s.apply(s.pol.suspect(ev.rank, ev.target, ev.text), ev.now)
 	case evStatus:
 		if ev.rank >= 0 && ev.rank < len(s.declared) {
 			s.declared[ev.rank] = ev.declared
@@ -257,6 +276,19 @@ func (s *supervisor) clockReply(i int, clock int64, now time.Time) {
 func (s *supervisor) apply(d decision, now time.Time) {
 	if d.Note != "" {
 		s.emit(action{kind: actPrint, text: d.Note})
+	}
+	if d.Fence != nil {
+		if i := s.owner[*d.Fence]; !s.agents[i].done {
+			s.emit(action{kind: actSignalRank, agent: i, rank: *d.Fence, sig: syscall.SIGKILL})
+		}
+	}
+	if d.View != nil {
+		// Every host with a rank still running tells it.
+		for i := range s.agents {
+			if !s.agents[i].done && s.runsRank(i) {
+				s.emit(action{kind: actView, agent: i, view: *d.View})
+			}
+		}
 	}
 	if d.Signal != 0 {
 		for i, a := range s.agents {
@@ -384,6 +416,16 @@ func (s *supervisor) silent(now time.Time) {
 			s.emit(action{kind: actPrint, text: text})
 		}
 	}
+}
+
+// runsRank reports whether agent i has a rank (not a hub) still running.
+func (s *supervisor) runsRank(i int) bool {
+	for _, r := range s.agents[i].Ranks {
+		if r < s.cfg.NP && !s.pol.exited[r] {
+			return true
+		}
+	}
+	return false
 }
 
 // allExited reports whether every rank of agent i has exited.

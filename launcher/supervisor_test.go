@@ -40,6 +40,10 @@ func show(a action) string {
 		return fmt.Sprintf("kill %d", a.agent)
 	case actLaunched:
 		return "launched"
+	case actView:
+		return fmt.Sprintf("tell %d %s", a.agent, a.view)
+	case actSignalRank:
+		return fmt.Sprintf("signal %d rank %d %s", a.agent, a.rank, signalName(a.sig))
 	}
 	return fmt.Sprintf("action %d", a.kind)
 }
@@ -74,7 +78,10 @@ func declared(agent, rank int) event {
 	return event{kind: evStatus, agent: agent, rank: rank, declared: true}
 }
 func signal(s syscall.Signal) event { return event{kind: evSignal, sig: s} }
-func tick() event                   { return event{kind: evTick} }
+func suspects(agent, rank, target int) event {
+	return event{kind: evSuspect, agent: agent, rank: rank, target: target, text: "frozen"}
+}
+func tick() event { return event{kind: evTick} }
 
 func testConfig() supervisorConfig {
 	return supervisorConfig{
@@ -220,6 +227,28 @@ func TestSupervisor(t *testing.T) {
 			{at: 20 * time.Millisecond, ev: clockAns(0, 0)},                            // the ping's
 			{at: 30 * time.Millisecond, ev: clockAns(0, 0), want: []string{"clock 0"}},
 		}, wantCode: 1, wantFailure: "rank 2 exited", notDone: true},
+		{name: "elastic: a death, a view to both hosts; then one host's ranks are done", cfg: ring(1), steps: []sstep{
+			{ev: exited(1, 2, 7), want: []string{"print: rank 2 exited with code 7; --elastic: the job goes on with 3 ranks (view 1)", "tell 0 view 1 0,1,3", "tell 1 view 1 0,1,3"}},
+			{ev: exited(1, 3, 0), want: []string{"tell 0 view 2 0,1"}},
+			{ev: doneEv(1), want: []string{"close 1"}},
+			{ev: exited(0, 0, 0), want: []string{"tell 0 view 3 1"}},
+			{ev: exited(0, 1, 0), want: []string{"terminate 0 TERM", "clock 0"}},
+			{ev: doneEv(0), want: []string{"close 0"}},
+		}},
+		{name: "elastic: a suspect fences the rank on its own host; its exit makes the view", cfg: ring(1), steps: []sstep{
+			{ev: suspects(0, 1, 3), want: []string{"print: rank 1 suspects rank 3 (frozen); --elastic: fenced it", "signal 1 rank 3 KILL"}},
+			{ev: suspects(1, 2, 3)},
+			{ev: event{kind: evExited, agent: 1, rank: 3, exit: &proto.Exit{Code: -1, Signal: 9}, text: "rank 3 was killed by signal 9"},
+				want: []string{"print: rank 3 was killed by signal 9; --elastic: the job goes on with 3 ranks (view 1)", "tell 0 view 1 0,1,2", "tell 1 view 1 0,1,2"}},
+			{ev: suspects(0, 0, 3)},
+			{ev: exited(0, 0, 0), want: []string{"tell 0 view 2 1,2", "tell 1 view 2 1,2"}},
+			{ev: exited(0, 1, 0), want: []string{"tell 1 view 3 2"}},
+			{ev: exited(1, 2, 0), want: bothStop},
+			{ev: doneEv(0), want: []string{"close 0"}}, {ev: doneEv(1), want: []string{"close 1"}},
+		}},
+		{name: "elastic: below --min-np the job fails as before", cfg: ring(4), steps: []sstep{
+			{ev: exited(1, 2, 7), want: bothStop},
+		}, wantCode: 7, wantFailure: "rank 2 exited with code 7; --elastic: 3 rank(s) left, below --min-np 4", notDone: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()
@@ -246,6 +275,11 @@ func TestSupervisor(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ring makes the job --elastic (the ring) with --min-np minNP.
+func ring(minNP int) func(*supervisorConfig) {
+	return func(c *supervisorConfig) { c.Elastic, c.MinNP = ringElastic, minNP }
 }
 
 func matchActions(got, want []string) bool {

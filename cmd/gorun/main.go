@@ -105,7 +105,9 @@ func launchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "wdir", Usage: "working `DIR` of the ranks (default: the current directory)"},
 		&cli.StringFlag{Name: "strategy", Usage: "collective strategy for the ranks: ring or hub (sets GORUN_STRATEGY)"},
 		&cli.IntFlag{Name: "hubs", Usage: "start `K` dedicated ParamHub processes on the job's hosts (sets GORUN_HUBS)"},
-		&cli.BoolFlag{Name: "hub-elastic", Usage: "hubs finish BSP rounds without a lost rank instead of failing"},
+		&cli.BoolFlag{Name: "hub-elastic", Usage: "hubs finish BSP rounds without a lost rank instead of failing (--elastic with --strategy hub)"},
+		&cli.BoolFlag{Name: "elastic", Usage: "a lost rank does not end the job while --min-np ranks run: gorun fences ranks others suspect and sends the rest each new membership on GORUN_CONTROL_FD (ring); with --strategy hub, --hub-elastic"},
+		&cli.IntFlag{Name: "min-np", Value: 1, Usage: "with --elastic or --hub-elastic: fail the job when a lost rank leaves fewer than `M` ranks running"},
 		&cli.StringFlag{Name: "pmi", Value: launcher.PMIOn, Usage: "process-manager interface for MPICH programs: pmi1 (PMI_FD for every rank) or none"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no live status line on the terminal"},
 		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log launcher progress to stderr"},
@@ -193,7 +195,15 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 	default:
 		return fmt.Errorf("--strategy %q: want ring or hub", s)
 	}
-	cfg.Hubs, cfg.HubElastic = c.Int("hubs"), c.Bool("hub-elastic")
+	cfg.Hubs, cfg.HubElastic, cfg.Elastic = c.Int("hubs"), c.Bool("hub-elastic"), c.Bool("elastic")
+	if c.IsSet("min-np") {
+		if !cfg.Elastic && !cfg.HubElastic {
+			return errors.New("--min-np needs --elastic (or --hub-elastic)")
+		}
+		if cfg.MinNP = c.Int("min-np"); cfg.MinNP < 1 {
+			return fmt.Errorf("--min-np %d: want at least 1", cfg.MinNP)
+		}
+	}
 	cfg.PMI = c.String("pmi")
 	if cfg.Gorun, err = os.Executable(); err != nil {
 		return err
