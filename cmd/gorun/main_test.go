@@ -19,8 +19,12 @@ import (
 )
 
 // The test binary is also gorun: with GORUN_TEST_AS_GORUN=1, or when it is
-// started as an agent, it runs main's code instead of the tests.
+// started as an agent, it runs main's code instead of the tests; started
+// as `__elasticrank`, it is a rank of the --elastic tests.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == elasticRankArg {
+		os.Exit(elasticRank(os.Args[2:]))
+	}
 	if os.Getenv("GORUN_TEST_AS_GORUN") == "1" || len(os.Args) > 1 && (os.Args[1] == launcher.AgentCommandName || os.Args[1] == launcher.HubCommandName) {
 		os.Exit(run(os.Args))
 	}
