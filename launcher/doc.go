@@ -43,6 +43,9 @@
 //	                                   <----  MsgClock {agent's time}  (--timeline probes; a ping)
 //	   MsgDump                         ---->  SIGQUIT to Go ranks; their stderr comes back as dumps
 //	   MsgTerminate {signal}           ---->  signal every rank; SIGKILL after the grace period
+//	                                   <----  MsgSuspect {rank, target, reason}  (--elastic: a rank's control channel)
+//	   MsgSignalRank {rank, signal}    ---->  signal one rank (--elastic: SIGKILL fences it)
+//	   MsgView {epoch, live ranks}     ---->  "view E r,r,..." to every running rank's control channel
 //	                                   <----  MsgExit {rank, code, signal, failure}, MsgTimeline
 //	                                   <----  MsgDone (every rank gone) | MsgPMIAbort | MsgError
 //	   close the stream                ---->  the agent exits
@@ -63,7 +66,24 @@
 //     SIGKILL after Config.Grace. A second signal sends SIGKILL.
 //   - --timeout and --stall-abort end the job with exit 124, after the Go
 //     ranks wrote goroutine dumps (Config.DumpWait).
-//   - With --hub-elastic, a lost rank does not end the job.
+//   - With --hub-elastic, a lost rank does not end the job while at least
+//     --min-np ranks (default 1) are still running.
+//   - With --elastic (the ring strategy; with --strategy hub it is
+//     --hub-elastic) the launcher sequences the job's membership. Every
+//     rank gets GORUN_ELASTIC=1 and a control channel, a unix socket at
+//     GORUN_CONTROL_FD (its descriptor is 3 plus the number of inherited
+//     descriptors before it: PMI_FD and Open MPI's library, when there),
+//     speaking package control's line protocol. Epoch 0 is the start,
+//     with every rank. Each rank's exit while the job goes on, whatever
+//     its code, bumps the epoch and sends "view E r,r,..." (the ranks
+//     still running, in order) to every running rank; a failed rank is
+//     lost unless it leaves fewer than --min-np running, which fails the
+//     job. A rank's "suspect R reason" line fences rank R (SIGKILL on
+//     its host) if it is running and the reporter is too; R's exit then
+//     makes the view. The job exits 0 if every rank that was not lost
+//     finished with 0. An agent writes views through a short queue per
+//     rank, so a rank that does not read its channel only loses older
+//     views, and the agent never blocks on it.
 //   - When the ranks are told to stop, every agent is pinged. An agent
 //     that says nothing within Config.AgentWait (2 s by default) is on a
 //     host that cannot be reached (a network partition): gorun reports

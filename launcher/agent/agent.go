@@ -4,7 +4,9 @@
 // ranks' ports, starts the host's ranks and dedicated hubs in process
 // groups of their own, forwards their output, exits, status pages,
 // timelines and PMI barriers to the launcher, and signals them when the
-// launcher says so. The messages are package proto's; package launcher's
+// launcher says so. In an elastic job (gorun --elastic) every rank also
+// has a control channel (control.go): its suspects go up to the launcher,
+// the launcher's views come down to it. The messages are package proto's; package launcher's
 // documentation draws the whole job.
 //
 // No rank outlives its agent: when the launcher's stream ends (the
