@@ -1,18 +1,16 @@
 package collective
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/internal/control"
 	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/transport"
 )
@@ -74,9 +72,6 @@ const (
 	seqEpochShift = 20 // a frame's Seq is epoch<<20 | collective number
 	seqMask       = 1<<seqEpochShift - 1
 	maxEpoch      = 1<<(32-seqEpochShift) - 1
-	// maxControlLine caps a line on the control channel before it is
-	// read into memory.
-	maxControlLine = 64 << 10
 )
 
 // elastic is an elastic Comm's view of the membership.
@@ -152,17 +147,17 @@ func (c *Comm) startElastic(hosts []string) error {
 // readViews takes the sequencer's views from the control channel until
 // it closes. A line that is not a valid view is logged and ignored.
 func (e *elastic) readViews() {
-	br := bufio.NewReaderSize(e.ctl, 4096)
+	r := control.NewReader(e.ctl)
 	for {
-		line, err := readLine(br, maxControlLine)
-		if errors.Is(err, errLongLine) {
-			e.c.log.Warn("elastic: control channel: line over the cap, ignored", "cap", maxControlLine)
+		line, err := r.Next()
+		if errors.Is(err, control.ErrLineTooLong) {
+			e.c.log.Warn("elastic: control channel: ignoring a line", "err", err)
 			continue
 		}
 		if err != nil {
 			return // gorun's agent is gone: the job is ending
 		}
-		v, err := ParseView(line, e.c.cfg.Size)
+		v, err := ParseView(string(line), e.c.cfg.Size)
 		if err != nil {
 			e.c.log.Warn("elastic: control channel: ignoring a line", "err", err)
 			continue
@@ -171,60 +166,21 @@ func (e *elastic) readViews() {
 	}
 }
 
-var errLongLine = errors.New("line too long")
-
-// readLine reads one line of at most max bytes (without its newline); a
-// longer one is skipped whole and reported as errLongLine.
-func readLine(br *bufio.Reader, max int) (string, error) {
-	var b []byte
-	for {
-		frag, err := br.ReadSlice('\n')
-		if len(b)+len(frag) > max+1 {
-			for errors.Is(err, bufio.ErrBufferFull) {
-				_, err = br.ReadSlice('\n')
-			}
-			if err != nil {
-				return "", err
-			}
-			return "", errLongLine
-		}
-		b = append(b, frag...)
-		switch {
-		case err == nil:
-			return strings.TrimSuffix(string(b), "\n"), nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		default:
-			return "", err
-		}
-	}
-}
-
-// ParseView parses a line "view EPOCH R,R,..." of the control channel:
-// an epoch from 1 to 4095 and the live ranks of a job of size ranks,
-// strictly increasing.
+// ParseView parses a line of the control channel, "view EPOCH R,R,...",
+// for a job of size ranks: an epoch from 1 to 4095 and live ranks of the
+// job in increasing order.
 func ParseView(line string, size int) (View, error) {
-	f := strings.Fields(line)
-	if len(f) != 3 || f[0] != "view" {
-		return View{}, fmt.Errorf("not a view: %.80q", line)
+	cv, err := control.ParseView(line)
+	if err != nil {
+		return View{}, err
 	}
-	epoch, err := strconv.Atoi(f[1])
-	if err != nil || epoch < 1 || epoch > maxEpoch {
-		return View{}, fmt.Errorf("view %.20q: epoch must be 1 to %d", f[1], maxEpoch)
+	if cv.Epoch > maxEpoch {
+		return View{}, fmt.Errorf("view %d: epochs go up to %d", cv.Epoch, maxEpoch)
 	}
-	parts := strings.Split(f[2], ",")
-	if len(parts) > size {
-		return View{}, fmt.Errorf("view %d: %d ranks in a job of %d", epoch, len(parts), size)
+	if last := cv.Live[len(cv.Live)-1]; last >= size {
+		return View{}, fmt.Errorf("view %d: rank %d in a job of %d", cv.Epoch, last, size)
 	}
-	ranks := make([]int, 0, len(parts))
-	for _, p := range parts {
-		r, err := strconv.Atoi(p)
-		if err != nil || r < 0 || r >= size || len(ranks) > 0 && r <= ranks[len(ranks)-1] {
-			return View{}, fmt.Errorf("view %d: rank %.20q is not a new rank of 0 to %d in increasing order", epoch, p, size-1)
-		}
-		ranks = append(ranks, r)
-	}
-	return View{Epoch: epoch, Ranks: ranks}, nil
+	return View{Epoch: cv.Epoch, Ranks: cv.Live}, nil
 }
 
 // announce records a view from the sequencer and interrupts whatever runs
@@ -359,16 +315,10 @@ func (e *elastic) suspect(rank int, reason string) {
 		return
 	}
 	e.reported[rank] = true
-	reason = strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\r' {
-			return ' '
-		}
-		return r
-	}, reason)
 	if len(reason) > 200 {
 		reason = reason[:200]
 	}
-	if _, err := fmt.Fprintf(e.ctl, "suspect %d %s\n", rank, reason); err != nil {
+	if _, err := io.WriteString(e.ctl, control.Suspect{Rank: rank, Reason: reason}.String()+"\n"); err != nil {
 		e.c.log.Warn("elastic: cannot tell gorun", "suspect", rank, "err", err)
 	}
 }

@@ -32,7 +32,7 @@ func TestParseView(t *testing.T) {
 	for _, line := range []string{
 		"", "view", "view 1", "view 0 1,2", "view 4096 1", "view -1 1", "view x 1",
 		"view 1 1,1", "view 1 2,1", "view 1 8", "view 1 -1", "view 1 1,,2", "view 1 1,2 extra",
-		"suspect 1 x", "view 1 0,1,2,3,4,5,6,7,8",
+		"suspect 1 x", "view 1 0,1,2,3,4,5,6,7,8", " view  2  2,5 ",
 	} {
 		if v, err := ParseView(line, 8); err == nil {
 			t.Errorf("ParseView(%q) accepted: %v", line, v)

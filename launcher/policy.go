@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"syscall"
 
-	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/internal/control"
 	"github.com/gorun/gorun/launcher/proto"
 )
 

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/internal/control"
 	"github.com/gorun/gorun/launcher/proto"
 )
 
