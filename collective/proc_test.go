@@ -2,6 +2,7 @@ package collective_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -131,6 +132,11 @@ func rankMain(mode string) int {
 		}
 		_ = c.Barrier(ctx)
 		return 3
+	case "ring-kill", "ring-stop":
+		// The last rank dies (or freezes) in its 10th all-reduce; with
+		// --elastic the others get ErrViewChanged once, take the step
+		// from the view's first rank and finish on the new view.
+		return elasticRing(ctx, c, mode)
 	case "hubkill":
 		// Rank 0 kills hub 0's process in the middle of a 64 MiB
 		// all-reduce; every rank must report the lost hub.
@@ -157,6 +163,63 @@ func rankMain(mode string) int {
 		return 2
 	}
 	return 2
+}
+
+// elasticRing is the rank program of the elastic ring drills: 30 steps
+// of 256 KiB all-reduces, checked exactly against the view's ranks.
+func elasticRing(ctx context.Context, c *collective.Comm, mode string) int {
+	victim := c.Size() - 1
+	var struck time.Time
+	changes := 0
+	for step := 0; step < 30; step++ {
+		buf := make([]float64, 32<<10)
+		for i := range buf {
+			buf[i] = float64((c.Rank()+1)*100 + step)
+		}
+		if c.Rank() == victim && step == 10 {
+			go func() {
+				time.Sleep(5 * time.Millisecond)
+				fmt.Printf("STRIKE %d\n", time.Now().UnixNano())
+				sig := syscall.SIGKILL
+				if mode == "ring-stop" {
+					sig = syscall.SIGSTOP
+				}
+				_ = syscall.Kill(os.Getpid(), sig)
+			}()
+		}
+		err := collective.AllReduce(ctx, c, buf, collective.Sum)
+		if errors.Is(err, collective.ErrViewChanged) {
+			changes++
+			fmt.Printf("CHANGED %d %v\n", time.Now().UnixNano(), err)
+			state := []int64{int64(step)}
+			if err := collective.Broadcast(ctx, c, state, c.View().Ranks[0]); err != nil {
+				fmt.Fprintln(os.Stderr, "sync:", err)
+				return 1
+			}
+			step = int(state[0]) - 1
+			continue
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if changes > 0 && struck.IsZero() {
+			struck = time.Now()
+			fmt.Printf("RESUMED %d\n", struck.UnixNano())
+		}
+		var want float64
+		for _, r := range c.View().Ranks {
+			want += float64((r+1)*100 + step)
+		}
+		for i, x := range buf {
+			if x != want {
+				fmt.Fprintf(os.Stderr, "step %d view %v: [%d] = %v, want %v\n", step, c.View(), i, x, want)
+				return 1
+			}
+		}
+	}
+	fmt.Printf("DONE changes=%d view=%v size=%d\n", changes, c.View(), c.Size())
+	return 0
 }
 
 // hubPid finds the process of hub index of job in /proc.
@@ -367,6 +430,43 @@ func TestHubKillDetected(t *testing.T) { drill(t, "kill", 5*time.Second, hubs(1)
 // TestHubStopDetected: a rank frozen under the hub strategy is found by
 // gossip, and that wakes every survivor waiting on the hub.
 func TestHubStopDetected(t *testing.T) { drill(t, "stop", 8*time.Second, hubs(1)) }
+
+// TestElasticRing: under gorun --elastic a rank killed (or frozen) in the
+// middle of an all-reduce does not end the job: every survivor gets one
+// ErrViewChanged, resynchronises, and finishes with exact sums over the
+// three survivors; gorun exits 0 and says which rank it went on without.
+func TestElasticRing(t *testing.T) {
+	for _, c := range []struct {
+		mode string
+		shm  string
+	}{{"ring-kill", "1"}, {"ring-kill", "0"}, {"ring-stop", "1"}} {
+		res, out := launchWith(t, 4, c.mode, 3*time.Second, func(cfg *launcher.Config) {
+			cfg.Elastic = true
+			cfg.Env = append(cfg.Env, "GORUN_SHM="+c.shm)
+		})
+		if res.ExitCode != 0 {
+			t.Fatalf("%s shm %s: exit %d (%s):\n%s", c.mode, c.shm, res.ExitCode, res.Failure, out)
+		}
+		if n := strings.Count(out, "DONE changes=1 view={1 [0 1 2]} size=3\n"); n != 3 {
+			t.Fatalf("%s shm %s: %d survivors finished on view 1 with one change, want 3:\n%s", c.mode, c.shm, n, out)
+		}
+		if !strings.Contains(out, "--elastic") || !strings.Contains(out, "rank 3") {
+			t.Fatalf("%s: gorun did not say it went on without rank 3:\n%s", c.mode, out)
+		}
+		noSegments(t, res.JobID)
+		strike := regexp.MustCompile(`STRIKE (\d+)`).FindStringSubmatch(out)
+		resumed := regexp.MustCompile(`RESUMED (\d+)`).FindAllStringSubmatch(out, -1)
+		if strike != nil && len(resumed) == 3 {
+			s0, _ := strconv.ParseInt(strike[1], 10, 64)
+			var worst int64
+			for _, r := range resumed {
+				at, _ := strconv.ParseInt(r[1], 10, 64)
+				worst = max(worst, at-s0)
+			}
+			t.Logf("%s shm %s: every survivor completed a collective on the new view %v after the strike", c.mode, c.shm, time.Duration(worst))
+		}
+	}
+}
 
 // elasticRE matches a survivor's final value: 10 rounds of 4 pushes of 1,
 // then 30 rounds of 3.
