@@ -2,7 +2,6 @@ package collective_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -136,7 +135,12 @@ func rankMain(mode string) int {
 		// The last rank dies (or freezes) in its 10th all-reduce; with
 		// --elastic the others get ErrViewChanged once, take the step
 		// from the view's first rank and finish on the new view.
-		return elasticRing(ctx, c, mode)
+		sig := map[string]syscall.Signal{"ring-kill": syscall.SIGKILL, "ring-stop": syscall.SIGSTOP}[mode]
+		if err := conformance.ElasticDrill(ctx, c, sig, func(s string) { fmt.Println(s) }); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
 	case "hubkill":
 		// Rank 0 kills hub 0's process in the middle of a 64 MiB
 		// all-reduce; every rank must report the lost hub.
@@ -163,63 +167,6 @@ func rankMain(mode string) int {
 		return 2
 	}
 	return 2
-}
-
-// elasticRing is the rank program of the elastic ring drills: 30 steps
-// of 256 KiB all-reduces, checked exactly against the view's ranks.
-func elasticRing(ctx context.Context, c *collective.Comm, mode string) int {
-	victim := c.Size() - 1
-	var struck time.Time
-	changes := 0
-	for step := 0; step < 30; step++ {
-		buf := make([]float64, 32<<10)
-		for i := range buf {
-			buf[i] = float64((c.Rank()+1)*100 + step)
-		}
-		if c.Rank() == victim && step == 10 {
-			go func() {
-				time.Sleep(5 * time.Millisecond)
-				fmt.Printf("STRIKE %d\n", time.Now().UnixNano())
-				sig := syscall.SIGKILL
-				if mode == "ring-stop" {
-					sig = syscall.SIGSTOP
-				}
-				_ = syscall.Kill(os.Getpid(), sig)
-			}()
-		}
-		err := collective.AllReduce(ctx, c, buf, collective.Sum)
-		if errors.Is(err, collective.ErrViewChanged) {
-			changes++
-			fmt.Printf("CHANGED %d %v\n", time.Now().UnixNano(), err)
-			state := []int64{int64(step)}
-			if err := collective.Broadcast(ctx, c, state, c.View().Ranks[0]); err != nil {
-				fmt.Fprintln(os.Stderr, "sync:", err)
-				return 1
-			}
-			step = int(state[0]) - 1
-			continue
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		if changes > 0 && struck.IsZero() {
-			struck = time.Now()
-			fmt.Printf("RESUMED %d\n", struck.UnixNano())
-		}
-		var want float64
-		for _, r := range c.View().Ranks {
-			want += float64((r+1)*100 + step)
-		}
-		for i, x := range buf {
-			if x != want {
-				fmt.Fprintf(os.Stderr, "step %d view %v: [%d] = %v, want %v\n", step, c.View(), i, x, want)
-				return 1
-			}
-		}
-	}
-	fmt.Printf("DONE changes=%d view=%v size=%d\n", changes, c.View(), c.Size())
-	return 0
 }
 
 // hubPid finds the process of hub index of job in /proc.

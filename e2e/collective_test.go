@@ -75,6 +75,28 @@ func TestKillDrillOverSSH(t *testing.T) {
 	r.noLeftovers(t)
 }
 
+// TestElasticOverSSH: under gorun --elastic the last rank (on h3) is
+// killed, or frozen, in the middle of an all-reduce: the five survivors on
+// three hosts each get one ErrViewChanged, go on, and check every later
+// result on the new view; the frozen rank is fenced; gorun exits 0 and
+// leaves nothing behind.
+func TestElasticOverSSH(t *testing.T) {
+	r := needRig(t)
+	bin := r.selftest(t)
+	hf := r.hostfile(t, 3, 2)
+	for _, drill := range []string{"kill", "stop"} {
+		res := r.run(t, "-hostfile", hf, "--elastic", "--grace", "2s", bin, "-drill", drill)
+		done := strings.Count(res.stdout, "DONE changes=1 view={1 [0 1 2 3 4]} size=5")
+		if res.code != 0 || done != 5 {
+			t.Fatalf("%s: exit %d, %d of 5 survivors done on view 1:\n%s\n%s", drill, res.code, done, res.stdout, res.stderr)
+		}
+		if !strings.Contains(res.stdout+res.stderr, "rank 5") {
+			t.Fatalf("%s: gorun did not name rank 5:\n%s\n%s", drill, res.stdout, res.stderr)
+		}
+		r.noLeftovers(t)
+	}
+}
+
 // TestHubsOverSSH: 4 ranks on 4 hosts run the reference-checked workload
 // through 2 dedicated hubs that gorun starts on the first two hosts; then
 // a kill drill under the hub strategy: every survivor names the victim.
