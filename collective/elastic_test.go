@@ -220,7 +220,7 @@ func TestElasticKillAnywhere(t *testing.T) {
 	for n := 2; n <= 9; n++ {
 		for victim := range n {
 			for _, at := range []int{0, 1, n, 3 * n, 7 * n, 20 * n} {
-				if elasticDrill(t, n, victim, at) {
+				if elasticDrill(t, n, []int{victim}, []int{at}) {
 					kills++
 				}
 			}
@@ -232,16 +232,18 @@ func TestElasticKillAnywhere(t *testing.T) {
 	}
 }
 
-func elasticDrill(t *testing.T, n, victim, at int) bool {
+func elasticDrill(t *testing.T, n int, victims, ats []int) bool {
 	t.Helper()
 	nw := transport.NewMemNetwork(n)
 	sent := 0
-	killed := false
+	struck := 0
 	nw.BeforeSend = func(from, to int, h transport.Header) bool {
-		if sent == at && !killed {
-			killed = true
-			go nw.Kill(victim)
-			time.Sleep(time.Millisecond) // let the kill land mid-collective
+		for i, at := range ats {
+			if sent == at {
+				struck++
+				go nw.Kill(victims[i])
+				time.Sleep(time.Millisecond) // let the kill land mid-collective
+			}
 		}
 		sent++
 		return true
@@ -275,6 +277,15 @@ func elasticDrill(t *testing.T, n, victim, at int) bool {
 					changes[r]++
 					step := []int64{int64(it)}
 					if err := Broadcast(ctx, c, step, c.View().Ranks[0]); err != nil {
+						if errors.Is(err, ErrViewChanged) {
+							// A second loss during the resynchronisation:
+							// resynchronise on the newer view.
+							changes[r]++
+							if err = Broadcast(ctx, c, step, c.View().Ranks[0]); err == nil {
+								it = int(step[0]) - 1
+								continue
+							}
+						}
 						errs[r] = fmt.Errorf("sync: %w", err)
 						return
 					}
@@ -282,7 +293,7 @@ func elasticDrill(t *testing.T, n, victim, at int) bool {
 					continue
 				}
 				if err != nil {
-					if r != victim {
+					if !slices.Contains(victims, r) {
 						errs[r] = fmt.Errorf("step %d: %w", it, err)
 					}
 					return
@@ -305,24 +316,47 @@ func elasticDrill(t *testing.T, n, victim, at int) bool {
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("n %d victim %d at %d: hung", n, victim, at)
+		t.Fatalf("n %d victims %v at %v: hung", n, victims, ats)
 	}
 	for r := range n {
-		if r == victim {
+		if slices.Contains(victims, r) {
 			continue
 		}
 		if errs[r] != nil {
-			t.Fatalf("n %d victim %d at %d: rank %d: %v", n, victim, at, r, errs[r])
+			t.Fatalf("n %d victims %v at %v: rank %d: %v", n, victims, ats, r, errs[r])
 		}
-		want := 0
-		if killed {
-			want = 1
+		if changes[r] < min(struck, 1) || changes[r] > struck {
+			t.Fatalf("n %d victims %v at %v: rank %d saw %d view changes for %d deaths", n, victims, ats, r, changes[r], struck)
 		}
-		if changes[r] != want {
-			t.Fatalf("n %d victim %d at %d: rank %d saw %d view changes, want %d", n, victim, at, r, changes[r], want)
+		if struck == len(victims) {
+			var want []int
+			for q := range n {
+				if !slices.Contains(victims, q) {
+					want = append(want, q)
+				}
+			}
+			if got := comms[r].View().Ranks; !slices.Equal(got, want) {
+				t.Fatalf("n %d victims %v: rank %d ends on view %v, want %v", n, victims, r, got, want)
+			}
 		}
 	}
-	return killed
+	if testing.Verbose() && len(victims) > 1 {
+		t.Logf("n %d victims %v at %v: %d struck, changes %v, view %v", n, victims, ats, struck, changes, comms[0].View())
+	}
+	return struck > 0
+}
+
+// TestElasticTwoDeaths: two ranks die at once, or the second while the
+// survivors resynchronise after the first; every survivor ends on the
+// view without both, with exact sums all along.
+func TestElasticTwoDeaths(t *testing.T) {
+	for n := 3; n <= 7; n++ {
+		for _, gap := range []int{0, 1, n, 4 * n} {
+			if !elasticDrill(t, n, []int{1, n - 1}, []int{2 * n, 2*n + gap}) {
+				t.Fatalf("n %d gap %d: nobody was killed", n, gap)
+			}
+		}
+	}
 }
 
 // TestEpochFrames: a view's transport drops the frames of an earlier
