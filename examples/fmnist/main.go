@@ -157,19 +157,20 @@ func load(o options) (train, test *dataset, source string, err error) {
 
 // worker is one rank's training state.
 type worker struct {
-	o     options
-	c     *collective.Comm
-	hub   *ps.Client
-	train *dataset
-	mine  []int // this rank's samples
-	rng   *rand.Rand
-	m     *nn.Model
-	w     []float64 // the model's parameters
-	g     []float64 // its gradient, and the ring's stop vote after it
-	vel   []float64 // ring: the local optimizer's momentum
-	idx   []int     // the batch's samples
-	x     []float64 // the batch
-	y     []int
+	o       options
+	c       *collective.Comm
+	hub     *ps.Client
+	train   *dataset
+	mine    []int // this rank's samples
+	rng     *rand.Rand
+	m       *nn.Model
+	w       []float64 // the model's parameters
+	g       []float64 // its gradient, and the ring's stop vote after it
+	vel     []float64 // ring: the local optimizer's momentum
+	resyncs int       // elastic view changes this rank went through (ring)
+	idx     []int     // the batch's samples
+	x       []float64 // the batch
+	y       []int
 	// totals
 	samples        int
 	compute, idle  time.Duration
@@ -276,7 +277,11 @@ func train(o options, out io.Writer) error {
 		st = wk.local(elapsed)
 	}
 	tot, stale, it, shares := st.tot, st.stale, st.it, st.shares
-	if c.Rank() == 0 {
+	if wk.resyncs > 0 && c.Rank() == c.View().Ranks[0] {
+		v := c.View()
+		fmt.Fprintf(out, "elastic: epoch %d, ranks %v, %d view change(s)\n", v.Epoch, v.Ranks, wk.resyncs)
+	}
+	if c.Rank() == c.View().Ranks[0] {
 		straggler := "none"
 		if o.straggler >= 0 {
 			straggler = fmt.Sprintf("rank %d x%g", o.straggler, o.slow)
@@ -484,12 +489,21 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 		start := time.Now()
 		d := wk.step(share)
 		wk.g[params] = 0
-		if wk.c.Rank() == 0 && wk.done(t0) {
+		if wk.c.Rank() == wk.c.View().Ranks[0] && wk.done(t0) {
 			wk.g[params] = 1
 		}
 		t1 := time.Now()
 		if err := collective.AllReduce(ctx, wk.c, wk.g, collective.Sum); err != nil {
-			return err
+			if !errors.Is(err, collective.ErrViewChanged) {
+				return err
+			}
+			// gorun --elastic lost a rank: take the model from the view's
+			// first rank, re-divide the data, and redo the step.
+			if err := wk.resync(ctx); err != nil {
+				return err
+			}
+			share = max(1, wk.o.batch/wk.c.Size())
+			continue
 		}
 		synced := time.Since(t1)
 		wk.idle += synced
@@ -509,6 +523,25 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 			return nil
 		}
 	}
+}
+
+// resync, after an elastic view change, gives every rank the weights and
+// the momentum of the view's first rank (the survivors may disagree on
+// whether the interrupted step was applied) and this rank's share of the
+// training set among the live ranks.
+func (wk *worker) resync(ctx context.Context) error {
+	state := append(append([]float64(nil), wk.w...), wk.vel...)
+	if err := collective.Broadcast(ctx, wk.c, state, wk.c.View().Ranks[0]); err != nil {
+		return err
+	}
+	copy(wk.w, state[:len(wk.w)])
+	copy(wk.vel, state[len(wk.w):])
+	wk.mine = wk.mine[:0]
+	for i := wk.c.View().Index(wk.c.Rank()); i < wk.train.len(); i += wk.c.Size() {
+		wk.mine = append(wk.mine, i)
+	}
+	wk.resyncs++
+	return nil
 }
 
 // hubLoop pushes each gradient with its sample count and pulls the

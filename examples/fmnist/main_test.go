@@ -277,3 +277,22 @@ func readCSV(t *testing.T, path string) [][]string {
 	}
 	return rows
 }
+
+// TestRingElastic: under gorun --elastic a ring job whose rank 2 is
+// killed (or frozen) 0.3 s into training goes on with ranks 0 and 1: they
+// take the model from rank 0, split the data between them, finish the
+// budget and learn; gorun exits 0.
+func TestRingElastic(t *testing.T) {
+	doneRE := regexp.MustCompile(`mode=ring model=softmax straggler="none" data=synthetic ranks=2 time=[0-9.]+s iterations=\d+ samples=\d+ accuracy=([0-9.]+)`)
+	for _, how := range []string{"kill", "stop"} {
+		res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-data", "synthetic", "-lr", "0.5", "-iters", "400", "-samples", "3000", "-fail-rank", "2", "-fail-at", "300ms", "-fail-how", how},
+			func(c *launcher.Config) { c.Elastic = true })
+		m := doneRE.FindStringSubmatch(out)
+		if res.ExitCode != 0 || m == nil || !strings.Contains(out, "elastic: epoch 1, ranks [0 1], 1 view change(s)") {
+			t.Fatalf("%s: exit %d:\n%s", how, res.ExitCode, out)
+		}
+		if acc, _ := strconv.ParseFloat(m[1], 64); acc < 0.8 {
+			t.Fatalf("%s: accuracy %v after the loss:\n%s", how, acc, out)
+		}
+	}
+}
