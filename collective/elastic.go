@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorun/gorun/internal/control"
@@ -82,6 +83,7 @@ type elastic struct {
 
 	mu        sync.Mutex
 	announced View            // the latest view from the sequencer
+	pending   atomic.Bool     // announced may be newer than installed
 	changed   chan struct{}   // closed (and replaced) when announced moves on
 	cur       context.Context // ends when a view after announced comes
 	cancel    context.CancelCauseFunc
@@ -92,7 +94,9 @@ type elastic struct {
 	me        int             // this rank's index in installed
 	seqBase   uint32
 	stash     map[int][]transport.Frame // frames of a later epoch, by job rank
+	nstash    int                       // frames in stash
 	out       error                     // set once a view left this rank out
+	merged    mergedCtx
 
 	local    *memSequencer // in memory (NewLocal): the sequencer itself
 	wmu      sync.Mutex
@@ -134,6 +138,7 @@ func (c *Comm) startElastic(hosts []string) error {
 	e := &elastic{c: c, ctl: c.cfg.Control, hosts: hosts, changed: make(chan struct{}), stash: map[int][]transport.Frame{}, reported: map[int]bool{}}
 	e.announced = View{Ranks: all}
 	e.cur, e.cancel = context.WithCancelCause(context.Background())
+	e.merged.stop = func() {}
 	c.el = e
 	if err := c.install(e.announced); err != nil {
 		return err
@@ -192,6 +197,7 @@ func (e *elastic) announce(v View) {
 		return
 	}
 	e.announced = v
+	e.pending.Store(true)
 	close(e.changed)
 	e.changed = make(chan struct{})
 	e.cancel(fmt.Errorf("%w: now epoch %d, ranks %v", ErrViewChanged, v.Epoch, v.Ranks))
@@ -227,6 +233,9 @@ func (c *Comm) install(v View) error {
 	}
 	e.mu.Unlock()
 	e.installed, e.live, e.me = v, live, me
+	e.mu.Lock()
+	e.pending.Store(e.announced.Epoch > v.Epoch)
+	e.mu.Unlock()
 	e.seqBase = uint32(v.Epoch) << seqEpochShift
 	c.seq = e.seqBase
 	g, err := ring.NewGroup(&epochNet{e: e, base: c.tr, epoch: uint32(v.Epoch)}, v.Ranks)
@@ -251,16 +260,38 @@ func (e *elastic) begin(ctx context.Context, kind uint8) (context.Context, func(
 	if e.out != nil {
 		return ctx, nil, fmt.Errorf("collective: %s: %w", kindName[kind], e.out)
 	}
-	if v, newer, _ := e.latest(); newer {
-		if err := e.c.install(v); err != nil {
-			return ctx, nil, fmt.Errorf("collective: %s: %w", kindName[kind], err)
+	if e.pending.Load() { // otherwise no lock is taken
+		if v, newer, _ := e.latest(); newer {
+			if err := e.c.install(v); err != nil {
+				return ctx, nil, fmt.Errorf("collective: %s: %w", kindName[kind], err)
+			}
+			return ctx, nil, fmt.Errorf("collective: rank %d: %s: %w (now epoch %d, ranks %v)", e.c.cfg.Rank, kindName[kind], ErrViewChanged, v.Epoch, v.Ranks)
 		}
-		return ctx, nil, fmt.Errorf("collective: rank %d: %s: %w (now epoch %d, ranks %v)", e.c.cfg.Rank, kindName[kind], ErrViewChanged, v.Epoch, v.Ranks)
 	}
 	live := e.live
-	ctx, cancel := context.WithCancelCause(ctx)
+	if ctx.Done() == nil {
+		// context.Background and the like: the view's own context is all
+		// there is to watch, at no cost.
+		return live, func() {}, nil
+	}
+	if ctx == e.merged.user && live == e.merged.live {
+		// The same context as the last call in this view (a training
+		// loop's): reuse what it was merged with.
+		return e.merged.ctx, func() {}, nil
+	}
+	e.merged.stop()
+	merged, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(live, func() { cancel(context.Cause(live)) })
-	return ctx, func() { stop(); cancel(nil) }, nil
+	e.merged = mergedCtx{user: ctx, live: live, ctx: merged, stop: func() { stop(); cancel(nil) }}
+	return merged, func() {}, nil
+}
+
+// mergedCtx is a caller's context merged with a view's, kept for the
+// next call with the same context (merging costs allocations and a
+// registration on the view's context).
+type mergedCtx struct {
+	user, live, ctx context.Context
+	stop            func()
 }
 
 // viewChange handles a collective's failure in an elastic job: if a peer
@@ -325,10 +356,22 @@ func (e *elastic) suspect(rank int, reason string) {
 
 func (e *elastic) close() {
 	e.closeOne.Do(func() {
+		e.mu.Lock()
+		e.cancel(ErrClosed)
+		e.mu.Unlock()
 		if e.ctl != nil {
 			_ = e.ctl.Close()
 		}
 	})
+}
+
+// stashed is what is kept from peer from; a map lookup only when
+// anything is kept at all.
+func (e *elastic) stashed(from int) []transport.Frame {
+	if e.nstash == 0 {
+		return nil
+	}
+	return e.stash[from]
 }
 
 // errNewerView: a peer sent a frame of a view this rank has not
@@ -352,13 +395,15 @@ func (n *epochNet) Send(ctx context.Context, to int, h transport.Header, payload
 }
 
 func (n *epochNet) Recv(ctx context.Context, from int) (transport.Frame, error) {
-	for q := n.e.stash[from]; len(q) > 0; q = n.e.stash[from] {
+	for q := n.e.stashed(from); len(q) > 0; q = n.e.stashed(from) {
 		switch fe := q[0].Seq >> seqEpochShift; {
 		case fe == n.epoch:
 			n.e.stash[from] = q[1:]
+			n.e.nstash--
 			return q[0], nil
 		case fe < n.epoch:
 			n.e.stash[from] = q[1:]
+			n.e.nstash--
 		default:
 			return transport.Frame{}, errNewerView
 		}
@@ -377,6 +422,7 @@ func (n *epochNet) Recv(ctx context.Context, from int) (transport.Frame, error) 
 			kept := transport.Frame{Header: f.Header, Payload: bytes.Clone(f.Payload)}
 			f.Release()
 			n.e.stash[from] = append(n.e.stash[from], kept)
+			n.e.nstash++
 			return transport.Frame{}, errNewerView
 		}
 	}
