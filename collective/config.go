@@ -223,7 +223,7 @@ func (c *Config) validate() error {
 		}
 	}
 	if c.Elastic && c.Strategy == StrategyHub {
-		errs = append(errs, errors.New("Elastic is for the ring strategy; the hub strategy's is HubElastic (gorun --elastic sets the right one)"))
+		errs = append(errs, errors.New("config: Elastic is for the ring strategy; the hub strategy's is HubElastic (gorun --elastic sets the right one)"))
 	}
 	if c.Elastic && c.ViewTimeout <= 0 {
 		errs = append(errs, errors.New("ViewTimeout must be > 0 with Elastic"))
