@@ -74,13 +74,16 @@
 //     GORUN_CONTROL_FD (its descriptor is 3 plus the number of inherited
 //     descriptors before it: PMI_FD and Open MPI's library, when there),
 //     speaking package control's line protocol. Epoch 0 is the start,
-//     with every rank. Each rank's exit while the job goes on, whatever
-//     its code, bumps the epoch and sends "view E r,r,..." (the ranks
-//     still running, in order) to every running rank; a failed rank is
-//     lost unless it leaves fewer than --min-np running, which fails the
-//     job. A rank's "suspect R reason" line fences rank R (SIGKILL on
-//     its host) if it is running and the reporter is too; R's exit then
-//     makes the view. The job exits 0 if every rank that was not lost
+//     with every rank. A rank's failure while the job goes on bumps the
+//     epoch and sends "view E r,r,..." (the ranks still running, in
+//     order) to every running rank, unless it leaves fewer than --min-np
+//     running, which fails the job. A rank that finishes (exit 0) makes
+//     no view: it took part in every collective, and a view would only
+//     interrupt the others' last ones. A rank's "suspect R reason" line
+//     fences rank R (SIGKILL on its host) if it is running and the
+//     reporter is too; R's exit then makes the view. A suspect of a rank
+//     that finished but is still in the view (it left too early) makes
+//     the view at once. The job exits 0 if every rank that was not lost
 //     finished with 0. An agent writes views through a short queue per
 //     rank, so a rank that does not read its channel only loses older
 //     views, and the agent never blocks on it.

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"fmt"
+	"slices"
 	"syscall"
 
 	"github.com/gorun/gorun/internal/control"
@@ -37,6 +38,7 @@ type policy struct {
 
 	exited, ok []bool
 	fenced     []bool // ranks killed on a suspect (ringElastic)
+	inView     []bool // ranks of the last view (ringElastic)
 	epoch      int    // of the last view (ringElastic); 0 is the start
 	failed     bool
 	code       int
@@ -67,8 +69,12 @@ type decision struct {
 // newPolicy: np ranks and hubs hubs; minNP (0 counts as 1) is the fewest
 // running ranks an elastic job goes on with.
 func newPolicy(np, hubs int, elastic elasticity, minNP int) *policy {
-	return &policy{np: np, elastic: elastic, minNP: max(minNP, 1),
-		exited: make([]bool, np+hubs), ok: make([]bool, np+hubs), fenced: make([]bool, np)}
+	p := &policy{np: np, elastic: elastic, minNP: max(minNP, 1),
+		exited: make([]bool, np+hubs), ok: make([]bool, np+hubs), fenced: make([]bool, np), inView: make([]bool, np)}
+	for r := range p.inView {
+		p.inView[r] = true
+	}
+	return p
 }
 
 // exitCode is what a rank's exit counts as: its exit code, 128+N when
@@ -119,8 +125,8 @@ func (p *policy) workersDone() bool {
 //
 // In an elastic job a rank that fails is lost, and the job goes on, while
 // at least minNP ranks are still running; with --elastic every exit
-// (a failure, or a rank that finished) while the job goes on starts a new
-// view for the ranks still running.
+// failure while the job goes on starts a new view for the ranks still
+// running; a rank that finished (exit 0) does not.
 func (p *policy) rankExited(rank, code int, describe string) decision {
 	p.exited[rank], p.ok[rank] = true, code == 0
 	worker := rank < p.np
@@ -128,9 +134,11 @@ func (p *policy) rankExited(rank, code int, describe string) decision {
 	switch {
 	case p.stopping != 0 || p.dumping:
 	case code == 0:
-		if p.elastic == ringElastic && worker {
-			d.View = p.nextView()
-		}
+		// A rank that finished is not a loss: it took part in every
+		// collective, and its data reached the others before its exit,
+		// so a view would only interrupt their last ones. (One that left
+		// too early is reported by a rank that still waits on it; see
+		// suspect.)
 	case p.elastic == notElastic || !worker:
 		p.fail(code, describe)
 		return p.stop(syscall.SIGTERM)
@@ -178,6 +186,9 @@ func (p *policy) nextView() *control.View {
 		return nil
 	}
 	p.epoch++
+	for r := range p.inView {
+		p.inView[r] = slices.Contains(live, r)
+	}
 	return &control.View{Epoch: p.epoch, Live: live}
 }
 
@@ -187,7 +198,17 @@ func (p *policy) nextView() *control.View {
 // when either rank is not running or was fenced already (a fenced rank's
 // reports do not count), or names itself.
 func (p *policy) suspect(reporter, target int, reason string) decision {
-	if p.elastic != ringElastic || p.stopping != 0 || p.dumping || reporter == target || !p.standing(reporter) || !p.standing(target) {
+	if p.elastic != ringElastic || p.stopping != 0 || p.dumping || reporter == target || !p.standing(reporter) {
+		return decision{}
+	}
+	if target >= 0 && target < p.np && p.exited[target] && p.ok[target] && p.inView[target] {
+		// It finished (exit 0) while a rank still waits on it: the
+		// others go on without it.
+		d := decision{View: p.nextView()}
+		d.Note = fmt.Sprintf("rank %d waits on rank %d, which finished; --elastic: the job goes on with %d ranks (view %d)", reporter, target, len(d.View.Live), d.View.Epoch)
+		return d
+	}
+	if !p.standing(target) {
 		return decision{}
 	}
 	p.fenced[target] = true

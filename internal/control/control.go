@@ -9,7 +9,7 @@
 //
 // A rank sends suspect when it believes another rank is lost (frozen or
 // unreachable); the launcher then kills that rank (fences it), unless it
-// is gone already. Whenever a rank exits while the job goes on, the
+// is gone already. Whenever a rank fails while the job goes on, the
 // launcher, which sequences the job's membership, bumps the epoch and
 // every rank still running gets the new view, e.g. "view 1 0,1,3". Epoch
 // 0 is the start (every rank) and is never sent. Each view is the whole
