@@ -78,7 +78,7 @@
 //		err := collective.AllReduce(ctx, c, grads, collective.Avg)
 //		if errors.Is(err, collective.ErrViewChanged) {
 //			state := []float64{float64(step)} // with the weights, the optimizer...
-//			if err := collective.Broadcast(ctx, c, state, c.View().Ranks[0]); err != nil {
+//			if err := collective.Resync(ctx, c, state); err != nil {
 //				return err
 //			}
 //			step = int(state[0]) - 1 // redo that step on the new view
@@ -86,6 +86,9 @@
 //		}
 //		...
 //	}
+//
+// Resync is a Broadcast from the view's first rank, repeated if the view
+// changes again under it.
 //
 // Afterwards Size is the number of ranks in the view (an Avg divides by
 // it), Rank stays the job's rank, roots are job ranks that must be in the

@@ -427,3 +427,17 @@ func (n *epochNet) Recv(ctx context.Context, from int) (transport.Frame, error) 
 		}
 	}
 }
+
+// Resync gives every rank of the view the state of the view's first rank
+// (a Broadcast), again on the newer view if the view changes under it.
+// Call it after ErrViewChanged with the training state (the step, the
+// weights, the optimizer's moments), the same length on every rank: the
+// survivors may disagree on whether the interrupted step was applied.
+func Resync[T Number](ctx context.Context, c *Comm, state []T) error {
+	for {
+		err := Broadcast(ctx, c, state, c.View().Ranks[0])
+		if !errors.Is(err, ErrViewChanged) {
+			return err
+		}
+	}
+}

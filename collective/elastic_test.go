@@ -169,8 +169,8 @@ func TestElasticRankLeaves(t *testing.T) {
 						// training state) from the view's first rank, and
 						// go on from there.
 						step := []int64{int64(it)}
-						if err := Broadcast(ctx, c, step, c.View().Ranks[0]); err != nil {
-							return fmt.Errorf("sync after the view change: %w", err)
+						if err := Resync(ctx, c, step); err != nil {
+							return fmt.Errorf("resync after the view change: %w", err)
 						}
 						it = int(step[0]) - 1
 						continue
@@ -276,19 +276,12 @@ func elasticDrill(t *testing.T, n int, victims, ats []int) bool {
 				if errors.Is(err, ErrViewChanged) {
 					changes[r]++
 					step := []int64{int64(it)}
-					if err := Broadcast(ctx, c, step, c.View().Ranks[0]); err != nil {
-						if errors.Is(err, ErrViewChanged) {
-							// A second loss during the resynchronisation:
-							// resynchronise on the newer view.
-							changes[r]++
-							if err = Broadcast(ctx, c, step, c.View().Ranks[0]); err == nil {
-								it = int(step[0]) - 1
-								continue
-							}
-						}
-						errs[r] = fmt.Errorf("sync: %w", err)
+					before := c.View().Epoch
+					if err := Resync(ctx, c, step); err != nil {
+						errs[r] = fmt.Errorf("resync: %w", err)
 						return
 					}
+					changes[r] += c.View().Epoch - before // further changes during the resync
 					it = int(step[0]) - 1
 					continue
 				}

@@ -531,7 +531,7 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 // training set among the live ranks.
 func (wk *worker) resync(ctx context.Context) error {
 	state := append(append([]float64(nil), wk.w...), wk.vel...)
-	if err := collective.Broadcast(ctx, wk.c, state, wk.c.View().Ranks[0]); err != nil {
+	if err := collective.Resync(ctx, wk.c, state); err != nil {
 		return err
 	}
 	copy(wk.w, state[:len(wk.w)])

@@ -16,7 +16,8 @@ import (
 // against the ranks of the current view; the last rank signals itself
 // with how (SIGKILL: a death, SIGSTOP: a freeze that gorun must fence)
 // early in its 10th step. A survivor that gets ErrViewChanged takes the
-// step from the view's first rank, the documented pattern, and goes on.
+// step from the view's first rank (Resync, the documented pattern) and
+// goes on.
 // It reports "STRIKE ns" (the victim), "CHANGED ns err" and "RESUMED ns"
 // (the first collective completed on the new view) and, at the end,
 // "DONE changes=N view={E [ranks]} size=S".
@@ -40,8 +41,8 @@ func ElasticDrill(ctx context.Context, c *collective.Comm, how syscall.Signal, r
 			changes++
 			report(fmt.Sprintf("CHANGED %d %v", time.Now().UnixNano(), err))
 			state := []int64{int64(step)}
-			if err := collective.Broadcast(ctx, c, state, c.View().Ranks[0]); err != nil {
-				return fmt.Errorf("sync after the view change: %w", err)
+			if err := collective.Resync(ctx, c, state); err != nil {
+				return fmt.Errorf("resync after the view change: %w", err)
 			}
 			step = int(state[0]) - 1
 			continue
