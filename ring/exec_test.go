@@ -366,3 +366,20 @@ func TestHalvingMany(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupNamesJobRanks: a group of a group (the node-aware stages of an
+// elastic job's view) names its members by their ranks in the job.
+func TestGroupNamesJobRanks(t *testing.T) {
+	nw := transport.NewMemNetwork(6)
+	view, err := NewGroup(nw.Transport(3), []int{0, 2, 3, 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := NewGroup(view, []int{1, 2}) // view places 1 and 2: ranks 2 and 3
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host.Rank() != 1 || host.Global(0) != 2 || host.Global(1) != 3 || view.Global(3) != 5 {
+		t.Fatalf("host rank %d, globals %d %d, view's 3rd %d", host.Rank(), host.Global(0), host.Global(1), view.Global(3))
+	}
+}

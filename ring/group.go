@@ -34,8 +34,9 @@ func (g *Group) Rank() int { return g.me }
 // Size implements Transport.
 func (g *Group) Size() int { return len(g.ranks) }
 
-// Global is the parent's number of sub-rank i.
-func (g *Group) Global(i int) int { return g.ranks[i] }
+// Global is sub-rank i's number at the bottom of the stack of groups:
+// its rank in the job, which errors name.
+func (g *Group) Global(i int) int { return global(g.parent, g.ranks[i]) }
 
 // Index is the sub-rank of the parent's rank r, or -1.
 func (g *Group) Index(r int) int {
