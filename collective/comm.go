@@ -261,7 +261,7 @@ func (c *Comm) Rank() int { return c.cfg.Rank }
 // size, or with Elastic the ranks of the current view.
 func (c *Comm) Size() int {
 	if c.el != nil {
-		return len(c.el.installed.Ranks)
+		return len(c.el.shown.Load().Ranks)
 	}
 	return c.cfg.Size
 }

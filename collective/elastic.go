@@ -65,7 +65,7 @@ func (c *Comm) View() View {
 		}
 		return View{Ranks: all}
 	}
-	v := c.el.installed
+	v := c.el.shown.Load()
 	return View{Epoch: v.Epoch, Ranks: slices.Clone(v.Ranks)}
 }
 
@@ -90,8 +90,9 @@ type elastic struct {
 
 	// The rest belongs to whoever holds the Comm's turn.
 	installed View
-	live      context.Context // cur when installed was announced
-	me        int             // this rank's index in installed
+	shown     atomic.Pointer[View] // installed, for View and Size from any goroutine
+	live      context.Context      // cur when installed was announced
+	me        int                  // this rank's index in installed
 	seqBase   uint32
 	stash     map[int][]transport.Frame // frames of a later epoch, by job rank
 	nstash    int                       // frames in stash
@@ -233,6 +234,7 @@ func (c *Comm) install(v View) error {
 	}
 	e.mu.Unlock()
 	e.installed, e.live, e.me = v, live, me
+	e.shown.Store(&v)
 	e.mu.Lock()
 	e.pending.Store(e.announced.Epoch > v.Epoch)
 	e.mu.Unlock()
