@@ -7,8 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // selftest builds examples/selftest once.
@@ -95,6 +98,43 @@ func TestElasticOverSSH(t *testing.T) {
 		}
 		r.noLeftovers(t)
 	}
+}
+
+// TestElasticHostLostOverSSH: under gorun --elastic the SSH session of
+// the third test host is killed mid-training: its agent kills its two
+// ranks, gorun counts both as lost and sends one view, and the four
+// survivors on the other hosts finish exact on it; gorun exits 0.
+func TestElasticHostLostOverSSH(t *testing.T) {
+	r := needRig(t)
+	bin := r.selftest(t)
+	hf := r.hostfile(t, 3, 2)
+	cmd, out, errb := r.cmd("-hostfile", hf, "--elastic", "--grace", "1s", bin, "-drill", "outside", "-pause", "100ms")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	time.Sleep(2 * time.Second) // joined, a few steps in
+	pids, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid), "-f", r.hosts[2]).Output()
+	pid, err := strconv.Atoi(strings.TrimSpace(string(pids)))
+	if err != nil {
+		t.Fatalf("no ssh client for %s: %q", r.hosts[2], pids)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	select {
+	case <-done:
+	case <-time.After(90 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("hung:\n%s\n%s", out, errb)
+	}
+	finished := strings.Count(out.String(), "DONE changes=1 view={1 [0 1 2 3]} size=4")
+	if code := cmd.ProcessState.ExitCode(); code != 0 || finished != 4 {
+		t.Fatalf("exit %d, %d of 4 survivors done on view 1:\n%s\n%s", code, finished, out, errb)
+	}
+	if !strings.Contains(errb.String(), "its ranks [4 5] are lost") {
+		t.Fatalf("gorun did not say it lost ranks 4 and 5:\n%s", errb)
+	}
+	r.noLeftovers(t)
 }
 
 // TestHubsOverSSH: 4 ranks on 4 hosts run the reference-checked workload

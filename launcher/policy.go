@@ -224,14 +224,40 @@ func (p *policy) standing(r int) bool {
 	return r >= 0 && r < p.np && !p.exited[r] && !p.fenced[r]
 }
 
-// agentLost: a host's agent (its SSH session) ended; ranksExited says
-// whether every rank of that host had already exited.
-func (p *policy) agentLost(ranksExited bool, text string) decision {
-	if ranksExited {
+// agentLost: a host's agent (its SSH session) ended; ranks are the ranks
+// and hubs of that host that had not exited. With --elastic a host whose
+// ranks (no hub) are lost is a loss of each of them, and the job goes on
+// with one view without them while at least minNP ranks run; otherwise
+// the job fails.
+func (p *policy) agentLost(ranks []int, text string) decision {
+	if len(ranks) == 0 {
 		return decision{}
 	}
-	p.fail(ExitAgentLost, text)
-	return p.stop(syscall.SIGTERM)
+	elastic := p.elastic == ringElastic && p.stopping == 0 && !p.dumping
+	for _, r := range ranks {
+		elastic = elastic && r < p.np
+	}
+	if !elastic {
+		p.fail(ExitAgentLost, text)
+		return p.stop(syscall.SIGTERM)
+	}
+	for _, r := range ranks {
+		p.exited[r] = true
+		p.lost = append(p.lost, r)
+	}
+	if p.lostCode == 0 {
+		p.lostCode = ExitAgentLost
+	}
+	if n := len(p.running()); n < p.minNP {
+		p.fail(ExitAgentLost, fmt.Sprintf("%s; --elastic: %d rank(s) left, below --min-np %d", text, n, p.minNP))
+		return p.stop(syscall.SIGTERM)
+	}
+	d := decision{View: p.nextView()}
+	if d.View == nil {
+		return decision{Note: text + "; --elastic: no rank is left"}
+	}
+	d.Note = fmt.Sprintf("%s; --elastic: its ranks %v are lost, the job goes on with %d ranks (view %d)", text, ranks, len(d.View.Live), d.View.Epoch)
+	return d
 }
 
 // jobFailed: the job failed for a reason other than a rank's exit (a rank

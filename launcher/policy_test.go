@@ -25,9 +25,11 @@ func (s step) feed(p *policy) decision {
 	case "suspect":
 		return p.suspect(s.rank, s.code, "frozen")
 	case "agent-lost":
-		return p.agentLost(false, "lost the agent on h2")
+		return p.agentLost([]int{s.rank}, "lost the agent on h2")
+	case "host-lost": // ranks rank and rank+1
+		return p.agentLost([]int{s.rank, s.rank + 1}, "lost the agent on h2")
 	case "agent-lost-after-exits":
-		return p.agentLost(true, "lost the agent on h2")
+		return p.agentLost(nil, "lost the agent on h2")
 	case "agent-error":
 		return p.agentError("h1: agent: cannot start")
 	case "signal":
@@ -174,6 +176,16 @@ func TestPolicy(t *testing.T) {
 			{event: "exit", rank: 0}, {event: "exit", rank: 1},
 			{event: "exit", rank: 3, wantSignal: syscall.SIGTERM}, {event: "exit", rank: 4, code: 143},
 		}, wantNote: "finished without 1 lost rank(s) [2]"},
+		{name: "ring: a lost host is a loss of its ranks, one view", np: 6, elastic: ringElastic, steps: []step{
+			{event: "host-lost", rank: 2, wantNote: "lost the agent on h2; --elastic: its ranks [2 3] are lost, the job goes on with 4 ranks (view 1)", wantView: "view 1 0,1,4,5"},
+			{event: "suspect", rank: 0, code: 3}, // gone with its host
+			{event: "exit", rank: 0}, {event: "exit", rank: 1}, {event: "exit", rank: 4},
+			{event: "exit", rank: 5, wantSignal: syscall.SIGTERM},
+		}, wantNote: "finished without 2 lost rank(s) [2 3] (--elastic)"},
+		{name: "ring: a lost host below --min-np fails the job", np: 4, elastic: ringElastic, minNP: 3, steps: []step{
+			{event: "host-lost", rank: 2, wantSignal: syscall.SIGTERM},
+			{event: "exit", rank: 0, code: 143}, {event: "exit", rank: 1, code: 143},
+		}, wantCode: ExitAgentLost, wantFailure: "lost the agent on h2; --elastic: 2 rank(s) left, below --min-np 3"},
 		{name: "ring: no views or fences once the job is ending", np: 3, elastic: ringElastic, steps: []step{
 			{event: "signal", sig: syscall.SIGTERM, wantSignal: syscall.SIGTERM},
 			{event: "suspect", rank: 0, code: 1},

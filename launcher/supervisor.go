@@ -208,7 +208,7 @@ func (s *supervisor) step(ev event) []action {
 	case evLost:
 		if !s.agents[ev.agent].done {
 			s.agents[ev.agent].done = true
-			s.apply(s.pol.agentLost(s.allExited(ev.agent), ev.text), ev.now)
+			s.apply(s.pol.agentLost(s.unexited(ev.agent), ev.text), ev.now)
 		}
 	case evAgentError:
 		s.apply(s.pol.agentError(ev.text), ev.now)
@@ -409,9 +409,9 @@ func (s *supervisor) silent(now time.Time) {
 		text := fmt.Sprintf("%s unreachable: no word from its agent within %v of the stop; killed its session", a.Name, s.cfg.AgentWait)
 		s.emit(action{kind: actKill, agent: i})
 		failed := s.pol.failed
-		all := s.allExited(i)
-		s.apply(s.pol.agentLost(all, text), now)
-		if failed || all {
+		left := s.unexited(i)
+		s.apply(s.pol.agentLost(left, text), now)
+		if failed || len(left) == 0 {
 			// Not the job's failure: report it here.
 			s.emit(action{kind: actPrint, text: text})
 		}
@@ -428,14 +428,15 @@ func (s *supervisor) runsRank(i int) bool {
 	return false
 }
 
-// allExited reports whether every rank of agent i has exited.
-func (s *supervisor) allExited(i int) bool {
+// unexited lists the ranks (and hubs) of agent i that have not exited.
+func (s *supervisor) unexited(i int) []int {
+	var out []int
 	for _, r := range s.agents[i].Ranks {
 		if !s.pol.exited[r] {
-			return false
+			out = append(out, r)
 		}
 	}
-	return true
+	return out
 }
 
 // next is the earliest deadline to wake up for with an evTick (zero:

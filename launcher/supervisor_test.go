@@ -246,6 +246,13 @@ func TestSupervisor(t *testing.T) {
 			{ev: exited(1, 2, 0), want: bothStop},
 			{ev: doneEv(0), want: []string{"close 0"}}, {ev: doneEv(1), want: []string{"close 1"}},
 		}},
+		{name: "elastic: a lost host is a loss of its ranks; the other host gets the view", cfg: ring(1), steps: []sstep{
+			{ev: exited(1, 3, 0)},
+			{ev: lost(1), want: []string{"print: lost the agent on h2; --elastic: its ranks [2] are lost, the job goes on with 2 ranks (view 1)", "tell 0 view 1 0,1"}},
+			{ev: exited(0, 0, 0)},
+			{ev: exited(0, 1, 0), want: []string{"terminate 0 TERM", "clock 0"}},
+			{ev: doneEv(0), want: []string{"close 0"}},
+		}},
 		{name: "elastic: below --min-np the job fails as before", cfg: ring(4), steps: []sstep{
 			{ev: exited(1, 2, 7), want: bothStop},
 		}, wantCode: 7, wantFailure: "rank 2 exited with code 7; --elastic: 3 rank(s) left, below --min-np 4", notDone: true},

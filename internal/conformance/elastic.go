@@ -14,14 +14,15 @@ import (
 // ElasticDrill is the rank program of the elastic ring drills (gorun
 // --elastic): 30 steps of 256 KiB all-reduces, each checked exactly
 // against the ranks of the current view; the last rank signals itself
-// with how (SIGKILL: a death, SIGSTOP: a freeze that gorun must fence)
-// early in its 10th step. A survivor that gets ErrViewChanged takes the
+// with how (SIGKILL: a death, SIGSTOP: a freeze that gorun must fence;
+// 0: none, for drills that strike from outside) early in its 10th step,
+// and every rank pauses before each step. A survivor that gets ErrViewChanged takes the
 // step from the view's first rank (Resync, the documented pattern) and
 // goes on.
 // It reports "STRIKE ns" (the victim), "CHANGED ns err" and "RESUMED ns"
 // (the first collective completed on the new view) and, at the end,
 // "DONE changes=N view={E [ranks]} size=S".
-func ElasticDrill(ctx context.Context, c *collective.Comm, how syscall.Signal, report func(string)) error {
+func ElasticDrill(ctx context.Context, c *collective.Comm, how syscall.Signal, pause time.Duration, report func(string)) error {
 	victim := c.Size() - 1
 	changes, resumed := 0, false
 	for step := 0; step < 30; step++ {
@@ -29,13 +30,14 @@ func ElasticDrill(ctx context.Context, c *collective.Comm, how syscall.Signal, r
 		for i := range buf {
 			buf[i] = float64((c.Rank()+1)*100 + step)
 		}
-		if c.Rank() == victim && step == 10 {
+		if c.Rank() == victim && step == 10 && how != 0 {
 			go func() {
 				time.Sleep(5 * time.Millisecond)
 				report(fmt.Sprintf("STRIKE %d", time.Now().UnixNano()))
 				_ = syscall.Kill(os.Getpid(), how)
 			}()
 		}
+		time.Sleep(pause)
 		err := collective.AllReduce(ctx, c, buf, collective.Sum)
 		if errors.Is(err, collective.ErrViewChanged) {
 			changes++
