@@ -241,8 +241,7 @@ func elasticDrill(t *testing.T, n int, victims, ats []int) bool {
 		for i, at := range ats {
 			if sent == at {
 				struck++
-				go nw.Kill(victims[i])
-				time.Sleep(time.Millisecond) // let the kill land mid-collective
+				nw.Kill(victims[i]) // before this frame leaves: exactly mid-collective
 			}
 		}
 		sent++
