@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/proctest"
 )
 
 // selftest builds examples/selftest once.
@@ -114,7 +116,7 @@ func TestElasticHostLostOverSSH(t *testing.T) {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	time.Sleep(2 * time.Second) // joined, a few steps in
+	proctest.WaitFor(t, 60*time.Second, func() bool { return strings.Contains(out.String(), "[0] STEP 5") }, "rank 0 at step 5")
 	pids, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid), "-f", r.hosts[2]).Output()
 	pid, err := strconv.Atoi(strings.TrimSpace(string(pids)))
 	if err != nil {

@@ -19,7 +19,8 @@ import (
 // and every rank pauses before each step. A survivor that gets ErrViewChanged takes the
 // step from the view's first rank (Resync, the documented pattern) and
 // goes on.
-// It reports "STRIKE ns" (the victim), "CHANGED ns err" and "RESUMED ns"
+// It reports "STEP 5" (rank 0, once there), "STRIKE ns" (the victim),
+// "CHANGED ns err" and "RESUMED ns"
 // (the first collective completed on the new view) and, at the end,
 // "DONE changes=N view={E [ranks]} size=S".
 func ElasticDrill(ctx context.Context, c *collective.Comm, how syscall.Signal, pause time.Duration, report func(string)) error {
@@ -36,6 +37,9 @@ func ElasticDrill(ctx context.Context, c *collective.Comm, how syscall.Signal, p
 				report(fmt.Sprintf("STRIKE %d", time.Now().UnixNano()))
 				_ = syscall.Kill(os.Getpid(), how)
 			}()
+		}
+		if step == 5 && c.Rank() == 0 && changes == 0 {
+			report("STEP 5") // for drills that strike from outside
 		}
 		time.Sleep(pause)
 		err := collective.AllReduce(ctx, c, buf, collective.Sum)
