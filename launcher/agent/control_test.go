@@ -56,6 +56,13 @@ func TestControlChannel(t *testing.T) {
 				!strings.Contains(stderr[1], "longer than 65536 bytes; ignored") {
 				t.Fatalf("bad lines reported as %q", stderr)
 			}
+			for len(fds) < 3 { // rank 2 says where its channel is before it is fenced
+				for _, m := range l.recvUntil(t, proto.MsgOutput) {
+					if m.Kind == proto.MsgOutput && strings.HasPrefix(string(m.Data), "fd ") {
+						fds[m.Rank] = string(m.Data)
+					}
+				}
+			}
 			if err := l.conn.Send(&proto.Message{Kind: proto.MsgSignalRank, Rank: 2, Signal: int(syscall.SIGKILL)}); err != nil {
 				t.Fatal(err)
 			}
