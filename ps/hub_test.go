@@ -464,7 +464,10 @@ func TestHubLost(t *testing.T) {
 			hubs[1].Close()
 			return nil
 		}
-		return Pull(cs[w], "w", make([]float64, 4)).Wait(ctx) // waits on worker 0's push
+		// A push-pull waits for round 0, which needs worker 0's push. (A
+		// plain Pull at clock 0 is answered at once with the initial
+		// value, which made this test depend on the hub closing first.)
+		return PushPull(cs[w], "w", make([]float64, 4), 1, make([]float64, 4)).Wait(ctx)
 	})
 	if err == nil || strings.Count(err.Error(), "hub 1 at "+addrs[1]+" lost") != 2 || !errors.Is(err, ErrHubLost) {
 		t.Fatalf("got %v, want both waiting workers to name hub 1", err)
