@@ -261,7 +261,7 @@ func (c *Comm) Rank() int { return c.cfg.Rank }
 // size, or with Elastic the ranks of the current view.
 func (c *Comm) Size() int {
 	if c.el != nil {
-		return len(c.el.shown.Load().Ranks)
+		return len(c.el.installed.Load().Ranks)
 	}
 	return c.cfg.Size
 }
@@ -284,9 +284,10 @@ func (c *Comm) rootIndex(root int) (int, error) {
 		}
 		return root, nil
 	}
-	i := c.el.installed.Index(root)
+	v := c.el.installed.Load()
+	i := v.Index(root)
 	if i < 0 {
-		return 0, localError("root %d is not in the view (epoch %d, ranks %v)", root, c.el.installed.Epoch, c.el.installed.Ranks)
+		return 0, localError("root %d is not in the view (epoch %d, ranks %v)", root, v.Epoch, v.Ranks)
 	}
 	return i, nil
 }

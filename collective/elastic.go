@@ -65,7 +65,7 @@ func (c *Comm) View() View {
 		}
 		return View{Ranks: all}
 	}
-	v := c.el.shown.Load()
+	v := c.el.installed.Load()
 	return View{Epoch: v.Epoch, Ranks: slices.Clone(v.Ranks)}
 }
 
@@ -84,13 +84,11 @@ type elastic struct {
 	mu        sync.Mutex
 	announced View            // the latest view from the sequencer
 	pending   atomic.Bool     // announced may be newer than installed
-	changed   chan struct{}   // closed (and replaced) when announced moves on
 	cur       context.Context // ends when a view after announced comes
 	cancel    context.CancelCauseFunc
 
 	// The rest belongs to whoever holds the Comm's turn.
-	installed View
-	shown     atomic.Pointer[View] // installed, for View and Size from any goroutine
+	installed atomic.Pointer[View] // the view collectives run on (read from any goroutine)
 	live      context.Context      // cur when installed was announced
 	me        int                  // this rank's index in installed
 	seqBase   uint32
@@ -136,7 +134,7 @@ func (c *Comm) startElastic(hosts []string) error {
 	for i := range all {
 		all[i] = i
 	}
-	e := &elastic{c: c, ctl: c.cfg.Control, hosts: hosts, changed: make(chan struct{}), stash: map[int][]transport.Frame{}, reported: map[int]bool{}}
+	e := &elastic{c: c, ctl: c.cfg.Control, hosts: hosts, stash: map[int][]transport.Frame{}, reported: map[int]bool{}}
 	e.announced = View{Ranks: all}
 	e.cur, e.cancel = context.WithCancelCause(context.Background())
 	e.merged.stop = func() {}
@@ -199,8 +197,6 @@ func (e *elastic) announce(v View) {
 	}
 	e.announced = v
 	e.pending.Store(true)
-	close(e.changed)
-	e.changed = make(chan struct{})
 	e.cancel(fmt.Errorf("%w: now epoch %d, ranks %v", ErrViewChanged, v.Epoch, v.Ranks))
 	e.cur, e.cancel = context.WithCancelCause(context.Background())
 }
@@ -210,7 +206,7 @@ func (e *elastic) announce(v View) {
 func (e *elastic) latest() (View, bool, <-chan struct{}) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.announced, e.announced.Epoch > e.installed.Epoch, e.changed
+	return e.announced, e.announced.Epoch > e.installed.Load().Epoch, e.cur.Done()
 }
 
 // install makes v the view the collectives run on.
@@ -232,12 +228,10 @@ func (c *Comm) install(v View) error {
 		live, cancel = context.WithCancel(context.Background())
 		cancel()
 	}
-	e.mu.Unlock()
-	e.installed, e.live, e.me = v, live, me
-	e.shown.Store(&v)
-	e.mu.Lock()
+	e.installed.Store(&v)
 	e.pending.Store(e.announced.Epoch > v.Epoch)
 	e.mu.Unlock()
+	e.live, e.me = live, me
 	e.seqBase = uint32(v.Epoch) << seqEpochShift
 	c.seq = e.seqBase
 	g, err := ring.NewGroup(&epochNet{e: e, base: c.tr, epoch: uint32(v.Epoch)}, v.Ranks)
@@ -307,7 +301,7 @@ func (e *elastic) viewChange(ctx context.Context, kind uint8, seq uint32, cause 
 	if !peerLost && e.live.Err() == nil && !errors.Is(cause, errNewerView) {
 		return nil, false
 	}
-	if peerLost && e.installed.Index(lost.Rank) >= 0 {
+	if peerLost && e.installed.Load().Index(lost.Rank) >= 0 {
 		e.suspect(lost.Rank, lost.Reason)
 	}
 	timer := time.NewTimer(e.c.cfg.ViewTimeout)
@@ -319,6 +313,11 @@ func (e *elastic) viewChange(ctx context.Context, kind uint8, seq uint32, cause 
 				return fmt.Errorf("collective: %s #%d: %w", kindName[kind], seq&seqMask, err), true
 			}
 			return fmt.Errorf("collective: rank %d: %s #%d: %w (now epoch %d, ranks %v): %v", e.c.cfg.Rank, kindName[kind], seq&seqMask, ErrViewChanged, v.Epoch, v.Ranks, cause), true
+		}
+		select {
+		case <-e.c.closed: // first: closing also ends changed
+			return nil, false
+		default:
 		}
 		select {
 		case <-changed:

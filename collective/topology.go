@@ -114,7 +114,7 @@ func (c *Comm) Hosts() [][]int {
 		out[i] = append([]int(nil), h...)
 		if c.el != nil { // view indices to job ranks
 			for j, x := range out[i] {
-				out[i][j] = c.el.shown.Load().Ranks[x]
+				out[i][j] = c.el.installed.Load().Ranks[x]
 			}
 		}
 	}

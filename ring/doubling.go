@@ -19,11 +19,7 @@ func Doubling[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst,
 	if size < 2 {
 		return nil
 	}
-	p := 1
-	for p*2 <= size {
-		p *= 2
-	}
-	rem := size - p
+	q := newPow2(size)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	x := exchanger[T]{ctx: ctx, cancel: cancel, tr: tr, o: o, seg: max(1, o.SegmentBytes/reduce.SizeOf[T]())}
@@ -37,46 +33,74 @@ func Doubling[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst,
 			fold(buf, tmp)
 		}
 	}
-	// Virtual rank v in the power-of-two group; -1 for a rank that sits out.
-	v := rank - rem
-	if rank < 2*rem {
-		if rank%2 == 0 {
-			if err := x.send(rank+1, 0, buf); err != nil {
-				return err
-			}
-			v = -1
-		} else {
-			if err := x.recv(rank-1, 0, tmp); err != nil {
-				return err
-			}
-			combine(true)
-			v = rank / 2
+	v, err := foldIn(&x, q, rank, buf, func(from int) error {
+		if err := x.recv(from, 0, tmp); err != nil {
+			return err
 		}
-	}
-	peerOf := func(v int) int {
-		if v < rem {
-			return 2*v + 1
-		}
-		return v + rem
+		combine(true)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	step := uint32(1)
-	for dist := 1; dist < p; dist, step = dist*2, step+1 {
+	for dist := 1; dist < q.p; dist, step = dist*2, step+1 {
 		if v < 0 {
 			continue
 		}
-		peer := peerOf(v ^ dist)
+		peer := q.real(v ^ dist)
 		if err := x.swap(peer, step, buf, tmp); err != nil {
 			return err
 		}
 		combine(v^dist < v)
 	}
-	if rank < 2*rem {
-		if rank%2 == 1 {
-			return x.send(rank-1, step, buf)
-		}
-		return x.recv(rank+1, step, buf)
+	return sendBack(&x, q, rank, step, buf)
+}
+
+// pow2 is the power-of-two group recursive doubling and halving run on:
+// p is the largest power of two up to the job's size, and the first
+// 2·rem ranks (rem = size − p) pair up before and after, each even one
+// sitting out while its odd partner stands for both.
+type pow2 struct{ p, rem int }
+
+func newPow2(size int) pow2 {
+	p := 1
+	for p*2 <= size {
+		p *= 2
 	}
-	return nil
+	return pow2{p: p, rem: size - p}
+}
+
+// real is the rank of virtual rank v of the group.
+func (q pow2) real(v int) int {
+	if v < q.rem {
+		return 2*v + 1
+	}
+	return v + q.rem
+}
+
+// foldIn pairs the first 2·rem ranks: an even one sends its buf to its
+// odd partner, whose recv folds it in. It returns rank's virtual rank in
+// the power-of-two group, -1 for a rank that sits out.
+func foldIn[T Elem](x *exchanger[T], q pow2, rank int, buf []T, recv func(from int) error) (int, error) {
+	if rank >= 2*q.rem {
+		return rank - q.rem, nil
+	}
+	if rank%2 == 0 {
+		return -1, x.send(rank+1, 0, buf)
+	}
+	return rank / 2, recv(rank - 1)
+}
+
+// sendBack gives the ranks that sat out the result, as step step.
+func sendBack[T Elem](x *exchanger[T], q pow2, rank int, step uint32, buf []T) error {
+	if rank >= 2*q.rem {
+		return nil
+	}
+	if rank%2 == 1 {
+		return x.send(rank-1, step, buf)
+	}
+	return x.recv(rank+1, step, buf)
 }
 
 // exchanger moves whole buffers between two ranks in segments, for the

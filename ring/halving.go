@@ -22,73 +22,47 @@ func Halving[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst, 
 	if size < 2 {
 		return nil
 	}
-	p := 1
-	for p*2 <= size {
-		p *= 2
-	}
-	rem := size - p
+	q := newPow2(size)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	x := exchanger[T]{ctx: ctx, cancel: cancel, tr: tr, o: o, seg: max(1, o.SegmentBytes/reduce.SizeOf[T]())}
-	v := rank - rem // virtual rank among p; -1 for a rank that sits out
-	if rank < 2*rem {
-		if rank%2 == 0 {
-			if err := x.send(rank+1, 0, buf); err != nil {
-				return err
-			}
-			v = -1
-		} else {
-			if err := x.recvFold(rank-1, 0, buf, fold); err != nil {
-				return err
-			}
-			v = rank / 2
-		}
-	}
-	peerOf := func(v int) int {
-		if v < rem {
-			return 2*v + 1
-		}
-		return v + rem
+	v, err := foldIn(&x, q, rank, buf, func(from int) error { return x.recvFold(from, 0, buf, fold) })
+	if err != nil {
+		return err
 	}
 	step := uint32(1)
 	if v >= 0 {
-		chunks := Chunks(len(buf), p)
+		chunks := Chunks(len(buf), q.p)
 		rng := func(lo, hi int) []T { return buf[chunks[lo].Off : chunks[hi-1].Off+chunks[hi-1].Len] }
 		// Reduce-scatter: keep the half of [lo, hi) on this rank's side of
 		// dist, send the other; at the end this rank holds chunk v.
-		lo, hi := 0, p
-		for dist := p / 2; dist >= 1; dist, step = dist/2, step+1 {
+		lo, hi := 0, q.p
+		for dist := q.p / 2; dist >= 1; dist, step = dist/2, step+1 {
 			mid := lo + dist
 			keepLo, keepHi, sendLo, sendHi := lo, mid, mid, hi
 			if v&dist != 0 {
 				keepLo, keepHi, sendLo, sendHi = mid, hi, lo, mid
 			}
-			if err := x.swapFold(peerOf(v^dist), step, rng(sendLo, sendHi), rng(keepLo, keepHi), fold); err != nil {
+			if err := x.swapFold(q.real(v^dist), step, rng(sendLo, sendHi), rng(keepLo, keepHi), fold); err != nil {
 				return err
 			}
 			lo, hi = keepLo, keepHi
 		}
 		// All-gather: the same partners in reverse, ranges doubling.
-		for dist := 1; dist < p; dist, step = dist*2, step+1 {
+		for dist := 1; dist < q.p; dist, step = dist*2, step+1 {
 			plo, phi := lo+dist, hi+dist
 			if v&dist != 0 {
 				plo, phi = lo-dist, hi-dist
 			}
-			if err := x.swap(peerOf(v^dist), step, rng(lo, hi), rng(plo, phi)); err != nil {
+			if err := x.swap(q.real(v^dist), step, rng(lo, hi), rng(plo, phi)); err != nil {
 				return err
 			}
 			lo, hi = min(lo, plo), max(hi, phi)
 		}
 	} else {
-		step += 2 * uint32(log2(p))
+		step += 2 * uint32(log2(q.p))
 	}
-	if rank < 2*rem {
-		if rank%2 == 1 {
-			return x.send(rank-1, step, buf)
-		}
-		return x.recv(rank+1, step, buf)
-	}
-	return nil
+	return sendBack(&x, q, rank, step, buf)
 }
 
 // HalvingWins says whether Halving beats the ring for an all-reduce of
