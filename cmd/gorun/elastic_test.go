@@ -70,6 +70,22 @@ func elasticJob(t *testing.T, scenario, mark string, flags ...string) result {
 }
 
 // views returns each rank's VIEW lines.
+// wentOn checks that the job exited 0 and that each of the survivors
+// read exactly view, and returns every rank's views.
+func wentOn(t *testing.T, r result, view string, survivors ...string) map[string][]string {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("exit %d, want 0; stderr:\n%s\nstdout:\n%s", r.code, r.stderr, r.stdout)
+	}
+	got := views(r.stdout)
+	for _, rank := range survivors {
+		if len(got[rank]) != 1 || got[rank][0] != view {
+			t.Fatalf("rank %s read %q, want exactly view %s; stdout:\n%s", rank, got[rank], view, r.stdout)
+		}
+	}
+	return got
+}
+
 func views(stdout string) map[string][]string {
 	got := map[string][]string{}
 	for _, m := range regexp.MustCompile(`(?m)^\[(\d+)\] VIEW (.*)$`).FindAllStringSubmatch(stdout, -1) {
@@ -85,15 +101,7 @@ func TestElasticRankDies(t *testing.T) {
 	mark := marker(t)
 	start := time.Now()
 	r := elasticJob(t, "die", mark)
-	if r.code != 0 {
-		t.Fatalf("exit %d, want 0; stderr:\n%s\nstdout:\n%s", r.code, r.stderr, r.stdout)
-	}
-	got := views(r.stdout)
-	for _, rank := range []string{"0", "1", "3"} {
-		if len(got[rank]) != 1 || got[rank][0] != "1 0,1,3" {
-			t.Fatalf("rank %s read %q, want exactly view 1 0,1,3; stdout:\n%s", rank, got[rank], r.stdout)
-		}
-	}
+	got := wentOn(t, r, "1 0,1,3", "0", "1", "3")
 	if len(got["2"]) != 0 {
 		t.Fatalf("the dead rank read a view: %q", got["2"])
 	}
@@ -113,15 +121,7 @@ func TestElasticFence(t *testing.T) {
 	mark := marker(t)
 	start := time.Now()
 	r := elasticJob(t, "freeze", mark)
-	if r.code != 0 {
-		t.Fatalf("exit %d, want 0; stderr:\n%s\nstdout:\n%s", r.code, r.stderr, r.stdout)
-	}
-	got := views(r.stdout)
-	for _, rank := range []string{"0", "1", "2"} {
-		if len(got[rank]) != 1 || got[rank][0] != "1 0,1,2" {
-			t.Fatalf("rank %s read %q, want exactly view 1 0,1,2; stdout:\n%s", rank, got[rank], r.stdout)
-		}
-	}
+	wentOn(t, r, "1 0,1,2", "0", "1", "2")
 	for _, want := range []string{
 		"rank 1 suspects rank 3 (frozen); --elastic: fenced it",
 		"rank 3 on localhost (pid ", "was killed by signal 9 (killed); --elastic: the job goes on with 3 ranks (view 1)",
