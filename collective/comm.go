@@ -130,13 +130,8 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	var el atomic.Pointer[elastic] // set once joined; a loss before is fatal
 	if cfg.Elastic {
 		tc.Elastic = true
-		tc.OnPeerLost = func(peer int, err error) {
+		tc.OnPeerLost = func(peer int, reason string) {
 			if e := el.Load(); e != nil {
-				var pl *transport.PeerLostError
-				reason := err.Error()
-				if errors.As(err, &pl) {
-					reason = pl.Reason
-				}
 				e.suspect(peer, reason)
 			}
 		}

@@ -57,8 +57,8 @@ type Config struct {
 	// frame or another rank's abort still fail the whole transport.
 	Elastic bool
 	// OnPeerLost, if set, is called (from a transport goroutine) when an
-	// Elastic transport loses a peer.
-	OnPeerLost func(peer int, err error)
+	// Elastic transport loses a peer, with the reason.
+	OnPeerLost func(peer int, reason string)
 	// Shm lets ranks on one host exchange data through shared memory
 	// (see shm.go); pairs on different hosts, or that cannot set it up,
 	// use TCP.
@@ -634,7 +634,7 @@ func (t *TCP) loseWith(peer int, reason string, cause error) {
 	err := &PeerLostError{Rank: peer, Reason: reason, Cause: cause}
 	if t.cfg.Elastic && peer >= 0 && peer < t.cfg.Size && peer != t.cfg.Rank {
 		if t.w.losePeer(peer, err) && t.cfg.OnPeerLost != nil {
-			t.cfg.OnPeerLost(peer, err)
+			t.cfg.OnPeerLost(peer, reason)
 		}
 		return
 	}
