@@ -2,7 +2,6 @@ package launcher
 
 import (
 	"fmt"
-	"slices"
 	"syscall"
 
 	"github.com/gorun/gorun/internal/control"
@@ -186,8 +185,9 @@ func (p *policy) nextView() *control.View {
 		return nil
 	}
 	p.epoch++
-	for r := range p.inView {
-		p.inView[r] = slices.Contains(live, r)
+	clear(p.inView)
+	for _, r := range live {
+		p.inView[r] = true
 	}
 	return &control.View{Epoch: p.epoch, Live: live}
 }
