@@ -5,7 +5,8 @@
 // line ("\n"; a "\r" before it is dropped), at most MaxLine bytes a line.
 //
 //	rank  -> agent:  suspect <rank> <reason to the end of the line>
-//	agent -> rank:   view <epoch> <live ranks, comma-separated, increasing>
+//	rank  -> agent:  join <data address> <host key>
+//	agent -> rank:   view <epoch> <live ranks, comma-separated, increasing> [+<rank> <data address> <host key>]...
 //
 // A rank sends suspect when it believes another rank is lost (frozen or
 // unreachable); the launcher then kills that rank (fences it), unless it
@@ -16,6 +17,15 @@
 // membership: a rank that does not read its channel may miss a view (the
 // agent keeps the newest few) but never gets a stale one after a newer.
 //
+// With gorun --max-restarts a lost rank is started again. Before anything
+// else the agent writes the restarted rank the current view (which does
+// not hold it); the rank joins the job's gossip, starts its transport and
+// says join with the address it listens on and its host key. The
+// launcher then sends every running rank, the joiner too, the next view
+// with the joiner in it, followed by "+<rank> <address> <host key>" for
+// each rank that joins in this view: "view 4 0,1,2,3 +2 10.0.0.3:4021
+// n2/5a1e". Addresses and host keys hold no white space.
+//
 // The parsers are pure and never allocate more than the line they are
 // given; Reader caps a line before it buffers it.
 package control
@@ -25,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -40,10 +51,55 @@ var (
 )
 
 // View is the job's membership after a change: its epoch (1 for the
-// first change) and the live ranks, in increasing order.
+// first change) and the live ranks, in increasing order; Joined are the
+// ranks of Live that were restarted and join in this view.
 type View struct {
-	Epoch int
-	Live  []int
+	Epoch  int
+	Live   []int
+	Joined []Joiner
+}
+
+// Joiner is a restarted rank that joins a view: where its transport
+// listens and its host key.
+type Joiner struct {
+	Rank       int
+	Addr, Host string
+}
+
+// Join is a restarted rank's word that it is ready to join: where its
+// transport listens and its host key.
+type Join struct {
+	Addr, Host string
+}
+
+// String is j's line, without the newline: "join 10.0.0.3:4021 n2/5a1e".
+func (j Join) String() string { return "join " + j.Addr + " " + j.Host }
+
+// ParseJoin parses a join line (without its newline): two words, neither
+// holding a control character.
+func ParseJoin(line string) (Join, error) {
+	rest, ok := strings.CutPrefix(line, "join ")
+	if !ok {
+		return Join{}, malformed("want join ADDRESS HOST", line)
+	}
+	f := strings.Split(rest, " ")
+	if len(f) != 2 || !word(f[0]) || !word(f[1]) {
+		return Join{}, malformed("want join ADDRESS HOST", line)
+	}
+	return Join{Addr: f[0], Host: f[1]}, nil
+}
+
+// word: a non-empty token without spaces or control characters.
+func word(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // String is v's line, without the newline: "view 1 0,1,3".
@@ -59,17 +115,27 @@ func (v View) String() string {
 		}
 		b.WriteString(strconv.Itoa(r))
 	}
+	for _, j := range v.Joined {
+		b.WriteString(" +")
+		b.WriteString(strconv.Itoa(j.Rank))
+		b.WriteByte(' ')
+		b.WriteString(j.Addr)
+		b.WriteByte(' ')
+		b.WriteString(j.Host)
+	}
 	return b.String()
 }
 
 // ParseView parses a view line (without its newline): an epoch of at
-// least 1 and at least one rank, the ranks strictly increasing.
+// least 1 and at least one rank, the ranks strictly increasing, then
+// the joiners, each a rank of the view (once) with its address and host.
 func ParseView(line string) (View, error) {
 	rest, ok := strings.CutPrefix(line, "view ")
 	if !ok {
 		return View{}, malformed("want view EPOCH RANKS", line)
 	}
 	ep, list, ok := strings.Cut(rest, " ")
+	list, joins, hasJoins := strings.Cut(list, " ")
 	epoch, okE := number(ep)
 	if !ok || !okE || epoch < 1 {
 		return View{}, malformed("want view EPOCH RANKS, EPOCH from 1", line)
@@ -81,6 +147,24 @@ func ParseView(line string) (View, error) {
 			return View{}, malformed("want ranks in increasing order, comma-separated", line)
 		}
 		v.Live = append(v.Live, r)
+	}
+	if !hasJoins {
+		return v, nil
+	}
+	f := strings.Split(joins, " ")
+	if len(f)%3 != 0 {
+		return View{}, malformed("want +RANK ADDRESS HOST after the ranks", line)
+	}
+	for i := 0; i < len(f); i += 3 {
+		num, ok := strings.CutPrefix(f[i], "+")
+		r, okR := number(num)
+		if !ok || !okR || !word(f[i+1]) || !word(f[i+2]) {
+			return View{}, malformed("want +RANK ADDRESS HOST after the ranks", line)
+		}
+		if _, in := slices.BinarySearch(v.Live, r); !in || slices.ContainsFunc(v.Joined, func(j Joiner) bool { return j.Rank == r }) {
+			return View{}, malformed(fmt.Sprintf("joiner %d must be a rank of the view, once", r), line)
+		}
+		v.Joined = append(v.Joined, Joiner{Rank: r, Addr: f[i+1], Host: f[i+2]})
 	}
 	return v, nil
 }

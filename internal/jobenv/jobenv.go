@@ -33,6 +33,9 @@ const (
 	HubStatsVar   = "GORUN_HUB_STATS"   // 1: dedicated hubs report their traffic (gorun -v)
 	ElasticVar    = "GORUN_ELASTIC"     // 1: the ring goes on without a lost rank (gorun --elastic)
 	ControlFDVar  = "GORUN_CONTROL_FD"  // an elastic rank's line channel to its agent: views down, suspects up
+	// RestartCountVar is k on the k-th restart of a rank (gorun
+	// --max-restarts); unset (0) on a rank's first start.
+	RestartCountVar = "GORUN_RESTART_COUNT"
 	// Set by users (exported or with -x).
 	ColocatedHubsVar = "GORUN_COLOCATED_HUBS"
 	SpinVar          = "GORUN_SPIN"
