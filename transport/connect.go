@@ -126,6 +126,50 @@ func ringBytesFor(explicit, budget, local int) int {
 	return c
 }
 
+// Revive lets the restarted process of a lost peer take its place, at p
+// (where it listens, and its host): an elastic transport's calls on peer
+// wait for it again, and the next one connects to it. The old
+// connection is closed; its shared memory stays mapped until Close (a
+// caller may still hold a frame in it). Frames still queued from the old
+// process are released, and its later reports (a broken connection, a
+// goodbye) blame no one. Only the job's sequencer (gorun, through a view
+// that names the joiner) may decide that a rank is back: the caller must
+// have made sure that no call of its own is waiting on peer.
+func (t *TCP) Revive(peer int, p Peer) error {
+	if !t.cfg.Elastic {
+		return fmt.Errorf("transport: rank %d: Revive of rank %d needs an Elastic transport", t.cfg.Rank, peer)
+	}
+	if err := t.w.checkPeer(peer); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	if isClosed(t.closing) {
+		t.mu.Unlock()
+		return t.closedErr()
+	}
+	if t.peerList == nil {
+		t.mu.Unlock()
+		return fmt.Errorf("transport: rank %d: Revive before SetPeers", t.cfg.Rank)
+	}
+	old := t.conns[peer].Swap(nil)
+	if old != nil {
+		t.retired = append(t.retired, old)
+	}
+	t.peerList[peer] = p
+	delete(t.gone, peer)
+	t.slotOf(peer).noShm = false
+	t.w.revive(peer)
+	t.slotOf(peer).notify()
+	t.mu.Unlock()
+	t.lostMu.Lock()
+	delete(t.lost, peer)
+	t.lostMu.Unlock()
+	if old != nil {
+		_ = old.c.Close()
+	}
+	return nil
+}
+
 // ConnectTo connects to the given peers now, in parallel, each under its
 // own deadline. The error names the peers that could not be reached.
 func (t *TCP) ConnectTo(ctx context.Context, peers []int) error {

@@ -305,3 +305,90 @@ func TestRingBytesFor(t *testing.T) {
 		}
 	}
 }
+
+// TestRevive: in an elastic job, rank 1 vanishes (no goodbye); its
+// neighbours lose it (over shared memory and over TCP), and its restarted
+// process, listening elsewhere, takes its place once they Revive it:
+// frames pass again both ways, the old process's broken connections
+// blame no one afterwards, and Lost no longer names it.
+func TestRevive(t *testing.T) {
+	const n = 3
+	host := []string{"a", "a", "b"} // 0-1 share memory, 1-2 use TCP
+	var mu sync.Mutex
+	lost := map[int][]int{} // by reporting rank
+	tweak := func(r int, c *Config) {
+		c.Elastic, c.ExplainWait = true, 10*time.Millisecond
+		c.OnPeerLost = func(peer int, _ string) {
+			mu.Lock()
+			lost[r] = append(lost[r], peer)
+			mu.Unlock()
+		}
+	}
+	ts := lazyMesh(t, n, host, tweak)
+	ringPass(t, ts, 1)
+	if sp := ts[0].SharedMemoryPeers(); !slices.Equal(sp, []int{1}) {
+		t.Fatalf("rank 0 shares memory with %v, want [1]", sp)
+	}
+	old := ts[1]
+	old.ln.Close()
+	for _, pc := range old.peers() {
+		pc.c.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, r := range []int{0, 2} {
+		_, err := ts[r].Recv(ctx, 1)
+		var pl *PeerLostError
+		if !errors.As(err, &pl) || pl.Rank != 1 {
+			t.Fatalf("rank %d: Recv from the vanished rank: %v, want its PeerLostError", r, err)
+		}
+		if _, ok := ts[r].Lost()[1]; !ok {
+			t.Fatalf("rank %d: Lost() = %v, want rank 1 in it", r, ts[r].Lost())
+		}
+	}
+	// Its successor, with the others' addresses.
+	cfg := DefaultConfig()
+	cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret, cfg.ListenAddr, cfg.HostKey = 1, n, "job1", testSecret, "127.0.0.1:0", host[1]
+	tweak(1, &cfg)
+	nb, err := Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nb.Close() })
+	peers := make([]Peer, n)
+	for r, tr := range ts {
+		peers[r] = Peer{Addr: tr.Addr().String(), Host: tr.HostKey()}
+	}
+	peers[1] = Peer{Addr: nb.Addr().String(), Host: nb.HostKey()}
+	if err := nb.SetPeers(peers); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []int{0, 2} {
+		if err := ts[r].Revive(1, peers[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts[1] = nb
+	for seq := uint32(2); seq < 6; seq++ {
+		ringPass(t, ts, seq)
+	}
+	if sp := ts[0].SharedMemoryPeers(); !slices.Equal(sp, []int{1}) {
+		t.Fatalf("rank 0 shares memory with %v after the revival, want [1]", sp)
+	}
+	old.Close()
+	time.Sleep(100 * time.Millisecond) // ten ExplainWaits: a late blame would have come
+	ringPass(t, ts, 6)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, r := range []int{0, 2} {
+		if !slices.Equal(lost[r], []int{1}) {
+			t.Errorf("rank %d was told of losses %v, want [1] once", r, lost[r])
+		}
+		if _, ok := ts[r].Lost()[1]; ok {
+			t.Errorf("rank %d: Lost() = %v after the revival", r, ts[r].Lost())
+		}
+	}
+	if err := (&TCP{cfg: Config{Rank: 0, Size: 2}, w: newWorld(0, 2)}).Revive(1, Peer{}); err == nil {
+		t.Error("Revive on a transport that is not elastic must fail")
+	}
+}

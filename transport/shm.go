@@ -626,7 +626,10 @@ func (t *TCP) closedErr() error {
 // segment whose frames the caller still holds (not released) stays mapped:
 // unmapping it would pull the payload from under the caller.
 func (t *TCP) closeShm() {
-	for _, pc := range t.peers() {
+	t.mu.Lock()
+	retired := t.retired
+	t.mu.Unlock()
+	for _, pc := range append(t.peers(), retired...) {
 		sp := pc.shm.Load()
 		if sp == nil {
 			continue

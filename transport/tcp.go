@@ -209,6 +209,9 @@ type TCP struct {
 	lostMu sync.Mutex
 	lost   map[int]string // peers found lost here (see Lost)
 	gone   map[int]string // unconnected peers gossip declared dead (under mu)
+	// retired are connections Revive replaced: their shared memory stays
+	// mapped until Close, as a caller may still hold a frame in it (under mu).
+	retired []*peerConn
 
 	shmWarn sync.Once
 	hostKey string // see hostKey
@@ -404,7 +407,7 @@ func (t *TCP) readLoop(pc *peerConn) {
 				return
 			default:
 			}
-			if bye {
+			if bye && t.conns[pc.peer].Load() == pc {
 				t.w.markLeft(pc.peer)
 				return
 			}
@@ -412,7 +415,7 @@ func (t *TCP) readLoop(pc *peerConn) {
 			if errors.Is(err, ErrFrame) {
 				reason = "sent a malformed frame: " + err.Error()
 			}
-			t.suspect(pc.peer, reason)
+			t.suspect(pc, reason)
 			return
 		}
 		switch h.Type {
@@ -438,7 +441,9 @@ func (t *TCP) readLoop(pc *peerConn) {
 			}
 		case TypeBye:
 			bye = true
-			t.w.markLeft(pc.peer)
+			if t.conns[pc.peer].Load() == pc {
+				t.w.markLeft(pc.peer)
+			}
 			putBuf(p)
 		case TypePing:
 			t.wg.Add(1) // safe: this reader holds a count until it returns
@@ -501,7 +506,7 @@ func (t *TCP) Send(ctx context.Context, to int, h Header, payload []byte) error 
 	if ctx.Err() != nil {
 		return ctxErr(ctx)
 	}
-	t.suspect(to, "send failed: "+err.Error())
+	t.suspect(pc, "send failed: "+err.Error())
 	if werr := t.w.Err(); werr != nil {
 		return werr
 	}
@@ -661,10 +666,12 @@ func (t *TCP) peers() []*peerConn {
 	return out
 }
 
-// suspect handles a broken connection to peer. A peer that exits because
+// suspect handles a broken connection to a peer. A peer that exits because
 // the job already failed tells everyone why before it goes; that reason is
-// preferred to blaming the peer itself, if it comes within ExplainWait.
-func (t *TCP) suspect(peer int, reason string) {
+// preferred to blaming the peer itself, if it comes within ExplainWait. A
+// connection that Revive replaced meanwhile blames no one: its process is
+// gone, and the peer's number belongs to its successor.
+func (t *TCP) suspect(pc *peerConn, reason string) {
 	if t.cfg.ExplainWait > 0 {
 		timer := time.NewTimer(t.cfg.ExplainWait)
 		defer timer.Stop()
@@ -676,7 +683,10 @@ func (t *TCP) suspect(peer int, reason string) {
 		case <-timer.C:
 		}
 	}
-	t.lose(peer, reason)
+	if t.conns[pc.peer].Load() != pc {
+		return
+	}
+	t.lose(pc.peer, reason)
 }
 
 // PeerLost fails the transport because peer is gone (for example, gossip
@@ -836,7 +846,11 @@ func (t *TCP) Close() error {
 		close(t.closing)
 		t.cancel()
 		conns := t.peers()
+		retired := t.retired
 		t.mu.Unlock()
+		for _, pc := range retired {
+			pc.c.Close()
+		}
 		t.ln.Close()
 		for _, pc := range conns {
 			if pc != nil {

@@ -134,6 +134,20 @@ func (w *world) losePeer(peer int, err *PeerLostError) bool {
 	return true
 }
 
+// revive gives peer a fresh state, as if it had never been heard from:
+// its restarted process takes its place (TCP.Revive). Frames still queued
+// from the old process are released.
+func (w *world) revive(peer int) {
+	old := w.peers[peer].Swap(nil)
+	if old == nil {
+		return
+	}
+	for len(old.inbox) > 0 {
+		f := <-old.inbox
+		f.Release()
+	}
+}
+
 // goneErr is the error of waiting on, or sending to, a peer that left or
 // was lost.
 func (w *world) goneErr(peer int) error {
