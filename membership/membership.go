@@ -179,35 +179,53 @@ type Peer struct {
 // Config.Seeds) and returns every rank's data address and host once all
 // Size ranks are members. On timeout it names the ranks that never
 // appeared.
-func (m *Member) WaitAll(ctx context.Context) ([]Peer, error) {
+func (m *Member) WaitAll(ctx context.Context) ([]Peer, error) { return m.WaitFor(ctx, nil) }
+
+// WaitFor is WaitAll for the given ranks only (nil: every rank), this
+// one among them: a rank restarted into a running elastic job waits for
+// the ranks of the job's view, not for those lost for good. The result
+// has an entry for every rank of the job, empty for those not waited
+// for; seeds are picked among the ranks waited for.
+func (m *Member) WaitFor(ctx context.Context, ranks []int) ([]Peer, error) {
+	if ranks == nil {
+		ranks = make([]int, m.cfg.Size)
+		for r := range ranks {
+			ranks[r] = r
+		}
+	}
+	for _, r := range ranks {
+		if r < 0 || r >= m.cfg.Size {
+			return nil, fmt.Errorf("membership: rank %d: cannot wait for rank %d of a job of %d", m.cfg.Rank, r, m.cfg.Size)
+		}
+	}
 	var lastErr error
 	retry := time.NewTicker(200 * time.Millisecond)
 	defer retry.Stop()
 	joined := false
 	for round := 0; ; round++ {
-		if peers, ok := m.all(); ok {
+		if peers, ok := m.all(ranks); ok {
 			return peers, nil
 		}
-		if seeds := m.seedsFor(round, joined); len(seeds) > 0 && m.ml.NumMembers() < m.cfg.Size {
+		if seeds := m.seedsFor(ranks, round, joined); len(seeds) > 0 && m.ml.NumMembers() < len(ranks) {
 			if n, err := m.ml.Join(seeds); err != nil {
 				lastErr = err
 			} else if n > 0 {
 				joined = true
 			}
 		}
-		if peers, ok := m.all(); ok {
+		if peers, ok := m.all(ranks); ok {
 			return peers, nil
 		}
 		select {
 		case <-ctx.Done():
-			missing := m.missing()
+			missing := m.missing(ranks)
 			msg := fmt.Sprintf("membership: rank %d: ranks %v never appeared: %v", m.cfg.Rank, missing, context.Cause(ctx))
 			if lastErr != nil {
 				last := strings.Join(strings.Fields(lastErr.Error()), " ")
 				switch {
 				case strings.Contains(last, "decrypt"):
 					msg += "; wrong job secret: the other ranks cannot decrypt this rank's messages (" + last + ")"
-				case len(missing) == m.cfg.Size-1:
+				case len(missing) == len(ranks)-1:
 					msg += "; no rank was reached: are they running, with the same job id? (" + last + ")"
 				default:
 					msg += " (last join error: " + last + ")"
@@ -220,20 +238,24 @@ func (m *Member) WaitAll(ctx context.Context) ([]Peer, error) {
 	}
 }
 
-// seedsFor picks the seeds to join in the given round of WaitAll (one
-// every 200 ms): with a seed per rank, rank 0's and the tree parent's
-// until a join has succeeded, then, every fifth round (a second), two
-// ranks that gossip has not brought yet; otherwise all of them.
-func (m *Member) seedsFor(round int, joined bool) []string {
+// seedsFor picks the seeds to join in the given round of WaitFor (one
+// every 200 ms): with a seed per rank, the first rank waited for and the
+// tree parent (if waited for) until a join has succeeded, then, every
+// fifth round (a second), two ranks that gossip has not brought yet;
+// otherwise all of them.
+func (m *Member) seedsFor(ranks []int, round int, joined bool) []string {
 	seeds, r := m.cfg.Seeds, m.cfg.Rank
 	if len(seeds) != m.cfg.Size {
 		return seeds
 	}
 	var pick []int
 	if !joined {
-		pick = []int{0, (r - 1) / 2}
+		pick = []int{ranks[0]}
+		if parent := (r - 1) / 2; slices.Contains(ranks, parent) {
+			pick = append(pick, parent)
+		}
 	} else if round%5 == 0 {
-		missing := m.missing()
+		missing := m.missing(ranks)
 		rand.Shuffle(len(missing), func(i, j int) { missing[i], missing[j] = missing[j], missing[i] })
 		pick = missing[:min(2, len(missing))]
 	}
@@ -246,24 +268,28 @@ func (m *Member) seedsFor(round int, joined bool) []string {
 	return out
 }
 
-func (m *Member) all() ([]Peer, bool) {
+// all returns the peers of ranks (the others' entries empty) once each of
+// them is known.
+func (m *Member) all(ranks []int) ([]Peer, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.peers) < m.cfg.Size {
-		return nil, false
-	}
 	peers := make([]Peer, m.cfg.Size)
-	for r, p := range m.peers {
+	for _, r := range ranks {
+		p, ok := m.peers[r]
+		if !ok {
+			return nil, false
+		}
 		peers[r] = p
 	}
 	return peers, true
 }
 
-func (m *Member) missing() []int {
+// missing lists the ranks of ranks that gossip has not brought yet.
+func (m *Member) missing(ranks []int) []int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []int
-	for r := range m.cfg.Size {
+	for _, r := range ranks {
 		if _, ok := m.peers[r]; !ok {
 			out = append(out, r)
 		}

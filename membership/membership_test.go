@@ -118,8 +118,9 @@ func TestJoinAll(t *testing.T) {
 // TestSeedsByRank: with a seed per rank, a rank joins rank 0 and its
 // tree parent first, and later only ranks still missing; never itself.
 func TestSeedsByRank(t *testing.T) {
+	all8 := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	m := &Member{cfg: Config{Rank: 5, Size: 8, Seeds: []string{"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"}}, peers: map[int]Peer{}}
-	if got := m.seedsFor(0, false); !slices.Equal(got, []string{"s0", "s2"}) {
+	if got := m.seedsFor(all8, 0, false); !slices.Equal(got, []string{"s0", "s2"}) {
 		t.Fatalf("first seeds %v, want s0 s2", got)
 	}
 	for r := range 8 {
@@ -128,7 +129,7 @@ func TestSeedsByRank(t *testing.T) {
 		}
 	}
 	for round := range 10 {
-		got := m.seedsFor(round, true)
+		got := m.seedsFor(all8, round, true)
 		switch {
 		case round%5 != 0 && len(got) != 0:
 			t.Fatalf("round %d joins %v between repairs", round, got)
@@ -137,12 +138,22 @@ func TestSeedsByRank(t *testing.T) {
 		}
 	}
 	m0 := &Member{cfg: Config{Rank: 0, Size: 2, Seeds: []string{"s0", "s1"}}, peers: map[int]Peer{}}
-	if got := m0.seedsFor(0, false); len(got) != 0 {
+	if got := m0.seedsFor([]int{0, 1}, 0, false); len(got) != 0 {
 		t.Fatalf("rank 0 joins %v, want no one (it is the root)", got)
 	}
 	other := &Member{cfg: Config{Rank: 0, Size: 4, Seeds: []string{"a", "b"}}}
-	if got := other.seedsFor(3, true); !slices.Equal(got, []string{"a", "b"}) {
+	if got := other.seedsFor([]int{0, 1, 2, 3}, 3, true); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("seeds not one per rank: %v, want all", got)
+	}
+	// A restarted rank 5 waits for the view's ranks 1, 3 and 5: it joins
+	// the first of them (its tree parent, 2, was lost), and repairs only
+	// with ranks of the view.
+	back := &Member{cfg: m.cfg, peers: map[int]Peer{5: {}}}
+	if got := back.seedsFor([]int{1, 3, 5}, 0, false); !slices.Equal(got, []string{"s1"}) {
+		t.Fatalf("restarted rank's first seeds %v, want s1", got)
+	}
+	if got := back.seedsFor([]int{1, 3, 5}, 5, true); len(got) != 2 || !slices.Contains(got, "s1") || !slices.Contains(got, "s3") {
+		t.Fatalf("restarted rank repairs with %v, want s1 and s3", got)
 	}
 }
 
@@ -199,11 +210,11 @@ func TestBadMetadata(t *testing.T) {
 	} {
 		(*events)(g.ms[0]).NotifyJoin(n)
 	}
-	if miss := g.ms[0].missing(); !slices.Equal(miss, []int{1}) {
+	if miss := g.ms[0].missing([]int{0, 1}); !slices.Equal(miss, []int{1}) {
 		t.Fatalf("after bad members, missing %v, want [1]", miss)
 	}
 	(*events)(g.ms[0]).NotifyJoin(&memberlist.Node{Name: "job3-1", Meta: meta(1, "127.0.0.1:1")})
-	if miss := g.ms[0].missing(); len(miss) != 0 {
+	if miss := g.ms[0].missing([]int{0, 1}); len(miss) != 0 {
 		t.Fatalf("a good member was not taken: missing %v", miss)
 	}
 	if r, ok := parseBye(encodeBye(5)); !ok || r != 5 {
