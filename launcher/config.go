@@ -69,6 +69,13 @@ type Config struct {
 	// MinNP, with Elastic or HubElastic, is the fewest running ranks a
 	// failed rank may leave; below it the job fails. 0 means 1.
 	MinNP int
+	// MaxRestarts, with Elastic and the ring strategy, is how often each
+	// lost rank (a failed exit, a kill, a fence) is started again, on its
+	// own host, with the same rank and environment plus
+	// GORUN_RESTART_COUNT=k and a fresh control channel whose first line
+	// is the current view; once it says join, the next view holds it. A
+	// rank whose host's agent is gone is not restarted. 0: none.
+	MaxRestarts int
 	// PMI is PMIOn ("pmi1", also ""): every rank gets a PMI-1 socket
 	// (PMI_FD), so MPICH programs find their peers; or PMIOff ("none").
 	PMI string
@@ -109,6 +116,12 @@ func (c *Config) validate() error {
 	}
 	if c.MinNP > 0 && !c.Elastic && !c.HubElastic {
 		return fmt.Errorf("--min-np %d needs --elastic (or --hub-elastic)", c.MinNP)
+	}
+	if c.MaxRestarts < 0 {
+		return fmt.Errorf("--max-restarts %d: want 0 or more", c.MaxRestarts)
+	}
+	if c.MaxRestarts > 0 && c.elasticity() != ringElastic {
+		return fmt.Errorf("--max-restarts %d needs --elastic with the ring strategy (not --hub-elastic or --strategy hub)", c.MaxRestarts)
 	}
 	if c.NP > 0 && c.MinNP > c.NP {
 		return fmt.Errorf("--min-np %d is more than the job's %d ranks (-np)", c.MinNP, c.NP)

@@ -45,7 +45,9 @@
 //	   MsgTerminate {signal}           ---->  signal every rank; SIGKILL after the grace period
 //	                                   <----  MsgSuspect {rank, target, reason}  (--elastic: a rank's control channel)
 //	   MsgSignalRank {rank, signal}    ---->  signal one rank (--elastic: SIGKILL fences it)
-//	   MsgView {epoch, live ranks}     ---->  "view E r,r,..." to every running rank's control channel
+//	   MsgView {epoch, live, joined}   ---->  "view E r,r,... [+R ADDR HOST]" to every running rank's control channel
+//	   MsgRestart {rank, count, epoch, live} -> start the rank again (--max-restarts); "view E r,r,..." first
+//	                                   <----  MsgJoin {rank, addr, host}  (a restarted rank's "join ADDR HOST")
 //	                                   <----  MsgExit {rank, code, signal, failure}, MsgTimeline
 //	                                   <----  MsgDone (every rank gone) | MsgPMIAbort | MsgError
 //	   close the stream                ---->  the agent exits
@@ -87,6 +89,22 @@
 //     finished with 0. An agent writes views through a short queue per
 //     rank, so a rank that does not read its channel only loses older
 //     views, and the agent never blocks on it.
+//   - With --max-restarts R (--elastic, ring) a lost rank (a failed exit,
+//     a kill, a fence) is also restarted, up to R times per rank, by its
+//     own host's agent (not if the agent is gone): same rank, same
+//     environment and gossip port, GORUN_RESTART_COUNT=k, a fresh control
+//     channel whose first line is the view it was restarted in (without
+//     it), a status page and timeline file of its own, no PMI socket and
+//     no stdin. The survivors get the view without it at once and never
+//     wait for the restart. Once it says "join ADDR HOST" the next view
+//     holds it and names it ("+R ADDR HOST"), for every running rank, the
+//     joiner too; a join from any other rank is ignored. A restarted rank
+//     that fails before it joined makes no view and is restarted again
+//     while it has restarts left. Until the launcher restarts it (or
+//     stops the job) the agent counts it as running, so it is not done.
+//     When every rank of the view has finished, restarted ranks that have
+//     not joined are stopped and count as lost. The closing note names
+//     the restarts ("rank 2 restarted 1 time").
 //   - When the ranks are told to stop, every agent is pinged. An agent
 //     that says nothing within Config.AgentWait (2 s by default) is on a
 //     host that cannot be reached (a network partition): gorun reports

@@ -9,7 +9,8 @@ import (
 
 // TestElasticConfig: --elastic is the ring's sequencer unless the
 // strategy is hub, where it is --hub-elastic; the ranks' environment and
-// the hosts' spec say which; --min-np needs one of them and fits -np.
+// the hosts' spec say which; --min-np needs one of them and fits -np;
+// --max-restarts needs the ring's --elastic and reaches the hosts' spec.
 func TestElasticConfig(t *testing.T) {
 	for _, tc := range []struct {
 		strategy                      string
@@ -52,6 +53,34 @@ func TestElasticConfig(t *testing.T) {
 		err := cfg.validate()
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("np %d min-np %d: %v, want %q", tc.np, tc.minNP, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		maxRestarts      int
+		elastic, hubFlag bool
+		strategy         string
+		want             string
+	}{
+		{1, false, false, "", "--max-restarts 1 needs --elastic with the ring strategy"},
+		{2, false, true, "", "--max-restarts 2 needs --elastic with the ring strategy"},
+		{1, true, false, "hub", "--max-restarts 1 needs --elastic with the ring strategy"},
+		{-1, true, false, "", "--max-restarts -1: want 0 or more"},
+		{0, false, false, "", ""},
+		{3, true, false, "ring", ""},
+		{3, true, false, "", ""},
+	} {
+		cfg := DefaultConfig()
+		cfg.Program, cfg.Gorun, cfg.NP = "true", "/bin/true", 4
+		cfg.MaxRestarts, cfg.Elastic, cfg.HubElastic, cfg.Strategy = tc.maxRestarts, tc.elastic, tc.hubFlag, tc.strategy
+		err := cfg.validate()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("max-restarts %d elastic %v hub-elastic %v strategy %q: %v, want %q", tc.maxRestarts, tc.elastic, tc.hubFlag, tc.strategy, err, tc.want)
+		}
+		if err == nil {
+			j := &job{cfg: cfg, np: 4}
+			if got := j.baseSpec("secret").MaxRestarts; got != tc.maxRestarts {
+				t.Errorf("max-restarts %d: the hosts' spec says %d", tc.maxRestarts, got)
+			}
 		}
 	}
 	cfg := DefaultConfig()

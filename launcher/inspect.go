@@ -76,6 +76,14 @@ func (ins *inspector) exited(rank int) {
 	}
 }
 
+// restarted: rank runs again (--max-restarts), from a blank state, until
+// its own status page says otherwise.
+func (ins *inspector) restarted(rank int) {
+	if rank >= 0 && rank < len(ins.views) {
+		ins.views[rank] = inspect.RankView{Rank: rank, Host: ins.views[rank].Host}
+	}
+}
+
 // check returns a stall report when one is due (warn), and the summary's
 // text when the job has been stalled for --stall-abort (abort); "" for
 // neither.

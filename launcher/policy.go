@@ -2,6 +2,8 @@ package launcher
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/gorun/gorun/internal/control"
@@ -31,14 +33,19 @@ func (e elasticity) flag() string {
 // clock, so its rules have table tests. The supervisor (supervisor.go)
 // feeds it and turns its decisions into actions.
 type policy struct {
-	np      int // ranks 0..np-1; indices from np up are dedicated hubs
-	elastic elasticity
-	minNP   int // elastic: the fewest running ranks a lost rank may leave
+	np          int // ranks 0..np-1; indices from np up are dedicated hubs
+	elastic     elasticity
+	minNP       int // elastic: the fewest running ranks a lost rank may leave
+	maxRestarts int // ringElastic: how often each rank may be restarted
 
 	exited, ok []bool
-	fenced     []bool // ranks killed on a suspect (ringElastic)
-	inView     []bool // ranks of the last view (ringElastic)
-	epoch      int    // of the last view (ringElastic); 0 is the start
+	fenced     []bool       // ranks killed on a suspect (ringElastic)
+	inView     []bool       // ranks of the last view (ringElastic)
+	epoch      int          // of the last view (ringElastic); 0 is the start
+	last       control.View // the last view (ringElastic), without its joiners
+	restarts   []int        // per rank: the restarts asked of its agent
+	joining    []bool       // restarted ranks that have not joined a view yet
+	noHost     []bool       // ranks whose host's agent is gone: never restarted
 	failed     bool
 	code       int
 	failure    string
@@ -63,13 +70,29 @@ type decision struct {
 	// Fence, if not nil, is a rank to kill with SIGKILL: a rank reported
 	// it lost (ringElastic).
 	Fence *int
+	// Restart, if not nil, is a lost rank to start again on its host
+	// (ringElastic, --max-restarts); it comes after View.
+	Restart *restart
+}
+
+// restart asks a rank's agent to start it again: its Count-th restart,
+// told View (the current one, which does not hold it) before anything
+// else.
+type restart struct {
+	Rank, Count int
+	View        control.View
 }
 
 // newPolicy: np ranks and hubs hubs; minNP (0 counts as 1) is the fewest
-// running ranks an elastic job goes on with.
-func newPolicy(np, hubs int, elastic elasticity, minNP int) *policy {
-	p := &policy{np: np, elastic: elastic, minNP: max(minNP, 1),
-		exited: make([]bool, np+hubs), ok: make([]bool, np+hubs), fenced: make([]bool, np), inView: make([]bool, np)}
+// running ranks an elastic job goes on with; with ringElastic a lost rank
+// is restarted up to maxRestarts times.
+func newPolicy(np, hubs int, elastic elasticity, minNP, maxRestarts int) *policy {
+	if elastic != ringElastic {
+		maxRestarts = 0
+	}
+	p := &policy{np: np, elastic: elastic, minNP: max(minNP, 1), maxRestarts: max(maxRestarts, 0),
+		exited: make([]bool, np+hubs), ok: make([]bool, np+hubs), fenced: make([]bool, np), inView: make([]bool, np),
+		restarts: make([]int, np), joining: make([]bool, np), noHost: make([]bool, np)}
 	for r := range p.inView {
 		p.inView[r] = true
 	}
@@ -125,10 +148,18 @@ func (p *policy) workersDone() bool {
 // In an elastic job a rank that fails is lost, and the job goes on, while
 // at least minNP ranks are still running; with --elastic every exit
 // failure while the job goes on starts a new view for the ranks still
-// running; a rank that finished (exit 0) does not.
+// running; a rank that finished (exit 0) does not. A lost rank with
+// restarts left whose host's agent is there is restarted (after the
+// view): it is not in a view until it joins. A restarted rank that fails
+// before it joined makes no view (it was in none) and is restarted again
+// while it has restarts left.
 func (p *policy) rankExited(rank, code int, describe string) decision {
-	p.exited[rank], p.ok[rank] = true, code == 0
 	worker := rank < p.np
+	wasJoining := worker && p.joining[rank]
+	p.exited[rank], p.ok[rank] = true, code == 0
+	if worker {
+		p.joining[rank] = false
+	}
 	var d decision
 	switch {
 	case p.stopping != 0 || p.dumping:
@@ -141,46 +172,107 @@ func (p *policy) rankExited(rank, code int, describe string) decision {
 	case p.elastic == notElastic || !worker:
 		p.fail(code, describe)
 		return p.stop(syscall.SIGTERM)
-	case len(p.running()) < p.minNP:
-		p.fail(code, fmt.Sprintf("%s; %s: %d rank(s) left, below --min-np %d", describe, p.elastic.flag(), len(p.running()), p.minNP))
+	case wasJoining:
+		// It was in no view: the others need no new one.
+		d = p.lose(rank, code, fmt.Sprintf("%s; --elastic: it had not joined (restart %d)", describe, p.restarts[rank]))
+	case len(p.members()) < p.minNP:
+		p.fail(code, fmt.Sprintf("%s; %s: %d rank(s) left, below --min-np %d", describe, p.elastic.flag(), len(p.members()), p.minNP))
 		return p.stop(syscall.SIGTERM)
+	case p.elastic == hubElastic:
+		// The hubs finish their rounds without it.
+		p.lostForGood(rank, code)
+		d.Note = describe + "; --hub-elastic: the job goes on without it"
 	default:
-		p.lost = append(p.lost, rank)
-		if p.lostCode == 0 {
-			p.lostCode = code
-		}
-		if p.elastic == hubElastic {
-			// The hubs finish their rounds without it.
-			d.Note = describe + "; --hub-elastic: the job goes on without it"
-			break
-		}
-		d.View = p.nextView()
-		d.Note = fmt.Sprintf("%s; --elastic: the job goes on with %d ranks (view %d)", describe, len(d.View.Live), d.View.Epoch)
+		v := p.nextView(nil)
+		d = p.lose(rank, code, fmt.Sprintf("%s; --elastic: the job goes on with %d ranks (view %d)", describe, len(v.Live), v.Epoch))
+		d.View = v
 	}
-	if p.stopping == 0 && worker && p.workersDone() {
+	if worker {
+		return p.settle(d)
+	}
+	return d
+}
+
+// lose: rank failed (code) while the job goes on with --elastic; note
+// says so. It is restarted if it has restarts left and its host's agent
+// is there, else it is lost for good, and the note says why.
+func (p *policy) lose(rank, code int, note string) decision {
+	d := decision{Note: note}
+	switch {
+	case p.maxRestarts == 0:
+		p.lostForGood(rank, code)
+	case p.noHost[rank]:
+		p.lostForGood(rank, code)
+		d.Note += "; its host's agent is gone: not restarted"
+	case p.restarts[rank] >= p.maxRestarts:
+		p.lostForGood(rank, code)
+		d.Note += fmt.Sprintf("; not restarted: it was restarted %d time(s) (--max-restarts %d)", p.restarts[rank], p.maxRestarts)
+	default:
+		p.restarts[rank]++
+		p.exited[rank], p.joining[rank], p.fenced[rank] = false, true, false
+		d.Restart = &restart{Rank: rank, Count: p.restarts[rank], View: control.View{Epoch: p.last.Epoch, Live: slices.Clone(p.last.Live)}}
+		d.Note += fmt.Sprintf("; restarting it (restart %d of %d)", p.restarts[rank], p.maxRestarts)
+	}
+	return d
+}
+
+// lostForGood: the job goes on without rank, which failed with code.
+func (p *policy) lostForGood(rank, code int) {
+	p.lost = append(p.lost, rank)
+	if p.lostCode == 0 {
+		p.lostCode = code
+	}
+}
+
+// settle ends the job once no rank is left to work: when every rank
+// (not hub) has exited, the hubs are stopped; when the only ranks left
+// are restarted ones that have not joined (every rank of the view
+// finished), they have nobody to join and are stopped too, and the job
+// counts them as lost.
+func (p *policy) settle(d decision) decision {
+	if p.stopping != 0 || p.dumping {
+		return d
+	}
+	if p.workersDone() {
 		// Every rank is done: the hubs have nothing left to serve.
 		s := p.stop(syscall.SIGTERM)
 		s.Note = d.Note
 		return s
 	}
-	return d
+	if len(p.members()) > 0 {
+		return d
+	}
+	var joiners []int
+	for r, j := range p.joining {
+		if j {
+			joiners = append(joiners, r)
+			p.lostForGood(r, 1)
+		}
+	}
+	s := p.stop(syscall.SIGTERM)
+	s.Note = fmt.Sprintf("every rank of view %d finished; --elastic: stopping restarted rank(s) %v, which had not joined", p.epoch, joiners)
+	if d.Note != "" {
+		s.Note = d.Note + "; " + s.Note
+	}
+	return s
 }
 
-// running lists the ranks (not hubs) that have not exited, in order.
-func (p *policy) running() []int {
+// members lists the ranks (not hubs) that are running and not waiting to
+// join, in order: those of the next view.
+func (p *policy) members() []int {
 	var live []int
 	for r, e := range p.exited[:p.np] {
-		if !e {
+		if !e && !p.joining[r] {
 			live = append(live, r)
 		}
 	}
 	return live
 }
 
-// nextView is the next epoch's view of the running ranks; nil if none is
-// left to tell.
-func (p *policy) nextView() *control.View {
-	live := p.running()
+// nextView is the next epoch's view of the members, with joined the
+// restarted ranks that join in it; nil if none is left to tell.
+func (p *policy) nextView(joined []control.Joiner) *control.View {
+	live := p.members()
 	if len(live) == 0 {
 		return nil
 	}
@@ -189,26 +281,48 @@ func (p *policy) nextView() *control.View {
 	for _, r := range live {
 		p.inView[r] = true
 	}
-	return &control.View{Epoch: p.epoch, Live: live}
+	p.last = control.View{Epoch: p.epoch, Live: live}
+	return &control.View{Epoch: p.epoch, Live: slices.Clone(live), Joined: joined}
+}
+
+// join: restarted rank says it is ready to join, its transport at addr,
+// host key host. The next view holds it, names it as joining, and goes
+// to every running rank, the joiner too. A join from any other rank (in
+// the view already, fenced, exited, never restarted) is ignored, with a
+// note; so is every join while the job is ending.
+func (p *policy) join(rank int, addr, host string) decision {
+	if p.elastic != ringElastic || p.stopping != 0 || p.dumping {
+		return decision{}
+	}
+	if rank < 0 || rank >= p.np || p.exited[rank] || !p.joining[rank] {
+		return decision{Note: fmt.Sprintf("rank %d said join, but it is not a restarted rank waiting to join; ignored", rank)}
+	}
+	p.joining[rank] = false
+	d := decision{View: p.nextView([]control.Joiner{{Rank: rank, Addr: addr, Host: host}})}
+	d.Note = fmt.Sprintf("rank %d joined (restart %d, at %s); --elastic: the job goes on with %d ranks (view %d)", rank, p.restarts[rank], addr, len(d.View.Live), d.View.Epoch)
+	return d
 }
 
 // suspect: rank reporter says rank target is lost (reason). With
 // --elastic, a target that is running is fenced (killed); its exit then
 // makes the new view. A report is ignored while the job is ending, and
-// when either rank is not running or was fenced already (a fenced rank's
-// reports do not count), or names itself.
+// when either rank is not running, is a restarted rank that has not
+// joined, or was fenced already (a fenced rank's reports do not count),
+// or names itself.
 func (p *policy) suspect(reporter, target int, reason string) decision {
-	if p.elastic != ringElastic || p.stopping != 0 || p.dumping || reporter == target || !p.standing(reporter) {
+	if p.elastic != ringElastic || p.stopping != 0 || p.dumping || reporter == target || !p.standing(reporter) || p.joining[reporter] {
 		return decision{}
 	}
 	if target >= 0 && target < p.np && p.exited[target] && p.ok[target] && p.inView[target] {
 		// It finished (exit 0) while a rank still waits on it: the
 		// others go on without it.
-		d := decision{View: p.nextView()}
+		d := decision{View: p.nextView(nil)}
 		d.Note = fmt.Sprintf("rank %d waits on rank %d, which finished; --elastic: the job goes on with %d ranks (view %d)", reporter, target, len(d.View.Live), d.View.Epoch)
 		return d
 	}
-	if !p.standing(target) {
+	if !p.standing(target) || p.joining[target] {
+		// A restarted rank that has not joined is in no view: nobody
+		// waits on it.
 		return decision{}
 	}
 	p.fenced[target] = true
@@ -224,11 +338,22 @@ func (p *policy) standing(r int) bool {
 	return r >= 0 && r < p.np && !p.exited[r] && !p.fenced[r]
 }
 
+// hostGone: the agent of the host of ranks is gone (lost, or done): none
+// of them can be restarted.
+func (p *policy) hostGone(ranks []int) {
+	for _, r := range ranks {
+		if r >= 0 && r < p.np {
+			p.noHost[r] = true
+		}
+	}
+}
+
 // agentLost: a host's agent (its SSH session) ended; ranks are the ranks
 // and hubs of that host that had not exited. With --elastic a host whose
 // ranks (no hub) are lost is a loss of each of them, and the job goes on
 // with one view without them while at least minNP ranks run; otherwise
-// the job fails.
+// the job fails. Restarted ranks of the host that had not joined are lost
+// too, but need no view.
 func (p *policy) agentLost(ranks []int, text string) decision {
 	if len(ranks) == 0 {
 		return decision{}
@@ -241,23 +366,25 @@ func (p *policy) agentLost(ranks []int, text string) decision {
 		p.fail(ExitAgentLost, text)
 		return p.stop(syscall.SIGTERM)
 	}
+	members := false
 	for _, r := range ranks {
-		p.exited[r] = true
-		p.lost = append(p.lost, r)
+		members = members || !p.joining[r]
+		p.exited[r], p.joining[r] = true, false
+		p.lostForGood(r, ExitAgentLost)
 	}
-	if p.lostCode == 0 {
-		p.lostCode = ExitAgentLost
+	if !members {
+		return p.settle(decision{Note: fmt.Sprintf("%s; --elastic: its restarted rank(s) %v, which had not joined, are lost", text, ranks)})
 	}
-	if n := len(p.running()); n < p.minNP {
+	if n := len(p.members()); n < p.minNP {
 		p.fail(ExitAgentLost, fmt.Sprintf("%s; --elastic: %d rank(s) left, below --min-np %d", text, n, p.minNP))
 		return p.stop(syscall.SIGTERM)
 	}
-	d := decision{View: p.nextView()}
+	d := decision{View: p.nextView(nil)}
 	if d.View == nil {
 		return decision{Note: text + "; --elastic: no rank is left"}
 	}
 	d.Note = fmt.Sprintf("%s; --elastic: its ranks %v are lost, the job goes on with %d ranks (view %d)", text, ranks, len(d.View.Live), d.View.Epoch)
-	return d
+	return p.settle(d)
 }
 
 // jobFailed: the job failed for a reason other than a rank's exit (a rank
@@ -305,7 +432,8 @@ func (p *policy) timedOut(text string) decision {
 }
 
 // result is the job's exit code and summary once every agent is done, and
-// a closing note ("" for none).
+// a closing note ("" for none): the ranks the job went on without, and
+// the restarts.
 func (p *policy) result() (code int, failure, note string) {
 	if len(p.lost) > 0 && !p.failed {
 		anyOK := false
@@ -318,5 +446,24 @@ func (p *policy) result() (code int, failure, note string) {
 			note = fmt.Sprintf("finished without %d lost rank(s) %v (%s)", len(p.lost), p.lost, p.elastic.flag())
 		}
 	}
+	var restarted []string
+	for r, n := range p.restarts {
+		if n > 0 {
+			restarted = append(restarted, fmt.Sprintf("rank %d restarted %d %s", r, n, plural(n, "time", "times")))
+		}
+	}
+	if len(restarted) > 0 {
+		if note != "" {
+			note += "; "
+		}
+		note += strings.Join(restarted, ", ") + " (--max-restarts " + fmt.Sprint(p.maxRestarts) + ")"
+	}
 	return p.code, p.failure, note
+}
+
+func plural(n int, one, more string) string {
+	if n == 1 {
+		return one
+	}
+	return more
 }

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +17,9 @@ type step struct {
 	wantNote   string // a substring of the note, "" for none
 	wantView   string // the view's line, "" for none
 	wantFence  string // the rank fenced, "" for none
+	// wantRestart is the rank restarted, "RANK #COUNT VIEW" ("2 #1 view
+	// 1 0,1,3"), "" for none.
+	wantRestart string
 }
 
 func (s step) feed(p *policy) decision {
@@ -28,6 +32,11 @@ func (s step) feed(p *policy) decision {
 		return p.agentLost([]int{s.rank}, "lost the agent on h2")
 	case "host-lost": // ranks rank and rank+1
 		return p.agentLost([]int{s.rank, s.rank + 1}, "lost the agent on h2")
+	case "host-gone": // its agent is done: nothing of it can be restarted
+		p.hostGone([]int{s.rank})
+		return decision{}
+	case "join":
+		return p.join(s.rank, "10.0.0.3:4021", "h2/1")
 	case "agent-lost-after-exits":
 		return p.agentLost(nil, "lost the agent on h2")
 	case "agent-error":
@@ -52,10 +61,12 @@ func TestPolicy(t *testing.T) {
 		np, hubs    int
 		elastic     elasticity
 		minNP       int
+		maxRestarts int
 		steps       []step
 		wantCode    int
 		wantFailure string // substring; "" means success
 		wantNote    string // substring of the closing note
+		exactNote   bool   // the closing note is wantNote
 	}{
 		// The last rank's exit stops whatever is left (dedicated hubs).
 		{name: "all succeed", np: 2, steps: []step{{event: "exit", rank: 0}, {event: "exit", rank: 1, wantSignal: syscall.SIGTERM}}},
@@ -194,13 +205,136 @@ func TestPolicy(t *testing.T) {
 		{name: "ring: a failing hub still ends the job", np: 2, hubs: 1, elastic: ringElastic, steps: []step{
 			{event: "exit", rank: 2, code: 1, wantSignal: syscall.SIGTERM}, {event: "exit", rank: 0, code: 143}, {event: "exit", rank: 1, code: 143},
 		}, wantCode: 1, wantFailure: "rank exit summary"},
+
+		// --max-restarts: a lost rank is restarted on its host and joins
+		// the next view once it says join.
+		{name: "restart: the view without it at once, then the restart in that view; its join makes the next view", np: 4, elastic: ringElastic, maxRestarts: 2, steps: []step{
+			{event: "exit", rank: 2, code: 7, wantNote: "rank exit summary; --elastic: the job goes on with 3 ranks (view 1); restarting it (restart 1 of 2)",
+				wantView: "view 1 0,1,3", wantRestart: "2 #1 view 1 0,1,3"},
+			{event: "join", rank: 2, wantNote: "rank 2 joined (restart 1, at 10.0.0.3:4021); --elastic: the job goes on with 4 ranks (view 2)",
+				wantView: "view 2 0,1,2,3 +2 10.0.0.3:4021 h2/1"},
+			{event: "exit", rank: 0}, {event: "exit", rank: 1}, {event: "exit", rank: 2},
+			{event: "exit", rank: 3, wantSignal: syscall.SIGTERM},
+		}, wantNote: "rank 2 restarted 1 time (--max-restarts 2)", exactNote: true},
+		{name: "restart: a kill and a fence count as losses; a restarted rank may finish before it joined", np: 4, elastic: ringElastic, maxRestarts: 1, steps: []step{
+			{event: "suspect", rank: 1, code: 3, wantNote: "fenced it", wantFence: "3"},
+			{event: "exit", rank: 3, code: 137, wantNote: "goes on with 3 ranks (view 1); restarting it (restart 1 of 1)", wantView: "view 1 0,1,2", wantRestart: "3 #1 view 1 0,1,2"},
+			{event: "exit", rank: 1, code: 128 + 15, wantNote: "goes on with 2 ranks (view 2); restarting it (restart 1 of 1)", wantView: "view 2 0,2", wantRestart: "1 #1 view 2 0,2"},
+			{event: "exit", rank: 3}, // finished before it joined: no view, not lost
+			{event: "join", rank: 1, wantNote: "rank 1 joined (restart 1", wantView: "view 3 0,1,2 +1 10.0.0.3:4021 h2/1"},
+			{event: "exit", rank: 0}, {event: "exit", rank: 1},
+			{event: "exit", rank: 2, wantSignal: syscall.SIGTERM},
+		}, wantNote: "rank 1 restarted 1 time, rank 3 restarted 1 time (--max-restarts 1)", exactNote: true},
+		{name: "restart: a restarted rank that dies before it joined makes no view and is restarted again in the same view", np: 4, elastic: ringElastic, maxRestarts: 2, steps: []step{
+			{event: "exit", rank: 2, code: 1, wantNote: "(view 1); restarting it (restart 1 of 2)", wantView: "view 1 0,1,3", wantRestart: "2 #1 view 1 0,1,3"},
+			{event: "exit", rank: 2, code: 1, wantNote: "rank exit summary; --elastic: it had not joined (restart 1); restarting it (restart 2 of 2)", wantRestart: "2 #2 view 1 0,1,3"},
+			{event: "join", rank: 2, wantNote: "rank 2 joined (restart 2", wantView: "view 2 0,1,2,3 +2 10.0.0.3:4021 h2/1"},
+			{event: "exit", rank: 0}, {event: "exit", rank: 1}, {event: "exit", rank: 2},
+			{event: "exit", rank: 3, wantSignal: syscall.SIGTERM},
+		}, wantNote: "rank 2 restarted 2 times (--max-restarts 2)", exactNote: true},
+		{name: "restart: budget exhausted before the join, the rank is lost for good without a view", np: 4, elastic: ringElastic, maxRestarts: 1, steps: []step{
+			{event: "exit", rank: 2, code: 7, wantNote: "restarting it (restart 1 of 1)", wantView: "view 1 0,1,3", wantRestart: "2 #1 view 1 0,1,3"},
+			{event: "exit", rank: 2, code: 1, wantNote: "rank exit summary; --elastic: it had not joined (restart 1); not restarted: it was restarted 1 time(s) (--max-restarts 1)"},
+			{event: "join", rank: 2, wantNote: "rank 2 said join, but it is not a restarted rank waiting to join; ignored"},
+			{event: "exit", rank: 0}, {event: "exit", rank: 1},
+			{event: "exit", rank: 3, wantSignal: syscall.SIGTERM},
+		}, wantNote: "finished without 1 lost rank(s) [2] (--elastic); rank 2 restarted 1 time (--max-restarts 1)", exactNote: true},
+		{name: "restart: a joined rank that dies is a loss like any other; budget exhausted after", np: 4, elastic: ringElastic, maxRestarts: 1, steps: []step{
+			{event: "exit", rank: 2, code: 7, wantView: "view 1 0,1,3", wantNote: "restarting it", wantRestart: "2 #1 view 1 0,1,3"},
+			{event: "join", rank: 2, wantNote: "joined", wantView: "view 2 0,1,2,3 +2 10.0.0.3:4021 h2/1"},
+			{event: "exit", rank: 2, code: 9, wantNote: "rank exit summary; --elastic: the job goes on with 3 ranks (view 3); not restarted: it was restarted 1 time(s) (--max-restarts 1)", wantView: "view 3 0,1,3"},
+			{event: "exit", rank: 0}, {event: "exit", rank: 1},
+			{event: "exit", rank: 3, wantSignal: syscall.SIGTERM},
+		}, wantNote: "finished without 1 lost rank(s) [2] (--elastic); rank 2 restarted 1 time", exactNote: false},
+		{name: "restart: a joined rank that dies again is restarted in the view without it", np: 3, elastic: ringElastic, maxRestarts: 3, steps: []step{
+			{event: "exit", rank: 0, code: 7, wantView: "view 1 1,2", wantNote: "restarting it (restart 1 of 3)", wantRestart: "0 #1 view 1 1,2"},
+			{event: "join", rank: 0, wantNote: "joined", wantView: "view 2 0,1,2 +0 10.0.0.3:4021 h2/1"},
+			{event: "suspect", rank: 0, code: 1, wantNote: "rank 0 suspects rank 1 (frozen); --elastic: fenced it", wantFence: "1"}, // a joined rank's reports count
+			{event: "exit", rank: 1, code: 137, wantView: "view 3 0,2", wantNote: "restarting it (restart 1 of 3)", wantRestart: "1 #1 view 3 0,2"},
+			{event: "exit", rank: 0, code: 9, wantView: "view 4 2", wantNote: "restarting it (restart 2 of 3)", wantRestart: "0 #2 view 4 2"},
+			{event: "join", rank: 1, wantNote: "joined", wantView: "view 5 1,2 +1 10.0.0.3:4021 h2/1"},
+			{event: "join", rank: 0, wantNote: "joined", wantView: "view 6 0,1,2 +0 10.0.0.3:4021 h2/1"},
+			{event: "exit", rank: 0}, {event: "exit", rank: 1},
+			{event: "exit", rank: 2, wantSignal: syscall.SIGTERM},
+		}, wantNote: "rank 0 restarted 2 times, rank 1 restarted 1 time (--max-restarts 3)", exactNote: true},
+		{name: "restart: below --min-np the job ends, restarts or not", np: 4, elastic: ringElastic, minNP: 4, maxRestarts: 3, steps: []step{
+			{event: "exit", rank: 1, code: 7, wantSignal: syscall.SIGTERM},
+			{event: "exit", rank: 0, code: 143}, {event: "exit", rank: 2, code: 143}, {event: "exit", rank: 3, code: 143},
+		}, wantCode: 7, wantFailure: "rank exit summary; --elastic: 3 rank(s) left, below --min-np 4"},
+		{name: "restart: a rank waiting to join does not count for --min-np", np: 4, elastic: ringElastic, minNP: 3, maxRestarts: 3, steps: []step{
+			{event: "exit", rank: 1, code: 7, wantView: "view 1 0,2,3", wantNote: "restarting it", wantRestart: "1 #1 view 1 0,2,3"},
+			{event: "exit", rank: 2, code: 7, wantSignal: syscall.SIGTERM},
+			{event: "join", rank: 1}, // the job is ending
+			{event: "exit", rank: 1, code: 143}, {event: "exit", rank: 0, code: 143}, {event: "exit", rank: 3, code: 143},
+		}, wantCode: 7, wantFailure: "rank exit summary; --elastic: 2 rank(s) left, below --min-np 3", wantNote: "rank 1 restarted 1 time"},
+		{name: "restart: not once the job is ending", np: 3, elastic: ringElastic, maxRestarts: 3, steps: []step{
+			{event: "signal", sig: syscall.SIGTERM, wantSignal: syscall.SIGTERM},
+			{event: "exit", rank: 1, code: 1}, {event: "exit", rank: 0, code: 143}, {event: "exit", rank: 2, code: 143},
+		}, wantCode: 143, wantFailure: "received terminated"},
+		{name: "restart: a rank whose host's agent is gone is not restarted", np: 4, elastic: ringElastic, maxRestarts: 2, steps: []step{
+			{event: "host-gone", rank: 2},
+			{event: "exit", rank: 2, code: 7, wantNote: "goes on with 3 ranks (view 1); its host's agent is gone: not restarted", wantView: "view 1 0,1,3"},
+			{event: "exit", rank: 0}, {event: "exit", rank: 1},
+			{event: "exit", rank: 3, wantSignal: syscall.SIGTERM},
+		}, wantNote: "finished without 1 lost rank(s) [2] (--elastic)", exactNote: true},
+		{name: "restart: a lost host takes its rank waiting to join, without a view", np: 4, elastic: ringElastic, maxRestarts: 2, steps: []step{
+			{event: "exit", rank: 2, code: 7, wantView: "view 1 0,1,3", wantNote: "restarting it", wantRestart: "2 #1 view 1 0,1,3"},
+			{event: "agent-lost", rank: 2, wantNote: "lost the agent on h2; --elastic: its restarted rank(s) [2], which had not joined, are lost"},
+			{event: "join", rank: 2, wantNote: "ignored"},
+			{event: "exit", rank: 0}, {event: "exit", rank: 1},
+			{event: "exit", rank: 3, wantSignal: syscall.SIGTERM},
+		}, wantNote: "finished without 1 lost rank(s) [2] (--elastic); rank 2 restarted 1 time (--max-restarts 2)", exactNote: true},
+		{name: "restart: a lost host of a member and a rank waiting to join: one view", np: 6, elastic: ringElastic, maxRestarts: 1, steps: []step{
+			{event: "exit", rank: 2, code: 7, wantView: "view 1 0,1,3,4,5", wantNote: "restarting it", wantRestart: "2 #1 view 1 0,1,3,4,5"},
+			{event: "host-lost", rank: 2, wantNote: "its ranks [2 3] are lost, the job goes on with 4 ranks (view 2)", wantView: "view 2 0,1,4,5"},
+			{event: "exit", rank: 0}, {event: "exit", rank: 1}, {event: "exit", rank: 4},
+			{event: "exit", rank: 5, wantSignal: syscall.SIGTERM},
+		}, wantNote: "finished without 2 lost rank(s) [2 3] (--elastic); rank 2 restarted 1 time (--max-restarts 1)", exactNote: true},
+		{name: "restart: joins from ranks that are not waiting to join are ignored", np: 4, hubs: 1, elastic: ringElastic, maxRestarts: 1, steps: []step{
+			{event: "join", rank: 0, wantNote: "rank 0 said join, but it is not a restarted rank waiting to join; ignored"}, // in the view
+			{event: "join", rank: 4, wantNote: "rank 4 said join"},                                                          // the hub
+			{event: "join", rank: -1, wantNote: "rank -1 said join"},
+			{event: "exit", rank: 2, code: 1, wantView: "view 1 0,1,3", wantNote: "restarting it", wantRestart: "2 #1 view 1 0,1,3"},
+			{event: "join", rank: 2, wantNote: "joined", wantView: "view 2 0,1,2,3 +2 10.0.0.3:4021 h2/1"},
+			{event: "join", rank: 2, wantNote: "rank 2 said join, but"}, // twice
+			{event: "suspect", rank: 1, code: 3, wantNote: "fenced it", wantFence: "3"},
+			{event: "join", rank: 3, wantNote: "rank 3 said join, but"}, // fenced, not yet exited
+			{event: "exit", rank: 0},
+			{event: "join", rank: 0, wantNote: "rank 0 said join, but"}, // finished
+			{event: "exit", rank: 3, code: 137, wantView: "view 3 1,2", wantNote: "restarting it", wantRestart: "3 #1 view 3 1,2"},
+			{event: "join", rank: 3, wantNote: "joined", wantView: "view 4 1,2,3 +3 10.0.0.3:4021 h2/1"},
+			{event: "exit", rank: 1}, {event: "exit", rank: 2},
+			{event: "exit", rank: 3, wantSignal: syscall.SIGTERM},
+			{event: "exit", rank: 4, code: 143},
+		}, wantNote: "rank 2 restarted 1 time, rank 3 restarted 1 time (--max-restarts 1)", exactNote: true},
+		{name: "restart: suspects from or of a rank waiting to join are ignored", np: 4, elastic: ringElastic, maxRestarts: 1, steps: []step{
+			{event: "exit", rank: 2, code: 1, wantView: "view 1 0,1,3", wantNote: "restarting it", wantRestart: "2 #1 view 1 0,1,3"},
+			{event: "suspect", rank: 2, code: 0}, {event: "suspect", rank: 0, code: 2},
+			{event: "join", rank: 2, wantNote: "joined", wantView: "view 2 0,1,2,3 +2 10.0.0.3:4021 h2/1"},
+			{event: "suspect", rank: 0, code: 2, wantNote: "fenced it", wantFence: "2"},
+			{event: "exit", rank: 2, code: 137, wantView: "view 3 0,1,3", wantNote: "not restarted"},
+			{event: "exit", rank: 0}, {event: "exit", rank: 1},
+			{event: "exit", rank: 3, wantSignal: syscall.SIGTERM},
+		}, wantNote: "finished without 1 lost rank(s) [2] (--elastic); rank 2 restarted 1 time"},
+		{name: "restart: once every rank of the view finished, ranks waiting to join are stopped and lost", np: 3, elastic: ringElastic, maxRestarts: 1, steps: []step{
+			{event: "exit", rank: 2, code: 1, wantView: "view 1 0,1", wantNote: "restarting it", wantRestart: "2 #1 view 1 0,1"},
+			{event: "exit", rank: 0},
+			{event: "exit", rank: 1, wantSignal: syscall.SIGTERM, wantNote: "every rank of view 1 finished; --elastic: stopping restarted rank(s) [2], which had not joined"},
+			{event: "join", rank: 2},
+			{event: "exit", rank: 2, code: 143},
+		}, wantNote: "finished without 1 lost rank(s) [2] (--elastic); rank 2 restarted 1 time (--max-restarts 1)", exactNote: true},
+		{name: "restart: only with --elastic's ring", np: 3, hubs: 1, elastic: hubElastic, maxRestarts: 2, steps: []step{
+			{event: "exit", rank: 1, code: 137, wantNote: "--hub-elastic: the job goes on without it"},
+			{event: "join", rank: 1},
+			{event: "exit", rank: 0}, {event: "exit", rank: 2, wantSignal: syscall.SIGTERM}, {event: "exit", rank: 3, code: 143},
+		}, wantNote: "finished without 1 lost rank(s) [1] (--hub-elastic)", exactNote: true},
 		{name: "not elastic: suspects are ignored and a death ends the job", np: 3, steps: []step{
 			{event: "suspect", rank: 0, code: 1},
 			{event: "exit", rank: 1, code: 7, wantSignal: syscall.SIGTERM},
 		}, wantCode: 7, wantFailure: "rank exit summary"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newPolicy(tc.np, tc.hubs, tc.elastic, tc.minNP)
+			p := newPolicy(tc.np, tc.hubs, tc.elastic, tc.minNP, tc.maxRestarts)
 			for i, s := range tc.steps {
 				d := s.feed(p)
 				if d.Signal != s.wantSignal {
@@ -219,6 +353,13 @@ func TestPolicy(t *testing.T) {
 				if view != s.wantView || fence != s.wantFence {
 					t.Fatalf("step %d (%s): view %q, fence %q; want %q, %q", i, s.event, view, fence, s.wantView, s.wantFence)
 				}
+				restart := ""
+				if r := d.Restart; r != nil {
+					restart = fmt.Sprintf("%d #%d %s", r.Rank, r.Count, r.View)
+				}
+				if restart != s.wantRestart {
+					t.Fatalf("step %d (%s): restart %q, want %q", i, s.event, restart, s.wantRestart)
+				}
 				if d.Signal != 0 && !d.HardStop {
 					t.Fatalf("step %d: stops the ranks without arming the hard stop", i)
 				}
@@ -227,7 +368,7 @@ func TestPolicy(t *testing.T) {
 			if code != tc.wantCode || (tc.wantFailure == "") != (failure == "") || !strings.Contains(failure, tc.wantFailure) {
 				t.Fatalf("result %d %q, want %d %q", code, failure, tc.wantCode, tc.wantFailure)
 			}
-			if (tc.wantNote == "") != (note == "") || !strings.Contains(note, tc.wantNote) {
+			if (tc.wantNote == "") != (note == "") || !strings.Contains(note, tc.wantNote) || tc.exactNote && note != tc.wantNote {
 				t.Fatalf("closing note %q, want %q", note, tc.wantNote)
 			}
 		})

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun/gorun/internal/control"
 	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/launcher/proto"
 )
@@ -63,7 +64,7 @@ func (j *job) supervise(ctx context.Context) Result {
 func (j *job) supervisorConfig() supervisorConfig {
 	cfg := j.cfg
 	c := supervisorConfig{
-		NP: j.np, Hubs: cfg.Hubs, Elastic: cfg.elasticity(), MinNP: cfg.MinNP, Timeout: cfg.Timeout, DumpWait: cfg.DumpWait,
+		NP: j.np, Hubs: cfg.Hubs, Elastic: cfg.elasticity(), MinNP: cfg.MinNP, MaxRestarts: cfg.MaxRestarts, Timeout: cfg.Timeout, DumpWait: cfg.DumpWait,
 		Grace: cfg.Grace, AgentWait: cfg.AgentWait, Timeline: cfg.Timeline != "",
 	}
 	for _, a := range j.agents {
@@ -169,6 +170,12 @@ func (s *session) translate(a *agentProc, m *proto.Message, now time.Time) event
 	ev := event{kind: evHeard, now: now, agent: a.index, rank: m.Rank}
 	ours := m.Rank >= 0 && m.Rank < len(j.ranks) && j.ranks[m.Rank].agent == a.index
 	switch {
+	case m.Kind == proto.MsgStarted && ours && j.ranks[m.Rank].started:
+		// A restart (--max-restarts): a new process, its own stderr
+		// and status page.
+		rs := &j.ranks[m.Rank]
+		rs.pid, rs.exited, rs.stderr = m.Pid, false, newTail(10)
+		s.ins.restarted(m.Rank)
 	case m.Kind == proto.MsgStarted && ours:
 		rs := &j.ranks[m.Rank]
 		rs.pid, rs.started = m.Pid, true
@@ -185,10 +192,16 @@ func (s *session) translate(a *agentProc, m *proto.Message, now time.Time) event
 		s.output(m)
 	case m.Kind == proto.MsgSuspect && ours:
 		ev.kind, ev.target, ev.text = evSuspect, m.Target, m.Err
+	case m.Kind == proto.MsgJoin && ours:
+		ev.kind, ev.joiner = evJoin, control.Joiner{Rank: m.Rank, Addr: m.Addr, Host: m.Host}
 	case m.Kind == proto.MsgStatus && ours && m.Status != nil:
 		s.ins.update(m.Rank, m.Status, now)
 		ev.kind, ev.declared = evStatus, m.Status.State.Declared
 	case m.Kind == proto.MsgTimeline && ours:
+		// A restarted rank's timeline follows its earlier ones'.
+		if old := s.timelines[m.Rank]; len(old) > 0 {
+			m.Data = append(append(old, '\n'), m.Data...)
+		}
 		s.timelines[m.Rank] = m.Data
 	case m.Kind == proto.MsgClock:
 		ev.kind, ev.clock = evClock, m.Clock
@@ -262,7 +275,9 @@ func (s *session) perform(acts []action) {
 		case actKill:
 			j.agents[act.agent].kill()
 		case actView:
-			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgView, Epoch: act.view.Epoch, Live: act.view.Live})
+			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgView, Epoch: act.view.Epoch, Live: act.view.Live, Joined: act.view.Joined})
+		case actRestart:
+			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgRestart, Rank: act.rank, Count: act.count, Epoch: act.view.Epoch, Live: act.view.Live})
 		case actSignalRank:
 			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgSignalRank, Rank: act.rank, Signal: int(act.sig)})
 		case actLaunched:

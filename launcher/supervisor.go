@@ -32,6 +32,9 @@ import (
 //     the start to align the ranks' timelines.
 //   - With --elastic, a new view goes to every host that has a rank still
 //     running, and a fenced rank is killed through its own host's agent.
+//   - With --max-restarts, a lost rank is restarted through its own
+//     host's agent, after the view without it; a host whose agent is done
+//     or lost restarts nothing.
 
 // hardStopMargin is how long after the grace period the launcher kills
 // agents that are still running.
@@ -56,13 +59,14 @@ const (
 	evStall                           // the stall inspector's report (text); abort: stalled for --stall-abort
 	evTick                            // time passed: a deadline may be due
 	evSuspect                         // agent's rank reports rank target lost (text: why)
+	evJoin                            // agent's restarted rank says join (joiner: its address and host key)
 )
 
 // fromAgent says whether events of kind k come from an agent (and so show
 // that it is reachable).
 func (k eventKind) fromAgent() bool {
 	switch k {
-	case evStarted, evExited, evStatus, evClock, evHeard, evDone, evAgentError, evFailed, evSuspect:
+	case evStarted, evExited, evStatus, evClock, evHeard, evDone, evAgentError, evFailed, evSuspect, evJoin:
 		return true
 	}
 	return false
@@ -81,6 +85,7 @@ type event struct {
 	sig      syscall.Signal
 	clock    int64
 	text     string
+	joiner   control.Joiner // evJoin
 	declared bool
 	abort    bool
 }
@@ -98,15 +103,17 @@ const (
 	actLaunched                         // every rank started (log it)
 	actView                             // tell agent's running ranks the new view (MsgView)
 	actSignalRank                       // tell agent to signal its rank with sig (MsgSignalRank)
+	actRestart                          // tell agent to start its rank again, the count-th time, with view first (MsgRestart)
 )
 
 type action struct {
 	kind  actionKind
 	agent int
-	rank  int // actSignalRank
+	rank  int // actSignalRank, actRestart
+	count int // actRestart
 	sig   syscall.Signal
 	text  string
-	view  control.View // actView
+	view  control.View // actView, actRestart
 }
 
 // supervisedAgent is one host's agent as the supervisor sees it.
@@ -117,15 +124,18 @@ type supervisedAgent struct {
 
 // supervisorConfig is what the supervisor needs from the job.
 type supervisorConfig struct {
-	NP, Hubs  int
-	Elastic   elasticity
-	MinNP     int           // with Elastic: the fewest running ranks the job goes on with (0: 1)
-	Timeout   time.Duration // 0: none
-	DumpWait  time.Duration
-	Grace     time.Duration
-	AgentWait time.Duration // 0: no bound (the hard stop only)
-	Timeline  bool
-	Agents    []supervisedAgent
+	NP, Hubs int
+	Elastic  elasticity
+	MinNP    int // with Elastic: the fewest running ranks the job goes on with (0: 1)
+	// MaxRestarts, with Elastic (ring): how often each lost rank is
+	// restarted on its host.
+	MaxRestarts int
+	Timeout     time.Duration // 0: none
+	DumpWait    time.Duration
+	Grace       time.Duration
+	AgentWait   time.Duration // 0: no bound (the hard stop only)
+	Timeline    bool
+	Agents      []supervisedAgent
 }
 
 // agentState is the supervisor's view of one agent.
@@ -166,7 +176,7 @@ type supervisor struct {
 }
 
 func newSupervisor(cfg supervisorConfig, t0 time.Time) *supervisor {
-	s := &supervisor{cfg: cfg, t0: t0, pol: newPolicy(cfg.NP, cfg.Hubs, cfg.Elastic, cfg.MinNP), declared: make([]bool, cfg.NP)}
+	s := &supervisor{cfg: cfg, t0: t0, pol: newPolicy(cfg.NP, cfg.Hubs, cfg.Elastic, cfg.MinNP, cfg.MaxRestarts), declared: make([]bool, cfg.NP)}
 	s.owner = make([]int, cfg.NP+cfg.Hubs)
 	for i, a := range cfg.Agents {
 		s.agents = append(s.agents, agentState{supervisedAgent: a})
@@ -194,6 +204,8 @@ func (s *supervisor) step(ev event) []action {
 		s.apply(s.pol.rankExited(ev.rank, exitCode(ev.exit), ev.text), ev.now)
 	case evSuspect:
 		s.apply(s.pol.suspect(ev.rank, ev.target, ev.text), ev.now)
+	case evJoin:
+		s.apply(s.pol.join(ev.rank, ev.joiner.Addr, ev.joiner.Host), ev.now)
 	case evStatus:
 		if ev.rank >= 0 && ev.rank < len(s.declared) {
 			s.declared[ev.rank] = ev.declared
@@ -201,13 +213,20 @@ func (s *supervisor) step(ev event) []action {
 	case evClock:
 		s.clockReply(ev.agent, ev.clock, ev.now)
 	case evDone:
-		if !s.agents[ev.agent].done {
-			s.agents[ev.agent].done = true
+		if a := &s.agents[ev.agent]; !a.done {
+			a.done = true
+			s.pol.hostGone(a.Ranks)
 			s.emit(action{kind: actCloseStdin, agent: ev.agent})
+			if left := s.unexited(ev.agent); len(left) > 0 {
+				// Not seen: an agent waits for the restarts it expects,
+				// and reports every exit before it is done.
+				s.apply(s.pol.agentLost(left, fmt.Sprintf("the agent on %s finished while rank(s) %v were to run", a.Name, left)), ev.now)
+			}
 		}
 	case evLost:
-		if !s.agents[ev.agent].done {
-			s.agents[ev.agent].done = true
+		if a := &s.agents[ev.agent]; !a.done {
+			a.done = true
+			s.pol.hostGone(a.Ranks)
 			s.apply(s.pol.agentLost(s.unexited(ev.agent), ev.text), ev.now)
 		}
 	case evAgentError:
@@ -288,6 +307,13 @@ func (s *supervisor) apply(d decision, now time.Time) {
 			if !s.agents[i].done && s.runsRank(i) {
 				s.emit(action{kind: actView, agent: i, view: *d.View})
 			}
+		}
+	}
+	if r := d.Restart; r != nil {
+		// After the view: the restarted rank gets the view it is not
+		// in, then later ones.
+		if i := s.owner[r.Rank]; !s.agents[i].done {
+			s.emit(action{kind: actRestart, agent: i, rank: r.Rank, count: r.Count, view: r.View})
 		}
 	}
 	if d.Signal != 0 {
@@ -406,6 +432,7 @@ func (s *supervisor) silent(now time.Time) {
 			continue
 		}
 		a.done = true
+		s.pol.hostGone(a.Ranks)
 		text := fmt.Sprintf("%s unreachable: no word from its agent within %v of the stop; killed its session", a.Name, s.cfg.AgentWait)
 		s.emit(action{kind: actKill, agent: i})
 		failed := s.pol.failed

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/control"
 	"github.com/gorun/gorun/launcher/proto"
 )
 
@@ -44,6 +45,8 @@ func show(a action) string {
 		return fmt.Sprintf("tell %d %s", a.agent, a.view)
 	case actSignalRank:
 		return fmt.Sprintf("signal %d rank %d %s", a.agent, a.rank, signalName(a.sig))
+	case actRestart:
+		return fmt.Sprintf("restart %d rank %d #%d %s", a.agent, a.rank, a.count, a.view)
 	}
 	return fmt.Sprintf("action %d", a.kind)
 }
@@ -82,6 +85,9 @@ func suspects(agent, rank, target int) event {
 	return event{kind: evSuspect, agent: agent, rank: rank, target: target, text: "frozen"}
 }
 func tick() event { return event{kind: evTick} }
+func joins(agent, rank int) event {
+	return event{kind: evJoin, agent: agent, rank: rank, joiner: control.Joiner{Rank: rank, Addr: "10.0.0.3:4021", Host: "h2/1"}}
+}
 
 func testConfig() supervisorConfig {
 	return supervisorConfig{
@@ -256,6 +262,54 @@ func TestSupervisor(t *testing.T) {
 		{name: "elastic: below --min-np the job fails as before", cfg: ring(4), steps: []sstep{
 			{ev: exited(1, 2, 7), want: bothStop},
 		}, wantCode: 7, wantFailure: "rank 2 exited with code 7; --elastic: 3 rank(s) left, below --min-np 4", notDone: true},
+		{name: "restart: the view to both hosts, then the restart on the rank's own host; its join's view to both", cfg: restarts(1, 2), steps: []sstep{
+			{ev: exited(1, 2, 7), want: []string{"print: rank 2 exited with code 7; --elastic: the job goes on with 3 ranks (view 1); restarting it (restart 1 of 2)",
+				"tell 0 view 1 0,1,3", "tell 1 view 1 0,1,3", "restart 1 rank 2 #1 view 1 0,1,3"}},
+			{ev: started(1, 2)}, // the restarted process
+			{ev: joins(1, 2), want: []string{"print: rank 2 joined (restart 1, at 10.0.0.3:4021); --elastic: the job goes on with 4 ranks (view 2)",
+				"tell 0 view 2 0,1,2,3 +2 10.0.0.3:4021 h2/1", "tell 1 view 2 0,1,2,3 +2 10.0.0.3:4021 h2/1"}},
+			{ev: joins(1, 2), want: []string{"print: rank 2 said join, but it is not a restarted rank waiting to join; ignored"}},
+			{ev: exited(0, 0, 0)}, {ev: exited(0, 1, 0)}, {ev: exited(1, 2, 0)},
+			{ev: exited(1, 3, 0), want: bothStop},
+			{ev: doneEv(0), want: []string{"close 0"}}, {ev: doneEv(1), want: []string{"close 1"}},
+		}},
+		{name: "restart: a fenced rank is restarted; a restarted rank that dies before it joined is restarted without a view", cfg: restarts(1, 2), steps: []sstep{
+			{ev: suspects(0, 1, 3), want: []string{"print: rank 1 suspects rank 3 (frozen); --elastic: fenced it", "signal 1 rank 3 KILL"}},
+			{ev: event{kind: evExited, agent: 1, rank: 3, exit: &proto.Exit{Code: -1, Signal: 9}, text: "rank 3 was killed by signal 9"},
+				want: []string{"print: rank 3 was killed by signal 9; --elastic: the job goes on with 3 ranks (view 1); restarting it (restart 1 of 2)",
+					"tell 0 view 1 0,1,2", "tell 1 view 1 0,1,2", "restart 1 rank 3 #1 view 1 0,1,2"}},
+			{ev: exited(1, 3, 1), want: []string{"print: rank 3 exited with code 1; --elastic: it had not joined (restart 1); restarting it (restart 2 of 2)", "restart 1 rank 3 #2 view 1 0,1,2"}},
+			{ev: exited(1, 3, 1), want: []string{"print: rank 3 exited with code 1; --elastic: it had not joined (restart 2); not restarted: it was restarted 2 time(s) (--max-restarts 2)"}},
+			{ev: exited(0, 0, 0)}, {ev: exited(0, 1, 0)},
+			{ev: exited(1, 2, 0), want: bothStop},
+		}, notDone: true},
+		{name: "restart: a lost host restarts nothing; its rank waiting to join is lost with it", cfg: restarts(1, 2), steps: []sstep{
+			{ev: exited(0, 1, 7), want: []string{"print: rank 1 exited with code 7; --elastic: the job goes on with 3 ranks (view 1); restarting it (restart 1 of 2)",
+				"tell 0 view 1 0,2,3", "tell 1 view 1 0,2,3", "restart 0 rank 1 #1 view 1 0,2,3"}},
+			{ev: lost(0), want: []string{"print: lost the agent on h1; --elastic: its ranks [0 1] are lost, the job goes on with 2 ranks (view 2)", "tell 1 view 2 2,3"}},
+			{ev: exited(1, 2, 9), want: []string{"print: rank 2 exited with code 9; --elastic: the job goes on with 1 ranks (view 3); restarting it (restart 1 of 2)", "tell 1 view 3 3", "restart 1 rank 2 #1 view 3 3"}},
+			{ev: joins(0, 1), want: []string{"print: rank 1 said join, but it is not a restarted rank waiting to join; ignored"}}, // lost with its host
+			{ev: joins(1, 2), want: []string{"print: rank 2 joined", "tell 1 view 4 2,3 +2 10.0.0.3:4021 h2/1"}},
+			{ev: exited(1, 2, 0)}, {ev: exited(1, 3, 0), want: []string{"terminate 1 TERM", "clock 1"}},
+			{ev: doneEv(1), want: []string{"close 1"}},
+		}, wantCode: 0},
+		{name: "restart: an agent done with a rank to restart (it waits for restarts: not seen) counts it lost", cfg: restarts(1, 2), steps: []sstep{
+			{ev: exited(1, 3, 0)},
+			{ev: exited(1, 2, 7), want: []string{"print: rank 2 exited", "tell 0 view 1 0,1", "tell 1 view 1 0,1", "restart 1 rank 2 #1 view 1 0,1"}},
+			{ev: doneEv(1), want: []string{"close 1", "print: the agent on h2 finished while rank(s) [2] were to run; --elastic: its restarted rank(s) [2], which had not joined, are lost"}},
+			{ev: exited(0, 0, 0)}, {ev: exited(0, 1, 0), want: []string{"terminate 0 TERM", "clock 0"}},
+			{ev: doneEv(0), want: []string{"close 0"}},
+		}},
+		{name: "restart: once the others finished, a rank waiting to join is stopped", cfg: restarts(1, 1), steps: []sstep{
+			{ev: exited(1, 2, 7), want: []string{"print: rank 2 exited", "tell 0 view 1 0,1,3", "tell 1 view 1 0,1,3", "restart 1 rank 2 #1 view 1 0,1,3"}},
+			{ev: exited(0, 0, 0)}, {ev: exited(0, 1, 0)},
+			{ev: exited(1, 3, 0), want: append([]string{"print: every rank of view 1 finished; --elastic: stopping restarted rank(s) [2], which had not joined"}, bothStop...)},
+			{ev: exited(1, 2, 143)},
+			{ev: doneEv(0), want: []string{"close 0"}}, {ev: doneEv(1), want: []string{"close 1"}},
+		}},
+		{name: "restart: below --min-np the job fails without a restart", cfg: restarts(4, 3), steps: []sstep{
+			{ev: exited(1, 2, 7), want: bothStop},
+		}, wantCode: 7, wantFailure: "below --min-np 4", notDone: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()
@@ -287,6 +341,12 @@ func TestSupervisor(t *testing.T) {
 // ring makes the job --elastic (the ring) with --min-np minNP.
 func ring(minNP int) func(*supervisorConfig) {
 	return func(c *supervisorConfig) { c.Elastic, c.MinNP = ringElastic, minNP }
+}
+
+// restarts makes the job --elastic (the ring) with --min-np minNP and
+// --max-restarts max.
+func restarts(minNP, max int) func(*supervisorConfig) {
+	return func(c *supervisorConfig) { c.Elastic, c.MinNP, c.MaxRestarts = ringElastic, minNP, max }
 }
 
 func matchActions(got, want []string) bool {

@@ -5,8 +5,10 @@
 // groups of their own, forwards their output, exits, status pages,
 // timelines and PMI barriers to the launcher, and signals them when the
 // launcher says so. In an elastic job (gorun --elastic) every rank also
-// has a control channel (control.go): its suspects go up to the launcher,
-// the launcher's views come down to it. The messages are package proto's; package launcher's
+// has a control channel (control.go): its suspects and joins go up to the
+// launcher, the launcher's views come down to it; with --max-restarts the
+// agent restarts a lost rank when the launcher says so (ranks.go,
+// restart). The messages are package proto's; package launcher's
 // documentation draws the whole job.
 //
 // No rank outlives its agent: when the launcher's stream ends (the
@@ -185,8 +187,9 @@ func (l *loop) orphan() {
 }
 
 // terminate signals every rank, and arms the SIGKILL after the grace
-// period unless sig is SIGKILL already.
+// period unless sig is SIGKILL already; no rank is restarted after it.
 func (l *loop) terminate(sig syscall.Signal) {
+	l.a.stopRestarts()
 	l.a.signalAll(sig)
 	if l.graceT == nil && sig != syscall.SIGKILL {
 		l.graceT = time.NewTimer(l.a.spec.Grace)
@@ -225,6 +228,10 @@ func (l *loop) handle(m *proto.Message) (end bool) {
 		a.sendView(m)
 	case proto.MsgSignalRank:
 		a.signalRank(m.Rank, signalFrom(m))
+	case proto.MsgRestart:
+		if l.started {
+			a.restart(m)
+		}
 	case proto.MsgTerminate:
 		if !l.started {
 			return true
@@ -318,11 +325,14 @@ type agent struct {
 	pmi     *pmi.Node  // nil: no PMI
 	ompi    *ompiRoute // nil: no PMI
 
-	mu     sync.Mutex
-	procs  []*rankProc
-	live   int
-	notify chan struct{}  // closed and replaced whenever a rank exits
-	wg     sync.WaitGroup // the ranks' waiters
+	mu          sync.Mutex
+	procs       []*rankProc // in spec.Ranks order; a restart takes its rank's place
+	jobEnv      []string    // MsgStart's, for restarts
+	live        int
+	pending     int            // ranks waiting for a restart (rankProc.pending)
+	terminating bool           // the ranks were told to stop: no restarts
+	notify      chan struct{}  // closed and replaced whenever a rank exits
+	wg          sync.WaitGroup // the ranks' waiters
 
 	bg     sync.WaitGroup // background goroutines (see background)
 	stopBg chan struct{}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -16,8 +17,10 @@ import (
 // The control channel of an elastic rank (gorun --elastic with the ring
 // strategy; package control has the protocol). Each rank gets one end of
 // a socket pair as GORUN_CONTROL_FD; the agent reads the rank's suspect
-// lines and passes them to the launcher (MsgSuspect), and writes the
-// launcher's views (MsgView) to every running rank. A writer goroutine per
+// and join lines and passes them to the launcher (MsgSuspect, MsgJoin),
+// and writes the launcher's views (MsgView) to every running rank. A
+// restarted rank (MsgRestart) gets a fresh channel whose first line is
+// the view it was restarted in. A writer goroutine per
 // rank drains a short queue, so that a rank that does not read its
 // channel never blocks the agent: when the queue is full the oldest view
 // in it is dropped (each view is the whole membership).
@@ -57,9 +60,10 @@ func (a *agent) serveControl(p *rankProc) {
 	go s.write()
 }
 
-// readControl passes p's suspect lines to the launcher until p's end of
-// the channel is closed. A line that is too long or malformed is reported
-// as a line of p's stderr and ignored.
+// readControl passes p's suspect and join lines to the launcher until
+// p's end of the channel is closed. A line that is too long or malformed
+// is reported as a line of p's stderr and ignored. Whether a join counts
+// is the launcher's to decide.
 func (a *agent) readControl(p *rankProc, s *controlSession) {
 	defer close(s.read)
 	r := control.NewReader(s.conn)
@@ -73,6 +77,15 @@ func (a *agent) readControl(p *rankProc, s *controlSession) {
 			return
 		}
 		if len(line) == 0 {
+			continue
+		}
+		if bytes.HasPrefix(line, []byte("join")) {
+			j, err := control.ParseJoin(string(line))
+			if err != nil {
+				a.controlError(p, err)
+				continue
+			}
+			_ = a.conn.Send(&proto.Message{Kind: proto.MsgJoin, Rank: p.spec.Rank, Addr: j.Addr, Host: j.Host})
 			continue
 		}
 		sus, err := control.ParseSuspect(string(line))
@@ -143,7 +156,7 @@ func (s *controlSession) send(line string) (dropped bool) {
 // host. A rank that lets views pile up loses the older ones; the first
 // time, that is logged and shown in its stderr.
 func (a *agent) sendView(m *proto.Message) {
-	line := control.View{Epoch: m.Epoch, Live: m.Live}.String() + "\n"
+	line := control.View{Epoch: m.Epoch, Live: m.Live, Joined: m.Joined}.String() + "\n"
 	var slow []int
 	a.mu.Lock()
 	for _, p := range a.procs {

@@ -28,23 +28,32 @@ const maxTimeline = 64 << 20
 
 // pagePath is where rank's status page lives on its host: in /dev/shm,
 // named like the job's segments so that the agent's sweep removes it too.
-func pagePath(jobID string, rank int) string {
+// A restarted rank (restart k > 0) has a page of its own.
+func pagePath(jobID string, rank, restart int) string {
 	dir := transport.DefaultShmDir
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		dir = os.TempDir()
 	}
-	return strings.Replace(transport.ShmSegmentPattern(dir, jobID), "*", "status-"+strconv.Itoa(rank), 1)
+	name := "status-" + strconv.Itoa(rank)
+	if restart > 0 {
+		name += "-restart-" + strconv.Itoa(restart)
+	}
+	return strings.Replace(transport.ShmSegmentPattern(dir, jobID), "*", name, 1)
 }
 
-// timelinePath is where rank writes its timeline on its host.
-func timelinePath(jobID string, rank int) string {
+// timelinePath is where rank writes its timeline on its host; a
+// restarted rank (restart k > 0) writes a file of its own.
+func timelinePath(jobID string, rank, restart int) string {
+	if restart > 0 {
+		return filepath.Join(os.TempDir(), fmt.Sprintf("gorun-%s-timeline-%d-restart-%d.jsonl", jobID, rank, restart))
+	}
 	return filepath.Join(os.TempDir(), fmt.Sprintf("gorun-%s-timeline-%d.jsonl", jobID, rank))
 }
 
 // watchPages sends every rank's status page to the launcher when it
 // changes, until stop is closed.
 func (a *agent) watchPages(stop <-chan struct{}) {
-	last := map[int]inspect.State{}
+	last := map[string]inspect.State{} // by page: a restarted rank has its own
 	t := time.NewTicker(statusEvery)
 	defer t.Stop()
 	for {
@@ -63,7 +72,7 @@ func (a *agent) watchPages(stop <-chan struct{}) {
 }
 
 // sendPage sends p's status page if it changed since last.
-func (a *agent) sendPage(p *rankProc, last map[int]inspect.State) {
+func (a *agent) sendPage(p *rankProc, last map[string]inspect.State) {
 	if p.page == "" {
 		return
 	}
@@ -78,10 +87,10 @@ func (a *agent) sendPage(p *rankProc, last map[int]inspect.State) {
 	// The page reads no clock: a state is as old as the first reading
 	// that showed it.
 	s.Since = time.Time{}
-	if old, ok := last[p.spec.Rank]; ok && old == s {
+	if old, ok := last[p.page]; ok && old == s {
 		return
 	}
-	last[p.spec.Rank] = s
+	last[p.page] = s
 	a.mu.Lock()
 	p.declared = s.Pid
 	a.mu.Unlock()

@@ -7,11 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 
+	"github.com/gorun/gorun/internal/control"
 	"github.com/gorun/gorun/internal/inspect"
 	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/launcher/proto"
@@ -34,6 +36,12 @@ type rankProc struct {
 	killed   bool   // the agent sent it SIGKILL
 	ooms     int    // the cgroup's OOM kills when it started
 	timeline string // where it writes its timeline ("" none)
+	// restart is which start of the rank this is: 0 the first, k the
+	// k-th restart (gorun --max-restarts). pending: it failed with
+	// restarts left, and the launcher's MsgRestart (or MsgTerminate) is
+	// awaited.
+	restart int
+	pending bool
 }
 
 // RankEnv is the per-rank part of a rank's environment, as the agent sets
@@ -71,13 +79,16 @@ func (a *agent) command(i int, p *rankProc, jobEnv []string) (prog string, args,
 		return prog, []string{proto.HubCommandName}, env
 	}
 	env = append(append(append(append(append([]string{}, a.environ...), a.threadEnv()...), a.spec.Env...), jobEnv...), RankEnv(rs, a.addr, a.ports[i])...)
-	if path := pagePath(a.spec.JobID, rs.Rank); inspect.CreatePage(path) == nil {
+	if path := pagePath(a.spec.JobID, rs.Rank, p.restart); inspect.CreatePage(path) == nil {
 		p.page = path
 		env = append(env, jobenv.StatusFileVar+"="+path)
 	}
 	if a.spec.Timeline {
-		p.timeline = timelinePath(a.spec.JobID, rs.Rank)
+		p.timeline = timelinePath(a.spec.JobID, rs.Rank, p.restart)
 		env = append(env, jobenv.TimelineFileVar+"="+p.timeline)
+	}
+	if p.restart > 0 {
+		env = append(env, jobenv.RestartCountVar+"="+strconv.Itoa(p.restart))
 	}
 	return a.prog, a.spec.Args, env
 }
@@ -88,22 +99,99 @@ func (a *agent) start(jobEnv []string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.notify = make(chan struct{})
+	a.jobEnv = jobEnv
 	for i, rs := range a.spec.Ranks {
 		p := &rankProc{spec: rs}
 		a.procs = append(a.procs, p)
-		prog, args, env := a.command(i, p, jobEnv)
-		p.ooms, _ = oomKills()
-		f := a.openChannels(p)
-		err := a.startOne(p, prog, args, append(env, f.env...), f.extra)
-		for _, theirs := range f.theirs {
-			_ = theirs.Close()
-		}
-		a.serveChannels(p, err == nil)
-		if err != nil {
-			_ = a.conn.Send(&proto.Message{Kind: proto.MsgOutput, Rank: rs.Rank, Stream: proto.StreamStderr, Data: []byte("gorun: " + err.Error())})
-			_ = a.conn.Send(&proto.Message{Kind: proto.MsgExit, Rank: rs.Rank, Exit: &proto.Exit{Code: 127}})
-		}
+		a.launch(i, p, "")
 	}
+}
+
+// launch starts p, the i'th process of the host; first, if not "", is
+// the first line of its control channel. One that cannot be started is
+// reported to the launcher as exited with 127. The caller holds a.mu.
+func (a *agent) launch(i int, p *rankProc, first string) {
+	rs := p.spec
+	prog, args, env := a.command(i, p, a.jobEnv)
+	p.ooms, _ = oomKills()
+	f := a.openChannels(p)
+	if first != "" && p.control != nil {
+		p.control.send(first) // before the writer runs: the rank reads it first
+	}
+	err := a.startOne(p, prog, args, append(env, f.env...), f.extra)
+	for _, theirs := range f.theirs {
+		_ = theirs.Close()
+	}
+	a.serveChannels(p, err == nil)
+	if err != nil {
+		if p.page != "" {
+			_ = os.Remove(p.page)
+		}
+		ex := &proto.Exit{Code: 127}
+		a.holdForRestart(p, ex)
+		_ = a.conn.Send(&proto.Message{Kind: proto.MsgOutput, Rank: rs.Rank, Stream: proto.StreamStderr, Data: []byte("gorun: " + err.Error())})
+		_ = a.conn.Send(&proto.Message{Kind: proto.MsgExit, Rank: rs.Rank, Exit: ex})
+	}
+}
+
+// restart starts rank m.Rank again, its m.Count-th restart (gorun
+// --max-restarts), in its own place: the same rank, ports and
+// environment, with GORUN_RESTART_COUNT, a fresh control channel whose
+// first line is the launcher's current view (m.Epoch, m.Live: without
+// the rank), a status page and timeline file of its own, no PMI socket
+// (PMI-1 knows no rank that comes back) and no stdin. A restart of a rank
+// that is running, of a hub or of a rank of another host is ignored, and
+// so is every restart once the ranks are told to stop.
+func (a *agent) restart(m *proto.Message) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i := slices.IndexFunc(a.procs, func(p *rankProc) bool { return p.spec.Rank == m.Rank && p.spec.Hub == 0 })
+	if i < 0 || a.procs[i].alive {
+		a.log.Warn("restart of a rank that is running, or not on this host, ignored", "rank", m.Rank)
+		return
+	}
+	old := a.procs[i]
+	if old.pending {
+		old.pending = false
+		a.pending--
+	}
+	if a.terminating {
+		return
+	}
+	p := &rankProc{spec: old.spec, restart: m.Count}
+	a.procs[i] = p
+	first := ""
+	if m.Epoch > 0 && len(m.Live) > 0 {
+		first = control.View{Epoch: m.Epoch, Live: m.Live}.String() + "\n"
+	}
+	a.launch(i, p, first)
+}
+
+// holdForRestart marks p, which exited as ex, as pending when the
+// launcher will restart it: an elastic job's rank (not a hub) that failed
+// (exit code or signal not 0, or failed by the agent), with restarts
+// left, while the ranks are not told to stop. The launcher's policy
+// follows the same rule; until its MsgRestart or MsgTerminate the rank
+// counts as running, so that the agent is not done. The caller holds
+// a.mu.
+func (a *agent) holdForRestart(p *rankProc, ex *proto.Exit) {
+	failed := ex.Code != 0 || ex.Signal != 0 || ex.Failure != ""
+	if a.spec.Elastic && p.spec.Hub == 0 && failed && p.restart < a.spec.MaxRestarts && !a.terminating && !p.pending {
+		p.pending = true
+		a.pending++
+	}
+}
+
+// stopRestarts: the ranks are told to stop; no rank is restarted any
+// more, and none is waited for.
+func (a *agent) stopRestarts() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.terminating = true
+	for _, p := range a.procs {
+		p.pending = false
+	}
+	a.pending = 0
 }
 
 // channels is what a rank inherits besides its stdio: its descriptors
@@ -124,7 +212,7 @@ func (a *agent) openChannels(p *rankProc) channels {
 	if rs.Hub != 0 {
 		return f
 	}
-	if a.pmi != nil {
+	if a.pmi != nil && p.restart == 0 {
 		if conn, theirs, err := socketPair("PMI"); err == nil {
 			f.extra, f.theirs = append(f.extra, theirs), append(f.theirs, theirs) // descriptor pmiFD
 			f.env = append(f.env, pmi.Env(pmiFD, rs.Rank, a.spec.PMI.Size, rs.LocalRank, rs.LocalSize)...)
@@ -197,7 +285,7 @@ func (a *agent) startOne(p *rankProc, prog string, args, env []string, extra []*
 		return err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	if p.spec.Rank == 0 {
+	if p.spec.Rank == 0 && p.restart == 0 {
 		if p.stdin, err = cmd.StdinPipe(); err != nil {
 			return err
 		}
@@ -256,10 +344,16 @@ func (a *agent) waitRank(p *rankProc, pumps *sync.WaitGroup) {
 		_ = os.Remove(p.page)
 	}
 	a.sendTimeline(p)
-	_ = a.conn.Send(&proto.Message{Kind: proto.MsgExit, Rank: p.spec.Rank, Exit: ex})
+	// Gone before the launcher hears of it: its answer (a restart) must
+	// find the rank exited. The loop looks after the report (notify),
+	// and waits for it (wg) before it says done.
 	a.mu.Lock()
 	p.alive = false
 	a.live--
+	a.holdForRestart(p, ex)
+	a.mu.Unlock()
+	_ = a.conn.Send(&proto.Message{Kind: proto.MsgExit, Rank: p.spec.Rank, Exit: ex})
+	a.mu.Lock()
 	close(a.notify)
 	a.notify = make(chan struct{})
 	a.mu.Unlock()
@@ -287,10 +381,11 @@ func (a *agent) pump(wg *sync.WaitGroup, p *rankProc, stream int, r *os.File) {
 	}
 }
 
+// running counts the ranks running and those waiting for a restart.
 func (a *agent) running() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.live
+	return a.live + a.pending
 }
 
 func (a *agent) exited() <-chan struct{} {

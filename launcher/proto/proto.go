@@ -14,6 +14,7 @@ package proto
 import (
 	"time"
 
+	"github.com/gorun/gorun/internal/control"
 	"github.com/gorun/gorun/internal/inspect"
 	"github.com/gorun/gorun/pmi"
 )
@@ -23,8 +24,9 @@ const (
 	Magic = "GORUN-AGENT-1"
 	// Version is the protocol version; launcher and agent must agree.
 	// 2: RankSpec.Hub (dedicated ParamHub processes); 3: PMI-1;
-	// 4: elastic ranks (HostSpec.Elastic, MsgView, MsgSuspect, MsgSignalRank).
-	Version = 4
+	// 4: elastic ranks (HostSpec.Elastic, MsgView, MsgSuspect, MsgSignalRank);
+	// 5: restarts (HostSpec.MaxRestarts, MsgRestart, MsgJoin, Message.Joined).
+	Version = 5
 
 	// MaxBannerLines is how many lines before Magic SkipBanner reads
 	// before it gives up.
@@ -70,6 +72,8 @@ const (
 	MsgView                       // launcher -> agent: the job's membership changed to view Epoch (Live); tell every running rank
 	MsgSuspect                    // agent -> launcher: Rank reports rank Target lost (Err: its reason)
 	MsgSignalRank                 // launcher -> agent: send Signal to Rank alone (SIGKILL: the launcher fences it)
+	MsgRestart                    // launcher -> agent: start Rank again, its Count-th restart; its control channel gets view Epoch (Live) first
+	MsgJoin                       // agent -> launcher: restarted Rank says join: its data address Addr and host key Host
 )
 
 // Streams of MsgOutput.
@@ -105,6 +109,11 @@ type HostSpec struct {
 	// Elastic: every rank (not a hub) gets a control channel, a socket
 	// whose descriptor GORUN_CONTROL_FD names (gorun --elastic, ring).
 	Elastic bool
+	// MaxRestarts, with Elastic, is how often the launcher may restart
+	// each rank (gorun --max-restarts): a rank that fails with restarts
+	// left is still the agent's until the launcher's MsgRestart or
+	// MsgTerminate.
+	MaxRestarts int
 }
 
 // PMISpec is what a host's ranks are told through PMI-1.
@@ -158,9 +167,14 @@ type Message struct {
 	Exit   *Exit
 	Signal int
 	Err    string
-	Epoch  int      // MsgPMIFence, MsgPMIRelease, MsgView
-	Live   []int    // MsgView: the live ranks, in increasing order
-	Target int      // MsgSuspect: the rank suspected
+	Epoch  int   // MsgPMIFence, MsgPMIRelease, MsgView, MsgRestart
+	Live   []int // MsgView, MsgRestart: the live ranks, in increasing order
+	Target int   // MsgSuspect: the rank suspected
+	// Joined (MsgView): the restarted ranks that join in this view.
+	Joined []control.Joiner
+	Count  int      // MsgRestart: the restart's number, from 1 (GORUN_RESTART_COUNT)
+	Addr   string   // MsgJoin: where the rank's transport listens
+	Host   string   // MsgJoin: the rank's host key
 	Puts   []pmi.KV // MsgPMIFence, MsgPMIRelease
 	Code   int      // MsgPMIAbort
 	Status *Status
