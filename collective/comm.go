@@ -167,7 +167,16 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	c.member = member
 	ctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
-	found, err := member.WaitAll(ctx)
+	restarted := cfg.Elastic && cfg.RestartCount > 0
+	var found []membership.Peer
+	if restarted {
+		// A restarted rank joins a running job: it waits for the ranks of
+		// the sequencer's current view only.
+		el.Store(c.newElastic(nil))
+		found, err = c.el.rejoinPeers(ctx, member)
+	} else {
+		found, err = member.WaitAll(ctx)
+	}
 	if err == nil {
 		// Placement before connecting: every rank knows every rank's host,
 		// and connections are made on first use (transport/connect.go).
@@ -177,10 +186,14 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 			peers[r], hosts[r] = transport.Peer{Addr: p.Data, Host: p.Host}, p.Host
 		}
 		err = tr.SetPeers(peers)
-		if err == nil && cfg.Elastic {
+		switch {
+		case err != nil:
+		case restarted:
+			err = c.el.rejoin(ctx, hosts, mc.DataAddr, tr.HostKey())
+		case cfg.Elastic:
 			err = c.startElastic(hosts)
 			el.Store(c.el)
-		} else if err == nil {
+		default:
 			err = c.setTopology(hosts)
 		}
 	}

@@ -126,9 +126,15 @@ type Config struct {
 	// is the channel to gorun's sequencer (from GORUN_CONTROL_FD), and
 	// ViewTimeout how long a rank that lost a peer waits for the new view
 	// before it fails as without Elastic [30 s].
-	Elastic      bool
-	Control      io.ReadWriteCloser
-	ViewTimeout  time.Duration
+	Elastic     bool
+	Control     io.ReadWriteCloser
+	ViewTimeout time.Duration
+	// RestartCount (GORUN_RESTART_COUNT, gorun --max-restarts) is k on
+	// the k-th restart of this rank, 0 on its first start. A restarted
+	// elastic rank joins the running job (see Resync) instead of starting
+	// one: it waits for the sequencer's current view, finds those ranks by
+	// gossip, says join and starts in the view that holds it.
+	RestartCount int
 	Algorithm    Algorithm
 	SmallBytes   int // Auto's threshold between Direct and Ring
 	SegmentBytes int // pipelining unit of the ring
@@ -225,6 +231,9 @@ func (c *Config) validate() error {
 	if c.Elastic && c.Strategy == StrategyHub {
 		errs = append(errs, errors.New("config: Elastic is for the ring strategy; the hub strategy's is HubElastic (gorun --elastic sets the right one)"))
 	}
+	if c.RestartCount < 0 || c.RestartCount > 0 && (!c.Elastic || c.Control == nil) {
+		errs = append(errs, fmt.Errorf("RestartCount %d: a restarted rank joins an elastic job through its control channel (gorun --elastic --max-restarts)", c.RestartCount))
+	}
 	if c.Elastic && c.ViewTimeout <= 0 {
 		errs = append(errs, errors.New("ViewTimeout must be > 0 with Elastic"))
 	}
@@ -276,6 +285,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	if fd := env.OptionalInt(jobenv.ControlFDVar, -1); fd >= 0 && cfg.Elastic {
 		cfg.Control = os.NewFile(uintptr(fd), "gorun control channel")
 	}
+	cfg.RestartCount = env.OptionalInt(jobenv.RestartCountVar, 0)
 	cfg.ColocatedHubs = env.OptionalInt(jobenv.ColocatedHubsVar, cfg.ColocatedHubs)
 	if n := env.OptionalInt(jobenv.LocalSizeVar, 0); n > runtime.NumCPU() {
 		// Oversubscribed: a plain spin would starve the peers, and

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gorun/gorun/internal/control"
+	"github.com/gorun/gorun/membership"
 	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/transport"
 )
@@ -41,10 +43,13 @@ var ErrViewChanged = errors.New("the job's membership changed")
 
 // View is an elastic job's membership: its epoch (0 at the start, one
 // more at each change) and the ranks that take part in collectives, in
-// increasing order.
+// increasing order. Joined are the ranks of Ranks that were restarted
+// (gorun --max-restarts) and came back in this view: they hold no
+// training state until a Resync.
 type View struct {
-	Epoch int
-	Ranks []int
+	Epoch  int
+	Ranks  []int
+	Joined []int
 }
 
 // Index is rank's place in the view, or -1 if it is not in it.
@@ -66,8 +71,14 @@ func (c *Comm) View() View {
 		return View{Ranks: all}
 	}
 	v := c.el.installed.Load()
-	return View{Epoch: v.Epoch, Ranks: slices.Clone(v.Ranks)}
+	return View{Epoch: v.Epoch, Ranks: slices.Clone(v.Ranks), Joined: slices.Clone(v.Joined)}
 }
+
+// Restarts is how many times gorun restarted this rank (gorun
+// --max-restarts, GORUN_RESTART_COUNT): 0 on its first start. A
+// restarted rank joined a running job: its first collective returns
+// ErrViewChanged, after which Resync gives it the survivors' state.
+func (c *Comm) Restarts() int { return c.cfg.RestartCount }
 
 const (
 	seqEpochShift = 20 // a frame's Seq is epoch<<20 | collective number
@@ -77,11 +88,20 @@ const (
 
 // elastic is an elastic Comm's view of the membership.
 type elastic struct {
-	c     *Comm
-	ctl   io.ReadWriteCloser
-	hosts []string // every job rank's host key; nil: unknown
+	c   *Comm
+	ctl io.ReadWriteCloser
+	// revive lets a restarted rank take its old place in the transport
+	// (nil: the transport cannot).
+	revive func(peer int, p transport.Peer) error
+	// synced: this rank holds the training state (every rank from the
+	// start; a restarted one once a Resync finished).
+	synced atomic.Bool
+	// fresh: a restarted rank's first collective is yet to come; it
+	// returns ErrViewChanged (the turn's owner's).
+	fresh bool
 
 	mu        sync.Mutex
+	hosts     []string        // every job rank's host key; nil: unknown (copied on write)
 	announced View            // the latest view from the sequencer
 	pending   atomic.Bool     // announced may be newer than installed
 	cur       context.Context // ends when a view after announced comes
@@ -121,11 +141,30 @@ func (s *memSequencer) killed(r int) {
 	}
 	s.view = View{Epoch: s.view.Epoch + 1, Ranks: slices.DeleteFunc(slices.Clone(s.view.Ranks), func(x int) bool { return x == r })}
 	for _, x := range s.view.Ranks {
-		s.comms[x].el.announce(s.view)
+		s.comms[x].el.announce(control.View{Epoch: s.view.Epoch, Live: s.view.Ranks})
 	}
 }
 
 func (s *memSequencer) suspect(r int) { go s.nw.Kill(r) }
+
+// newElastic makes c elastic, in no view yet, and starts reading the
+// control channel.
+func (c *Comm) newElastic(hosts []string) *elastic {
+	e := &elastic{c: c, ctl: c.cfg.Control, hosts: hosts, stash: map[int][]transport.Frame{}, reported: map[int]bool{}}
+	e.synced.Store(c.cfg.RestartCount == 0)
+	if r, ok := c.tr.(interface {
+		Revive(int, transport.Peer) error
+	}); ok {
+		e.revive = r.Revive
+	}
+	e.cur, e.cancel = context.WithCancelCause(context.Background())
+	e.merged.stop = func() {}
+	c.el = e
+	if e.ctl != nil {
+		go e.readViews()
+	}
+	return e
+}
 
 // startElastic makes c elastic with every rank in view 0 and starts
 // reading the control channel.
@@ -134,18 +173,84 @@ func (c *Comm) startElastic(hosts []string) error {
 	for i := range all {
 		all[i] = i
 	}
-	e := &elastic{c: c, ctl: c.cfg.Control, hosts: hosts, stash: map[int][]transport.Frame{}, reported: map[int]bool{}}
+	e := c.newElastic(hosts)
+	e.mu.Lock()
 	e.announced = View{Ranks: all}
-	e.cur, e.cancel = context.WithCancelCause(context.Background())
-	e.merged.stop = func() {}
-	c.el = e
-	if err := c.install(e.announced); err != nil {
-		return err
+	e.mu.Unlock()
+	return c.install(View{Ranks: all})
+}
+
+// rejoinPeers is a restarted rank's way into a running job: it waits for
+// the sequencer's current view (the agent writes it first) and then for
+// gossip to bring that view's ranks, again if the view changes meanwhile.
+func (e *elastic) rejoinPeers(ctx context.Context, m *membership.Member) ([]membership.Peer, error) {
+	for {
+		e.mu.Lock()
+		v, cur := e.announced, e.cur // cur ends when a newer view comes
+		e.mu.Unlock()
+		if v.Epoch == 0 {
+			select {
+			case <-cur.Done():
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("restarted rank: no view from gorun on the control channel: %w", context.Cause(ctx))
+			}
+		}
+		want := slices.Clone(v.Ranks)
+		if v.Index(e.c.cfg.Rank) < 0 {
+			want = append(want, e.c.cfg.Rank)
+			slices.Sort(want)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(cur, cancel)
+		found, err := m.WaitFor(wctx, want)
+		stop()
+		cancel()
+		if err == nil || ctx.Err() != nil || cur.Err() == nil {
+			return found, err
+		}
 	}
-	if e.ctl != nil {
-		go e.readViews()
+}
+
+// rejoin sends the sequencer this restarted rank's join (its data address
+// and host key) and installs the view that holds it; the first collective
+// then returns ErrViewChanged.
+func (e *elastic) rejoin(ctx context.Context, hosts []string, addr, host string) error {
+	e.mu.Lock()
+	e.hosts = hosts
+	e.mu.Unlock()
+	e.wmu.Lock()
+	_, err := io.WriteString(e.ctl, control.Join{Addr: addr, Host: host}.String()+"\n")
+	e.wmu.Unlock()
+	if err != nil {
+		return fmt.Errorf("restarted rank: telling gorun it joins: %w", err)
 	}
-	return nil
+	for {
+		e.mu.Lock()
+		v, cur := e.announced, e.cur
+		e.mu.Unlock()
+		if v.Index(e.c.cfg.Rank) >= 0 {
+			if err := e.c.install(v); err != nil {
+				return err
+			}
+			e.fresh = true
+			return nil
+		}
+		select {
+		case <-cur.Done():
+		case <-ctx.Done():
+			return fmt.Errorf("restarted rank: said join, but no view with it came from gorun (last: epoch %d, ranks %v): %w", v.Epoch, v.Ranks, context.Cause(ctx))
+		}
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // readViews takes the sequencer's views from the control channel until
@@ -161,35 +266,57 @@ func (e *elastic) readViews() {
 		if err != nil {
 			return // gorun's agent is gone: the job is ending
 		}
-		v, err := ParseView(string(line), e.c.cfg.Size)
+		cv, err := parseView(string(line), e.c.cfg.Size)
 		if err != nil {
 			e.c.log.Warn("elastic: control channel: ignoring a line", "err", err)
 			continue
 		}
-		e.announce(v)
+		e.announce(cv)
 	}
 }
 
-// ParseView parses a line of the control channel, "view EPOCH R,R,...",
-// for a job of size ranks: an epoch from 1 to 4095 and live ranks of the
-// job in increasing order.
+// ParseView parses a line of the control channel, "view EPOCH R,R,...
+// [+R ADDRESS HOST]...", for a job of size ranks: an epoch from 1 to
+// 4095, live ranks of the job in increasing order, and the restarted ones
+// among them that join in this view.
 func ParseView(line string, size int) (View, error) {
-	cv, err := control.ParseView(line)
+	cv, err := parseView(line, size)
 	if err != nil {
 		return View{}, err
 	}
+	return viewOf(cv), nil
+}
+
+// parseView is ParseView with the joiners' addresses.
+func parseView(line string, size int) (control.View, error) {
+	cv, err := control.ParseView(line)
+	if err != nil {
+		return control.View{}, err
+	}
 	if cv.Epoch > maxEpoch {
-		return View{}, fmt.Errorf("view %d: epochs go up to %d", cv.Epoch, maxEpoch)
+		return control.View{}, fmt.Errorf("view %d: epochs go up to %d", cv.Epoch, maxEpoch)
 	}
 	if last := cv.Live[len(cv.Live)-1]; last >= size {
-		return View{}, fmt.Errorf("view %d: rank %d in a job of %d", cv.Epoch, last, size)
+		return control.View{}, fmt.Errorf("view %d: rank %d in a job of %d", cv.Epoch, last, size)
 	}
-	return View{Epoch: cv.Epoch, Ranks: cv.Live}, nil
+	return cv, nil
+}
+
+// viewOf is the View of a control line's view.
+func viewOf(cv control.View) View {
+	v := View{Epoch: cv.Epoch, Ranks: cv.Live}
+	for _, j := range cv.Joined {
+		v.Joined = append(v.Joined, j.Rank)
+	}
+	slices.Sort(v.Joined)
+	return v
 }
 
 // announce records a view from the sequencer and interrupts whatever runs
-// in an earlier one.
-func (e *elastic) announce(v View) {
+// in an earlier one. The transport forgets the old process of every rank
+// that joins in it, so that the joiner's connections are taken at once.
+func (e *elastic) announce(cv control.View) {
+	v := viewOf(cv)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if v.Epoch <= e.announced.Epoch {
@@ -199,6 +326,21 @@ func (e *elastic) announce(v View) {
 	e.pending.Store(true)
 	e.cancel(fmt.Errorf("%w: now epoch %d, ranks %v", ErrViewChanged, v.Epoch, v.Ranks))
 	e.cur, e.cancel = context.WithCancelCause(context.Background())
+	for _, j := range cv.Joined {
+		if j.Rank == e.c.cfg.Rank {
+			continue
+		}
+		if e.hosts != nil {
+			e.hosts = slices.Clone(e.hosts)
+			e.hosts[j.Rank] = j.Host
+		}
+		if e.revive == nil {
+			continue
+		}
+		if err := e.revive(j.Rank, transport.Peer{Addr: j.Addr, Host: j.Host}); err != nil {
+			e.c.log.Warn("elastic: cannot take back a restarted rank", "rank", j.Rank, "err", err)
+		}
+	}
 }
 
 // latest returns the announced view, whether it is newer than the
@@ -230,6 +372,7 @@ func (c *Comm) install(v View) error {
 	}
 	e.installed.Store(&v)
 	e.pending.Store(e.announced.Epoch > v.Epoch)
+	all := e.hosts
 	e.mu.Unlock()
 	e.live, e.me = live, me
 	e.seqBase = uint32(v.Epoch) << seqEpochShift
@@ -240,10 +383,10 @@ func (c *Comm) install(v View) error {
 	}
 	c.net = g
 	var hosts []string
-	if e.hosts != nil {
+	if all != nil {
 		hosts = make([]string, len(v.Ranks))
 		for i, r := range v.Ranks {
-			hosts[i] = e.hosts[r]
+			hosts[i] = all[r]
 		}
 	}
 	return c.setTopology(hosts)
@@ -255,6 +398,11 @@ func (c *Comm) install(v View) error {
 func (e *elastic) begin(ctx context.Context, kind uint8) (context.Context, func(), error) {
 	if e.out != nil {
 		return ctx, nil, fmt.Errorf("collective: %s: %w", kindName[kind], e.out)
+	}
+	if e.fresh {
+		e.fresh = false
+		v := e.installed.Load()
+		return ctx, nil, fmt.Errorf("collective: rank %d: %s: %w (restarted into epoch %d, ranks %v: Resync takes the state)", e.c.cfg.Rank, kindName[kind], ErrViewChanged, v.Epoch, v.Ranks)
 	}
 	if e.pending.Load() { // otherwise no lock is taken
 		if v, newer, _ := e.latest(); newer {
@@ -429,16 +577,46 @@ func (n *epochNet) Recv(ctx context.Context, from int) (transport.Frame, error) 
 	}
 }
 
-// Resync gives every rank of the view the state of the view's first rank
-// (a Broadcast), again on the newer view if the view changes under it.
-// Call it after ErrViewChanged with the training state (the step, the
-// weights, the optimizer's moments), the same length on every rank: the
-// survivors may disagree on whether the interrupted step was applied.
+// Resync gives every rank of the view the training state of the view's
+// first rank that holds it (a Broadcast; a rank restarted by gorun
+// --max-restarts holds none until its first Resync finished), again on
+// the newer view if the view changes under it. Call it after
+// ErrViewChanged with the training state (the step, the weights, the
+// optimizer's moments), the same length on every rank: the survivors may
+// disagree on whether the interrupted step was applied. It fails if no
+// rank of the view holds the state.
 func Resync[T Number](ctx context.Context, c *Comm, state []T) error {
 	for {
-		err := Broadcast(ctx, c, state, c.View().Ranks[0])
+		root, err := c.stateRoot(ctx)
+		if err == nil {
+			err = Broadcast(ctx, c, state, root)
+		}
+		if err == nil {
+			if c.el != nil {
+				c.el.synced.Store(true)
+			}
+			return nil
+		}
 		if !errors.Is(err, ErrViewChanged) {
 			return err
 		}
 	}
+}
+
+// stateRoot agrees with the view on its first rank that holds the
+// training state (one small all-reduce).
+func (c *Comm) stateRoot(ctx context.Context) (int, error) {
+	const none = math.MaxInt32
+	first := []int32{none}
+	if c.el == nil || c.el.synced.Load() {
+		first[0] = int32(c.index())
+	}
+	if err := AllReduce(ctx, c, first, Min); err != nil {
+		return -1, err
+	}
+	v := c.View()
+	if first[0] == none {
+		return -1, fmt.Errorf("collective: rank %d: resync: no rank of view %d (ranks %v, restarted %v) holds the training state", c.cfg.Rank, v.Epoch, v.Ranks, v.Joined)
+	}
+	return v.Ranks[first[0]], nil
 }

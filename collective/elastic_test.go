@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gorun/gorun/internal/control"
 	"io"
 	"net"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,13 +20,14 @@ import (
 
 func TestParseView(t *testing.T) {
 	good := map[string]View{
-		"view 1 0,1,3":           {1, []int{0, 1, 3}},
-		"view 4095 7":            {4095, []int{7}},
-		"view 3 0,1,2,3,4,5,6,7": {3, []int{0, 1, 2, 3, 4, 5, 6, 7}},
+		"view 1 0,1,3":                     {1, []int{0, 1, 3}, nil},
+		"view 4095 7":                      {4095, []int{7}, nil},
+		"view 3 0,1,2,3,4,5,6,7":           {3, []int{0, 1, 2, 3, 4, 5, 6, 7}, nil},
+		"view 5 0,2,5 +5 a:1 h/1 +0 b:2 h": {5, []int{0, 2, 5}, []int{0, 5}},
 	}
 	for line, want := range good {
 		v, err := ParseView(line, 8)
-		if err != nil || v.Epoch != want.Epoch || !slices.Equal(v.Ranks, want.Ranks) {
+		if err != nil || v.Epoch != want.Epoch || !slices.Equal(v.Ranks, want.Ranks) || !slices.Equal(v.Joined, want.Joined) {
 			t.Errorf("ParseView(%q) = %v, %v; want %v", line, v, err, want)
 		}
 	}
@@ -88,16 +91,53 @@ func newSequencer(t *testing.T, cfgs []Config) *sequencer {
 		cfgs[r].Elastic, cfgs[r].Control, cfgs[r].ViewTimeout = true, a, 10*time.Second
 		s.ends[r] = b
 		s.live = append(s.live, r)
-		go func() {
-			sc := bufio.NewScanner(b)
-			for sc.Scan() {
-				s.mu.Lock()
-				s.sus = append(s.sus, fmt.Sprintf("%d: %s", r, sc.Text()))
-				s.mu.Unlock()
-			}
-		}()
+		go s.read(r, b)
 	}
 	return s
+}
+
+// read takes rank r's lines from its end of the control channel: a join
+// adds r to the view, with its address; anything else is recorded.
+func (s *sequencer) read(r int, end net.Conn) {
+	sc := bufio.NewScanner(end)
+	for sc.Scan() {
+		if j, err := control.ParseJoin(sc.Text()); err == nil {
+			s.add(control.Joiner{Rank: r, Addr: j.Addr, Host: j.Host})
+			continue
+		}
+		s.mu.Lock()
+		s.sus = append(s.sus, fmt.Sprintf("%d: %s", r, sc.Text()))
+		s.mu.Unlock()
+	}
+}
+
+// restart gives rank a new control channel for its restarted process,
+// with the current view written first, as gorun's agent does.
+func (s *sequencer) restart(cfg Config) Config {
+	a, b := net.Pipe()
+	cfg.Control, cfg.RestartCount = a, cfg.RestartCount+1
+	s.mu.Lock()
+	s.ends[cfg.Rank] = b
+	line := control.View{Epoch: s.epoch, Live: slices.Clone(s.live)}.String() + "\n"
+	s.mu.Unlock()
+	go func() {
+		io.WriteString(b, line)
+		s.read(cfg.Rank, b)
+	}()
+	return cfg
+}
+
+// add puts a joiner back into the view and tells every live rank.
+func (s *sequencer) add(j control.Joiner) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.live = append(s.live, j.Rank)
+	slices.Sort(s.live)
+	s.epoch++
+	line := control.View{Epoch: s.epoch, Live: slices.Clone(s.live), Joined: []control.Joiner{j}}.String() + "\n"
+	for _, r := range s.live {
+		go io.WriteString(s.ends[r], line)
+	}
 }
 
 // remove takes rank out of the view and tells every live rank.
@@ -203,6 +243,128 @@ func TestElasticRankLeaves(t *testing.T) {
 				if v := comms[r].View(); v.Epoch != 1 || !slices.Equal(v.Ranks, []int{0, 1, 3}) || comms[r].Size() != 3 {
 					t.Fatalf("rank %d: view %v, size %d", r, v, comms[r].Size())
 				}
+			}
+		})
+	}
+}
+
+// TestElasticRejoin: 4 ranks over TCP (and shared memory between some)
+// train; rank 2 vanishes, and its restarted process (RestartCount 1, the
+// same gossip port, a new data port) joins the running job through the
+// sequencer. The survivors see one or two view changes (the loss and the
+// join, or both at once), the restarted rank one (its first collective), every sum over
+// every view is exact, and after the Resync every rank holds the same
+// state as the survivors.
+func TestElasticRejoin(t *testing.T) {
+	for _, shm := range []bool{true, false} {
+		t.Run(fmt.Sprint("shm=", shm), func(t *testing.T) {
+			const n, victim, at = 4, 2, 5
+			cfgs := tcpConfigs(t, n, "a-secret-of-the-right-length")
+			for r := range cfgs {
+				cfgs[r].Shm = shm
+				cfgs[r].HostKey = fmt.Sprint("host", r/2)
+			}
+			seq := newSequencer(t, cfgs)
+			comms, errs := newAll(cfgs)
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var newcomer atomic.Pointer[Comm]
+			t.Cleanup(func() {
+				closeAll(comms)
+				if c := newcomer.Load(); c != nil {
+					c.Close()
+				}
+			})
+			changes := make([]int, n)
+			final := make([][]float64, n)
+			gone := make(chan struct{})
+			// train runs to step 40 once the view is back to 4 ranks;
+			// state is (step, sum of every result so far).
+			train := func(c *Comm, state []float64) error {
+				for steps := 0; state[0] < 40 || c.Size() < n; steps++ {
+					if steps > 5000 {
+						return fmt.Errorf("the restarted rank never came back (view %v)", c.View())
+					}
+					it := state[0]
+					if c.Restarts() == 0 && c.Rank() == victim && it == at {
+						c.Close()
+						seq.remove(victim)
+						close(gone)
+						return nil
+					}
+					buf := make([]float64, []int{1, 7, 5000, 1 << 16}[int(it)%4])
+					for i := range buf {
+						buf[i] = float64(c.Rank()+1) * (it + 1)
+					}
+					err := AllReduce(ctx, c, buf, Sum)
+					if errors.Is(err, ErrViewChanged) {
+						changes[c.Rank()]++
+						if err := Resync(ctx, c, state); err != nil {
+							return fmt.Errorf("resync after the view change: %w", err)
+						}
+						continue
+					}
+					if err != nil {
+						return fmt.Errorf("step %v: %w", it, err)
+					}
+					var want float64
+					for _, r := range c.View().Ranks {
+						want += float64(r+1) * (it + 1)
+					}
+					for i, x := range buf {
+						if x != want {
+							return fmt.Errorf("step %v (view %v): [%d] = %v, want %v", it, c.View(), i, x, want)
+						}
+					}
+					state[0]++
+					state[1] += buf[0]
+					time.Sleep(time.Millisecond)
+				}
+				final[c.Rank()] = state
+				return nil
+			}
+			var wg sync.WaitGroup
+			var backErr error
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-gone
+				c, err := New(ctx, seq.restart(cfgs[victim]))
+				if err != nil {
+					backErr = fmt.Errorf("restarted rank: %w", err)
+					return
+				}
+				newcomer.Store(c)
+				if v := c.View(); !slices.Equal(v.Joined, []int{victim}) || v.Index(victim) < 0 {
+					backErr = fmt.Errorf("restarted rank starts in view %+v", v)
+					return
+				}
+				backErr = train(c, make([]float64, 2))
+			}()
+			err := runAll(comms, func(c *Comm) error { return train(c, make([]float64, 2)) })
+			wg.Wait()
+			if err := errors.Join(err, backErr); err != nil {
+				t.Fatal(err)
+			}
+			for r := range n {
+				// A survivor that finds both views (the loss, the join)
+				// waiting when it next looks goes straight to the newer.
+				lo, hi := 1, 2
+				if r == victim {
+					hi = 1
+				}
+				if changes[r] < lo || changes[r] > hi {
+					t.Errorf("rank %d saw %d view changes, want %d to %d", r, changes[r], lo, hi)
+				}
+				if !slices.Equal(final[r], final[0]) {
+					t.Errorf("rank %d ends with state %v, rank 0 with %v", r, final[r], final[0])
+				}
+			}
+			if v := comms[0].View(); v.Epoch != 2 || !slices.Equal(v.Ranks, []int{0, 1, 2, 3}) || !slices.Equal(v.Joined, []int{victim}) {
+				t.Fatalf("final view %+v", v)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ package transport
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -87,5 +88,5 @@ func bootID() string {
 	if err != nil {
 		return ""
 	}
-	return string(b)
+	return strings.TrimSpace(string(b)) // a host key is one word (it travels in control lines)
 }
