@@ -136,7 +136,7 @@ func rankMain(mode string) int {
 		// --elastic the others get ErrViewChanged once, take the step
 		// from the view's first rank and finish on the new view.
 		sig := map[string]syscall.Signal{"ring-kill": syscall.SIGKILL, "ring-stop": syscall.SIGSTOP}[mode]
-		if err := conformance.ElasticDrill(ctx, c, sig, 0, func(s string) { fmt.Println(s) }); err != nil {
+		if err := conformance.ElasticDrill(ctx, c, conformance.ElasticOptions{How: sig}, func(s string) { fmt.Println(s) }); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

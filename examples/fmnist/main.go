@@ -458,7 +458,9 @@ func (wk *worker) step(n int) time.Duration {
 	wk.samples += n
 	wk.compute += d
 	wk.iters++
-	if wk.o.failRank == wk.c.Rank() && wk.o.failAt > 0 && time.Since(wk.t0) >= wk.o.failAt {
+	if wk.o.failRank == wk.c.Rank() && wk.o.failAt > 0 && wk.c.Restarts() == 0 && time.Since(wk.t0) >= wk.o.failAt {
+		// (A rank that gorun --max-restarts brought back does not fail
+		// again.)
 		sig := map[string]syscall.Signal{"kill": syscall.SIGKILL, "stop": syscall.SIGSTOP}[wk.o.failHow]
 		_ = syscall.Kill(os.Getpid(), sig)
 	}
@@ -497,10 +499,16 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 			if !errors.Is(err, collective.ErrViewChanged) {
 				return err
 			}
-			// gorun --elastic lost a rank: take the model from the view's
-			// first rank, re-divide the data, and redo the step.
-			if err := wk.resync(ctx); err != nil {
+			// gorun --elastic lost a rank (or took a restarted one back):
+			// take the model from the view's first rank that has it,
+			// re-divide the data, and redo the step.
+			elapsed, err := wk.resync(ctx, time.Since(t0))
+			if err != nil {
 				return err
+			}
+			if wk.c.Restarts() > 0 {
+				// A restarted rank goes on with the survivors' clock.
+				t0 = time.Now().Add(-elapsed)
 			}
 			share = max(1, wk.o.batch/wk.c.Size())
 			continue
@@ -525,23 +533,27 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 	}
 }
 
-// resync, after an elastic view change, gives every rank the weights and
-// the momentum of the view's first rank (the survivors may disagree on
-// whether the interrupted step was applied) and this rank's share of the
-// training set among the live ranks.
-func (wk *worker) resync(ctx context.Context) error {
+// resync, after an elastic view change, gives every rank the weights, the
+// momentum, the iteration count and the training time so far of the
+// view's first rank that has them (the survivors may disagree on whether
+// the interrupted step was applied; a restarted rank has none), and this
+// rank's share of the training set among the live ranks.
+func (wk *worker) resync(ctx context.Context, elapsed time.Duration) (time.Duration, error) {
 	state := append(append([]float64(nil), wk.w...), wk.vel...)
+	state = append(state, float64(wk.iters), elapsed.Seconds())
 	if err := collective.Resync(ctx, wk.c, state); err != nil {
-		return err
+		return 0, err
 	}
-	copy(wk.w, state[:len(wk.w)])
-	copy(wk.vel, state[len(wk.w):])
+	n := len(wk.w)
+	copy(wk.w, state[:n])
+	copy(wk.vel, state[n:2*n])
+	wk.iters = int(state[2*n])
 	wk.mine = wk.mine[:0]
 	for i := wk.c.View().Index(wk.c.Rank()); i < wk.train.len(); i += wk.c.Size() {
 		wk.mine = append(wk.mine, i)
 	}
 	wk.resyncs++
-	return nil
+	return time.Duration(state[2*n+1] * float64(time.Second)), nil
 }
 
 // hubLoop pushes each gradient with its sample count and pulls the

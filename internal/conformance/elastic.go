@@ -11,50 +11,78 @@ import (
 	"github.com/gorun/gorun/collective"
 )
 
+// ElasticOptions shape ElasticDrill.
+type ElasticOptions struct {
+	// How the last rank strikes itself early in its 10th step: SIGKILL
+	// (a death), SIGSTOP (a freeze that gorun must fence), or 0 (none, for
+	// drills that strike from outside). A restarted rank does not strike
+	// again.
+	How syscall.Signal
+	// Pause is every rank's pause before each step.
+	Pause time.Duration
+	// Rejoin (gorun --max-restarts): go on until the view holds every
+	// rank again, then 10 steps more (at most 3000 steps in all).
+	Rejoin bool
+}
+
 // ElasticDrill is the rank program of the elastic ring drills (gorun
 // --elastic): 30 steps of 256 KiB all-reduces, each checked exactly
-// against the ranks of the current view; the last rank signals itself
-// with how (SIGKILL: a death, SIGSTOP: a freeze that gorun must fence;
-// 0: none, for drills that strike from outside) early in its 10th step,
-// and every rank pauses before each step. A survivor that gets ErrViewChanged takes the
-// step from the view's first rank (Resync, the documented pattern) and
-// goes on.
+// against the ranks of the current view, with the strike and pauses of
+// o. A rank that gets ErrViewChanged takes the step from the view (Resync,
+// the documented pattern) and goes on.
+//
 // It reports "STEP 5" (rank 0, once there), "STRIKE ns" (the victim),
-// "CHANGED ns err" and "RESUMED ns"
-// (the first collective completed on the new view) and, at the end,
-// "DONE changes=N view={E [ranks]} size=S".
-func ElasticDrill(ctx context.Context, c *collective.Comm, how syscall.Signal, pause time.Duration, report func(string)) error {
+// "CHANGED ns err" at each view change, "RECOVERED ns stall epoch" when
+// the step it interrupted is done on the new view (stall: from that
+// step's start), "RESUMED ns" once (the first collective completed on a
+// new view), "BACK ns" (a restarted rank, its first Resync done) and, at
+// the end, "DONE changes=N view={E [ranks]} size=S".
+func ElasticDrill(ctx context.Context, c *collective.Comm, o ElasticOptions, report func(string)) error {
 	victim := c.Size() - 1
+	whole := c.Size()
 	changes, resumed := 0, false
-	for step := 0; step < 30; step++ {
+	var stallFrom time.Time // the start of a step a view change interrupted
+	for step := 0; step < 30 || o.Rejoin && c.Size() < whole && step < 3000; step++ {
 		buf := make([]float64, 32<<10)
 		for i := range buf {
 			buf[i] = float64((c.Rank()+1)*100 + step)
 		}
-		if c.Rank() == victim && step == 10 && how != 0 {
+		if c.Rank() == victim && step == 10 && o.How != 0 && c.Restarts() == 0 {
 			go func() {
 				time.Sleep(5 * time.Millisecond)
 				report(fmt.Sprintf("STRIKE %d", time.Now().UnixNano()))
-				_ = syscall.Kill(os.Getpid(), how)
+				_ = syscall.Kill(os.Getpid(), o.How)
 			}()
 		}
 		if step == 5 && c.Rank() == 0 && changes == 0 {
 			report("STEP 5") // for drills that strike from outside
 		}
-		time.Sleep(pause)
+		time.Sleep(o.Pause)
+		began := time.Now()
 		err := collective.AllReduce(ctx, c, buf, collective.Sum)
 		if errors.Is(err, collective.ErrViewChanged) {
 			changes++
+			if stallFrom.IsZero() {
+				stallFrom = began
+			}
 			report(fmt.Sprintf("CHANGED %d %v", time.Now().UnixNano(), err))
 			state := []int64{int64(step)}
 			if err := collective.Resync(ctx, c, state); err != nil {
 				return fmt.Errorf("resync after the view change: %w", err)
+			}
+			if c.Restarts() > 0 && changes == 1 {
+				report(fmt.Sprintf("BACK %d", time.Now().UnixNano()))
 			}
 			step = int(state[0]) - 1
 			continue
 		}
 		if err != nil {
 			return err
+		}
+		if !stallFrom.IsZero() {
+			now := time.Now()
+			report(fmt.Sprintf("RECOVERED %d %d %d", now.UnixNano(), now.Sub(stallFrom).Nanoseconds(), c.View().Epoch))
+			stallFrom = time.Time{}
 		}
 		if changes > 0 && !resumed {
 			resumed = true
@@ -70,6 +98,10 @@ func ElasticDrill(ctx context.Context, c *collective.Comm, how syscall.Signal, p
 			}
 		}
 	}
-	report(fmt.Sprintf("DONE changes=%d view=%v size=%d", changes, c.View(), c.Size()))
+	if o.Rejoin && c.Size() < whole {
+		return fmt.Errorf("the view never held every rank again: %v", c.View())
+	}
+	v := c.View()
+	report(fmt.Sprintf("DONE changes=%d view={%d %v} size=%d", changes, v.Epoch, v.Ranks, c.Size()))
 	return nil
 }
