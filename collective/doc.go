@@ -87,8 +87,19 @@
 //		...
 //	}
 //
-// Resync is a Broadcast from the view's first rank, repeated if the view
-// changes again under it.
+// Resync is a Broadcast from the view's first rank that holds the state,
+// repeated if the view changes again under it.
+//
+// With gorun --max-restarts a lost rank is started again, with the same
+// rank number and Restarts() = k on its k-th restart. Its Join waits for
+// the current view's ranks, tells gorun it is ready, and returns in the
+// next view, which holds it (View.Joined names it); the survivors get
+// ErrViewChanged at that change, as at a loss, and the restarted rank
+// from its first collective. The same loop as above then brings it in:
+// its Resync takes the state from a survivor (a restarted rank holds none
+// until its first Resync finished), and it trains on from there. A rank
+// that gorun fenced comes back only this way, as a new process; its old
+// connections are dropped, and the epoch keeps its old frames out.
 //
 // Afterwards Size is the number of ranks in the view (an Avg divides by
 // it), Rank stays the job's rank, roots are job ranks that must be in the

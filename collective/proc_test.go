@@ -141,6 +141,24 @@ func rankMain(mode string) int {
 			return 1
 		}
 		return 0
+	case "ring-rejoin-die":
+		// The victim's first restart dies again as it takes the state;
+		// its second joins.
+		if err := conformance.ElasticDrill(ctx, c, conformance.ElasticOptions{How: syscall.SIGKILL, Pause: 10 * time.Millisecond, Rejoin: true, DieOnRestart: 1}, func(s string) { fmt.Println(s) }); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
+	case "ring-rejoin", "ring-rejoin-stop":
+		// As ring-kill (ring-stop), under --max-restarts: the victim's
+		// restarted process joins the survivors, and everyone finishes
+		// on the whole view again.
+		sig := map[string]syscall.Signal{"ring-rejoin": syscall.SIGKILL, "ring-rejoin-stop": syscall.SIGSTOP}[mode]
+		if err := conformance.ElasticDrill(ctx, c, conformance.ElasticOptions{How: sig, Pause: 10 * time.Millisecond, Rejoin: true}, func(s string) { fmt.Println(s) }); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
 	case "hubkill":
 		// Rank 0 kills hub 0's process in the middle of a 64 MiB
 		// all-reduce; every rank must report the lost hub.
@@ -413,6 +431,66 @@ func TestElasticRing(t *testing.T) {
 			t.Logf("%s shm %s: every survivor completed a collective on the new view %v after the strike", c.mode, c.shm, time.Duration(worst))
 		}
 	}
+}
+
+// TestElasticRejoinProcesses: under gorun --elastic --max-restarts 1, the
+// last of 4 ranks is killed (or frozen, and fenced) in the middle of an
+// all-reduce; gorun restarts it, it joins the survivors at their next
+// collective, takes the step from them, and all 4 finish with exact sums
+// on view 2 (the loss, then the join); gorun exits 0 and names the
+// restart.
+func TestElasticRejoinProcesses(t *testing.T) {
+	for _, c := range []struct {
+		mode string
+		shm  string
+	}{{"ring-rejoin", "1"}, {"ring-rejoin", "0"}, {"ring-rejoin-stop", "1"}} {
+		res, out := launchWith(t, 4, c.mode, 3*time.Second, func(cfg *launcher.Config) {
+			cfg.Elastic, cfg.MaxRestarts = true, 1
+			cfg.Env = append(cfg.Env, "GORUN_SHM="+c.shm)
+		})
+		if res.ExitCode != 0 {
+			t.Fatalf("%s shm %s: exit %d (%s):\n%s", c.mode, c.shm, res.ExitCode, res.Failure, out)
+		}
+		if n := strings.Count(out, " view={2 [0 1 2 3]} size=4\n"); n != 4 {
+			t.Fatalf("%s shm %s: %d ranks finished on view 2 with all 4, want 4:\n%s", c.mode, c.shm, n, out)
+		}
+		if !strings.Contains(out, "[3] BACK ") || !strings.Contains(out, "rank 3 restarted 1 time") {
+			t.Fatalf("%s shm %s: rank 3 did not come back, or gorun did not say so:\n%s", c.mode, c.shm, out)
+		}
+		noSegments(t, res.JobID)
+		strike := regexp.MustCompile(`STRIKE (\d+)`).FindStringSubmatch(out)
+		back := regexp.MustCompile(`BACK (\d+)`).FindStringSubmatch(out)
+		var stall int64
+		for _, m := range regexp.MustCompile(`(?m)^\[[012]\] RECOVERED \d+ (\d+) 2$`).FindAllStringSubmatch(out, -1) {
+			d, _ := strconv.ParseInt(m[1], 10, 64)
+			stall = max(stall, d)
+		}
+		if strike != nil && back != nil {
+			s0, _ := strconv.ParseInt(strike[1], 10, 64)
+			b, _ := strconv.ParseInt(back[1], 10, 64)
+			t.Logf("%s shm %s: from the strike to the restarted rank back in the ring %v; the survivors' longest stall at the join %v", c.mode, c.shm, time.Duration(b-s0), time.Duration(stall))
+		}
+	}
+}
+
+// TestElasticJoinerDies: the restarted rank dies again as it takes the
+// state (in its Resync); the survivors finish that Resync without it,
+// gorun restarts it a second time (--max-restarts 2), and all 4 finish
+// on view 4 (loss, join, loss, join).
+func TestElasticJoinerDies(t *testing.T) {
+	res, out := launchWith(t, 4, "ring-rejoin-die", 3*time.Second, func(cfg *launcher.Config) {
+		cfg.Elastic, cfg.MaxRestarts = true, 2
+	})
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d (%s):\n%s", res.ExitCode, res.Failure, out)
+	}
+	if n := strings.Count(out, " view={4 [0 1 2 3]} size=4\n"); n != 4 {
+		t.Fatalf("%d ranks finished on view 4 with all 4, want 4:\n%s", n, out)
+	}
+	if !strings.Contains(out, "rank 3 restarted 2 times") {
+		t.Fatalf("gorun did not say rank 3 was restarted twice:\n%s", out)
+	}
+	noSegments(t, res.JobID)
 }
 
 // elasticRE matches a survivor's final value: 10 rounds of 4 pushes of 1,

@@ -23,6 +23,10 @@ type ElasticOptions struct {
 	// Rejoin (gorun --max-restarts): go on until the view holds every
 	// rank again, then 10 steps more (at most 3000 steps in all).
 	Rejoin bool
+	// DieOnRestart, if not 0, makes the victim's DieOnRestart-th restart
+	// kill itself as its first Resync starts: a joiner lost during its
+	// state transfer.
+	DieOnRestart int
 }
 
 // ElasticDrill is the rank program of the elastic ring drills (gorun
@@ -67,6 +71,13 @@ func ElasticDrill(ctx context.Context, c *collective.Comm, o ElasticOptions, rep
 			}
 			report(fmt.Sprintf("CHANGED %d %v", time.Now().UnixNano(), err))
 			state := []int64{int64(step)}
+			if o.DieOnRestart > 0 && c.Restarts() == o.DieOnRestart && changes == 1 {
+				go func() {
+					time.Sleep(time.Millisecond)
+					report(fmt.Sprintf("STRIKE %d", time.Now().UnixNano()))
+					_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				}()
+			}
 			if err := collective.Resync(ctx, c, state); err != nil {
 				return fmt.Errorf("resync after the view change: %w", err)
 			}
