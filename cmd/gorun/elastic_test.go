@@ -6,11 +6,13 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/control"
 	"github.com/gorun/gorun/internal/jobenv"
 )
 
@@ -23,7 +25,8 @@ const elasticRankArg = "__elasticrank"
 // does. Scenario "die": rank 2 exits with 7; "freeze": rank 1 reports
 // rank 3 lost, and rank 3 hangs without reading its channel. The other
 // ranks print the first line the channel gives them ("VIEW 1 0,1,3") and
-// exit 0; one that gets nothing within 20 s exits with 3.
+// exit 0; one that gets nothing within 20 s exits with 3. Scenarios
+// "rejoin" and "rejoin-fenced" are rejoinRank's.
 func elasticRank(args []string) int {
 	rank, _ := strconv.Atoi(os.Getenv(jobenv.RankVar))
 	fd, err := strconv.Atoi(os.Getenv(jobenv.ControlFDVar))
@@ -35,6 +38,9 @@ func elasticRank(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "elastic rank %d: control fd %d: %v\n", rank, fd, err)
 		return 2
+	}
+	if strings.HasPrefix(args[0], "rejoin") {
+		return rejoinRank(args[0], rank, ctl)
 	}
 	switch {
 	case args[0] == "die" && rank == 2:
@@ -59,6 +65,65 @@ func elasticRank(args []string) int {
 	}
 	fmt.Printf("VIEW %s\n", strings.TrimPrefix(strings.TrimSuffix(line, "\n"), "view "))
 	return 0
+}
+
+// rejoinRank is a rank of the --max-restarts tests. Rank 2 is lost on
+// its first start: in scenario "rejoin" it exits with 1; in
+// "rejoin-fenced" it hangs and rank 1 reports it lost, so gorun fences
+// it. Restarted (GORUN_RESTART_COUNT=1), it prints the first line of its
+// channel ("FIRST view 1 0,1,3"), says "join 127.0.0.1:4021 localhost/2",
+// and prints the view that holds it ("VIEW 2 0,1,2,3 +2 ..."). The other
+// ranks print every view until one holds rank 2. Each start of rank 2
+// prints its gossip port (START, RESTART). Every rank exits 0 once it
+// printed the view with rank 2, and 3 if none comes within 20 s.
+func rejoinRank(scenario string, rank int, ctl net.Conn) int {
+	count := os.Getenv(jobenv.RestartCountVar)
+	port := os.Getenv(jobenv.GossipPortVar)
+	in := bufio.NewReader(ctl)
+	_ = ctl.SetReadDeadline(time.Now().Add(20 * time.Second))
+	next := func() (string, bool) {
+		line, err := in.ReadString('\n')
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "rank %d (restart %q): no view: %v\n", rank, count, err)
+			return "", false
+		}
+		return strings.TrimSuffix(line, "\n"), true
+	}
+	switch {
+	case rank == 2 && count == "":
+		fmt.Printf("START port=%s\n", port)
+		if scenario == "rejoin-fenced" {
+			time.Sleep(5 * time.Minute)
+		}
+		return 1
+	case rank == 2:
+		fmt.Printf("RESTART %s port=%s\n", count, port)
+		line, ok := next()
+		if !ok {
+			return 3
+		}
+		fmt.Printf("FIRST %s\n", line)
+		if _, err := fmt.Fprintf(ctl, "join 127.0.0.1:4021 localhost/2\n"); err != nil {
+			fmt.Fprintf(os.Stderr, "rank 2: join: %v\n", err)
+			return 2
+		}
+	case rank == 1 && scenario == "rejoin-fenced":
+		time.Sleep(200 * time.Millisecond)
+		if _, err := fmt.Fprintf(ctl, "suspect 2 frozen\n"); err != nil {
+			fmt.Fprintf(os.Stderr, "rank 1: %v\n", err)
+			return 2
+		}
+	}
+	for {
+		line, ok := next()
+		if !ok {
+			return 3
+		}
+		fmt.Printf("VIEW %s\n", strings.TrimPrefix(line, "view "))
+		if v, err := control.ParseView(line); err == nil && slices.Contains(v.Live, 2) {
+			return 0
+		}
+	}
 }
 
 // elasticJob runs the test binary as 4 elastic ranks of scenario, with
@@ -153,8 +218,9 @@ func TestElasticMinNP(t *testing.T) {
 }
 
 // TestElasticFlags: --min-np needs --elastic (or --hub-elastic) and fits
-// -np; --elastic with --strategy hub is --hub-elastic (no control
-// channel); without --elastic a rank gets no control channel.
+// -np; --max-restarts needs --elastic with the ring strategy; --elastic
+// with --strategy hub is --hub-elastic (no control channel); without
+// --elastic a rank gets no control channel.
 func TestElasticFlags(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -163,6 +229,11 @@ func TestElasticFlags(t *testing.T) {
 		{[]string{"-np", "2", "--min-np", "2", "true"}, "--min-np needs --elastic (or --hub-elastic)"},
 		{[]string{"-np", "2", "--elastic", "--min-np", "3", "true"}, "--min-np 3 is more than the job's 2 ranks"},
 		{[]string{"-np", "2", "--elastic", "--min-np", "0", "true"}, "--min-np 0: want at least 1"},
+		{[]string{"-np", "2", "--max-restarts", "1", "true"}, "--max-restarts needs --elastic with the ring strategy"},
+		{[]string{"-np", "2", "--max-restarts", "0", "true"}, "--max-restarts needs --elastic with the ring strategy"},
+		{[]string{"-np", "2", "--hub-elastic", "--max-restarts", "1", "true"}, "--max-restarts needs --elastic with the ring strategy (not --hub-elastic or --strategy hub)"},
+		{[]string{"-np", "2", "--elastic", "--strategy", "hub", "--max-restarts", "1", "true"}, "--max-restarts needs --elastic with the ring strategy"},
+		{[]string{"-np", "2", "--elastic", "--max-restarts", "-1", "true"}, "--max-restarts -1: want 0 or more"},
 	} {
 		if r := gorun(t, c.args...); r.code != 1 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("gorun %v: exit %d, stderr %q; want exit 1 and %q", c.args, r.code, r.stderr, c.want)
@@ -187,5 +258,59 @@ func TestElasticFlags(t *testing.T) {
 		if r.code != 0 || !regexp.MustCompile(`^\[0\] `+c.want+"\n$").MatchString(r.stdout) {
 			t.Errorf("gorun %v: exit %d, stdout %q, want %q; stderr:\n%s", c.args, r.code, r.stdout, c.want, r.stderr)
 		}
+	}
+}
+
+// TestElasticRejoin: under --elastic --max-restarts 2, rank 2 of 4 is
+// lost on its first start (it exits with 1; or it hangs and is fenced on
+// rank 1's suspect). The survivors get view 1 without it at once; gorun
+// restarts it on its host with the same gossip port and
+// GORUN_RESTART_COUNT=1, and its control channel's first line is view 1;
+// once it says join, every rank, the joiner too, gets view 2 with rank 2
+// in it and named as joining. Every rank then exits 0, gorun exits 0
+// naming the restart (and no lost rank), and nothing is left.
+func TestElasticRejoin(t *testing.T) {
+	for _, tc := range []struct {
+		scenario, loss string
+	}{
+		{"rejoin", "exited with code 1"},
+		{"rejoin-fenced", "was killed by signal 9 (killed)"},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			mark := marker(t)
+			start := time.Now()
+			r := elasticJob(t, tc.scenario, mark, "--max-restarts", "2")
+			if r.code != 0 {
+				t.Fatalf("exit %d, want 0; stderr:\n%s\nstdout:\n%s", r.code, r.stderr, r.stdout)
+			}
+			joined := "2 0,1,2,3 +2 127.0.0.1:4021 localhost/2"
+			got := views(r.stdout)
+			for _, rank := range []string{"0", "1", "3"} {
+				if strings.Join(got[rank], "|") != "1 0,1,3|"+joined {
+					t.Fatalf("rank %s read %q, want view 1 0,1,3 then view %s; stdout:\n%s", rank, got[rank], joined, r.stdout)
+				}
+			}
+			if strings.Join(got["2"], "|") != joined {
+				t.Fatalf("restarted rank 2 read %q, want view %s; stdout:\n%s", got["2"], joined, r.stdout)
+			}
+			m := regexp.MustCompile(`(?m)^\[2\] START port=(\d+)\n(?:.*\n)*?\[2\] RESTART 1 port=(\d+)\n\[2\] FIRST view 1 0,1,3$`).FindStringSubmatch(r.stdout)
+			if m == nil || m[1] != m[2] {
+				t.Fatalf("rank 2's starts (want one restart, GORUN_RESTART_COUNT=1, the same port, view 1 first): %q; stdout:\n%s", m, r.stdout)
+			}
+			for _, want := range []string{
+				"rank 2 on localhost (pid ", tc.loss + "; --elastic: the job goes on with 3 ranks (view 1); restarting it (restart 1 of 2)",
+				"rank 2 joined (restart 1, at 127.0.0.1:4021); --elastic: the job goes on with 4 ranks (view 2)",
+				"gorun: rank 2 restarted 1 time (--max-restarts 2)\n",
+			} {
+				if !strings.Contains(r.stderr, want) {
+					t.Fatalf("stderr lacks %q:\n%s", want, r.stderr)
+				}
+			}
+			if strings.Contains(r.stderr, "finished without") {
+				t.Fatalf("the restarted rank counted as lost:\n%s", r.stderr)
+			}
+			noLeftovers(t, mark)
+			t.Logf("took %v", time.Since(start))
+		})
 	}
 }

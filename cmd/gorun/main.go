@@ -108,6 +108,7 @@ func launchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "hub-elastic", Usage: "hubs finish BSP rounds without a lost rank instead of failing (--elastic with --strategy hub)"},
 		&cli.BoolFlag{Name: "elastic", Usage: "a lost rank does not end the job while --min-np ranks run: gorun fences ranks others suspect and sends the rest each new membership on GORUN_CONTROL_FD (ring); with --strategy hub, --hub-elastic"},
 		&cli.IntFlag{Name: "min-np", Value: 1, Usage: "with --elastic or --hub-elastic: fail the job when a lost rank leaves fewer than `M` ranks running"},
+		&cli.IntFlag{Name: "max-restarts", Usage: "with --elastic (ring): restart a lost rank on its host up to `R` times (GORUN_RESTART_COUNT=k); it joins the next view once it says join"},
 		&cli.StringFlag{Name: "pmi", Value: launcher.PMIOn, Usage: "process-manager interface for MPICH programs: pmi1 (PMI_FD for every rank) or none"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no live status line on the terminal"},
 		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log launcher progress to stderr"},
@@ -202,6 +203,14 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 		}
 		if cfg.MinNP = c.Int("min-np"); cfg.MinNP < 1 {
 			return fmt.Errorf("--min-np %d: want at least 1", cfg.MinNP)
+		}
+	}
+	if c.IsSet("max-restarts") {
+		if !cfg.Elastic || cfg.Strategy == "hub" {
+			return errors.New("--max-restarts needs --elastic with the ring strategy (not --hub-elastic or --strategy hub)")
+		}
+		if cfg.MaxRestarts = c.Int("max-restarts"); cfg.MaxRestarts < 0 {
+			return fmt.Errorf("--max-restarts %d: want 0 or more", cfg.MaxRestarts)
 		}
 	}
 	cfg.PMI = c.String("pmi")
