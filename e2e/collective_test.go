@@ -84,19 +84,35 @@ func TestKillDrillOverSSH(t *testing.T) {
 // killed, or frozen, in the middle of an all-reduce: the five survivors on
 // three hosts each get one ErrViewChanged, go on, and check every later
 // result on the new view; the frozen rank is fenced; gorun exits 0 and
-// leaves nothing behind.
+// leaves nothing behind. With --max-restarts 1 the killed rank is started
+// again on h3 and joins the survivors, and all six finish on view 2.
 func TestElasticOverSSH(t *testing.T) {
 	r := needRig(t)
 	bin := r.selftest(t)
 	hf := r.hostfile(t, 3, 2)
-	for _, drill := range []string{"kill", "stop"} {
-		res := r.run(t, "-hostfile", hf, "--elastic", "--grace", "2s", bin, "-drill", drill)
-		done := strings.Count(res.stdout, "DONE changes=1 view={1 [0 1 2 3 4]} size=5")
-		if res.code != 0 || done != 5 {
-			t.Fatalf("%s: exit %d, %d of 5 survivors done on view 1:\n%s\n%s", drill, res.code, done, res.stdout, res.stderr)
+	for _, c := range []struct {
+		name, drill string
+		flags       []string
+		done        string
+		ranks       int
+	}{
+		{"kill", "kill", nil, "DONE changes=1 view={1 [0 1 2 3 4]} size=5", 5},
+		{"stop", "stop", nil, "DONE changes=1 view={1 [0 1 2 3 4]} size=5", 5},
+		{"rejoin", "kill", []string{"--max-restarts", "1"}, " view={2 [0 1 2 3 4 5]} size=6", 6},
+	} {
+		args := append(append([]string{"-hostfile", hf, "--elastic", "--grace", "2s"}, c.flags...), bin, "-drill", c.drill)
+		if c.flags != nil {
+			args = append(args, "-rejoin", "-pause", "20ms")
+		}
+		res := r.run(t, args...)
+		if done := strings.Count(res.stdout, c.done); res.code != 0 || done != c.ranks {
+			t.Fatalf("%s: exit %d, %d of %d ranks done with %q:\n%s\n%s", c.name, res.code, done, c.ranks, c.done, res.stdout, res.stderr)
 		}
 		if !strings.Contains(res.stdout+res.stderr, "rank 5") {
-			t.Fatalf("%s: gorun did not name rank 5:\n%s\n%s", drill, res.stdout, res.stderr)
+			t.Fatalf("%s: gorun did not name rank 5:\n%s\n%s", c.name, res.stdout, res.stderr)
+		}
+		if c.flags != nil && !strings.Contains(res.stderr, "rank 5 restarted 1 time") {
+			t.Fatalf("%s: gorun did not say it restarted rank 5:\n%s", c.name, res.stderr)
 		}
 		r.noLeftovers(t)
 	}
