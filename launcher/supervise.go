@@ -198,11 +198,7 @@ func (s *session) translate(a *agentProc, m *proto.Message, now time.Time) event
 		s.ins.update(m.Rank, m.Status, now)
 		ev.kind, ev.declared = evStatus, m.Status.State.Declared
 	case m.Kind == proto.MsgTimeline && ours:
-		// A restarted rank's timeline follows its earlier ones'.
-		if old := s.timelines[m.Rank]; len(old) > 0 {
-			m.Data = append(append(old, '\n'), m.Data...)
-		}
-		s.timelines[m.Rank] = m.Data
+		s.timelines[m.Rank] = appendTimeline(s.timelines[m.Rank], m.Data)
 	case m.Kind == proto.MsgClock:
 		ev.kind, ev.clock = evClock, m.Clock
 	case m.Kind == proto.MsgDone:
@@ -221,6 +217,19 @@ func (s *session) translate(a *agentProc, m *proto.Message, now time.Time) event
 		ev.kind, ev.code, ev.text = evFailed, m.Code, text
 	}
 	return ev
+}
+
+// appendTimeline adds a rank's timeline file (JSON lines) to what its
+// earlier processes wrote: a restarted rank's (--max-restarts) events
+// follow its earlier ones' on the rank's one track.
+func appendTimeline(old, b []byte) []byte {
+	if len(old) == 0 {
+		return b
+	}
+	if old[len(old)-1] != '\n' {
+		old = append(old, '\n')
+	}
+	return append(old, b...)
 }
 
 // output passes on a line of a rank's output (or keeps a line of its

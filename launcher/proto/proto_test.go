@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/gorun/gorun/internal/control"
 )
 
 // TestSkipBanner: a remote shell's noise before the agent's greeting is
@@ -39,6 +42,31 @@ func TestTrimNewline(t *testing.T) {
 	for in, want := range map[string]string{"a\n": "a", "a\r\n": "a", "a": "a", "\n": "", "": "", "a\r": "a\r"} {
 		if got := string(TrimNewline([]byte(in))); got != want {
 			t.Errorf("TrimNewline(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestRestartMessages: a restart, a join and a view with its joiners
+// cross the stream whole.
+func TestRestartMessages(t *testing.T) {
+	var stream bytes.Buffer
+	sent := []*Message{
+		{Kind: MsgRestart, Rank: 2, Count: 1, Epoch: 3, Live: []int{0, 1, 3}},
+		{Kind: MsgJoin, Rank: 2, Addr: "10.0.0.3:4021", Host: "n2/5a1e"},
+		{Kind: MsgView, Epoch: 4, Live: []int{0, 1, 2, 3}, Joined: []control.Joiner{{Rank: 2, Addr: "10.0.0.3:4021", Host: "n2/5a1e"}}},
+		{Kind: MsgSpec, Spec: &HostSpec{Version: Version, Elastic: true, MaxRestarts: 2}},
+	}
+	w := NewConn(nil, &stream)
+	for _, m := range sent {
+		if err := w.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := NewConn(&stream, io.Discard)
+	for _, want := range sent {
+		got, err := r.Recv()
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("got %+v, %v; want %+v", got, err, want)
 		}
 	}
 }
