@@ -108,9 +108,10 @@ type elastic struct {
 	cancel    context.CancelCauseFunc
 
 	// The rest belongs to whoever holds the Comm's turn.
-	installed atomic.Pointer[View] // the view collectives run on (read from any goroutine)
-	live      context.Context      // cur when installed was announced
-	me        int                  // this rank's index in installed
+	installed atomic.Pointer[View]    // the view collectives run on (read from any goroutine)
+	hostRanks atomic.Pointer[[][]int] // its ranks by host (Comm.Hosts)
+	live      context.Context         // cur when installed was announced
+	me        int                     // this rank's index in installed
 	seqBase   uint32
 	stash     map[int][]transport.Frame // frames of a later epoch, by job rank
 	nstash    int                       // frames in stash
@@ -389,7 +390,12 @@ func (c *Comm) install(v View) error {
 			hosts[i] = all[r]
 		}
 	}
-	return c.setTopology(hosts)
+	if err := c.setTopology(hosts); err != nil {
+		return err
+	}
+	byHost := c.hostRanks()
+	e.hostRanks.Store(&byHost)
+	return nil
 }
 
 // begin starts a collective: if the view changed since the last one, it

@@ -181,6 +181,19 @@ func TestElasticRankLeaves(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			changedAt := make([]int, n)
+			stopHosts := make(chan struct{})
+			hostsDone := make(chan struct{})
+			go func() { // Hosts beside the collectives that change the view
+				defer close(hostsDone)
+				for {
+					select {
+					case <-stopHosts:
+						return
+					default:
+						_ = comms[0].Hosts()
+					}
+				}
+			}()
 			err := runAll(comms, func(c *Comm) error {
 				changedAt[c.Rank()] = -1
 				for it := 0; it < 12; it++ {
@@ -230,6 +243,8 @@ func TestElasticRankLeaves(t *testing.T) {
 				}
 				return nil
 			})
+			close(stopHosts)
+			<-hostsDone
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -242,6 +257,9 @@ func TestElasticRankLeaves(t *testing.T) {
 				}
 				if v := comms[r].View(); v.Epoch != 1 || !slices.Equal(v.Ranks, []int{0, 1, 3}) || comms[r].Size() != 3 {
 					t.Fatalf("rank %d: view %v, size %d", r, v, comms[r].Size())
+				}
+				if h := fmt.Sprint(comms[r].Hosts()); h != "[[0 1] [3]]" {
+					t.Fatalf("rank %d: hosts %s after the change, want [[0 1] [3]]", r, h)
 				}
 			}
 		})

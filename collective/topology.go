@@ -106,17 +106,34 @@ func (c *Comm) hierarchical(nbytes int) bool {
 // one list of ranks per host (with Elastic, of the current view's ranks).
 // A Comm from NewLocal is one host.
 func (c *Comm) Hosts() [][]int {
+	if c.el != nil {
+		// The view's, set with it: safe beside a collective that installs
+		// a new one.
+		return clone2(*c.el.hostRanks.Load())
+	}
+	return c.hostRanks()
+}
+
+// hostRanks is Hosts from the topology, in job ranks.
+func (c *Comm) hostRanks() [][]int {
 	if c.topo == nil {
 		return [][]int{c.View().Ranks}
 	}
+	ranks := c.View().Ranks
 	out := make([][]int, len(c.topo.hosts))
 	for i, h := range c.topo.hosts {
-		out[i] = append([]int(nil), h...)
-		if c.el != nil { // view indices to job ranks
-			for j, x := range out[i] {
-				out[i][j] = c.el.installed.Load().Ranks[x]
-			}
+		out[i] = make([]int, len(h))
+		for j, x := range h { // view indices to job ranks
+			out[i][j] = ranks[x]
 		}
+	}
+	return out
+}
+
+func clone2(in [][]int) [][]int {
+	out := make([][]int, len(in))
+	for i, h := range in {
+		out[i] = slices.Clone(h)
 	}
 	return out
 }
