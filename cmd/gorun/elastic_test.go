@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -40,7 +41,7 @@ func elasticRank(args []string) int {
 		return 2
 	}
 	if strings.HasPrefix(args[0], "rejoin") {
-		return rejoinRank(args[0], rank, ctl)
+		return rejoinRank(args, rank, ctl)
 	}
 	switch {
 	case args[0] == "die" && rank == 2:
@@ -67,20 +68,22 @@ func elasticRank(args []string) int {
 	return 0
 }
 
-// rejoinRank is a rank of the --max-restarts tests. Rank 2 is lost on
-// its first start: in scenario "rejoin" it exits with 1; in
-// "rejoin-fenced" it hangs and rank 1 reports it lost, so gorun fences
-// it. Restarted (GORUN_RESTART_COUNT=1), it prints the first line of its
+// rejoinRank is a rank of the --max-restarts tests (args: the scenario
+// and the test's mark). Rank 2 is lost on its first start: in scenario
+// "rejoin" it exits with 1; in "rejoin-fenced" it hangs and rank 1
+// reports it lost once it has started (startedFile), so gorun fences it. Restarted (GORUN_RESTART_COUNT=1), it prints the first line of its
 // channel ("FIRST view 1 0,1,3"), says "join 127.0.0.1:4021 localhost/2",
 // and prints the view that holds it ("VIEW 2 0,1,2,3 +2 ..."). The other
 // ranks print every view until one holds rank 2. Each start of rank 2
 // prints its gossip port (START, RESTART). Every rank exits 0 once it
 // printed the view with rank 2, and 3 if none comes within 20 s.
-func rejoinRank(scenario string, rank int, ctl net.Conn) int {
+func rejoinRank(args []string, rank int, ctl net.Conn) int {
+	scenario, started := args[0], startedFile(args[1])
 	count := os.Getenv(jobenv.RestartCountVar)
 	port := os.Getenv(jobenv.GossipPortVar)
 	in := bufio.NewReader(ctl)
-	_ = ctl.SetReadDeadline(time.Now().Add(20 * time.Second))
+	begin := time.Now()
+	_ = ctl.SetReadDeadline(begin.Add(20 * time.Second))
 	next := func() (string, bool) {
 		line, err := in.ReadString('\n')
 		if err != nil {
@@ -93,6 +96,10 @@ func rejoinRank(scenario string, rank int, ctl net.Conn) int {
 	case rank == 2 && count == "":
 		fmt.Printf("START port=%s\n", port)
 		if scenario == "rejoin-fenced" {
+			if err := os.WriteFile(started, nil, 0o644); err != nil {
+				fmt.Fprintf(os.Stderr, "rank 2: %v\n", err)
+				return 2
+			}
 			time.Sleep(5 * time.Minute)
 		}
 		return 1
@@ -108,7 +115,15 @@ func rejoinRank(scenario string, rank int, ctl net.Conn) int {
 			return 2
 		}
 	case rank == 1 && scenario == "rejoin-fenced":
-		time.Sleep(200 * time.Millisecond)
+		// Rank 2 printed its port before it says it started; under load
+		// a fence could otherwise beat its first line.
+		for _, err := os.Stat(started); err != nil; _, err = os.Stat(started) {
+			if time.Since(begin) > 20*time.Second {
+				fmt.Fprintf(os.Stderr, "rank 1: rank 2 did not start: %v\n", err)
+				return 3
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		if _, err := fmt.Fprintf(ctl, "suspect 2 frozen\n"); err != nil {
 			fmt.Fprintf(os.Stderr, "rank 1: %v\n", err)
 			return 2
@@ -125,6 +140,9 @@ func rejoinRank(scenario string, rank int, ctl net.Conn) int {
 		}
 	}
 }
+
+// startedFile is where rank 2 of scenario rejoin-fenced says it started.
+func startedFile(mark string) string { return filepath.Join(os.TempDir(), mark+".started") }
 
 // elasticJob runs the test binary as 4 elastic ranks of scenario, with
 // more gorun flags.
@@ -278,6 +296,7 @@ func TestElasticRejoin(t *testing.T) {
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			mark := marker(t)
+			t.Cleanup(func() { os.Remove(startedFile(mark)) })
 			start := time.Now()
 			r := elasticJob(t, tc.scenario, mark, "--max-restarts", "2")
 			if r.code != 0 {
