@@ -147,6 +147,11 @@ func Start(cfg Config, ev Events) (*Member, error) {
 	mc.AwarenessMaxMultiplier = 4
 	mc.GossipInterval = 50 * time.Millisecond
 	mc.GossipToTheDeadTime = 2 * time.Second
+	// A rank restarted on another host (gorun --max-restarts) comes back
+	// under its name at a new address: once the old one is dead, the new
+	// one may take the name at once (gossip is keyed with the job secret,
+	// so no outsider can).
+	mc.DeadNodeReclaimTime = time.Millisecond
 	mc.PushPullInterval = 5 * time.Second
 	mc.TCPTimeout = 2 * time.Second
 	mc.EnableCompression = false

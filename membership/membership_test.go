@@ -2,6 +2,8 @@ package membership
 
 import (
 	"context"
+	"errors"
+	"github.com/gorun/gorun/internal/proctest"
 	"net"
 	"slices"
 	"strconv"
@@ -275,4 +277,42 @@ func TestDeadAndLeft(t *testing.T) {
 			t.Fatalf("rank %d: rank 2 left cleanly but was reported dead", i)
 		}
 	}
+}
+
+// TestRestartedElsewhere: a rank that dies (no goodbye) and is restarted
+// on another host, under its name at a new gossip address, is taken back
+// by the others once gossip declared the old one dead: they see its new
+// data address, and it sees theirs. (With DeadNodeReclaimTime they take it
+// at once, about 2 s here; without, only once memberlist has dropped the
+// dead node, about 10 s here: this test passes either way.)
+func TestRestartedElsewhere(t *testing.T) {
+	const secret = "secret-secret-secret"
+	g := start(t, []Config{testConfig("job9", 0, 3, secret), testConfig("job9", 1, 3, secret), testConfig("job9", 2, 3, secret)})
+	if _, errs := g.waitAll(10 * time.Second); errors.Join(errs...) != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	g.ms[1].closeOnce.Do(func() { _ = g.ms[1].ml.Shutdown() }) // a death: no leave, no goodbye
+	proctest.WaitFor(t, 15*time.Second, func() bool { _, ok := g.rec[0].sawDead(1); return ok }, "rank 0 sees rank 1 dead")
+	cfg := testConfig("job9", 1, 3, secret)
+	cfg.DataAddr = "127.0.0.1:29999"
+	cfg.Seeds = g.ms[0].cfg.Seeds
+	back, err := Start(cfg, Events{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { back.Close() })
+	if back.Port() == g.ms[1].Port() {
+		t.Fatalf("the restarted member listens at the old port %d: not a new address", back.Port())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	peers, err := back.WaitFor(ctx, []int{0, 1, 2})
+	if err != nil || peers[0].Data != g.ms[0].cfg.DataAddr {
+		t.Fatalf("restarted member: %v, %v", peers, err)
+	}
+	proctest.WaitFor(t, 15*time.Second, func() bool {
+		g.ms[0].mu.Lock()
+		defer g.ms[0].mu.Unlock()
+		return g.ms[0].peers[1].Data == "127.0.0.1:29999"
+	}, "rank 0 takes the restarted rank's new address")
 }
