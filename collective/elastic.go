@@ -245,15 +245,6 @@ func (e *elastic) rejoin(ctx context.Context, hosts []string, addr, host string)
 	}
 }
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // readViews takes the sequencer's views from the control channel until
 // it closes. A line that is not a valid view is logged and ignored.
 func (e *elastic) readViews() {

@@ -158,6 +158,23 @@ func (s *sequencer) remove(rank int) View {
 	return v
 }
 
+// elasticOverTCP starts n elastic ranks over TCP in this process, two to
+// a host (sharing memory if shm), with a test sequencer.
+func elasticOverTCP(t *testing.T, n int, shm bool) ([]Config, *sequencer, []*Comm) {
+	t.Helper()
+	cfgs := tcpConfigs(t, n, "a-secret-of-the-right-length")
+	for r := range cfgs {
+		cfgs[r].Shm = shm
+		cfgs[r].HostKey = fmt.Sprint("host", r/2)
+	}
+	seq := newSequencer(t, cfgs)
+	comms, errs := newAll(cfgs)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return cfgs, seq, comms
+}
+
 // TestElasticRankLeaves: 4 ranks over TCP (and shared memory between
 // some) run all-reduces of several sizes; rank 2 vanishes in the middle
 // of one (its Comm closes). Every survivor gets exactly one
@@ -167,16 +184,7 @@ func TestElasticRankLeaves(t *testing.T) {
 	for _, shm := range []bool{true, false} {
 		t.Run(fmt.Sprint("shm=", shm), func(t *testing.T) {
 			const n, victim, at = 4, 2, 5
-			cfgs := tcpConfigs(t, n, "a-secret-of-the-right-length")
-			for r := range cfgs {
-				cfgs[r].Shm = shm
-				cfgs[r].HostKey = fmt.Sprint("host", r/2)
-			}
-			seq := newSequencer(t, cfgs)
-			comms, errs := newAll(cfgs)
-			if err := errors.Join(errs...); err != nil {
-				t.Fatal(err)
-			}
+			_, seq, comms := elasticOverTCP(t, n, shm)
 			t.Cleanup(func() { closeAll(comms) })
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -277,16 +285,7 @@ func TestElasticRejoin(t *testing.T) {
 	for _, shm := range []bool{true, false} {
 		t.Run(fmt.Sprint("shm=", shm), func(t *testing.T) {
 			const n, victim, at = 4, 2, 5
-			cfgs := tcpConfigs(t, n, "a-secret-of-the-right-length")
-			for r := range cfgs {
-				cfgs[r].Shm = shm
-				cfgs[r].HostKey = fmt.Sprint("host", r/2)
-			}
-			seq := newSequencer(t, cfgs)
-			comms, errs := newAll(cfgs)
-			if err := errors.Join(errs...); err != nil {
-				t.Fatal(err)
-			}
+			cfgs, seq, comms := elasticOverTCP(t, n, shm)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			var newcomer atomic.Pointer[Comm]

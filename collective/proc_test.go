@@ -396,6 +396,21 @@ func TestHubKillDetected(t *testing.T) { drill(t, "kill", 5*time.Second, hubs(1)
 // gossip, and that wakes every survivor waiting on the hub.
 func TestHubStopDetected(t *testing.T) { drill(t, "stop", 8*time.Second, hubs(1)) }
 
+// launchElastic runs 4 ranks of mode under gorun --elastic with
+// --max-restarts restarts and GORUN_SHM=shm, and fails the test unless
+// gorun exits 0.
+func launchElastic(t *testing.T, mode, shm string, restarts int) (launcher.Result, string) {
+	t.Helper()
+	res, out := launchWith(t, 4, mode, 3*time.Second, func(cfg *launcher.Config) {
+		cfg.Elastic, cfg.MaxRestarts = true, restarts
+		cfg.Env = append(cfg.Env, "GORUN_SHM="+shm)
+	})
+	if res.ExitCode != 0 {
+		t.Fatalf("%s shm %s: exit %d (%s):\n%s", mode, shm, res.ExitCode, res.Failure, out)
+	}
+	return res, out
+}
+
 // TestElasticRing: under gorun --elastic a rank killed (or frozen) in the
 // middle of an all-reduce does not end the job: every survivor gets one
 // ErrViewChanged, resynchronises, and finishes with exact sums over the
@@ -405,13 +420,7 @@ func TestElasticRing(t *testing.T) {
 		mode string
 		shm  string
 	}{{"ring-kill", "1"}, {"ring-kill", "0"}, {"ring-stop", "1"}} {
-		res, out := launchWith(t, 4, c.mode, 3*time.Second, func(cfg *launcher.Config) {
-			cfg.Elastic = true
-			cfg.Env = append(cfg.Env, "GORUN_SHM="+c.shm)
-		})
-		if res.ExitCode != 0 {
-			t.Fatalf("%s shm %s: exit %d (%s):\n%s", c.mode, c.shm, res.ExitCode, res.Failure, out)
-		}
+		res, out := launchElastic(t, c.mode, c.shm, 0)
 		if n := strings.Count(out, "DONE changes=1 view={1 [0 1 2]} size=3\n"); n != 3 {
 			t.Fatalf("%s shm %s: %d survivors finished on view 1 with one change, want 3:\n%s", c.mode, c.shm, n, out)
 		}
@@ -444,13 +453,7 @@ func TestElasticRejoinProcesses(t *testing.T) {
 		mode string
 		shm  string
 	}{{"ring-rejoin", "1"}, {"ring-rejoin", "0"}, {"ring-rejoin-stop", "1"}} {
-		res, out := launchWith(t, 4, c.mode, 3*time.Second, func(cfg *launcher.Config) {
-			cfg.Elastic, cfg.MaxRestarts = true, 1
-			cfg.Env = append(cfg.Env, "GORUN_SHM="+c.shm)
-		})
-		if res.ExitCode != 0 {
-			t.Fatalf("%s shm %s: exit %d (%s):\n%s", c.mode, c.shm, res.ExitCode, res.Failure, out)
-		}
+		res, out := launchElastic(t, c.mode, c.shm, 1)
 		if n := strings.Count(out, " view={2 [0 1 2 3]} size=4\n"); n != 4 {
 			t.Fatalf("%s shm %s: %d ranks finished on view 2 with all 4, want 4:\n%s", c.mode, c.shm, n, out)
 		}
@@ -478,12 +481,7 @@ func TestElasticRejoinProcesses(t *testing.T) {
 // gorun restarts it a second time (--max-restarts 2), and all 4 finish
 // on view 4 (loss, join, loss, join).
 func TestElasticJoinerDies(t *testing.T) {
-	res, out := launchWith(t, 4, "ring-rejoin-die", 3*time.Second, func(cfg *launcher.Config) {
-		cfg.Elastic, cfg.MaxRestarts = true, 2
-	})
-	if res.ExitCode != 0 {
-		t.Fatalf("exit %d (%s):\n%s", res.ExitCode, res.Failure, out)
-	}
+	res, out := launchElastic(t, "ring-rejoin-die", "1", 2)
 	if n := strings.Count(out, " view={4 [0 1 2 3]} size=4\n"); n != 4 {
 		t.Fatalf("%d ranks finished on view 4 with all 4, want 4:\n%s", n, out)
 	}
