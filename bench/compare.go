@@ -32,11 +32,11 @@ func (p Pair) Busiest() int64 { return slices.Max(append([]int64{0}, p.HubBytes.
 func (p Pair) Lmax() int64 { return slices.Max(append([]int64{0}, p.Loads...)) }
 
 // HubLoads is how many bytes of an s-byte float32 buffer each of k hubs
-// handles when it is cut into partitions of part bytes, placed as ParamHub
-// places them.
+// handles when it is cut into partitions of at most part bytes, cut and
+// placed as ParamHub's default client config does.
 func HubLoads(s, part, k int) []int64 {
 	loads := make([]int64, k)
-	for _, p := range ps.RoundPartitions(ps.RoundReduce, s/4, 4, part, 1, k) {
+	for _, p := range ps.RoundPartitions(ps.RoundReduce, s/4, 4, part, ps.DefaultClientConfig().RoundPartitionsPerHub, 1, k) {
 		loads[p.Hub] += int64(4 * p.Len)
 	}
 	return loads

@@ -5,18 +5,21 @@
 # same round (below 1: shared memory is faster).
 #   bash bench/hubshm.sh [ROUNDS] [SIZES]   (defaults: 4, 4KiB,64KiB,1MiB,16MiB)
 #   NP (default 2) ranks; HUBS=K uses K dedicated hubs instead of a hub
-#   colocated in rank 0.
+#   colocated in rank 0. GORUN and ALLREDUCE name the binaries to run
+#   (default: built into bin/).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-4}
 sizes=${2:-4KiB,64KiB,1MiB,16MiB}
-make -C "$repo" build >/dev/null
-go build -o "$repo/bin/allreduce" "$repo/examples/allreduce"
+gorun=${GORUN:-$repo/bin/gorun}
+allreduce=${ALLREDUCE:-$repo/bin/allreduce}
+if [ -z "${GORUN:-}" ]; then make -C "$repo" build >/dev/null; fi
+if [ -z "${ALLREDUCE:-}" ]; then go build -o "$allreduce" "$repo/examples/allreduce"; fi
 hubs=()
 if [ -n "${HUBS:-}" ]; then hubs=(--hubs "$HUBS"); fi
 run() { # shm
-    "$repo/bin/gorun" --tag-output=false -np "${NP:-2}" --strategy hub "${hubs[@]}" -x GORUN_SHM="$1" \
-        "$repo/bin/allreduce" -sizes "$sizes" -target "${TARGET:-1s}" |
+    "$gorun" --tag-output=false -np "${NP:-2}" --strategy hub "${hubs[@]}" -x GORUN_SHM="$1" \
+        "$allreduce" -sizes "$sizes" -target "${TARGET:-1s}" |
         awk '/iB/ {printf "%s %s ", $1, $2} END {print ""}'
 }
 for r in $(seq "$rounds"); do

@@ -20,10 +20,19 @@ type ClientConfig struct {
 	JobID           string
 	Secret          []byte
 	// PartitionBytes is the largest piece of a tensor sent to one hub in
-	// one message (counted in float32 elements for keys). Pushing one
-	// partition overlaps pulling the previous one.
+	// one message (counted in float32 elements for keys). Keys are cut
+	// into partitions of exactly this size; collective rounds into
+	// RoundPartitionsPerHub partitions per hub, none larger than this (see
+	// RoundPartitionBytes). Pushing one partition overlaps pulling the
+	// previous one.
 	PartitionBytes int
-	MaxFrame       int
+	// RoundPartitionsPerHub is about how many partitions per hub a
+	// collective round is cut into, none larger than PartitionBytes nor
+	// smaller than RoundPartitionBytes' floor: the partition size follows
+	// the round's size. 0 cuts every round into partitions of
+	// PartitionBytes (the size is then fixed, as keys' are).
+	RoundPartitionsPerHub int
+	MaxFrame              int
 	// ConnectTimeout bounds Dial: hubs that are not up yet are retried.
 	ConnectTimeout   time.Duration
 	HandshakeTimeout time.Duration
@@ -51,11 +60,12 @@ type ClientConfig struct {
 // identity and its hubs.
 func DefaultClientConfig() ClientConfig {
 	return ClientConfig{
-		PartitionBytes:   4 << 20,
-		MaxFrame:         transport.DefaultMaxPayload + FrameSlack,
-		ConnectTimeout:   30 * time.Second,
-		HandshakeTimeout: 5 * time.Second,
-		HubTimeout:       3 * time.Second,
+		PartitionBytes:        4 << 20,
+		RoundPartitionsPerHub: 32,
+		MaxFrame:              transport.DefaultMaxPayload + FrameSlack,
+		ConnectTimeout:        30 * time.Second,
+		HandshakeTimeout:      5 * time.Second,
+		HubTimeout:            3 * time.Second,
 	}
 }
 
@@ -69,6 +79,8 @@ func (c *ClientConfig) validate() error {
 		return errors.New("ps: job id missing or job secret shorter than 16 bytes")
 	case c.PartitionBytes < 8 || c.PartitionBytes+msgHeaderSize+maxKeyLen+8 > c.MaxFrame:
 		return fmt.Errorf("ps: PartitionBytes %d must be at least 8 and fit in MaxFrame %d", c.PartitionBytes, c.MaxFrame)
+	case c.RoundPartitionsPerHub < 0:
+		return fmt.Errorf("ps: RoundPartitionsPerHub %d is negative", c.RoundPartitionsPerHub)
 	case c.ConnectTimeout <= 0 || c.HandshakeTimeout <= 0 || c.HubTimeout <= 0:
 		return errors.New("ps: timeouts must be positive")
 	}

@@ -31,12 +31,48 @@ type Collective struct {
 	WantOff, WantLen int
 }
 
+// The floor of RoundPartitionBytes: a round's partitions are at least
+// RoundSpreadBytes/hubs and at least MinRoundPartitionBytes. Below 64 KiB
+// a hub's cost per partition (about 0.1 ms on the test hosts) outweighs
+// the shorter pipeline fill; and a hub link over shared memory costs so
+// much per frame that a 1 MiB round cut into 4 or more partitions takes
+// twice as long as in 1 or 2, so a round keeps 512 KiB per hub's share
+// before it is cut finer (results/hub-timing-2026-11-25.md).
+const (
+	MinRoundPartitionBytes = 64 << 10
+	RoundSpreadBytes       = 512 << 10
+)
+
+// RoundPartitionBytes is the partition size of a collective round of
+// total bytes on hubs hubs: the round is cut into about perHub
+// partitions per hub, each at least max(RoundSpreadBytes/hubs,
+// MinRoundPartitionBytes) and at most limit (a limit below that floor is
+// the size itself). Many partitions per hub keep the pipeline full: a hub
+// answers a partition only when every worker's part of it is in, so the
+// round's first results wait for one partition's fan-in and its last
+// results for the last one's. perHub 0 cuts every round into partitions
+// of limit.
+func RoundPartitionBytes(total, hubs, limit, perHub int) int {
+	if perHub <= 0 {
+		return limit
+	}
+	hubs = max(hubs, 1)
+	floor := max(RoundSpreadBytes/hubs, MinRoundPartitionBytes)
+	return max(min(total/(perHub*hubs), limit), min(floor, limit))
+}
+
 // RoundPartitions is how a collective round of count elements of size
-// bytes is cut and placed on hubs hubs: partitions of at most
-// partitionBytes (for a gather, of the gathered result), each on the
-// least-loaded hub. Every worker computes the same.
-func RoundPartitions(kind uint8, count, size, partitionBytes, workers, hubs int) []Partition {
-	partElems := max(1, partitionBytes/max(size, 1))
+// bytes is cut and placed on hubs hubs: partitions of
+// RoundPartitionBytes(total, hubs, partitionBytes, perHub) bytes, where
+// total is the round's buffer (for a gather, the gathered result), each
+// on the least-loaded hub. Every worker computes the same.
+func RoundPartitions(kind uint8, count, size, partitionBytes, perHub, workers, hubs int) []Partition {
+	size = max(size, 1)
+	total := count * size
+	if kind == kindGather {
+		total *= max(workers, 1)
+	}
+	partElems := max(1, RoundPartitionBytes(total, hubs, partitionBytes, perHub)/size)
 	if kind == kindGather {
 		partElems = max(1, partElems/max(workers, 1))
 	}
@@ -55,7 +91,7 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 	if size == 0 {
 		return fmt.Errorf("%w: unknown element type %d", ErrBadRequest, r.DType)
 	}
-	parts := RoundPartitions(r.Kind, r.Count, size, c.cfg.PartitionBytes, c.cfg.Workers, len(c.hubs))
+	parts := RoundPartitions(r.Kind, r.Count, size, c.cfg.PartitionBytes, c.cfg.RoundPartitionsPerHub, c.cfg.Workers, len(c.hubs))
 	h := c.newHandle(kindOther, len(parts))
 	isRoot := r.Kind == kindBroadcast && r.Root == c.cfg.Worker
 	for i, p := range parts {

@@ -38,6 +38,10 @@
 // strategy: every worker sends its part of every partition, and the hub
 // folds the parts in rank order (or concatenates them, or forwards the
 // root's), and answers each worker with the part of the result it wants.
+// A round is a pipeline: its partition size follows the round's size
+// (RoundPartitionBytes: about ClientConfig.RoundPartitionsPerHub
+// partitions per hub, none larger than ClientConfig.PartitionBytes), and a hub sends each partition's result
+// as soon as the partition is complete.
 //
 // # Failure
 //
