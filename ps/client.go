@@ -32,7 +32,11 @@ type ClientConfig struct {
 	// the round's size. 0 cuts every round into partitions of
 	// PartitionBytes (the size is then fixed, as keys' are).
 	RoundPartitionsPerHub int
-	MaxFrame              int
+	// RoundWindow is how many partitions of a collective round a worker
+	// has outstanding on one hub at a time; the next goes when an answer
+	// comes back. 0 sends them all at once.
+	RoundWindow int
+	MaxFrame    int
 	// ConnectTimeout bounds Dial: hubs that are not up yet are retried.
 	ConnectTimeout   time.Duration
 	HandshakeTimeout time.Duration
@@ -62,6 +66,7 @@ func DefaultClientConfig() ClientConfig {
 	return ClientConfig{
 		PartitionBytes:        4 << 20,
 		RoundPartitionsPerHub: 32,
+		RoundWindow:           4,
 		MaxFrame:              transport.DefaultMaxPayload + FrameSlack,
 		ConnectTimeout:        30 * time.Second,
 		HandshakeTimeout:      5 * time.Second,
@@ -79,8 +84,8 @@ func (c *ClientConfig) validate() error {
 		return errors.New("ps: job id missing or job secret shorter than 16 bytes")
 	case c.PartitionBytes < 8 || c.PartitionBytes+msgHeaderSize+maxKeyLen+8 > c.MaxFrame:
 		return fmt.Errorf("ps: PartitionBytes %d must be at least 8 and fit in MaxFrame %d", c.PartitionBytes, c.MaxFrame)
-	case c.RoundPartitionsPerHub < 0:
-		return fmt.Errorf("ps: RoundPartitionsPerHub %d is negative", c.RoundPartitionsPerHub)
+	case c.RoundPartitionsPerHub < 0 || c.RoundWindow < 0:
+		return fmt.Errorf("ps: RoundPartitionsPerHub %d and RoundWindow %d must not be negative", c.RoundPartitionsPerHub, c.RoundWindow)
 	case c.ConnectTimeout <= 0 || c.HandshakeTimeout <= 0 || c.HubTimeout <= 0:
 		return errors.New("ps: timeouts must be positive")
 	}
@@ -132,9 +137,10 @@ type hubLink struct {
 }
 
 type call struct {
-	h    *Handle
-	on   func(m *message) // consumes a reply's data; runs under h.mu
-	want int              // bytes of data the reply must carry; -1: any
+	h     *Handle
+	on    func(m *message) // consumes a reply's data; runs under h.mu
+	want  int              // bytes of data the reply must carry; -1: any
+	after func()           // if set, runs once the reply is taken, whatever it was
 }
 
 // Dial connects worker cfg.Worker to every hub.
@@ -310,6 +316,9 @@ func (c *Client) reader(h *hubLink) {
 				return
 			}
 			cl.h.finish(herr, nil)
+			if cl.after != nil {
+				cl.after()
+			}
 			continue
 		}
 		if cl == nil {
@@ -329,6 +338,9 @@ func (c *Client) reader(h *hubLink) {
 				c.iter.maxStale(int(m.Stale))
 			}
 		})
+		if cl.after != nil {
+			cl.after()
+		}
 	}
 }
 
@@ -364,6 +376,11 @@ func (c *Client) watchdog() {
 
 // send registers a call on hub i and queues m.
 func (c *Client) send(i int, m *message, h *Handle, on func(*message), want int) {
+	c.sendAfter(i, m, h, on, want, nil)
+}
+
+// sendAfter is send with a function to run when the reply has been taken.
+func (c *Client) sendAfter(i int, m *message, h *Handle, on func(*message), want int, after func()) {
 	hl := c.hubs[i]
 	hl.mu.Lock()
 	if len(hl.pending) == 0 {
@@ -371,7 +388,7 @@ func (c *Client) send(i int, m *message, h *Handle, on func(*message), want int)
 	}
 	hl.nextID++
 	m.ID = hl.nextID
-	hl.pending[m.ID] = &call{h: h, on: on, want: want}
+	hl.pending[m.ID] = &call{h: h, on: on, want: want, after: after}
 	hl.mu.Unlock()
 	// Counted when queued: a call's bytes are all counted when its answer
 	// arrives, whatever the writer is doing.

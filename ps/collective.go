@@ -3,6 +3,7 @@ package ps
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/gorun/gorun/reduce"
 )
@@ -84,8 +85,10 @@ func RoundPartitions(kind uint8, count, size, partitionBytes, perHub, workers, h
 }
 
 // Collective runs one collective round through the hubs: the buffer is
-// cut into partitions placed on the hubs, every partition is sent, and
-// the results are copied into Recv as they come back.
+// cut into partitions placed on the hubs, the partitions are sent, at
+// most ClientConfig.RoundWindow of them to a hub at a time, and the
+// results are copied into Recv as they come back. Once the round has
+// failed, or ctx has ended, the partitions not yet sent are not sent.
 func (c *Client) Collective(ctx context.Context, r Collective) error {
 	size := reduce.Size(r.DType)
 	if size == 0 {
@@ -93,6 +96,7 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 	}
 	parts := RoundPartitions(r.Kind, r.Count, size, c.cfg.PartitionBytes, c.cfg.RoundPartitionsPerHub, c.cfg.Workers, len(c.hubs))
 	h := c.newHandle(kindOther, len(parts))
+	win := newWindow(c, h, len(c.hubs), c.cfg.RoundWindow)
 	isRoot := r.Kind == kindBroadcast && r.Root == c.cfg.Worker
 	for i, p := range parts {
 		m := &message{Type: msgRound, Kind: r.Kind, Code: uint8(r.Op), DType: r.DType, Clock: r.Seq, Part: uint32(i),
@@ -125,9 +129,69 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 				copy(r.Recv[(w*r.Count+p.Off)*size:(w*r.Count+p.Off+p.Len)*size], rep.Data[w*p.Len*size:])
 			}
 		}
-		c.send(p.Hub, m, h, on, want)
+		win.add(p.Hub, windowed{m: m, on: on, want: want})
 	}
+	win.start()
 	return h.Wait(ctx)
+}
+
+// window sends a round's partitions to each hub at most limit at a time:
+// the next one when an answer comes back. Every worker then stays within
+// limit partitions of the slowest on every hub, so that no worker's
+// pushes run ahead and take the link a late partition needs, and the
+// hubs complete partitions in order.
+type window struct {
+	c     *Client
+	h     *Handle
+	limit int // 0: no limit
+
+	mu     sync.Mutex
+	queues [][]windowed // per hub, in order
+}
+
+type windowed struct {
+	m    *message
+	on   func(*message)
+	want int
+}
+
+func newWindow(c *Client, h *Handle, hubs, limit int) *window {
+	return &window{c: c, h: h, limit: limit, queues: make([][]windowed, hubs)}
+}
+
+func (w *window) add(hub int, p windowed) { w.queues[hub] = append(w.queues[hub], p) }
+
+// start sends the first limit partitions of every hub.
+func (w *window) start() {
+	for hub, q := range w.queues {
+		n := len(q)
+		if w.limit > 0 {
+			n = min(n, w.limit)
+		}
+		for range n {
+			w.next(hub)
+		}
+	}
+}
+
+// next sends hub's next partition, unless the round has failed or been
+// given up.
+func (w *window) next(hub int) {
+	w.mu.Lock()
+	q := w.queues[hub]
+	if len(q) == 0 || w.h.stopped() {
+		w.mu.Unlock()
+		return
+	}
+	p := q[0]
+	q[0] = windowed{}
+	w.queues[hub] = q[1:]
+	w.mu.Unlock()
+	var after func()
+	if w.limit > 0 {
+		after = func() { w.next(hub) }
+	}
+	w.c.sendAfter(hub, p.m, w.h, p.on, p.want, after)
 }
 
 // HubBytes reports the data bytes (tensor contents, without message

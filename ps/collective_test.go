@@ -2,12 +2,15 @@ package ps
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"testing"
 
 	"github.com/gorun/gorun/reduce"
+	"github.com/gorun/gorun/transport"
 )
 
 // TestRoundPartitionBytes: the partition size follows the round's size
@@ -85,9 +88,9 @@ func TestRoundPartitionsCover(t *testing.T) {
 
 // TestCollectiveExactRandomSizes: int32 and int64 sum all-reduces of
 // random lengths through 1-3 hubs, with the round's partition size from
-// the rule (several partitions per hub, the floor, the limit, fixed), are
-// exact against a naive sum, on every worker; a gather returns every
-// worker's buffer in rank order.
+// the rule (several partitions per hub, the floor, the limit, fixed) and
+// windows of 0-4 partitions, are exact against a naive sum, on every
+// worker; a gather returns every worker's buffer in rank order.
 func TestCollectiveExactRandomSizes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 25))
 	counts := []int{0, 1, 7, 1031, 16<<10 + 3, 70001, 200003}
@@ -99,10 +102,10 @@ func TestCollectiveExactRandomSizes(t *testing.T) {
 		limit := []int{4 << 20, 256 << 10, 96}[trial%3]
 		_, addrs := startHubs(t, k, n, false)
 		cs := make([]*Client, n)
-		perHub := []int{16, 3, 0}[rng.IntN(3)]
+		perHub, window := []int{16, 3, 0}[rng.IntN(3)], rng.IntN(5)
 		for w := range n {
 			cfg := clientConfig(w, n, addrs, limit)
-			cfg.RoundPartitionsPerHub = perHub
+			cfg.RoundPartitionsPerHub, cfg.RoundWindow = perHub, window
 			c, err := Dial(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -132,7 +135,7 @@ func TestCollectiveExactRandomSizes(t *testing.T) {
 			}
 			got := make([][]byte, n)
 			gathered := make([][]byte, n)
-			name := fmt.Sprintf("n=%d k=%d limit=%d perHub=%d count=%d", n, k, limit, perHub, count)
+			name := fmt.Sprintf("n=%d k=%d limit=%d perHub=%d window=%d count=%d", n, k, limit, perHub, window, count)
 			if err := each(n, func(w int) error {
 				got[w] = make([]byte, count*size)
 				r := Collective{Seq: seq, Kind: RoundReduce, Op: reduce.Sum, DType: dt, Count: count, Send: in[w], Recv: got[w], WantLen: count}
@@ -163,4 +166,111 @@ func TestCollectiveExactRandomSizes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRoundWindow: a worker has at most RoundWindow partitions of a round
+// outstanding on a hub, and sends the next one only when an answer comes
+// back; once the round is given up, no more. A hand-made hub answers
+// nothing at first, so with a window of 3 it must see parts 0-2 of the
+// round's 10 and then, after one answer, part 3; after the caller gives
+// up and the rest are answered, only the client's goodbye.
+func TestRoundWindow(t *testing.T) {
+	for _, window := range []int{1, 3} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		type seen struct {
+			parts []uint32
+			err   error
+		}
+		result := make(chan seen, 1)
+		answered := make(chan struct{}) // the caller has given up: answer the rest
+		go func() {
+			var s seen
+			defer func() { result <- s }()
+			c, err := ln.Accept()
+			if err != nil {
+				s.err = err
+				return
+			}
+			defer c.Close()
+			if s.err = fakeHubAccept(c); s.err != nil {
+				return
+			}
+			r := transport.NewReader(c, 1<<20)
+			answer := func(m message) {
+				reply := message{Type: msgReply, ID: m.ID, DType: m.DType, Data: make([]byte, 4*m.WantLen)}
+				_, _ = c.Write(transport.AppendFrame(nil, transport.Header{Type: transport.TypeData}, reply.encode()))
+			}
+			var pending []message
+			for {
+				fh, p, err := r.Next(nil)
+				if err != nil {
+					s.err = err
+					return
+				}
+				if fh.Type == transport.TypeBye {
+					return
+				}
+				if fh.Type != transport.TypeData {
+					continue
+				}
+				m, err := decodeMessage(p)
+				if err != nil {
+					s.err = err
+					return
+				}
+				s.parts = append(s.parts, m.Part)
+				pending = append(pending, m)
+				switch len(s.parts) {
+				case window: // the window is full: answer the first one
+					answer(pending[0])
+					pending = pending[1:]
+				case window + 1: // the one the answer let go
+					result <- s
+					<-answered
+					for _, m := range pending {
+						answer(m)
+					}
+					pending = nil
+				}
+			}
+		}()
+		cfg := clientConfig(0, 1, []string{ln.Addr().String()}, 64)
+		cfg.RoundPartitionsPerHub, cfg.RoundWindow = 0, window
+		c, err := Dial(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 10*64)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- c.Collective(ctx, Collective{Seq: 1, Kind: RoundReduce, Op: reduce.Sum, DType: reduce.Float32, Count: 160, Send: buf, Recv: buf, WantLen: 160})
+		}()
+		s := <-result
+		if want := seq(window + 1); s.err != nil || !slices.Equal(s.parts, want) {
+			t.Fatalf("window %d: the hub saw parts %v (%v) before it answered more than one, want %v", window, s.parts, s.err, want)
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("window %d: given up: %v", window, err)
+		}
+		close(answered)
+		c.Close()
+		s = <-result
+		if want := seq(window + 1); s.err != nil || !slices.Equal(s.parts, want) {
+			t.Fatalf("window %d: after the caller gave up the hub saw parts %v (%v), want only %v", window, s.parts, s.err, want)
+		}
+	}
+}
+
+func seq(n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(i)
+	}
+	return out
 }

@@ -40,8 +40,9 @@
 // root's), and answers each worker with the part of the result it wants.
 // A round is a pipeline: its partition size follows the round's size
 // (RoundPartitionBytes: about ClientConfig.RoundPartitionsPerHub
-// partitions per hub, none larger than ClientConfig.PartitionBytes), and a hub sends each partition's result
-// as soon as the partition is complete.
+// partitions per hub, none larger than ClientConfig.PartitionBytes), a worker keeps at most
+// ClientConfig.RoundWindow partitions outstanding on each hub, and a hub
+// sends each partition's result as soon as the partition is complete.
 //
 // # Failure
 //

@@ -64,6 +64,13 @@ func (h *Handle) finish(err error, copy func()) {
 	}
 }
 
+// stopped: the request has failed, or Wait has given up on it.
+func (h *Handle) stopped() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.given || h.err != nil
+}
+
 // Done is closed when every part of the request has been answered.
 func (h *Handle) Done() <-chan struct{} { return h.done }
 
