@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -269,4 +270,71 @@ func TestOps(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestExtendedModel: the hub's time is the larger of the host link's and
+// the hub's pipelined traffic, plus its cost per partition and the last
+// fold; it is never below the bandwidth model, and the comparison prints
+// it beside the measurement.
+func TestExtendedModel(t *testing.T) {
+	const bw = 1e9 // bytes/s: 1 byte per ns
+	for _, c := range []struct {
+		m          Model
+		ring, want time.Duration
+	}{
+		// One hub: (n-1)(L+p) = 3.75e6 beats S+(n-2)L = 3e6; 4 partitions; 3·250000·0.06 ns fold.
+		{Model{Ranks: 4, Bytes: 1e6, Lmax: 1e6, Part: 250e3, Parts: 4}, 1500 * time.Microsecond, 3750*time.Microsecond + 400*time.Microsecond + 45*time.Microsecond},
+		// Four hubs: the host link, S+(n-2)L = 1.5e6, is the bound.
+		{Model{Ranks: 4, Bytes: 1e6, Lmax: 250e3, Part: 62500, Parts: 4}, 1500 * time.Microsecond, 1500*time.Microsecond + 400*time.Microsecond + 11250*time.Nanosecond},
+		{Model{Ranks: 1, Bytes: 1e6, Lmax: 1e6, Part: 1e6, Parts: 1}, 0, 0},
+	} {
+		if got := c.m.RingTime(bw); got != c.ring {
+			t.Errorf("%+v: ring %v, want %v", c.m, got, c.ring)
+		}
+		if got := c.m.HubTime(bw); got != c.want {
+			t.Errorf("%+v: hub %v, want %v", c.m, got, c.want)
+		}
+	}
+	if r := (Model{Ranks: 1, Bytes: 10}).Ratio(bw); r != 1 {
+		t.Errorf("one rank: ratio %v", r)
+	}
+	rng := rand.New(rand.NewPCG(4, 23))
+	for range 1000 {
+		n, k := 2+rng.IntN(15), 1+rng.IntN(8)
+		s := int64(4 * (1 + rng.IntN(1<<24)))
+		loads, parts, part := HubPlan(int(s), 1<<(10+rng.IntN(13)), k)
+		p := Pair{Bytes: int(s), Loads: loads, Parts: parts, Part: part}
+		m := p.Model(n)
+		if m.Lmax != p.Lmax() || m.Parts < 1 || m.Part > m.Lmax {
+			t.Fatalf("model %+v of loads %v, parts %v, largest %d", m, loads, parts, part)
+		}
+		if got, floor := m.Ratio(bw), ModelRatio(n, s, m.Lmax); got < floor-1e-9 {
+			t.Fatalf("%+v: extended ratio %v below the bandwidth model's %v", m, got, floor)
+		}
+	}
+	pairs := []Pair{{Bytes: 16 << 20, Ring: Row{Median: 250 * time.Millisecond, Min: 200 * time.Millisecond, BusBW: BusBW(16<<20, 250*time.Millisecond, 4)},
+		Hub: Row{Median: 440 * time.Millisecond}, HubBytes: []int64{8 * 16 << 20}, Loads: []int64{16 << 20}, Parts: []int{16}, Part: 1 << 20}}
+	rate := pairs[0].LinkRate(4)
+	if want := BusBW(16<<20, 200*time.Millisecond, 4); rate != want {
+		t.Fatalf("link rate %v, want the fastest ring batch's busbw %v", rate, want)
+	}
+	var b strings.Builder
+	if err := WriteComparison(&b, pairs, 4); err != nil {
+		t.Fatal(err)
+	}
+	m := pairs[0].Model(4)
+	if d := m.RingTime(rate) - 200*time.Millisecond; d < -time.Microsecond || d > time.Microsecond {
+		t.Fatalf("model ring time %v at the fastest batch's rate, want 200ms", m.RingTime(rate))
+	}
+	want := fmt.Sprintf("16x1MiB %12.1f %10.2f %10.2f", us(m.HubTime(rate)), m.Ratio(rate), 440e3/us(m.HubTime(rate)))
+	if !strings.Contains(b.String(), want) || !strings.Contains(b.String(), "hub/model") {
+		t.Fatalf("comparison lacks %q:\n%s", want, b.String())
+	}
+	b.Reset()
+	if err := WriteCSV(&b, pairs, 4); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), ",16,1048576,") {
+		t.Fatalf("csv:\n%s", b.String())
+	}
 }
