@@ -39,6 +39,10 @@ import (
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout)) }
 
+// started is when this process started (a restarted rank reports how
+// long it took to be back).
+var started = time.Now()
+
 type options struct {
 	mode      string
 	model     string
@@ -56,10 +60,11 @@ type options struct {
 	failAt    time.Duration // -fail-rank kills or stops itself this long into training
 	failRank  int
 	failHow   string
-	csv       string // per-iteration CSV prefix
-	plot      string // rank 0 draws its learning curve here
-	samples   int    // synthetic training samples
-	batch     int    // global batch per iteration
+	stall     time.Duration // print each longer gap between completed iterations
+	csv       string        // per-iteration CSV prefix
+	plot      string        // rank 0 draws its learning curve here
+	samples   int           // synthetic training samples
+	batch     int           // global batch per iteration
 	lr, mom   float64
 	decay     string
 	staleness int
@@ -97,6 +102,7 @@ func run(args []string, out io.Writer) int {
 	fs.DurationVar(&o.failAt, "fail-at", 0, "with -fail-rank: when that rank fails (a resilience drill)")
 	fs.IntVar(&o.failRank, "fail-rank", -1, "rank that fails at -fail-at")
 	fs.StringVar(&o.failHow, "fail-how", "kill", "kill (SIGKILL) or stop (SIGSTOP) itself")
+	fs.DurationVar(&o.stall, "stall", 0, "print every gap longer than this between two completed iterations of a rank, each rank's longest, and the drill's failure, with wall-clock times (the resilience study)")
 	fs.StringVar(&o.csv, "csv", "", "write per-iteration metrics of each rank to FILE.RANK.csv and rank 0's learning curve to FILE.curve.csv")
 	fs.StringVar(&o.plot, "plot", "", "rank 0 draws test loss and accuracy against time into FILE.png")
 	fs.StringVar(&o.metrics, "metrics", "", "write per-iteration metrics as JSON lines to FILE.RANK")
@@ -171,6 +177,15 @@ type worker struct {
 	idx     []int     // the batch's samples
 	x       []float64 // the batch
 	y       []int
+	out     io.Writer
+	// progress (-stall and the view lines): when the last iteration
+	// completed, the longest gap between two, and a view change whose
+	// first completed iteration is still to come
+	lastDone           time.Time
+	longest, longestAt time.Duration
+	longestIter        int
+	completed          int // iterations this process completed
+	pending            *viewChange
 	// totals
 	samples        int
 	compute, idle  time.Duration
@@ -202,11 +217,10 @@ func train(o options, out io.Writer) error {
 	if o.partition > 0 {
 		cfg.HubPartitionBytes = o.partition
 	}
-	c, err := collective.New(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+	// The data and the model first: a rank that gorun --max-restarts
+	// brought back joins the running job in New, and the survivors wait
+	// for it from then until its first collective (loading 20000 samples
+	// after New stalled them for half a second).
 	trainSet, testSet, source, err := load(o)
 	if err != nil {
 		return err
@@ -215,12 +229,17 @@ func train(o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	c, err := collective.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 	if o.epochs > 0 {
 		o.iters = int(math.Ceil(o.epochs * float64(trainSet.len()) / float64(o.batch)))
 	}
 	params := len(m.Params)
 	wk := &worker{o: o, c: c, train: trainSet, rng: rand.New(rand.NewPCG(o.seed, uint64(c.Rank()))),
-		m: m, w: m.Params, g: make([]float64, params+1)}
+		m: m, w: m.Params, g: make([]float64, params+1), out: out}
 	for i := c.Rank(); i < trainSet.len(); i += c.Size() {
 		wk.mine = append(wk.mine, i)
 	}
@@ -277,6 +296,9 @@ func train(o options, out io.Writer) error {
 		st = wk.local(elapsed)
 	}
 	tot, stale, it, shares := st.tot, st.stale, st.it, st.shares
+	if o.stall > 0 {
+		fmt.Fprintf(out, "longest_iter ms=%.1f t=%.3f iter=%d\n", ms(wk.longest), wk.longestAt.Seconds(), wk.longestIter)
+	}
 	if wk.resyncs > 0 && c.Rank() == c.View().Ranks[0] {
 		v := c.View()
 		fmt.Fprintf(out, "elastic: epoch %d, ranks %v, %d view change(s)\n", v.Epoch, v.Ranks, wk.resyncs)
@@ -462,6 +484,10 @@ func (wk *worker) step(n int) time.Duration {
 		// (A rank that gorun --max-restarts brought back does not fail
 		// again.)
 		sig := map[string]syscall.Signal{"kill": syscall.SIGKILL, "stop": syscall.SIGSTOP}[wk.o.failHow]
+		if wk.o.stall > 0 {
+			now := time.Now()
+			fmt.Fprintf(wk.out, "fail how=%s t=%.3f unix_ms=%d iter=%d\n", wk.o.failHow, now.Sub(wk.t0).Seconds(), now.UnixMilli(), wk.iters)
+		}
 		_ = syscall.Kill(os.Getpid(), sig)
 	}
 	return d
@@ -487,6 +513,7 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 	wk.vel = make([]float64, params)
 	share := max(1, wk.o.batch/wk.c.Size())
 	wk.snap(t0, true)
+	wk.lastDone = time.Now()
 	for {
 		start := time.Now()
 		d := wk.step(share)
@@ -501,7 +528,10 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 			}
 			// gorun --elastic lost a rank (or took a restarted one back):
 			// take the model from the view's first rank that has it,
-			// re-divide the data, and redo the step.
+			// re-divide the data, and redo the step (not applied here,
+			// so not counted).
+			errAt, before := time.Now(), wk.iters
+			wk.iters--
 			elapsed, err := wk.resync(ctx, time.Since(t0))
 			if err != nil {
 				return err
@@ -509,7 +539,9 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 			if wk.c.Restarts() > 0 {
 				// A restarted rank goes on with the survivors' clock.
 				t0 = time.Now().Add(-elapsed)
+				wk.t0 = t0
 			}
+			wk.pending = &viewChange{view: wk.c.View(), at: errAt.Sub(t0), err: errAt, resync: time.Since(errAt), redone: before - wk.iters, prev: wk.lastDone}
 			share = max(1, wk.o.batch/wk.c.Size())
 			continue
 		}
@@ -526,6 +558,7 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 			return err
 		}
 		wk.itimes = append(wk.itimes, time.Since(start).Seconds())
+		wk.progress(time.Now())
 		wk.snap(t0, false)
 		if wk.g[params] > 0 {
 			return nil
@@ -575,6 +608,7 @@ func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error
 	var last time.Duration
 	lastN := 0
 	wk.snap(t0, true)
+	wk.lastDone = time.Now()
 	for !wk.done(t0) {
 		start := time.Now()
 		if wk.o.mode == "lbbsp" {
@@ -594,6 +628,7 @@ func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error
 			return err
 		}
 		wk.itimes = append(wk.itimes, time.Since(start).Seconds())
+		wk.progress(time.Now())
 		wk.snap(t0, false)
 		wk.idle += m.Wait
 		wk.maxStal = max(wk.maxStal, m.Staleness)
@@ -605,4 +640,63 @@ func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error
 	}
 	// Leave the hubs: rounds no longer wait for this worker.
 	return wk.hub.Close()
+}
+
+// viewChange is an elastic view change as this rank went through it: the
+// new view, when its ErrViewChanged came (since the start of training,
+// and on the wall clock), how long the Resync took, how many of this
+// rank's steps it undid, and when this rank last completed an iteration
+// before it.
+type viewChange struct {
+	view      View
+	at        time.Duration
+	err, prev time.Time
+	resync    time.Duration
+	redone    int
+}
+
+// View is collective.View (here to keep viewChange's fields short).
+type View = collective.View
+
+// progress records an iteration completed at now: the gap since the one
+// before (printed with -stall when longer than it), the longest gap after
+// the first iteration, and
+// the line of a view change that this iteration is the first after. A
+// view line gives the times on the wall clock, in Unix milliseconds (the
+// ranks of a job share a clock when they share a host): prev_ms the last
+// completed iteration before the change, err_ms when ErrViewChanged came,
+// back_ms this first completed one after; and up_ms, this process's age
+// (a restarted rank's time from its start to its first step on the ring).
+func (wk *worker) progress(now time.Time) {
+	gap := now.Sub(wk.lastDone)
+	wk.completed++
+	// (The first iteration sets up the connections: not a stall.)
+	if gap > wk.longest && wk.completed > 1 {
+		wk.longest, wk.longestAt, wk.longestIter = gap, now.Sub(wk.t0), wk.iters
+	}
+	if wk.o.stall > 0 && gap > wk.o.stall {
+		fmt.Fprintf(wk.out, "stall ms=%.1f start_ms=%d end_ms=%d t=%.3f iter=%d\n", ms(gap), wk.lastDone.UnixMilli(), now.UnixMilli(), now.Sub(wk.t0).Seconds(), wk.iters)
+	}
+	if v := wk.pending; v != nil {
+		wk.pending = nil
+		joined := "-"
+		if len(v.view.Joined) > 0 {
+			joined = ints(v.view.Joined)
+		}
+		fmt.Fprintf(wk.out, "view epoch=%d ranks=%s joined=%s t=%.3f prev_ms=%d err_ms=%d back_ms=%d resync_ms=%.1f redone=%d iter=%d restart=%d up_ms=%d\n",
+			v.view.Epoch, ints(v.view.Ranks), joined, v.at.Seconds(), v.prev.UnixMilli(), v.err.UnixMilli(), now.UnixMilli(), ms(v.resync), v.redone, wk.iters,
+			wk.c.Restarts(), now.Sub(started).Milliseconds())
+	}
+	wk.lastDone = now
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// ints is 0,1,2.
+func ints(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
 }

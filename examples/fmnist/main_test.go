@@ -296,3 +296,47 @@ func TestRingElastic(t *testing.T) {
 		}
 	}
 }
+
+// TestRingRejoinStall: under gorun --elastic --max-restarts 1 rank 2,
+// killed 0.3 s into training, says when it failed (-stall), comes back
+// once (it does not fail again), and every rank goes through the view
+// without it and the view with it back; rank 0, whose state the others
+// take, redoes exactly the interrupted step each time; every rank
+// reports its longest iteration.
+func TestRingRejoinStall(t *testing.T) {
+	res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-data", "synthetic", "-lr", "0.5", "-duration", "2s", "-samples", "3000",
+		"-fail-rank", "2", "-fail-at", "300ms", "-fail-how", "kill", "-stall", "1s"},
+		func(c *launcher.Config) { c.Elastic, c.MaxRestarts = true, 1 })
+	if res.ExitCode != 0 || !regexp.MustCompile(`\[0\] mode=ring .* ranks=3 `).MatchString(out) {
+		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+	}
+	if n := len(regexp.MustCompile(`\[2\] fail how=kill t=[0-9.]+ unix_ms=\d+ iter=\d+`).FindAllString(out, -1)); n != 1 {
+		t.Fatalf("rank 2 said it failed %d times:\n%s", n, out)
+	}
+	view := regexp.MustCompile(`\[(\d)\] view epoch=(\d+) ranks=([0-9,]+) joined=([0-9,-]+) t=[0-9.]+ prev_ms=(\d+) err_ms=(\d+) back_ms=(\d+) resync_ms=[0-9.]+ redone=(-?\d+) iter=\d+ restart=(\d) up_ms=\d+`)
+	last := map[string]string{} // each rank's last view
+	for _, m := range view.FindAllStringSubmatch(out, -1) {
+		prev, errAt, back := atoi(t, m[5]), atoi(t, m[6]), atoi(t, m[7])
+		if !(prev <= errAt && errAt <= back) || m[1] == "0" && m[8] != "1" || m[1] == "2" && m[9] != "1" {
+			t.Fatalf("view line %q: times out of order, or rank 0 did not redo one step, or rank 2 not restarted:\n%s", m[0], out)
+		}
+		last[m[1]] = m[3] + " +" + m[4]
+	}
+	for _, r := range []string{"0", "1", "2"} {
+		if last[r] != "0,1,2 +2" {
+			t.Fatalf("rank %s's last view is %q, want ranks 0,1,2 with 2 joined:\n%s", r, last[r], out)
+		}
+		if !regexp.MustCompile(`\[` + r + `\] longest_iter ms=[0-9.]+ t=[0-9.]+ iter=\d+`).MatchString(out) {
+			t.Fatalf("rank %s reported no longest iteration:\n%s", r, out)
+		}
+	}
+}
+
+func atoi(t *testing.T, s string) int64 {
+	t.Helper()
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
