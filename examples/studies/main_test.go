@@ -81,8 +81,9 @@ func TestStudiesQuick(t *testing.T) {
 			"paramhub":      `(?m)^\| [0-9]+ \| [^|]+ \| .*\| 0\.[0-9]{4} \|`,
 			"orchestration": `(?m)^\| [0-9]+ \| [^|]+ \| .*\| 0\.[0-9]{4} \|`,
 			"horovod":       `(?m)^\| local \| [0-9]+ \| .*\| 0\.[0-9]{4} \|$`,
-			// 2 idle runs, 4 drills, 2 widths x 2 strategies under a limit.
-			"ringtmp":  `(?m)^\| (ring|hub BSP) \| 2 \| .*\| 0\.[0-9]{4} \|$|^\| (ring|elastic hub BSP) \| SIG(KILL|STOP) \||^\| [0-9]+,[0-9]+ \| [0-9]+ \| [0-9.]+ \| (ok|fails[^|]*) \| (ok|fails[^|]*) \|$`,
+			// 2 idle runs, 2 runs without a failure and 4 kill drills, 2
+			// widths x 2 strategies under a limit.
+			"ringtmp":  `(?m)^\| (ring|hub BSP) \| 2 \| .*\| 0\.[0-9]{4} \|$|^\| (ring|elastic ring|elastic ring \+ rejoin|elastic hub BSP) \| (none|SIGKILL|SIGSTOP) \| .* \|$|^\| [0-9]+,[0-9]+ \| [0-9]+ \| [0-9.]+ \| (ok|fails[^|]*) \| (ok|fails[^|]*) \|$`,
 			"accuracy": `(?m)^\| (softmax|mlp|cnn) \| [0-9]+ \| .*\| 0\.[0-9]{4} \| .*\|$`,
 		}[study]
 		rows := regexp.MustCompile(rowRE).FindAllString(text, -1)
@@ -99,6 +100,9 @@ func TestStudiesQuick(t *testing.T) {
 		if jobs == 0 || len(rows) != want || !strings.Contains(text, "The whole study took") {
 			t.Fatalf("%s: %d jobs, %d table rows:\n%s", study, jobs, len(rows), text)
 		}
+		if study == "ringtmp" {
+			checkResilience(t, text)
+		}
 		if study == "ringtmp" && (!strings.Contains(text, "| 64,64 | 55050 | 0.4 | ok | ok |") || !regexp.MustCompile(`\| 4096,4096 \| 20037642 \| 152\.9 \| fails \(exit [0-9]+: rank [01] out of memory\) \|`).MatchString(text)) {
 			t.Fatalf("ringtmp: the small model must fit and the ring must run out of memory with the big one:\n%s", text)
 		}
@@ -111,6 +115,63 @@ func TestStudiesQuick(t *testing.T) {
 				t.Fatalf("%s: %v", img[1], err)
 			}
 			f.Close()
+		}
+	}
+}
+
+// checkResilience checks the quick RingTMP study's drills (2 ranks, rank
+// 1 killed): the plain ring fails, the elastic ring goes on with one rank
+// and redoes one step, the restarted rank comes back, the elastic hub
+// goes on; every run reports its accuracy, and the survivors their stall.
+func checkResilience(t *testing.T, text string) {
+	t.Helper()
+	rows := map[string][]string{}
+	for _, line := range strings.Split(text, "\n") {
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) == 10 && (cells[1] == "none" || strings.HasPrefix(cells[1], "SIG")) {
+			rows[cells[0]+"/"+cells[1]] = cells
+		}
+	}
+	acc := regexp.MustCompile(`^0\.[0-9]{4} \([0-9.]+ s\)$`)
+	secs := regexp.MustCompile(`^[0-9]+\.[0-9]{2} s`)
+	for _, k := range []string{"ring/none", "elastic hub BSP/none", "ring/SIGKILL", "elastic ring/SIGKILL", "elastic ring + rejoin/SIGKILL", "elastic hub BSP/SIGKILL"} {
+		c, ok := rows[k]
+		if !ok {
+			t.Fatalf("ringtmp: no row %q:\n%s", k, text)
+		}
+		bad := func(why string) { t.Fatalf("ringtmp: %s: %s:\n%s", k, why, text) }
+		if !acc.MatchString(c[5]) {
+			bad("no final accuracy")
+		}
+		if k == "ring/SIGKILL" {
+			if c[2] == "0" || !strings.Contains(c[3], "failed after") || c[6] != "never (the job ended)" {
+				bad("the plain ring went on")
+			}
+			continue
+		}
+		if c[2] != "0" || !secs.MatchString(c[8]) {
+			bad("gorun failed, or the survivors reported no stall")
+		}
+		if k == "ring/none" || k == "elastic hub BSP/none" {
+			continue
+		}
+		// (The hub may go on within -stall: then no gap tells when.)
+		if !acc.MatchString(c[4]) || !secs.MatchString(c[6]) && !(k == "elastic hub BSP/SIGKILL" && strings.HasPrefix(c[6], "under ")) {
+			bad("no accuracy before the kill, or no recovery time")
+		}
+		switch k {
+		case "elastic ring/SIGKILL":
+			if !strings.Contains(c[3], "view 1 at") || !strings.HasPrefix(c[7], "1 step(s) redone") {
+				bad("no view change, or not one step redone")
+			}
+		case "elastic ring + rejoin/SIGKILL":
+			if !strings.Contains(c[3], "rank 1 back") || !secs.MatchString(c[9]) {
+				bad("the restarted rank did not come back")
+			}
+		case "elastic hub BSP/SIGKILL":
+			if !strings.Contains(c[3], "without rank 1") {
+				bad("the hub did not go on without rank 1")
+			}
 		}
 	}
 }

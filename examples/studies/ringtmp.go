@@ -20,12 +20,11 @@ import (
 func ringTMP(o options) (string, error) {
 	ns := []int{2, 4, 8}
 	dur, curve, train, test := 10*time.Second, time.Second, 20000, 5000
-	failAt, drillDur := 5*time.Second, 15*time.Second
 	widths := []int{1024, 2048, 3072, 4096, 6144}
 	limit := int64(1 << 30)
 	if o.quick {
 		ns, dur, curve, train, test = []int{2}, 2*time.Second, 500*time.Millisecond, 1000, 300
-		failAt, drillDur, widths, limit = time.Second, 3*time.Second, []int{64, 4096}, 600<<20
+		widths, limit = []int{64, 4096}, 600<<20
 	}
 	rep, err := newReport(o, "ringtmp")
 	if err != nil {
@@ -88,51 +87,12 @@ func ringTMP(o options) (string, error) {
 	rep.f("Per iteration the two make the same progress (synchronous updates are the same arithmetic); per second they differ by what each iteration's synchronisation costs.\n\n")
 
 	// 2. Resilience.
-	n := 4
-	if o.quick {
-		n = 2
-	}
-	victim := n - 1
-	rep.f("## Resilience\n\n%d ranks train for up to %s; rank %d is SIGKILLed, or frozen with SIGSTOP, %s in. ", n, drillDur, victim, failAt)
-	rep.f("The ring cannot go on without a rank; the hub strategy with `--hub-elastic` removes the lost rank and finishes each BSP round with the others.\n\n")
-	rep.f("| strategy | failure | gorun exit | what rank 0 saw | accuracy before | accuracy at the end |\n| --- | --- | --- | --- | --- | --- |\n")
-	drills := []struct {
-		name, mode string
-		gorun      []string
-	}{{"ring", "ring", nil}, {"elastic hub BSP", "bsp", []string{"--strategy", "hub", "--hub-elastic"}}}
-	for _, d := range drills {
-		for _, how := range []string{"kill", "stop"} {
-			args := append([]string{"-mode", d.mode, "-duration", drillDur.String(), "-curve", "500ms",
-				"-fail-rank", strconv.Itoa(victim), "-fail-at", failAt.String(), "-fail-how", how}, base...)
-			// A frozen rank never exits: --timeout ends the job when the
-			// others are done (gorun cannot tell frozen from busy).
-			timeout := (drillDur + 20*time.Second).String()
-			r, code, err := o.jobMayFail(n, append([]string{"--grace", "10s", "--timeout", timeout}, d.gorun...), args...)
-			if err != nil && len(r.Curve) == 0 {
-				return "", err
-			}
-			before, end := "-", "-"
-			for _, p := range r.Curve {
-				if p.T < failAt.Seconds() {
-					before = fmt.Sprintf("%.4f (%.1f s)", p.Accuracy, p.T)
-				}
-			}
-			if len(r.Curve) > 0 {
-				last := r.Curve[len(r.Curve)-1]
-				end = fmt.Sprintf("%.4f (%.1f s)", last.Accuracy, last.T)
-			}
-			saw := "trained on to the end"
-			if r.Failed != "" {
-				saw = "failed after " + fmt.Sprintf("%.1f s: ", r.Time) + shorten(r.Failed, 140)
-			} else if r.Stats == "local" {
-				saw = fmt.Sprintf("trained on to the end without rank %d (%d iterations of its own)", victim, r.Iterations)
-			}
-			rep.f("| %s | %s | %d | %s | %s | %s |\n", d.name, map[string]string{"kill": "SIGKILL", "stop": "SIGSTOP"}[how], code, saw, before, end)
-		}
+	if err := resilience(o, rep, base); err != nil {
+		return "", err
 	}
 
 	// 3. The largest model.
-	rep.f("\n## The largest model each strategy holds\n\n")
+	rep.f("## The largest model each strategy holds\n\n")
 	rep.f("Every process of the job (launcher, agents, ranks, hub) runs under a data limit of %d MiB (`prlimit --data`: the heap a Go program can map; the trainer is built with CGO_ENABLED=0 so that thread stacks come from that heap too); the MLP's two hidden layers grow until a process fails (2,000 training samples, so that the model is most of the memory). ", limit>>20)
 	rep.f("A ring rank holds the whole model several times over (weights, gradient, momentum, the all-reduce buffer); with a dedicated hub (`--hubs 1`) the hub holds the weights, their momentum and the round's sum, and each worker its weights and gradient.\n\n")
 	rep.f("| hidden widths | parameters | MiB per copy (float64) | ring, 2 ranks | hub BSP, 2 workers + 1 hub |\n| --- | --- | --- | --- | --- |\n")
