@@ -278,3 +278,49 @@ func TestTimelineOverSSH(t *testing.T) {
 	}
 	r.noLeftovers(t)
 }
+
+// TestElasticHostMovedOverSSH: under gorun --elastic --max-restarts 1, 5
+// ranks on h1 (2 slots: ranks 0, 1), h2 (2 slots: 2, 3) and h3 (4 slots:
+// 4, and 3 free); h2's SSH session is killed mid-training. Its two ranks
+// are lost in one view, restarted on h3 (the only host with a free slot),
+// and join one view each: every rank finishes on view 3 with all five;
+// gorun exits 0 and leaves nothing behind.
+func TestElasticHostMovedOverSSH(t *testing.T) {
+	r := needRig(t)
+	bin := r.selftest(t)
+	hf := filepath.Join(t.TempDir(), "hosts")
+	text := fmt.Sprintf("%s slots=2\n%s slots=2\n%s slots=4\n", r.hosts[0], r.hosts[1], r.hosts[2])
+	if err := os.WriteFile(hf, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out, errb := r.cmd("-np", "5", "-hostfile", hf, "--elastic", "--max-restarts", "1", "--grace", "1s", bin, "-drill", "outside", "-rejoin", "-pause", "100ms")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	proctest.WaitFor(t, 60*time.Second, func() bool { return strings.Contains(out.String(), "[0] STEP 5") }, "rank 0 at step 5")
+	pids, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid), "-f", r.hosts[1]).Output()
+	pid, err := strconv.Atoi(strings.TrimSpace(string(pids)))
+	if err != nil {
+		t.Fatalf("no ssh client for %s: %q", r.hosts[1], pids)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	select {
+	case <-done:
+	case <-time.After(90 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("hung:\n%s\n%s", out, errb)
+	}
+	finished := strings.Count(out.String(), " view={3 [0 1 2 3 4]} size=5")
+	if code := cmd.ProcessState.ExitCode(); code != 0 || finished != 5 {
+		t.Fatalf("exit %d, %d of 5 ranks done on view 3 with every rank:\n%s\n%s", code, finished, out, errb)
+	}
+	for _, want := range []string{"its ranks [2 3] are lost", "rank 2: its host is gone: restarting it on " + r.hosts[2], "rank 3: its host is gone: restarting it on " + r.hosts[2],
+		"rank 2 restarted 1 time, rank 3 restarted 1 time"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Fatalf("gorun did not say %q:\n%s", want, errb)
+		}
+	}
+	r.noLeftovers(t)
+}

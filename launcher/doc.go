@@ -46,7 +46,7 @@
 //	                                   <----  MsgSuspect {rank, target, reason}  (--elastic: a rank's control channel)
 //	   MsgSignalRank {rank, signal}    ---->  signal one rank (--elastic: SIGKILL fences it)
 //	   MsgView {epoch, live, joined}   ---->  "view E r,r,... [+R ADDR HOST]" to every running rank's control channel
-//	   MsgRestart {rank, count, epoch, live} -> start the rank again (--max-restarts); "view E r,r,..." first
+//	   MsgRestart {rank, count, epoch, live, rank spec} -> start the rank again (--max-restarts); "view E r,r,..." first
 //	                                   <----  MsgJoin {rank, addr, host}  (a restarted rank's "join ADDR HOST")
 //	                                   <----  MsgExit {rank, code, signal, failure}, MsgTimeline
 //	                                   <----  MsgDone (every rank gone) | MsgPMIAbort | MsgError
@@ -91,7 +91,7 @@
 //     views, and the agent never blocks on it.
 //   - With --max-restarts R (--elastic, ring) a lost rank (a failed exit,
 //     a kill, a fence) is also restarted, up to R times per rank, by its
-//     own host's agent (not if the agent is gone): same rank, same
+//     own host's agent: same rank, same
 //     environment and gossip port, GORUN_RESTART_COUNT=k, a fresh control
 //     channel whose first line is the view it was restarted in (without
 //     it), a status page and timeline file of its own, no PMI socket and
@@ -105,6 +105,17 @@
 //     When every rank of the view has finished, restarted ranks that have
 //     not joined are stopped and count as lost. The closing note names
 //     the restarts ("rank 2 restarted 1 time").
+//   - A rank with restarts left whose host's agent is gone (lost, or done
+//     before it could restart it) is restarted on another host: of the
+//     hosts whose agent is still there, the one with the most free slots
+//     (the host's Slots, minus the ranks placed there, minus the restarts
+//     moved there), the first on a tie. MsgRestart then carries its
+//     RankSpec there: LocalRank the number of ranks the host had before
+//     it, LocalSize one more, the host's NodeRank. The new agent picks it
+//     a gossip port (FreePort, as at the start) and runs it as one of its
+//     own; the launcher's fences, views and later restarts of it go to
+//     that agent, and that agent's end is its end. With no free slot
+//     anywhere it is lost for good ("no other host has a free slot").
 //   - When the ranks are told to stop, every agent is pinged. An agent
 //     that says nothing within Config.AgentWait (2 s by default) is on a
 //     host that cannot be reached (a network partition): gorun reports

@@ -45,7 +45,8 @@ type policy struct {
 	last       control.View // the last view (ringElastic), without its joiners
 	restarts   []int        // per rank: the restarts asked of its agent
 	joining    []bool       // restarted ranks that have not joined a view yet
-	noHost     []bool       // ranks whose host's agent is gone: never restarted
+	hosts      []slotHost   // the job's hosts (agents), for restarts; nil: none known
+	hostOf     []int        // per rank: its host in hosts (-1: none known)
 	failed     bool
 	code       int
 	failure    string
@@ -70,17 +71,36 @@ type decision struct {
 	// Fence, if not nil, is a rank to kill with SIGKILL: a rank reported
 	// it lost (ringElastic).
 	Fence *int
-	// Restart, if not nil, is a lost rank to start again on its host
-	// (ringElastic, --max-restarts); it comes after View.
-	Restart *restart
+	// Restarts are lost ranks to start again, on their hosts or, when a
+	// host is gone, on another (ringElastic, --max-restarts); they come
+	// after View.
+	Restarts []restart
 }
 
-// restart asks a rank's agent to start it again: its Count-th restart,
+// restart asks an agent to start a rank again: its Count-th restart,
 // told View (the current one, which does not hold it) before anything
-// else.
+// else. Host is the index of the host (its agent) that runs it, -1 if
+// the policy knows no hosts (its own); Spec, if not nil, is the rank's
+// place on Host, which it moves to because its own host is gone.
 type restart struct {
 	Rank, Count int
 	View        control.View
+	Host        int
+	Spec        *proto.RankSpec
+}
+
+// slotHost is one host of the job (one agent) as restarts see it. A rank
+// whose host is gone is restarted on the live host with the most free
+// slots (Slots minus the ranks placed there at the start, minus the
+// restarts moved there since), the first such host on a tie; it takes
+// the next slot there: LocalRank is the number of ranks the host had
+// before it, LocalSize that number plus one, NodeRank the host's.
+type slotHost struct {
+	Name     string
+	Slots    int // the hostfile's or the allocation's
+	NodeRank int
+	used     int  // ranks placed on it, and restarts moved to it
+	gone     bool // its agent is done or lost
 }
 
 // newPolicy: np ranks and hubs hubs; minNP (0 counts as 1) is the fewest
@@ -92,11 +112,27 @@ func newPolicy(np, hubs int, elastic elasticity, minNP, maxRestarts int) *policy
 	}
 	p := &policy{np: np, elastic: elastic, minNP: max(minNP, 1), maxRestarts: max(maxRestarts, 0),
 		exited: make([]bool, np+hubs), ok: make([]bool, np+hubs), fenced: make([]bool, np), inView: make([]bool, np),
-		restarts: make([]int, np), joining: make([]bool, np), noHost: make([]bool, np)}
+		restarts: make([]int, np), joining: make([]bool, np), hostOf: make([]int, np)}
 	for r := range p.inView {
 		p.inView[r] = true
+		p.hostOf[r] = -1
 	}
 	return p
+}
+
+// placeHosts tells the policy the job's hosts, with the ranks placed on
+// each (ranks[h]: those of hosts[h]); a lost rank whose host is gone is
+// then restarted on another host with a free slot.
+func (p *policy) placeHosts(hosts []slotHost, ranks [][]int) {
+	p.hosts = slices.Clone(hosts)
+	for h, rs := range ranks {
+		for _, r := range rs {
+			if r >= 0 && r < p.np {
+				p.hostOf[r] = h
+				p.hosts[h].used++
+			}
+		}
+	}
 }
 
 // exitCode is what a rank's exit counts as: its exit code, 128+N when
@@ -194,26 +230,65 @@ func (p *policy) rankExited(rank, code int, describe string) decision {
 }
 
 // lose: rank failed (code) while the job goes on with --elastic; note
-// says so. It is restarted if it has restarts left and its host's agent
-// is there, else it is lost for good, and the note says why.
+// says so. It is restarted if it can be (see revive), else it is lost for
+// good, and the note says why.
 func (p *policy) lose(rank, code int, note string) decision {
 	d := decision{Note: note}
+	r, why := p.revive(rank, code)
+	if r != nil {
+		d.Restarts = []restart{*r}
+	}
+	if why != "" {
+		d.Note += "; " + why
+	}
+	return d
+}
+
+// revive decides what becomes of rank, lost (code) while the job goes on
+// with --elastic: with restarts left it is restarted on its own host if
+// that host's agent is there, else on the live host with the most free
+// slots (see slotHost); otherwise it is lost for good. why says which
+// ("" when restarts are off).
+func (p *policy) revive(rank, code int) (r *restart, why string) {
+	h := p.hostOf[rank]
+	var spec *proto.RankSpec
 	switch {
 	case p.maxRestarts == 0:
 		p.lostForGood(rank, code)
-	case p.noHost[rank]:
-		p.lostForGood(rank, code)
-		d.Note += "; its host's agent is gone: not restarted"
+		return nil, ""
 	case p.restarts[rank] >= p.maxRestarts:
 		p.lostForGood(rank, code)
-		d.Note += fmt.Sprintf("; not restarted: it was restarted %d time(s) (--max-restarts %d)", p.restarts[rank], p.maxRestarts)
-	default:
-		p.restarts[rank]++
-		p.exited[rank], p.joining[rank], p.fenced[rank] = false, true, false
-		d.Restart = &restart{Rank: rank, Count: p.restarts[rank], View: control.View{Epoch: p.last.Epoch, Live: slices.Clone(p.last.Live)}}
-		d.Note += fmt.Sprintf("; restarting it (restart %d of %d)", p.restarts[rank], p.maxRestarts)
+		return nil, fmt.Sprintf("not restarted: it was restarted %d time(s) (--max-restarts %d)", p.restarts[rank], p.maxRestarts)
+	case h >= 0 && p.hosts[h].gone:
+		if h = p.freeHost(); h < 0 {
+			p.lostForGood(rank, code)
+			return nil, "its host is gone, and no other host has a free slot: not restarted"
+		}
+		to := &p.hosts[h]
+		spec = &proto.RankSpec{Rank: rank, LocalRank: to.used, LocalSize: to.used + 1, NodeRank: to.NodeRank}
+		to.used++
+		p.hostOf[rank] = h
 	}
-	return d
+	p.restarts[rank]++
+	p.exited[rank], p.joining[rank], p.fenced[rank] = false, true, false
+	r = &restart{Rank: rank, Count: p.restarts[rank], View: control.View{Epoch: p.last.Epoch, Live: slices.Clone(p.last.Live)}, Host: h, Spec: spec}
+	if spec != nil {
+		return r, fmt.Sprintf("its host is gone: restarting it on %s (restart %d of %d)", p.hosts[h].Name, p.restarts[rank], p.maxRestarts)
+	}
+	return r, fmt.Sprintf("restarting it (restart %d of %d)", p.restarts[rank], p.maxRestarts)
+}
+
+// freeHost is the host a rank whose host is gone is restarted on: of the
+// hosts whose agent is there, the one with the most free slots, the
+// first on a tie; -1 if none has a free slot.
+func (p *policy) freeHost() int {
+	best, most := -1, 0
+	for h, s := range p.hosts {
+		if free := s.Slots - s.used; !s.gone && free > most {
+			best, most = h, free
+		}
+	}
+	return best
 }
 
 // lostForGood: the job goes on without rank, which failed with code.
@@ -338,13 +413,11 @@ func (p *policy) standing(r int) bool {
 	return r >= 0 && r < p.np && !p.exited[r] && !p.fenced[r]
 }
 
-// hostGone: the agent of the host of ranks is gone (lost, or done): none
-// of them can be restarted.
-func (p *policy) hostGone(ranks []int) {
-	for _, r := range ranks {
-		if r >= 0 && r < p.np {
-			p.noHost[r] = true
-		}
+// hostGone: host h's agent is gone (lost, or done): no rank is
+// restarted there, and its ranks, when lost, are restarted elsewhere.
+func (p *policy) hostGone(h int) {
+	if h >= 0 && h < len(p.hosts) {
+		p.hosts[h].gone = true
 	}
 }
 
@@ -353,7 +426,9 @@ func (p *policy) hostGone(ranks []int) {
 // ranks (no hub) are lost is a loss of each of them, and the job goes on
 // with one view without them while at least minNP ranks run; otherwise
 // the job fails. Restarted ranks of the host that had not joined are lost
-// too, but need no view.
+// too, but need no view. With --max-restarts each of them with restarts
+// left is restarted on another host with a free slot (see revive), after
+// the view.
 func (p *policy) agentLost(ranks []int, text string) decision {
 	if len(ranks) == 0 {
 		return decision{}
@@ -370,20 +445,35 @@ func (p *policy) agentLost(ranks []int, text string) decision {
 	for _, r := range ranks {
 		members = members || !p.joining[r]
 		p.exited[r], p.joining[r] = true, false
-		p.lostForGood(r, ExitAgentLost)
 	}
+	var d decision
 	if !members {
-		return p.settle(decision{Note: fmt.Sprintf("%s; --elastic: its restarted rank(s) %v, which had not joined, are lost", text, ranks)})
+		d.Note = fmt.Sprintf("%s; --elastic: its restarted rank(s) %v, which had not joined, are lost", text, ranks)
+	} else {
+		if n := len(p.members()); n < p.minNP {
+			for _, r := range ranks {
+				p.lostForGood(r, ExitAgentLost)
+			}
+			p.fail(ExitAgentLost, fmt.Sprintf("%s; --elastic: %d rank(s) left, below --min-np %d", text, n, p.minNP))
+			return p.stop(syscall.SIGTERM)
+		}
+		if d.View = p.nextView(nil); d.View == nil {
+			for _, r := range ranks {
+				p.lostForGood(r, ExitAgentLost)
+			}
+			return decision{Note: text + "; --elastic: no rank is left"}
+		}
+		d.Note = fmt.Sprintf("%s; --elastic: its ranks %v are lost, the job goes on with %d ranks (view %d)", text, ranks, len(d.View.Live), d.View.Epoch)
 	}
-	if n := len(p.members()); n < p.minNP {
-		p.fail(ExitAgentLost, fmt.Sprintf("%s; --elastic: %d rank(s) left, below --min-np %d", text, n, p.minNP))
-		return p.stop(syscall.SIGTERM)
+	for _, r := range ranks {
+		re, why := p.revive(r, ExitAgentLost)
+		if re != nil {
+			d.Restarts = append(d.Restarts, *re)
+		}
+		if why != "" {
+			d.Note += fmt.Sprintf("; rank %d: %s", r, why)
+		}
 	}
-	d := decision{View: p.nextView(nil)}
-	if d.View == nil {
-		return decision{Note: text + "; --elastic: no rank is left"}
-	}
-	d.Note = fmt.Sprintf("%s; --elastic: its ranks %v are lost, the job goes on with %d ranks (view %d)", text, ranks, len(d.View.Live), d.View.Epoch)
 	return p.settle(d)
 }
 

@@ -12,14 +12,50 @@ import (
 type step struct {
 	event      string // "exit", "suspect", "agent-lost", "agent-lost-after-exits", "agent-error", "signal", "timeout", ...
 	rank, code int    // suspect: rank reports rank code
+	ranks      []int  // host-lost: the ranks of rank's host that are lost (nil: rank and rank+1)
 	sig        syscall.Signal
 	wantSignal syscall.Signal
 	wantNote   string // a substring of the note, "" for none
 	wantView   string // the view's line, "" for none
 	wantFence  string // the rank fenced, "" for none
-	// wantRestart is the rank restarted, "RANK #COUNT VIEW" ("2 #1 view
-	// 1 0,1,3"), "" for none.
+	// wantRestart is the ranks restarted, "RANK #COUNT VIEW" ("2 #1 view
+	// 1 0,1,3"), followed by " on HOST as LOCALRANK/LOCALSIZE node
+	// NODERANK" for one moved to another host, joined by "; "; "" for
+	// none.
 	wantRestart string
+}
+
+// layout puts ranks 0..np-1 two to a host (h1 has 0 and 1, h2 2 and 3,
+// ...); host h has slots[h] slots, or as many as it has ranks.
+func layout(np int, slots []int) ([]slotHost, [][]int) {
+	var hosts []slotHost
+	var ranks [][]int
+	for r := range np {
+		h := r / 2
+		if h == len(hosts) {
+			hosts = append(hosts, slotHost{Name: fmt.Sprintf("h%d", h+1), NodeRank: h})
+			ranks = append(ranks, nil)
+		}
+		ranks[h] = append(ranks[h], r)
+		hosts[h].Slots = len(ranks[h])
+		if h < len(slots) {
+			hosts[h].Slots = slots[h]
+		}
+	}
+	return hosts, ranks
+}
+
+// showRestarts renders d's restarts as step.wantRestart says.
+func showRestarts(p *policy, d decision) string {
+	var out []string
+	for _, r := range d.Restarts {
+		s := fmt.Sprintf("%d #%d %s", r.Rank, r.Count, r.View)
+		if r.Spec != nil {
+			s += fmt.Sprintf(" on %s as %d/%d node %d", p.hosts[r.Host].Name, r.Spec.LocalRank, r.Spec.LocalSize, r.Spec.NodeRank)
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, "; ")
 }
 
 func (s step) feed(p *policy) decision {
@@ -28,12 +64,18 @@ func (s step) feed(p *policy) decision {
 		return p.rankExited(s.rank, s.code, "rank exit summary")
 	case "suspect":
 		return p.suspect(s.rank, s.code, "frozen")
-	case "agent-lost":
+	case "agent-lost": // rank's host: rank is lost with it
+		p.hostGone(p.hostOf[s.rank])
 		return p.agentLost([]int{s.rank}, "lost the agent on h2")
-	case "host-lost": // ranks rank and rank+1
-		return p.agentLost([]int{s.rank, s.rank + 1}, "lost the agent on h2")
-	case "host-gone": // its agent is done: nothing of it can be restarted
-		p.hostGone([]int{s.rank})
+	case "host-lost": // rank's host: ranks (rank and rank+1 if not given) are lost with it
+		ranks := s.ranks
+		if ranks == nil {
+			ranks = []int{s.rank, s.rank + 1}
+		}
+		p.hostGone(p.hostOf[s.rank])
+		return p.agentLost(ranks, fmt.Sprintf("lost the agent on %s", p.hosts[p.hostOf[s.rank]].Name))
+	case "host-gone": // rank's host's agent is done: nothing is restarted there
+		p.hostGone(p.hostOf[s.rank])
 		return decision{}
 	case "join":
 		return p.join(s.rank, "10.0.0.3:4021", "h2/1")
@@ -62,6 +104,7 @@ func TestPolicy(t *testing.T) {
 		elastic     elasticity
 		minNP       int
 		maxRestarts int
+		slots       []int // per host (see layout)
 		steps       []step
 		wantCode    int
 		wantFailure string // substring; "" means success
@@ -273,7 +316,7 @@ func TestPolicy(t *testing.T) {
 		}, wantCode: 143, wantFailure: "received terminated"},
 		{name: "restart: a rank whose host's agent is gone is not restarted", np: 4, elastic: ringElastic, maxRestarts: 2, steps: []step{
 			{event: "host-gone", rank: 2},
-			{event: "exit", rank: 2, code: 7, wantNote: "goes on with 3 ranks (view 1); its host's agent is gone: not restarted", wantView: "view 1 0,1,3"},
+			{event: "exit", rank: 2, code: 7, wantNote: "goes on with 3 ranks (view 1); its host is gone, and no other host has a free slot: not restarted", wantView: "view 1 0,1,3"},
 			{event: "exit", rank: 0}, {event: "exit", rank: 1},
 			{event: "exit", rank: 3, wantSignal: syscall.SIGTERM},
 		}, wantNote: "finished without 1 lost rank(s) [2] (--elastic)", exactNote: true},
@@ -290,6 +333,33 @@ func TestPolicy(t *testing.T) {
 			{event: "exit", rank: 0}, {event: "exit", rank: 1}, {event: "exit", rank: 4},
 			{event: "exit", rank: 5, wantSignal: syscall.SIGTERM},
 		}, wantNote: "finished without 2 lost rank(s) [2 3] (--elastic); rank 2 restarted 1 time (--max-restarts 1)", exactNote: true},
+		{name: "restart: a lost host's ranks are restarted on the hosts with the most free slots, the first on a tie; a moved rank is later restarted in its new place", np: 6, elastic: ringElastic, maxRestarts: 2, slots: []int{3, 3, 4}, steps: []step{
+			{event: "host-lost", rank: 2, wantNote: "lost the agent on h2; --elastic: its ranks [2 3] are lost, the job goes on with 4 ranks (view 1); rank 2: its host is gone: restarting it on h3 (restart 1 of 2); rank 3: its host is gone: restarting it on h1 (restart 1 of 2)",
+				wantView: "view 1 0,1,4,5", wantRestart: "2 #1 view 1 0,1,4,5 on h3 as 2/3 node 2; 3 #1 view 1 0,1,4,5 on h1 as 2/3 node 0"},
+			{event: "join", rank: 2, wantNote: "rank 2 joined (restart 1", wantView: "view 2 0,1,2,4,5 +2 10.0.0.3:4021 h2/1"},
+			{event: "exit", rank: 2, code: 9, wantNote: "(view 3); restarting it (restart 2 of 2)", wantView: "view 3 0,1,4,5", wantRestart: "2 #2 view 3 0,1,4,5"},
+			// h3 goes too: rank 2 has no restart left, and no host has a free slot for 4 and 5.
+			{event: "host-lost", rank: 4, ranks: []int{2, 4, 5}, wantNote: "lost the agent on h3; --elastic: its ranks [2 4 5] are lost, the job goes on with 2 ranks (view 4); rank 2: not restarted: it was restarted 2 time(s) (--max-restarts 2); rank 4: its host is gone, and no other host has a free slot: not restarted; rank 5: its host is gone, and no other host has a free slot: not restarted",
+				wantView: "view 4 0,1"},
+			{event: "join", rank: 3, wantNote: "rank 3 joined (restart 1", wantView: "view 5 0,1,3 +3 10.0.0.3:4021 h2/1"},
+			{event: "exit", rank: 0}, {event: "exit", rank: 1},
+			{event: "exit", rank: 3, wantSignal: syscall.SIGTERM},
+		}, wantNote: "finished without 3 lost rank(s) [2 4 5] (--elastic); rank 2 restarted 2 times, rank 3 restarted 1 time (--max-restarts 2)", exactNote: true},
+		{name: "restart: a lost host's ranks with no free slot anywhere are lost for good", np: 4, elastic: ringElastic, maxRestarts: 1, steps: []step{
+			{event: "host-lost", rank: 2, wantNote: "its ranks [2 3] are lost, the job goes on with 2 ranks (view 1); rank 2: its host is gone, and no other host has a free slot: not restarted; rank 3: its host is gone, and no other host has a free slot: not restarted",
+				wantView: "view 1 0,1"},
+			{event: "exit", rank: 0},
+			{event: "exit", rank: 1, wantSignal: syscall.SIGTERM},
+		}, wantNote: "finished without 2 lost rank(s) [2 3] (--elastic)", exactNote: true},
+		{name: "restart: a lost host's rank waiting to join is restarted on another host, without a view", np: 4, elastic: ringElastic, maxRestarts: 2, slots: []int{3, 2}, steps: []step{
+			{event: "exit", rank: 3}, // finished
+			{event: "exit", rank: 2, code: 7, wantView: "view 1 0,1", wantNote: "restarting it", wantRestart: "2 #1 view 1 0,1"},
+			{event: "agent-lost", rank: 2, wantNote: "lost the agent on h2; --elastic: its restarted rank(s) [2], which had not joined, are lost; rank 2: its host is gone: restarting it on h1 (restart 2 of 2)",
+				wantRestart: "2 #2 view 1 0,1 on h1 as 2/3 node 0"},
+			{event: "join", rank: 2, wantNote: "rank 2 joined (restart 2", wantView: "view 2 0,1,2 +2 10.0.0.3:4021 h2/1"},
+			{event: "exit", rank: 0}, {event: "exit", rank: 1},
+			{event: "exit", rank: 2, wantSignal: syscall.SIGTERM},
+		}, wantNote: "rank 2 restarted 2 times (--max-restarts 2)", exactNote: true},
 		{name: "restart: joins from ranks that are not waiting to join are ignored", np: 4, hubs: 1, elastic: ringElastic, maxRestarts: 1, steps: []step{
 			{event: "join", rank: 0, wantNote: "rank 0 said join, but it is not a restarted rank waiting to join; ignored"}, // in the view
 			{event: "join", rank: 4, wantNote: "rank 4 said join"},                                                          // the hub
@@ -335,6 +405,7 @@ func TestPolicy(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPolicy(tc.np, tc.hubs, tc.elastic, tc.minNP, tc.maxRestarts)
+			p.placeHosts(layout(tc.np, tc.slots))
 			for i, s := range tc.steps {
 				d := s.feed(p)
 				if d.Signal != s.wantSignal {
@@ -353,12 +424,8 @@ func TestPolicy(t *testing.T) {
 				if view != s.wantView || fence != s.wantFence {
 					t.Fatalf("step %d (%s): view %q, fence %q; want %q, %q", i, s.event, view, fence, s.wantView, s.wantFence)
 				}
-				restart := ""
-				if r := d.Restart; r != nil {
-					restart = fmt.Sprintf("%d #%d %s", r.Rank, r.Count, r.View)
-				}
-				if restart != s.wantRestart {
-					t.Fatalf("step %d (%s): restart %q, want %q", i, s.event, restart, s.wantRestart)
+				if restart := showRestarts(p, d); restart != s.wantRestart {
+					t.Fatalf("step %d (%s): restarts %q, want %q", i, s.event, restart, s.wantRestart)
 				}
 				if d.Signal != 0 && !d.HardStop {
 					t.Fatalf("step %d: stops the ranks without arming the hard stop", i)

@@ -68,7 +68,10 @@ func (j *job) supervisorConfig() supervisorConfig {
 		Grace: cfg.Grace, AgentWait: cfg.AgentWait, Timeline: cfg.Timeline != "",
 	}
 	for _, a := range j.agents {
-		sa := supervisedAgent{Name: a.name}
+		sa := supervisedAgent{Name: a.name, Slots: j.hosts[a.host].Slots}
+		if len(a.ranks) > 0 {
+			sa.NodeRank = a.ranks[0].NodeRank
+		}
 		for _, rs := range a.ranks {
 			sa.Ranks = append(sa.Ranks, rs.Rank)
 		}
@@ -286,7 +289,13 @@ func (s *session) perform(acts []action) {
 		case actView:
 			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgView, Epoch: act.view.Epoch, Live: act.view.Live, Joined: act.view.Joined})
 		case actRestart:
-			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgRestart, Rank: act.rank, Count: act.count, Epoch: act.view.Epoch, Live: act.view.Live})
+			if act.spec != nil {
+				// It moves to this agent's host: its messages come from
+				// there now.
+				rs := &j.ranks[act.rank]
+				rs.agent, rs.host = act.agent, j.agents[act.agent].name
+			}
+			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgRestart, Rank: act.rank, Count: act.count, Epoch: act.view.Epoch, Live: act.view.Live, RankSpec: act.spec})
 		case actSignalRank:
 			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgSignalRank, Rank: act.rank, Signal: int(act.sig)})
 		case actLaunched:

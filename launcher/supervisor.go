@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"fmt"
+	"slices"
 	"syscall"
 	"time"
 
@@ -34,7 +35,10 @@ import (
 //     running, and a fenced rank is killed through its own host's agent.
 //   - With --max-restarts, a lost rank is restarted through its own
 //     host's agent, after the view without it; a host whose agent is done
-//     or lost restarts nothing.
+//     or lost restarts nothing, and its lost ranks are restarted on
+//     another host with a free slot (policy's revive): the rank moves to
+//     that host's agent, which its later fences, views and restarts go
+//     to, and whose end (done or lost) is the rank's.
 
 // hardStopMargin is how long after the grace period the launcher kills
 // agents that are still running.
@@ -103,7 +107,7 @@ const (
 	actLaunched                         // every rank started (log it)
 	actView                             // tell agent's running ranks the new view (MsgView)
 	actSignalRank                       // tell agent to signal its rank with sig (MsgSignalRank)
-	actRestart                          // tell agent to start its rank again, the count-th time, with view first (MsgRestart)
+	actRestart                          // tell agent to start its rank again, the count-th time, with view first (MsgRestart; spec: it moves there)
 )
 
 type action struct {
@@ -113,13 +117,18 @@ type action struct {
 	count int // actRestart
 	sig   syscall.Signal
 	text  string
-	view  control.View // actView, actRestart
+	view  control.View    // actView, actRestart
+	spec  *proto.RankSpec // actRestart: the rank's place on agent's host, when it moves there
 }
 
 // supervisedAgent is one host's agent as the supervisor sees it.
 type supervisedAgent struct {
 	Name  string
 	Ranks []int // the ranks and hubs it runs
+	// Slots is its host's slots (the hostfile's or the allocation's),
+	// NodeRank the host's node rank: a rank restarted on it, its own host
+	// gone, takes a free slot (--max-restarts).
+	Slots, NodeRank int
 }
 
 // supervisorConfig is what the supervisor needs from the job.
@@ -178,15 +187,31 @@ type supervisor struct {
 func newSupervisor(cfg supervisorConfig, t0 time.Time) *supervisor {
 	s := &supervisor{cfg: cfg, t0: t0, pol: newPolicy(cfg.NP, cfg.Hubs, cfg.Elastic, cfg.MinNP, cfg.MaxRestarts), declared: make([]bool, cfg.NP)}
 	s.owner = make([]int, cfg.NP+cfg.Hubs)
+	var hosts []slotHost
+	var placed [][]int
 	for i, a := range cfg.Agents {
+		a.Ranks = slices.Clone(a.Ranks) // a restart moves ranks between agents
 		s.agents = append(s.agents, agentState{supervisedAgent: a})
 		for _, r := range a.Ranks {
 			if r >= 0 && r < len(s.owner) {
 				s.owner[r] = i
 			}
 		}
+		hosts = append(hosts, slotHost{Name: a.Name, Slots: a.Slots, NodeRank: a.NodeRank})
+		placed = append(placed, a.Ranks)
 	}
+	s.pol.placeHosts(hosts, placed)
 	return s
+}
+
+// move makes agent i the owner of rank, restarted there because its own
+// host is gone: its fences, signals and later restarts go to i, and i's
+// end is its end.
+func (s *supervisor) move(rank, i int) {
+	old := &s.agents[s.owner[rank]]
+	old.Ranks = slices.DeleteFunc(old.Ranks, func(r int) bool { return r == rank })
+	s.agents[i].Ranks = append(s.agents[i].Ranks, rank)
+	s.owner[rank] = i
 }
 
 // step takes one event and returns what to do, in order.
@@ -215,7 +240,7 @@ func (s *supervisor) step(ev event) []action {
 	case evDone:
 		if a := &s.agents[ev.agent]; !a.done {
 			a.done = true
-			s.pol.hostGone(a.Ranks)
+			s.pol.hostGone(ev.agent)
 			s.emit(action{kind: actCloseStdin, agent: ev.agent})
 			if left := s.unexited(ev.agent); len(left) > 0 {
 				// Not seen: an agent waits for the restarts it expects,
@@ -226,7 +251,7 @@ func (s *supervisor) step(ev event) []action {
 	case evLost:
 		if a := &s.agents[ev.agent]; !a.done {
 			a.done = true
-			s.pol.hostGone(a.Ranks)
+			s.pol.hostGone(ev.agent)
 			s.apply(s.pol.agentLost(s.unexited(ev.agent), ev.text), ev.now)
 		}
 	case evAgentError:
@@ -309,11 +334,14 @@ func (s *supervisor) apply(d decision, now time.Time) {
 			}
 		}
 	}
-	if r := d.Restart; r != nil {
+	for _, r := range d.Restarts {
 		// After the view: the restarted rank gets the view it is not
 		// in, then later ones.
+		if r.Spec != nil && r.Host >= 0 && r.Host < len(s.agents) && r.Host != s.owner[r.Rank] {
+			s.move(r.Rank, r.Host)
+		}
 		if i := s.owner[r.Rank]; !s.agents[i].done {
-			s.emit(action{kind: actRestart, agent: i, rank: r.Rank, count: r.Count, view: r.View})
+			s.emit(action{kind: actRestart, agent: i, rank: r.Rank, count: r.Count, view: r.View, spec: r.Spec})
 		}
 	}
 	if d.Signal != 0 {
@@ -432,7 +460,7 @@ func (s *supervisor) silent(now time.Time) {
 			continue
 		}
 		a.done = true
-		s.pol.hostGone(a.Ranks)
+		s.pol.hostGone(i)
 		text := fmt.Sprintf("%s unreachable: no word from its agent within %v of the stop; killed its session", a.Name, s.cfg.AgentWait)
 		s.emit(action{kind: actKill, agent: i})
 		failed := s.pol.failed

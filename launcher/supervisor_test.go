@@ -46,6 +46,9 @@ func show(a action) string {
 	case actSignalRank:
 		return fmt.Sprintf("signal %d rank %d %s", a.agent, a.rank, signalName(a.sig))
 	case actRestart:
+		if a.spec != nil {
+			return fmt.Sprintf("restart %d rank %d #%d %s as %d/%d node %d", a.agent, a.rank, a.count, a.view, a.spec.LocalRank, a.spec.LocalSize, a.spec.NodeRank)
+		}
 		return fmt.Sprintf("restart %d rank %d #%d %s", a.agent, a.rank, a.count, a.view)
 	}
 	return fmt.Sprintf("action %d", a.kind)
@@ -307,6 +310,30 @@ func TestSupervisor(t *testing.T) {
 			{ev: exited(1, 2, 143)},
 			{ev: doneEv(0), want: []string{"close 0"}}, {ev: doneEv(1), want: []string{"close 1"}},
 		}},
+		{name: "restart: a lost host's ranks move to the freest live host; fences, views and the end of that agent follow them", cfg: threeHosts, steps: []sstep{
+			{ev: lost(1), want: []string{"print: lost the agent on h2; --elastic: its ranks [2 3] are lost, the job goes on with 3 ranks (view 1); rank 2: its host is gone: restarting it on h3 (restart 1 of 1); rank 3: its host is gone: restarting it on h3 (restart 1 of 1)",
+				"tell 0 view 1 0,1,4", "tell 2 view 1 0,1,4", "restart 2 rank 2 #1 view 1 0,1,4 as 1/2 node 2", "restart 2 rank 3 #1 view 1 0,1,4 as 2/3 node 2"}},
+			{ev: started(2, 2)}, {ev: started(2, 3)},
+			{ev: joins(2, 2), want: []string{"print: rank 2 joined", "tell 0 view 2 0,1,2,4 +2 10.0.0.3:4021 h2/1", "tell 2 view 2 0,1,2,4 +2 10.0.0.3:4021 h2/1"}},
+			// Its fence goes to its new agent, and its exit there is its own.
+			{ev: suspects(0, 0, 2), want: []string{"print: rank 0 suspects rank 2 (frozen); --elastic: fenced it", "signal 2 rank 2 KILL"}},
+			{ev: event{kind: evExited, agent: 2, rank: 2, exit: &proto.Exit{Code: -1, Signal: 9}, text: "rank 2 was killed by signal 9"},
+				want: []string{"print: rank 2 was killed by signal 9; --elastic: the job goes on with 3 ranks (view 3); not restarted: it was restarted 1 time(s)", "tell 0 view 3 0,1,4", "tell 2 view 3 0,1,4"}},
+			{ev: exited(2, 4, 0)},
+			// Its new agent done while rank 3 was to run: rank 3 is lost with it.
+			{ev: doneEv(2), want: []string{"close 2", "print: the agent on h3 finished while rank(s) [3] were to run; --elastic: its restarted rank(s) [3], which had not joined, are lost; rank 3: not restarted"}},
+			{ev: exited(0, 0, 0)}, {ev: exited(0, 1, 0), want: []string{"terminate 0 TERM", "clock 0"}},
+			{ev: doneEv(0), want: []string{"close 0"}},
+		}},
+		{name: "restart: a lost host's ranks with no free slot are lost", cfg: func(c *supervisorConfig) {
+			threeHosts(c)
+			c.Agents[2].Slots = 1
+		}, steps: []sstep{
+			{ev: lost(1), want: []string{"print: lost the agent on h2; --elastic: its ranks [2 3] are lost, the job goes on with 3 ranks (view 1); rank 2: its host is gone, and no other host has a free slot: not restarted; rank 3: its host is gone, and no other host has a free slot: not restarted",
+				"tell 0 view 1 0,1,4", "tell 2 view 1 0,1,4"}},
+			{ev: exited(0, 0, 0)}, {ev: exited(0, 1, 0)}, {ev: exited(2, 4, 0), want: []string{"terminate 0 TERM", "terminate 2 TERM", "clock 0", "clock 2"}},
+			{ev: doneEv(0), want: []string{"close 0"}}, {ev: doneEv(2), want: []string{"close 2"}},
+		}},
 		{name: "restart: below --min-np the job fails without a restart", cfg: restarts(4, 3), steps: []sstep{
 			{ev: exited(1, 2, 7), want: bothStop},
 		}, wantCode: 7, wantFailure: "below --min-np 4", notDone: true},
@@ -341,6 +368,13 @@ func TestSupervisor(t *testing.T) {
 // ring makes the job --elastic (the ring) with --min-np minNP.
 func ring(minNP int) func(*supervisorConfig) {
 	return func(c *supervisorConfig) { c.Elastic, c.MinNP = ringElastic, minNP }
+}
+
+// threeHosts: --elastic, --max-restarts 1, 5 ranks: h1 has 0 and 1 in
+// 2 slots, h2 2 and 3 in 2, h3 4 in 3 (2 free).
+func threeHosts(c *supervisorConfig) {
+	c.NP, c.Elastic, c.MinNP, c.MaxRestarts = 5, ringElastic, 1, 1
+	c.Agents = []supervisedAgent{{Name: "h1", Ranks: []int{0, 1}, Slots: 2}, {Name: "h2", Ranks: []int{2, 3}, Slots: 2, NodeRank: 1}, {Name: "h3", Ranks: []int{4}, Slots: 3, NodeRank: 2}}
 }
 
 // restarts makes the job --elastic (the ring) with --min-np minNP and

@@ -111,7 +111,6 @@ func (a *agent) start(jobEnv []string) {
 // the first line of its control channel. One that cannot be started is
 // reported to the launcher as exited with 127. The caller holds a.mu.
 func (a *agent) launch(i int, p *rankProc, first string) {
-	rs := p.spec
 	prog, args, env := a.command(i, p, a.jobEnv)
 	p.ooms, _ = oomKills()
 	f := a.openChannels(p)
@@ -127,11 +126,17 @@ func (a *agent) launch(i int, p *rankProc, first string) {
 		if p.page != "" {
 			_ = os.Remove(p.page)
 		}
-		ex := &proto.Exit{Code: 127}
-		a.holdForRestart(p, ex)
-		_ = a.conn.Send(&proto.Message{Kind: proto.MsgOutput, Rank: rs.Rank, Stream: proto.StreamStderr, Data: []byte("gorun: " + err.Error())})
-		_ = a.conn.Send(&proto.Message{Kind: proto.MsgExit, Rank: rs.Rank, Exit: ex})
+		a.notStarted(p, err)
 	}
+}
+
+// notStarted reports p, which could not be started (err), as exited with
+// 127. The caller holds a.mu.
+func (a *agent) notStarted(p *rankProc, err error) {
+	ex := &proto.Exit{Code: 127}
+	a.holdForRestart(p, ex)
+	_ = a.conn.Send(&proto.Message{Kind: proto.MsgOutput, Rank: p.spec.Rank, Stream: proto.StreamStderr, Data: []byte("gorun: " + err.Error())})
+	_ = a.conn.Send(&proto.Message{Kind: proto.MsgExit, Rank: p.spec.Rank, Exit: ex})
 }
 
 // restart starts rank m.Rank again, its m.Count-th restart (gorun
@@ -139,26 +144,52 @@ func (a *agent) launch(i int, p *rankProc, first string) {
 // environment, with GORUN_RESTART_COUNT, a fresh control channel whose
 // first line is the launcher's current view (m.Epoch, m.Live: without
 // the rank), a status page and timeline file of its own, no PMI socket
-// (PMI-1 knows no rank that comes back) and no stdin. A restart of a rank
-// that is running, of a hub or of a rank of another host is ignored, and
-// so is every restart once the ranks are told to stop.
+// (PMI-1 knows no rank that comes back) and no stdin.
+//
+// A rank of another host, whose host is gone, comes with m.RankSpec, its
+// numbers here: it gets a gossip port of its own (FreePort, as at the
+// start) and this host's address, and is from then on one of this
+// host's ranks (output, signals, exits, status page, the agent's done).
+//
+// A restart of a rank that is running, of a hub, or of a rank that is
+// not on this host and comes without a spec of a rank is ignored, and so
+// is every restart once the ranks are told to stop.
 func (a *agent) restart(m *proto.Message) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	i := slices.IndexFunc(a.procs, func(p *rankProc) bool { return p.spec.Rank == m.Rank && p.spec.Hub == 0 })
-	if i < 0 || a.procs[i].alive {
+	moved := m.RankSpec != nil && m.RankSpec.Rank == m.Rank && m.RankSpec.Hub == 0
+	if i >= 0 && a.procs[i].alive || i < 0 && !moved {
 		a.log.Warn("restart of a rank that is running, or not on this host, ignored", "rank", m.Rank)
 		return
 	}
-	old := a.procs[i]
-	if old.pending {
-		old.pending = false
-		a.pending--
+	var spec proto.RankSpec
+	if i >= 0 {
+		old := a.procs[i]
+		if old.pending {
+			old.pending = false
+			a.pending--
+		}
+		spec = old.spec
 	}
 	if a.terminating {
 		return
 	}
-	p := &rankProc{spec: old.spec, restart: m.Count}
+	if moved {
+		spec = *m.RankSpec
+	}
+	p := &rankProc{spec: spec, restart: m.Count}
+	if i < 0 {
+		// A newcomer: its own port, after the host's own ranks'.
+		port, err := FreePort(a.ports)
+		i = len(a.procs)
+		a.procs = append(a.procs, p)
+		a.ports = append(a.ports, port)
+		if err != nil {
+			a.notStarted(p, fmt.Errorf("rank %d, restarted on this host: %w", m.Rank, err))
+			return
+		}
+	}
 	a.procs[i] = p
 	first := ""
 	if m.Epoch > 0 && len(m.Live) > 0 {

@@ -1,9 +1,14 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gorun/gorun/internal/control"
@@ -142,4 +147,123 @@ func TestRestartBudget(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRestartMoved: a rank of a host that is gone, restarted here with
+// its spec (MsgRestart.RankSpec), runs with that spec's numbers, this
+// host's address, a gossip port of its own (not this host's ranks'), its
+// own control channel (the restart's view first, its join up, later views
+// down) and status page; it is one of the host's ranks: its output and
+// exit are reported, the launcher's signal reaches it, the agent is not
+// done while it runs, and nothing of it is left once it is done.
+func TestRestartMoved(t *testing.T) {
+	script := `fd=$GORUN_CONTROL_FD
+		if [ "$GORUN_RANK" = 0 ]; then read -r line <&$fd; echo "rank 0 $line"; exit 0; fi
+		echo "rank $GORUN_RANK restart $GORUN_RESTART_COUNT local $GORUN_LOCAL_RANK/$GORUN_LOCAL_SIZE node $GORUN_NODE_RANK addr $GORUN_ADDR port $GORUN_GOSSIP_PORT page ${GORUN_STATUS_FILE:+yes}"
+		read -r line <&$fd; echo "first $line"
+		echo "join 127.0.0.1:4021 h2/7" >&$fd
+		read -r line <&$fd; echo "then $line"
+		sleep 30`
+	l := startAgent(t, context.Background(), script, 1, elastic, maxRestarts(1))
+	own := l.ready.Ports[0]
+	if err := l.conn.Send(&proto.Message{Kind: proto.MsgStart}); err != nil {
+		t.Fatal(err)
+	}
+	l.recvUntil(t, proto.MsgStarted)
+	spec := &proto.RankSpec{Rank: 3, LocalRank: 1, LocalSize: 2, NodeRank: 4}
+	if err := l.conn.Send(&proto.Message{Kind: proto.MsgRestart, Rank: 3, Count: 1, Epoch: 1, Live: []int{0, 1}, RankSpec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	pid := 0
+	for _, m := range l.recvUntil(t, proto.MsgJoin) {
+		switch m.Kind {
+		case proto.MsgStarted:
+			if m.Rank != 3 || m.Pid <= 0 {
+				t.Fatalf("started %+v", m)
+			}
+			pid = m.Pid
+		case proto.MsgOutput:
+			if m.Rank != 3 {
+				t.Fatalf("output of rank %d: %q", m.Rank, m.Data)
+			}
+			out = append(out, string(m.Data))
+		case proto.MsgJoin:
+			if m.Rank != 3 || m.Addr != "127.0.0.1:4021" || m.Host != "h2/7" {
+				t.Fatalf("join relayed as %+v", m)
+			}
+		case proto.MsgExit, proto.MsgDone:
+			t.Fatalf("before its join: %+v", m)
+		}
+	}
+	if len(out) != 2 || out[1] != "first view 1 0,1" {
+		t.Fatalf("restarted rank said %q", out)
+	}
+	var port int
+	var addr string
+	if _, err := fmt.Sscanf(out[0], "rank 3 restart 1 local 1/2 node 4 addr %s port %d page yes", &addr, &port); err != nil {
+		t.Fatalf("restarted rank said %q: %v", out[0], err)
+	}
+	if addr != l.ready.Addr || port <= 0 || port == own {
+		t.Fatalf("restarted rank at %s:%d; the host's address is %s, its own rank's port %d", addr, port, l.ready.Addr, own)
+	}
+	// The view goes to both; rank 0 finishes, and the agent is not done
+	// while rank 3 runs.
+	joined := []control.Joiner{{Rank: 3, Addr: "127.0.0.1:4021", Host: "h2/7"}}
+	if err := l.conn.Send(&proto.Message{Kind: proto.MsgView, Epoch: 2, Live: []int{0, 1, 3}, Joined: joined}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for !got["rank 0 exit"] || !got["rank 3 view"] {
+		m, err := l.conn.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case m.Kind == proto.MsgDone:
+			t.Fatal("done while the restarted rank runs")
+		case m.Kind == proto.MsgExit && m.Rank == 0 && m.Exit.Code == 0:
+			got["rank 0 exit"] = true
+		case m.Kind == proto.MsgExit:
+			t.Fatalf("exit %d: %+v", m.Rank, m.Exit)
+		case m.Kind == proto.MsgOutput && m.Rank == 3 && string(m.Data) == "then view 2 0,1,3 +3 127.0.0.1:4021 h2/7":
+			got["rank 3 view"] = true
+		case m.Kind == proto.MsgOutput && !(m.Rank == 0 && strings.HasPrefix(string(m.Data), "rank 0 view 2 0,1,3")):
+			t.Fatalf("output of rank %d: %q", m.Rank, m.Data)
+		}
+	}
+	// The launcher's fence reaches it; its exit makes the agent done.
+	if err := l.conn.Send(&proto.Message{Kind: proto.MsgSignalRank, Rank: 3, Signal: int(syscall.SIGKILL)}); err != nil {
+		t.Fatal(err)
+	}
+	msgs := l.recvUntil(t, proto.MsgDone)
+	if ex := msgs[len(msgs)-2]; ex.Kind != proto.MsgExit || ex.Rank != 3 || ex.Exit.Signal != int(syscall.SIGKILL) || ex.Exit.ForeignKill || ex.Exit.Pid != pid {
+		t.Fatalf("before done: %+v", ex)
+	}
+	if left := groupLeft(pid); len(left) > 0 {
+		t.Fatalf("rank 3's process group %d still runs %v", pid, left)
+	}
+	l.in.Close()
+	if err := l.wait(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// groupLeft lists the processes of process group pgid that have not
+// exited (zombies, which have, are left out).
+func groupLeft(pgid int) []string {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var left []string
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		i := bytes.LastIndexByte(b, ')')
+		if err != nil || i < 0 {
+			continue
+		}
+		// After "(comm)": state, ppid, pgrp.
+		if fields := strings.Fields(string(b[i+1:])); len(fields) > 2 && fields[0] != "Z" && fields[2] == strconv.Itoa(pgid) {
+			left = append(left, string(b))
+		}
+	}
+	return left
 }

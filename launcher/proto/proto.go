@@ -25,8 +25,9 @@ const (
 	// Version is the protocol version; launcher and agent must agree.
 	// 2: RankSpec.Hub (dedicated ParamHub processes); 3: PMI-1;
 	// 4: elastic ranks (HostSpec.Elastic, MsgView, MsgSuspect, MsgSignalRank);
-	// 5: restarts (HostSpec.MaxRestarts, MsgRestart, MsgJoin, Message.Joined).
-	Version = 5
+	// 5: restarts (HostSpec.MaxRestarts, MsgRestart, MsgJoin, Message.Joined);
+	// 6: a restart on another host (Message.RankSpec).
+	Version = 6
 
 	// MaxBannerLines is how many lines before Magic SkipBanner reads
 	// before it gives up.
@@ -72,7 +73,7 @@ const (
 	MsgView                       // launcher -> agent: the job's membership changed to view Epoch (Live); tell every running rank
 	MsgSuspect                    // agent -> launcher: Rank reports rank Target lost (Err: its reason)
 	MsgSignalRank                 // launcher -> agent: send Signal to Rank alone (SIGKILL: the launcher fences it)
-	MsgRestart                    // launcher -> agent: start Rank again, its Count-th restart; its control channel gets view Epoch (Live) first
+	MsgRestart                    // launcher -> agent: start Rank again, its Count-th restart; its control channel gets view Epoch (Live) first; RankSpec if it moves there
 	MsgJoin                       // agent -> launcher: restarted Rank says join: its data address Addr and host key Host
 )
 
@@ -179,4 +180,8 @@ type Message struct {
 	Code   int      // MsgPMIAbort
 	Status *Status
 	Clock  int64 // MsgClock
+	// RankSpec (MsgRestart): the rank's numbers on the agent's host when
+	// it moves there from a host that is gone (its LocalRank, LocalSize
+	// and NodeRank there); nil restarts a rank of the host in its place.
+	RankSpec *RankSpec
 }

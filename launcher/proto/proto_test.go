@@ -52,6 +52,7 @@ func TestRestartMessages(t *testing.T) {
 	var stream bytes.Buffer
 	sent := []*Message{
 		{Kind: MsgRestart, Rank: 2, Count: 1, Epoch: 3, Live: []int{0, 1, 3}},
+		{Kind: MsgRestart, Rank: 3, Count: 1, Epoch: 3, Live: []int{0, 1}, RankSpec: &RankSpec{Rank: 3, LocalRank: 1, LocalSize: 2, NodeRank: 2}},
 		{Kind: MsgJoin, Rank: 2, Addr: "10.0.0.3:4021", Host: "n2/5a1e"},
 		{Kind: MsgView, Epoch: 4, Live: []int{0, 1, 2, 3}, Joined: []control.Joiner{{Rank: 2, Addr: "10.0.0.3:4021", Host: "n2/5a1e"}}},
 		{Kind: MsgSpec, Spec: &HostSpec{Version: Version, Elastic: true, MaxRestarts: 2}},
