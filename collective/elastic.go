@@ -322,6 +322,9 @@ func (e *elastic) announce(cv control.View) {
 		if j.Rank == e.c.cfg.Rank {
 			continue
 		}
+		e.wmu.Lock()
+		delete(e.reported, j.Rank) // a new process: its loss is news again
+		e.wmu.Unlock()
 		if e.hosts != nil {
 			e.hosts = slices.Clone(e.hosts)
 			e.hosts[j.Rank] = j.Host

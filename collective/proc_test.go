@@ -141,10 +141,11 @@ func rankMain(mode string) int {
 			return 1
 		}
 		return 0
-	case "ring-rejoin-die":
-		// The victim's first restart dies again as it takes the state;
-		// its second joins.
-		if err := conformance.ElasticDrill(ctx, c, conformance.ElasticOptions{How: syscall.SIGKILL, Pause: 10 * time.Millisecond, Rejoin: true, DieOnRestart: 1}, func(s string) { fmt.Println(s) }); err != nil {
+	case "ring-rejoin-die", "ring-rejoin-freeze":
+		// The victim's first restart dies (or freezes, and is fenced on
+		// the survivors' word) as it takes the state; its second joins.
+		how := map[string]syscall.Signal{"ring-rejoin-die": syscall.SIGKILL, "ring-rejoin-freeze": syscall.SIGSTOP}[mode]
+		if err := conformance.ElasticDrill(ctx, c, conformance.ElasticOptions{How: syscall.SIGKILL, Pause: 10 * time.Millisecond, Rejoin: true, DieOnRestart: 1, DieHow: how}, func(s string) { fmt.Println(s) }); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -480,15 +481,19 @@ func TestElasticRejoinProcesses(t *testing.T) {
 // state (in its Resync); the survivors finish that Resync without it,
 // gorun restarts it a second time (--max-restarts 2), and all 4 finish
 // on view 4 (loss, join, loss, join).
+// A restarted rank that freezes there must be suspected again (a new
+// process: its loss is news), fenced and restarted.
 func TestElasticJoinerDies(t *testing.T) {
-	res, out := launchElastic(t, "ring-rejoin-die", "1", 2)
-	if n := strings.Count(out, " view={4 [0 1 2 3]} size=4\n"); n != 4 {
-		t.Fatalf("%d ranks finished on view 4 with all 4, want 4:\n%s", n, out)
+	for _, mode := range []string{"ring-rejoin-die", "ring-rejoin-freeze"} {
+		res, out := launchElastic(t, mode, "1", 2)
+		if n := strings.Count(out, " view={4 [0 1 2 3]} size=4\n"); n != 4 {
+			t.Fatalf("%s: %d ranks finished on view 4 with all 4, want 4:\n%s", mode, n, out)
+		}
+		if !strings.Contains(out, "rank 3 restarted 2 times") {
+			t.Fatalf("%s: gorun did not say rank 3 was restarted twice:\n%s", mode, out)
+		}
+		noSegments(t, res.JobID)
 	}
-	if !strings.Contains(out, "rank 3 restarted 2 times") {
-		t.Fatalf("gorun did not say rank 3 was restarted twice:\n%s", out)
-	}
-	noSegments(t, res.JobID)
 }
 
 // elasticRE matches a survivor's final value: 10 rounds of 4 pushes of 1,

@@ -53,6 +53,7 @@ type slot struct {
 	accepting int  // the peer's connections being accepted
 	noShm     bool // an offer to the peer timed out: TCP only
 	changed   chan struct{}
+	stop      context.CancelFunc // ends the running dialLoop's attempts (Revive)
 }
 
 var errDuplicate = errors.New("the peer is connecting to this rank")
@@ -150,6 +151,10 @@ func (t *TCP) Revive(peer int, p Peer) error {
 	if t.peerList == nil {
 		t.mu.Unlock()
 		return fmt.Errorf("transport: rank %d: Revive before SetPeers", t.cfg.Rank)
+	}
+	t.revived[peer].Add(1)
+	if s := t.slots[peer]; s != nil && s.stop != nil {
+		s.stop() // its attempts go to the old process
 	}
 	old := t.conns[peer].Swap(nil)
 	if old != nil {
@@ -258,14 +263,22 @@ func (t *TCP) conn(ctx context.Context, peer int) (*peerConn, error) {
 
 // dialLoop connects to peer, retrying (paced by RetryPause and
 // MaxRetryPause) until ConnectTimeout; past it the peer is lost.
+//
+// A Revive meanwhile ends it quietly: its attempts went to the old
+// process, and the callers waiting on the slot start a new one.
 func (t *TCP) dialLoop(peer int) {
 	defer t.wg.Done()
 	ctx, cancel := context.WithTimeout(t.closeCtx, t.cfg.ConnectTimeout)
 	defer cancel()
+	t.mu.Lock()
+	gen := t.revived[peer].Load()
+	t.slotOf(peer).stop = cancel
+	t.mu.Unlock()
+	replaced := func() bool { return t.revived[peer].Load() != gen }
 	defer func() {
 		t.mu.Lock()
 		s := t.slotOf(peer)
-		s.dialing, s.waiting = false, false
+		s.dialing, s.waiting, s.stop = false, false, nil
 		s.notify()
 		t.mu.Unlock()
 	}()
@@ -276,6 +289,9 @@ func (t *TCP) dialLoop(peer int) {
 		why, gone := t.gone[peer]
 		t.mu.Unlock()
 		err := t.dialOnce(ctx, peer)
+		if replaced() {
+			return
+		}
 		if err == nil || t.conns[peer].Load() != nil {
 			if gone {
 				t.log.Warn("gossip declared a rank dead, but it answered a connection; keeping it", "rank", peer)
@@ -321,7 +337,9 @@ func (t *TCP) dialLoop(peer int) {
 			select {
 			case <-t.closing:
 			default:
-				t.lose(peer, fmt.Sprintf("no connection to it within %v (last error: %v)", t.cfg.ConnectTimeout, last))
+				if !replaced() {
+					t.lose(peer, fmt.Sprintf("no connection to it within %v (last error: %v)", t.cfg.ConnectTimeout, last))
+				}
 			}
 			return
 		case <-time.After(retryPause(attempt, t.cfg.RetryPause, t.cfg.MaxRetryPause)):

@@ -191,7 +191,8 @@ type TCP struct {
 	w   *world
 
 	mu         sync.Mutex
-	conns      []atomic.Pointer[peerConn] // set once, under mu
+	conns      []atomic.Pointer[peerConn] // set once, under mu (again after a Revive)
+	revived    []atomic.Uint32            // per peer: how many times Revive gave it a new process
 	slots      map[int]*slot              // connecting; under mu
 	peerList   []Peer                     // from SetPeers; under mu
 	hostsKnown bool                       // every peer's Host was given
@@ -255,6 +256,7 @@ func listenOn(cfg Config, ln net.Listener) *TCP {
 	t := &TCP{
 		cfg: cfg, log: log, ln: ln, w: newWorld(cfg.Rank, cfg.Size),
 		conns:    make([]atomic.Pointer[peerConn], cfg.Size),
+		revived:  make([]atomic.Uint32, cfg.Size),
 		slots:    map[int]*slot{},
 		peersSet: make(chan struct{}),
 		closing:  make(chan struct{}),
@@ -726,7 +728,8 @@ func (t *TCP) PeerLost(peer int, reason string) {
 		t.lose(peer, reason)
 		return
 	}
-	t.wg.Add(1) // under mu, so never after Close has started waiting
+	gen := t.revived[peer].Load() // a verdict on this process, not on a successor
+	t.wg.Add(1)                   // under mu, so never after Close has started waiting
 	t.mu.Unlock()
 	window := t.confirmWindow()
 	if pc == nil {
@@ -743,6 +746,9 @@ func (t *TCP) PeerLost(peer int, reason string) {
 			case <-t.closing:
 				return
 			default:
+			}
+			if t.revived[peer].Load() != gen {
+				return
 			}
 			t.lose(peer, reason+", and it did not answer a connection for "+window.Round(time.Millisecond).String())
 		}()
@@ -765,6 +771,9 @@ func (t *TCP) PeerLost(peer int, reason string) {
 			case <-t.closing:
 				return
 			}
+		}
+		if t.revived[peer].Load() != gen {
+			return // the process gossip gave up on was replaced meanwhile
 		}
 		t.lose(peer, reason+", and no answer on its data connection for "+window.Round(time.Millisecond).String())
 	}()

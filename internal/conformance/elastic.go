@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,9 +25,10 @@ type ElasticOptions struct {
 	// rank again, then 10 steps more (at most 3000 steps in all).
 	Rejoin bool
 	// DieOnRestart, if not 0, makes the victim's DieOnRestart-th restart
-	// kill itself as its first Resync starts: a joiner lost during its
-	// state transfer.
+	// strike itself with DieHow (SIGKILL if 0) as its first Resync starts:
+	// a joiner lost (or frozen) during its state transfer.
 	DieOnRestart int
+	DieHow       syscall.Signal
 }
 
 // ElasticDrill is the rank program of the elastic ring drills (gorun
@@ -72,10 +74,11 @@ func ElasticDrill(ctx context.Context, c *collective.Comm, o ElasticOptions, rep
 			report(fmt.Sprintf("CHANGED %d %v", time.Now().UnixNano(), err))
 			state := []int64{int64(step)}
 			if o.DieOnRestart > 0 && c.Restarts() == o.DieOnRestart && changes == 1 {
+				how := cmp.Or(o.DieHow, syscall.SIGKILL)
 				go func() {
 					time.Sleep(time.Millisecond)
 					report(fmt.Sprintf("STRIKE %d", time.Now().UnixNano()))
-					_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+					_ = syscall.Kill(os.Getpid(), how)
 				}()
 			}
 			if err := collective.Resync(ctx, c, state); err != nil {
