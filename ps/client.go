@@ -34,7 +34,8 @@ type ClientConfig struct {
 	RoundPartitionsPerHub int
 	// RoundWindow is how many partitions of a collective round a worker
 	// has outstanding on one hub at a time; the next goes when an answer
-	// comes back. 0 sends them all at once.
+	// comes back. 0 sends them all at once, as does a hub reached through
+	// shared memory.
 	RoundWindow int
 	MaxFrame    int
 	// ConnectTimeout bounds Dial: hubs that are not up yet are retried.

@@ -135,11 +135,16 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 	return h.Wait(ctx)
 }
 
-// window sends a round's partitions to each hub at most limit at a time:
-// the next one when an answer comes back. Every worker then stays within
-// limit partitions of the slowest on every hub, so that no worker's
-// pushes run ahead and take the link a late partition needs, and the
-// hubs complete partitions in order.
+// window sends a round's partitions to each hub reached over the network
+// at most limit at a time: the next one when an answer comes back. Every
+// worker then stays within limit partitions of the slowest on every hub,
+// so that no worker's pushes run ahead and take the link a late
+// partition needs, and the hubs complete partitions in order. A hub on
+// this host, reached through shared memory, shares no network link and
+// gets every partition at once: each answer that lets the next partition
+// go costs wake-ups, which an oversubscribed host pays dearly. Each
+// worker may decide alone: a partition completes when every worker's
+// part has come, whenever each sends it.
 type window struct {
 	c     *Client
 	h     *Handle
@@ -161,11 +166,14 @@ func newWindow(c *Client, h *Handle, hubs, limit int) *window {
 
 func (w *window) add(hub int, p windowed) { w.queues[hub] = append(w.queues[hub], p) }
 
+// limited: hub's partitions go limit at a time.
+func (w *window) limited(hub int) bool { return w.limit > 0 && !w.c.hubs[hub].shm }
+
 // start sends the first limit partitions of every hub.
 func (w *window) start() {
 	for hub, q := range w.queues {
 		n := len(q)
-		if w.limit > 0 {
+		if w.limited(hub) {
 			n = min(n, w.limit)
 		}
 		for range n {
@@ -188,7 +196,7 @@ func (w *window) next(hub int) {
 	w.queues[hub] = q[1:]
 	w.mu.Unlock()
 	var after func()
-	if w.limit > 0 {
+	if w.limited(hub) {
 		after = func() { w.next(hub) }
 	}
 	w.c.sendAfter(hub, p.m, w.h, p.on, p.want, after)

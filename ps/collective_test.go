@@ -274,3 +274,55 @@ func seq(n int) []uint32 {
 	}
 	return out
 }
+
+// TestRoundWindowNetworkOnly: the window applies to hubs reached over the
+// network; a hub reached through shared memory gets every partition at
+// once. A round over shared memory with a window of 1 is still exact.
+func TestRoundWindowNetworkOnly(t *testing.T) {
+	c := &Client{hubs: []*hubLink{{shm: true}, {shm: false}}}
+	w := newWindow(c, nil, 2, 1)
+	if w.limited(0) || !w.limited(1) {
+		t.Fatalf("limited: shared memory hub %v, network hub %v; want false, true", w.limited(0), w.limited(1))
+	}
+	if newWindow(c, nil, 2, 0).limited(1) {
+		t.Fatal("a window of 0 limits a hub")
+	}
+	if !shmSupported() {
+		t.Skip("no shared memory here")
+	}
+	const n, count = 3, 100003
+	shm := transport.ShmOptions{Enabled: true, Dir: t.TempDir(), RingBytes: 64 << 10}
+	_, addrs := startHubsShm(t, 2, n, false, shm)
+	cs := make([]*Client, n)
+	for w := range n {
+		cfg := clientConfig(w, n, addrs, 4<<20)
+		cfg.Shm, cfg.RoundWindow, cfg.RoundPartitionsPerHub = shm, 1, 64
+		c, err := Dial(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if len(c.SharedMemoryHubs()) != 2 {
+			t.Fatalf("worker %d reaches hubs %v through shared memory, want both", w, c.SharedMemoryHubs())
+		}
+		cs[w] = c
+	}
+	bufs := make([][]int32, n)
+	if err := each(n, func(w int) error {
+		bufs[w] = make([]int32, count)
+		for i := range bufs[w] {
+			bufs[w][i] = int32(i*(w+1) - w)
+		}
+		b := reduce.AsBytes(bufs[w])
+		return cs[w].Collective(context.Background(), Collective{Seq: 1, Kind: RoundReduce, Op: reduce.Sum, DType: reduce.Int32, Count: count, Send: b, Recv: b, WantLen: count})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for w := range n {
+		for i, v := range bufs[w] {
+			if want := int32(6*i - 3); v != want {
+				t.Fatalf("worker %d element %d = %d, want %d", w, i, v, want)
+			}
+		}
+	}
+}
