@@ -153,6 +153,14 @@ func (t *TCP) Revive(peer int, p Peer) error {
 		return fmt.Errorf("transport: rank %d: Revive before SetPeers", t.cfg.Rank)
 	}
 	t.revived[peer].Add(1)
+	t.peerList[peer] = p
+	delete(t.gone, peer)
+	if pc := t.conns[peer].Load(); pc != nil && t.successors(pc, p) {
+		// The restarted process connected before this rank heard of it:
+		// its connection, and what came on it, stay.
+		t.mu.Unlock()
+		return nil
+	}
 	if s := t.slots[peer]; s != nil && s.stop != nil {
 		s.stop() // its attempts go to the old process
 	}
@@ -160,8 +168,6 @@ func (t *TCP) Revive(peer int, p Peer) error {
 	if old != nil {
 		t.retired = append(t.retired, old)
 	}
-	t.peerList[peer] = p
-	delete(t.gone, peer)
 	t.slotOf(peer).noShm = false
 	t.w.revive(peer)
 	t.slotOf(peer).notify()
@@ -173,6 +179,28 @@ func (t *TCP) Revive(peer int, p Peer) error {
 		_ = old.c.Close()
 	}
 	return nil
+}
+
+// successors reports whether pc, the connection to a peer that Revive is
+// given p for, is already the restarted process's: it is sound (no
+// error read or written on it, the peer not lost), and it goes to p's
+// address (dialed) or comes from p's host (accepted). The old process's
+// is broken by its death, or, if its host died with it, comes from
+// another host (a rank is restarted on its own host only while that host
+// lives).
+func (t *TCP) successors(pc *peerConn, p Peer) bool {
+	if pc.broken.Load() || t.w.hasLeft(pc.peer) {
+		return false
+	}
+	remote, ok := pc.c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	if pc.dialed {
+		return remote.String() == p.Addr
+	}
+	host, _, err := net.SplitHostPort(p.Addr)
+	return err == nil && remote.IP.Equal(net.ParseIP(host))
 }
 
 // ConnectTo connects to the given peers now, in parallel, each under its
@@ -414,7 +442,7 @@ func (t *TCP) dialOnce(ctx context.Context, peer int) error {
 		c.Close()
 		return err
 	}
-	if !t.register(peer, c, sp, sameHost) {
+	if !t.register(peer, c, sp, sameHost, true) {
 		sp.drop()
 		c.Close()
 		return errDuplicate
@@ -479,7 +507,7 @@ func (t *TCP) acceptSetup(c net.Conn, peer int) error {
 		sp.drop()
 		return &FrameError{Msg: fmt.Sprintf("frame type %d where the connection's setup was due", h.Type)}
 	}
-	if !t.register(peer, c, sp, sameHost) {
+	if !t.register(peer, c, sp, sameHost, false) {
 		sp.drop()
 		return errDuplicate
 	}

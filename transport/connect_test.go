@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gorun/gorun/internal/proctest"
 	"log/slog"
 	"slices"
 	"strings"
@@ -390,5 +391,49 @@ func TestRevive(t *testing.T) {
 	}
 	if err := (&TCP{cfg: Config{Rank: 0, Size: 2}, w: newWorld(0, 2)}).Revive(1, Peer{}); err == nil {
 		t.Error("Revive on a transport that is not elastic must fail")
+	}
+}
+
+// TestReviveKeepsSuccessor: the restarted process of rank 1 connects to
+// rank 0, and sends, before rank 0 hears of it (Revive comes after): the
+// connection and the frame it brought stay, and no second connection is
+// made.
+func TestReviveKeepsSuccessor(t *testing.T) {
+	ts := lazyMesh(t, 2, []string{"a", "b"}, func(r int, c *Config) { c.Elastic = true })
+	ts[1].Close() // the first process, gone without a word to rank 0
+	cfg := DefaultConfig()
+	cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret, cfg.ListenAddr, cfg.HostKey, cfg.Elastic = 1, 2, "job1", testSecret, "127.0.0.1:0", "b", true
+	nb, err := Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nb.Close() })
+	peers := []Peer{{Addr: ts[0].Addr().String(), Host: ts[0].HostKey()}, {Addr: nb.Addr().String(), Host: nb.HostKey()}}
+	if err := nb.SetPeers(peers); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := nb.Send(ctx, 0, Header{Seq: 7}, []byte("early")); err != nil {
+		t.Fatal(err)
+	}
+	proctest.WaitFor(t, 5*time.Second, func() bool { return slices.Equal(ts[0].ConnectedPeers(), []int{1}) }, "rank 0 accepts the successor")
+	first := ts[0].conns[1].Load()
+	if err := ts[0].Revive(1, peers[1]); err != nil {
+		t.Fatal(err)
+	}
+	if ts[0].conns[1].Load() != first {
+		t.Fatal("Revive dropped the successor's own connection")
+	}
+	f, err := ts[0].Recv(ctx, 1)
+	if err != nil || string(f.Payload) != "early" {
+		t.Fatalf("the successor's frame from before the Revive: %q, %v", f.Payload, err)
+	}
+	f.Release()
+	if err := ts[0].Send(ctx, 1, Header{Seq: 8}, []byte("back")); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := nb.Recv(ctx, 0); err != nil || string(f.Payload) != "back" {
+		t.Fatalf("successor got %q, %v", f.Payload, err)
 	}
 }

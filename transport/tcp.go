@@ -230,6 +230,8 @@ type peerConn struct {
 
 	shm      atomic.Pointer[shmPeer] // set before the connection is published, if the pair shares memory
 	sameHost bool                    // the peer's host key is this rank's
+	dialed   bool                    // this rank dialed it (its remote address is where the peer listens)
+	broken   atomic.Bool             // an error was read or written on it
 }
 
 // Listen starts listening; the transport is usable after Connect.
@@ -371,7 +373,7 @@ func (t *TCP) taken(peer int) bool {
 
 // register publishes a set-up connection to peer (with its shared memory,
 // if any) and starts its reader; false if peer already has one.
-func (t *TCP) register(peer int, c net.Conn, sp *shmPeer, sameHost bool) bool {
+func (t *TCP) register(peer int, c net.Conn, sp *shmPeer, sameHost, dialed bool) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.taken(peer) {
@@ -382,7 +384,7 @@ func (t *TCP) register(peer int, c net.Conn, sp *shmPeer, sameHost bool) bool {
 		_ = tc.SetReadBuffer(4 << 20)
 		_ = tc.SetWriteBuffer(4 << 20)
 	}
-	pc := &peerConn{peer: peer, c: c, pong: make(chan struct{}, 1), sameHost: sameHost}
+	pc := &peerConn{peer: peer, c: c, pong: make(chan struct{}, 1), sameHost: sameHost, dialed: dialed}
 	if sp != nil {
 		t.attach(pc, sp)
 	}
@@ -404,6 +406,7 @@ func (t *TCP) readLoop(pc *peerConn) {
 	for {
 		h, p, err := fr.Next(getBuf)
 		if err != nil {
+			pc.broken.Store(true)
 			select {
 			case <-t.closing:
 				return
@@ -508,6 +511,7 @@ func (t *TCP) Send(ctx context.Context, to int, h Header, payload []byte) error 
 	if ctx.Err() != nil {
 		return ctxErr(ctx)
 	}
+	pc.broken.Store(true)
 	t.suspect(pc, "send failed: "+err.Error())
 	if werr := t.w.Err(); werr != nil {
 		return werr
