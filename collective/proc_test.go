@@ -454,12 +454,22 @@ func TestElasticRejoinProcesses(t *testing.T) {
 		mode string
 		shm  string
 	}{{"ring-rejoin", "1"}, {"ring-rejoin", "0"}, {"ring-rejoin-stop", "1"}} {
-		res, out := launchElastic(t, c.mode, c.shm, 1)
-		if n := strings.Count(out, " view={2 [0 1 2 3]} size=4\n"); n != 4 {
-			t.Fatalf("%s shm %s: %d ranks finished on view 2 with all 4, want 4:\n%s", c.mode, c.shm, n, out)
+		// A second restart is allowed: under a heavy load a survivor
+		// can suspect the restarted rank falsely (a broken pipe on a
+		// connection it made while joining, see issue 22's note); gorun
+		// then fences it, and it comes back once more.
+		res, out := launchElastic(t, c.mode, c.shm, 2)
+		done := regexp.MustCompile(`(?m)^\[\d\] DONE changes=\d+ view=\{(\d+) \[0 1 2 3\]\} size=4$`).FindAllStringSubmatch(out, -1)
+		if len(done) != 4 || done[0][1] < "2" || !strings.Contains(out, "[3] BACK ") || !strings.Contains(out, "rank 3 restarted") {
+			t.Fatalf("%s shm %s: want all 4 ranks done on one view with all 4 after rank 3 came back:\n%s", c.mode, c.shm, out)
 		}
-		if !strings.Contains(out, "[3] BACK ") || !strings.Contains(out, "rank 3 restarted 1 time") {
-			t.Fatalf("%s shm %s: rank 3 did not come back, or gorun did not say so:\n%s", c.mode, c.shm, out)
+		for _, d := range done {
+			if d[1] != done[0][1] {
+				t.Fatalf("%s shm %s: ranks finished on different views:\n%s", c.mode, c.shm, out)
+			}
+		}
+		if done[0][1] != "2" {
+			t.Logf("%s shm %s: rank 3 came back more than once (final view %s):\n%s", c.mode, c.shm, done[0][1], out)
 		}
 		noSegments(t, res.JobID)
 		strike := regexp.MustCompile(`STRIKE (\d+)`).FindStringSubmatch(out)

@@ -118,25 +118,22 @@ func TestElasticOverSSH(t *testing.T) {
 	}
 }
 
-// TestElasticHostLostOverSSH: under gorun --elastic the SSH session of
-// the third test host is killed mid-training: its agent kills its two
-// ranks, gorun counts both as lost and sends one view, and the four
-// survivors on the other hosts finish exact on it; gorun exits 0.
-func TestElasticHostLostOverSSH(t *testing.T) {
-	r := needRig(t)
-	bin := r.selftest(t)
-	hf := r.hostfile(t, 3, 2)
-	cmd, out, errb := r.cmd("-hostfile", hf, "--elastic", "--grace", "1s", bin, "-drill", "outside", "-pause", "100ms")
+// loseHost runs gorun with args and, once rank 0 is at step 5 of its
+// drill, kills the SSH session of host (the host is lost to the job); it
+// returns gorun's exit code and output.
+func (r *rig) loseHost(t *testing.T, host string, args ...string) (int, *proctest.Buffer, *proctest.Buffer) {
+	t.Helper()
+	cmd, out, errb := r.cmd(args...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	proctest.WaitFor(t, 60*time.Second, func() bool { return strings.Contains(out.String(), "[0] STEP 5") }, "rank 0 at step 5")
-	pids, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid), "-f", r.hosts[2]).Output()
+	pids, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid), "-f", host).Output()
 	pid, err := strconv.Atoi(strings.TrimSpace(string(pids)))
 	if err != nil {
-		t.Fatalf("no ssh client for %s: %q", r.hosts[2], pids)
+		t.Fatalf("no ssh client for %s: %q", host, pids)
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 	select {
@@ -145,8 +142,20 @@ func TestElasticHostLostOverSSH(t *testing.T) {
 		_ = cmd.Process.Kill()
 		t.Fatalf("hung:\n%s\n%s", out, errb)
 	}
+	return cmd.ProcessState.ExitCode(), out, errb
+}
+
+// TestElasticHostLostOverSSH: under gorun --elastic the SSH session of
+// the third test host is killed mid-training: its agent kills its two
+// ranks, gorun counts both as lost and sends one view, and the four
+// survivors on the other hosts finish exact on it; gorun exits 0.
+func TestElasticHostLostOverSSH(t *testing.T) {
+	r := needRig(t)
+	bin := r.selftest(t)
+	hf := r.hostfile(t, 3, 2)
+	code, out, errb := r.loseHost(t, r.hosts[2], "-hostfile", hf, "--elastic", "--grace", "1s", bin, "-drill", "outside", "-pause", "100ms")
 	finished := strings.Count(out.String(), "DONE changes=1 view={1 [0 1 2 3]} size=4")
-	if code := cmd.ProcessState.ExitCode(); code != 0 || finished != 4 {
+	if code != 0 || finished != 4 {
 		t.Fatalf("exit %d, %d of 4 survivors done on view 1:\n%s\n%s", code, finished, out, errb)
 	}
 	if !strings.Contains(errb.String(), "its ranks [4 5] are lost") {
@@ -293,27 +302,9 @@ func TestElasticHostMovedOverSSH(t *testing.T) {
 	if err := os.WriteFile(hf, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd, out, errb := r.cmd("-np", "5", "-hostfile", hf, "--elastic", "--max-restarts", "1", "--grace", "1s", bin, "-drill", "outside", "-rejoin", "-pause", "100ms")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	proctest.WaitFor(t, 60*time.Second, func() bool { return strings.Contains(out.String(), "[0] STEP 5") }, "rank 0 at step 5")
-	pids, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid), "-f", r.hosts[1]).Output()
-	pid, err := strconv.Atoi(strings.TrimSpace(string(pids)))
-	if err != nil {
-		t.Fatalf("no ssh client for %s: %q", r.hosts[1], pids)
-	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	select {
-	case <-done:
-	case <-time.After(90 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("hung:\n%s\n%s", out, errb)
-	}
+	code, out, errb := r.loseHost(t, r.hosts[1], "-np", "5", "-hostfile", hf, "--elastic", "--max-restarts", "1", "--grace", "1s", bin, "-drill", "outside", "-rejoin", "-pause", "100ms")
 	finished := strings.Count(out.String(), " view={3 [0 1 2 3 4]} size=5")
-	if code := cmd.ProcessState.ExitCode(); code != 0 || finished != 5 {
+	if code != 0 || finished != 5 {
 		t.Fatalf("exit %d, %d of 5 ranks done on view 3 with every rank:\n%s\n%s", code, finished, out, errb)
 	}
 	for _, want := range []string{"its ranks [2 3] are lost", "rank 2: its host is gone: restarting it on " + r.hosts[2], "rank 3: its host is gone: restarting it on " + r.hosts[2],

@@ -157,8 +157,13 @@ func (t *TCP) Revive(peer int, p Peer) error {
 	delete(t.gone, peer)
 	if pc := t.conns[peer].Load(); pc != nil && t.successors(pc, p) {
 		// The restarted process connected before this rank heard of it:
-		// its connection, and what came on it, stay.
+		// its connection, and what came on it, stay; only a loss recorded
+		// for the old process goes.
+		t.w.renew(peer)
 		t.mu.Unlock()
+		t.lostMu.Lock()
+		delete(t.lost, peer)
+		t.lostMu.Unlock()
 		return nil
 	}
 	if s := t.slots[peer]; s != nil && s.stop != nil {
@@ -189,7 +194,7 @@ func (t *TCP) Revive(peer int, p Peer) error {
 // another host (a rank is restarted on its own host only while that host
 // lives).
 func (t *TCP) successors(pc *peerConn, p Peer) bool {
-	if pc.broken.Load() || t.w.hasLeft(pc.peer) {
+	if pc.broken.Load() {
 		return false
 	}
 	remote, ok := pc.c.RemoteAddr().(*net.TCPAddr)

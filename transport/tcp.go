@@ -512,6 +512,11 @@ func (t *TCP) Send(ctx context.Context, to int, h Header, payload []byte) error 
 		return ctxErr(ctx)
 	}
 	pc.broken.Store(true)
+	if t.conns[to].Load() != pc {
+		// Revive replaced the connection under this call: the peer's
+		// restarted process is reached anew.
+		return t.Send(ctx, to, h, payload)
+	}
 	t.suspect(pc, "send failed: "+err.Error())
 	if werr := t.w.Err(); werr != nil {
 		return werr

@@ -148,6 +148,19 @@ func (w *world) revive(peer int) {
 	}
 }
 
+// renew gives peer a fresh state if its old one was lost or left, with
+// the frames queued in it (its restarted process's, which connected
+// before this rank heard of it; TCP.Revive).
+func (w *world) renew(peer int) {
+	old := w.peers[peer].Load()
+	if old == nil || !w.hasLeft(peer) {
+		return
+	}
+	// The same inbox: a frame the reader delivers meanwhile lands in it,
+	// in order, whichever state it looked up.
+	w.peers[peer].Store(&peerState{inbox: old.inbox, left: make(chan struct{})})
+}
+
 // goneErr is the error of waiting on, or sending to, a peer that left or
 // was lost.
 func (w *world) goneErr(peer int) error {

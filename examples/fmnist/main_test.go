@@ -298,13 +298,14 @@ func TestRingElastic(t *testing.T) {
 }
 
 // TestRingRejoinStall: under gorun --elastic --max-restarts 1 rank 2,
-// killed 0.3 s into training, says when it failed (-stall), comes back
+// killed 0.3 s into 6 s of training (time for a restart under the full
+// suite's load), says when it failed (-stall), comes back
 // once (it does not fail again), and every rank goes through the view
 // without it and the view with it back; rank 0, whose state the others
 // take, redoes exactly the interrupted step each time; every rank
 // reports its longest iteration.
 func TestRingRejoinStall(t *testing.T) {
-	res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-data", "synthetic", "-lr", "0.5", "-duration", "2s", "-samples", "3000",
+	res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-data", "synthetic", "-lr", "0.5", "-duration", "6s", "-samples", "3000",
 		"-fail-rank", "2", "-fail-at", "300ms", "-fail-how", "kill", "-stall", "1s"},
 		func(c *launcher.Config) { c.Elastic, c.MaxRestarts = true, 1 })
 	if res.ExitCode != 0 || !regexp.MustCompile(`\[0\] mode=ring .* ranks=3 `).MatchString(out) {
