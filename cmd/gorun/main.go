@@ -250,7 +250,7 @@ func benchFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "target", Value: time.Second, Usage: "time spent per size and strategy"},
 		&cli.IntFlag{Name: "colocated-hubs", Value: 1, Usage: "without --hubs: hubs inside ranks 0..`K`-1"},
 		&cli.StringFlag{Name: "format", Value: "table", Usage: "table (with a chart) or csv"},
-		&cli.StringFlag{Name: "partition", Value: "4MiB", Usage: "ParamHub partition `SIZE`"},
+		&cli.StringFlag{Name: "partition", Value: "4MiB", Usage: "largest ParamHub partition `SIZE` (a round cuts smaller ones to give each hub about 32)"},
 	}
 }
 
