@@ -186,9 +186,7 @@ func (c *Comm) startElastic(hosts []string) error {
 // gossip to bring that view's ranks, again if the view changes meanwhile.
 func (e *elastic) rejoinPeers(ctx context.Context, m *membership.Member) ([]membership.Peer, error) {
 	for {
-		e.mu.Lock()
-		v, cur := e.announced, e.cur // cur ends when a newer view comes
-		e.mu.Unlock()
+		v, cur := e.current()
 		if v.Epoch == 0 {
 			select {
 			case <-cur.Done():
@@ -227,9 +225,7 @@ func (e *elastic) rejoin(ctx context.Context, hosts []string, addr, host string)
 		return fmt.Errorf("restarted rank: telling gorun it joins: %w", err)
 	}
 	for {
-		e.mu.Lock()
-		v, cur := e.announced, e.cur
-		e.mu.Unlock()
+		v, cur := e.current()
 		if v.Index(e.c.cfg.Rank) >= 0 {
 			if err := e.c.install(v); err != nil {
 				return err
@@ -336,6 +332,14 @@ func (e *elastic) announce(cv control.View) {
 			e.c.log.Warn("elastic: cannot take back a restarted rank", "rank", j.Rank, "err", err)
 		}
 	}
+}
+
+// current returns the announced view and its context, which ends when a
+// newer view comes.
+func (e *elastic) current() (View, context.Context) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.announced, e.cur
 }
 
 // latest returns the announced view, whether it is newer than the

@@ -133,7 +133,8 @@ func ringBytesFor(explicit, budget, local int) int {
 // connection is closed; its shared memory stays mapped until Close (a
 // caller may still hold a frame in it). Frames still queued from the old
 // process are released, and its later reports (a broken connection, a
-// goodbye) blame no one. Only the job's sequencer (gorun, through a view
+// goodbye) blame no one. A connection the restarted process already made
+// (see successors) stays, with its frames. Only the job's sequencer (gorun, through a view
 // that names the joiner) may decide that a rank is back: the caller must
 // have made sure that no call of its own is waiting on peer.
 func (t *TCP) Revive(peer int, p Peer) error {
@@ -155,30 +156,25 @@ func (t *TCP) Revive(peer int, p Peer) error {
 	t.revived[peer].Add(1)
 	t.peerList[peer] = p
 	delete(t.gone, peer)
+	var old *peerConn
 	if pc := t.conns[peer].Load(); pc != nil && t.successors(pc, p) {
 		// The restarted process connected before this rank heard of it:
-		// its connection, and what came on it, stay; only a loss recorded
-		// for the old process goes.
+		// its connection, and what came on it, stay.
 		t.w.renew(peer)
-		t.mu.Unlock()
-		t.lostMu.Lock()
-		delete(t.lost, peer)
-		t.lostMu.Unlock()
-		return nil
+	} else {
+		if s := t.slots[peer]; s != nil && s.stop != nil {
+			s.stop() // its attempts go to the old process
+		}
+		if old = t.conns[peer].Swap(nil); old != nil {
+			t.retired = append(t.retired, old)
+		}
+		t.slotOf(peer).noShm = false
+		t.w.revive(peer)
+		t.slotOf(peer).notify()
 	}
-	if s := t.slots[peer]; s != nil && s.stop != nil {
-		s.stop() // its attempts go to the old process
-	}
-	old := t.conns[peer].Swap(nil)
-	if old != nil {
-		t.retired = append(t.retired, old)
-	}
-	t.slotOf(peer).noShm = false
-	t.w.revive(peer)
-	t.slotOf(peer).notify()
 	t.mu.Unlock()
 	t.lostMu.Lock()
-	delete(t.lost, peer)
+	delete(t.lost, peer) // the old process's loss
 	t.lostMu.Unlock()
 	if old != nil {
 		_ = old.c.Close()
@@ -188,7 +184,7 @@ func (t *TCP) Revive(peer int, p Peer) error {
 
 // successors reports whether pc, the connection to a peer that Revive is
 // given p for, is already the restarted process's: it is sound (no
-// error read or written on it, the peer not lost), and it goes to p's
+// error read or written on it), and it goes to p's
 // address (dialed) or comes from p's host (accepted). The old process's
 // is broken by its death, or, if its host died with it, comes from
 // another host (a rank is restarted on its own host only while that host
