@@ -76,6 +76,7 @@ type shmPeer struct {
 	smu     sync.Mutex   // Send may be called from several goroutines
 	use     sync.RWMutex // held (read) by every Send and Recv; Close takes it to unmap
 	closed  bool         // under use: the mapping is gone
+	bells   *bells       // a connection's (shmconn.go); nil for a rank pair
 
 	// The waits' conditions, made once: a Recv or a Send per peer at a
 	// time (Recv by the Transport contract, Send under smu).
@@ -204,6 +205,7 @@ type shmNegotiation struct {
 	timeout  time.Duration
 	log      *slog.Logger
 	warnOnce *sync.Once // nil: warn every time
+	bells    bool       // with bells beside the segment (a connection's, shmconn.go)
 }
 
 func (n shmNegotiation) warn(msg string, args ...any) {
@@ -220,12 +222,23 @@ func (n shmNegotiation) warn(msg string, args ...any) {
 // exchange failed (c is then unusable: the caller closes it).
 func makeOffer(ctx context.Context, c net.Conn, n shmNegotiation, name string) (*shmPeer, shmAnswer, error) {
 	o, mem, err := offerSegment(n.hostKey, n.ringCap, n.off, n.dir, n.jobID, name, n.reserve)
+	var bl *bells
+	if err == nil && mem != nil && n.bells {
+		if bl, err = makeBells(o.Path); err != nil {
+			dropSegment(o.Path, mem)
+			o.Path, o.Reason, mem = "", err.Error(), nil
+		}
+	}
 	if err != nil {
 		n.warn("shared memory unavailable; TCP", "conn", name, "err", err)
 	}
 	p, err := exchangeCtl(ctx, c, n.timeout, Header{Type: TypeShmOffer}, o.encode(), TypeShmAnswer)
+	if o.Path != "" {
+		removeBells(o.Path)
+	}
 	if err != nil {
 		dropSegment(o.Path, mem)
+		bl.close()
 		return nil, shmAnswer{}, err
 	}
 	if o.Path != "" {
@@ -238,14 +251,18 @@ func makeOffer(ctx context.Context, c net.Conn, n shmNegotiation, name string) (
 	if !a.Attached {
 		n.log.Debug("shared memory declined; TCP", "conn", name, "reason", a.Reason)
 		_ = unmapSegment(mem)
+		bl.close()
 		return nil, a, nil
 	}
-	return pairOver(-1, mem, int(o.RingCap), true), a, nil
+	sp := pairOver(-1, mem, int(o.RingCap), true)
+	sp.bells = bl
+	return sp, a, nil
 }
 
 // answerOffer is the answering side, given the offer's payload: it maps
-// the segment if it can and answers over c. It returns the pair's rings
-// if it mapped them, and whether the two share a host.
+// the segment (and opens its bells, if n says so) if it can and answers
+// over c. It returns the pair's rings if it mapped them, and whether the
+// two share a host.
 func answerOffer(ctx context.Context, c net.Conn, payload []byte, n shmNegotiation, name string) (*shmPeer, bool, error) {
 	o, err := decodeShmOffer(payload)
 	if err != nil {
@@ -258,15 +275,27 @@ func answerOffer(ctx context.Context, c net.Conn, payload []byte, n shmNegotiati
 	}
 	if reason == "" {
 		mem, err := mapOffer(o)
+		var bl *bells
+		if err == nil && n.bells {
+			bl, err = openBells(o.Path, false)
+			removeBells(o.Path)
+			if err != nil {
+				_ = unmapSegment(mem)
+			}
+		}
 		if err != nil {
 			n.log.Warn("could not attach a peer's shared memory; TCP", "conn", name, "err", err)
 			reason = err.Error()
 		} else {
 			sp = pairOver(-1, mem, int(o.RingCap), false)
+			sp.bells = bl
 		}
 	}
 	a := shmAnswer{Attached: sp != nil, SameHost: o.HostKey == n.hostKey, Reason: reason}
 	if _, err := writeCtl(ctx, c, n.timeout, Header{Type: TypeShmAnswer}, a.encode()); err != nil {
+		if sp != nil {
+			sp.bells.close()
+		}
 		sp.drop()
 		return nil, false, err
 	}

@@ -90,3 +90,74 @@ func bootID() string {
 	}
 	return strings.TrimSpace(string(b)) // a host key is one word (it travels in control lines)
 }
+
+// makeBells creates a connection's two bells beside its segment at path
+// (FIFOs, mode 0600) and opens the offering side's ends.
+func makeBells(path string) (*bells, error) {
+	for i := range 2 {
+		if err := syscall.Mkfifo(bellPath(path, i), 0o600); err != nil {
+			removeBells(path)
+			return nil, &os.PathError{Op: "mkfifo", Path: bellPath(path, i), Err: err}
+		}
+	}
+	b, err := openBells(path, true)
+	if err != nil {
+		removeBells(path)
+	}
+	return b, err
+}
+
+// openBells opens the bells of the segment at path: the offering side
+// reads bell 1 and rings bell 0, the answering side the other way round.
+// Each must be a FIFO of this user's, mode 0600. Both are opened for
+// reading and writing, so that neither open waits for the peer and a
+// side can ring its own bell to wake its sleeper.
+func openBells(path string, offerer bool) (*bells, error) {
+	in, out := 0, 1
+	if offerer {
+		in, out = 1, 0
+	}
+	fin, err := openBell(bellPath(path, in))
+	if err != nil {
+		return nil, err
+	}
+	fout, err := openBell(bellPath(path, out))
+	if err != nil {
+		_ = fin.Close()
+		return nil, err
+	}
+	return newBells(fin, fout)
+}
+
+func openBell(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		st, _ := fi.Sys().(*syscall.Stat_t)
+		switch {
+		case fi.Mode()&os.ModeNamedPipe == 0:
+			err = fmt.Errorf("%s: not a FIFO", path)
+		case st != nil && st.Uid != uint32(os.Getuid()):
+			err = fmt.Errorf("%s: owned by uid %d, not this user", path, st.Uid)
+		case fi.Mode().Perm() != 0o600:
+			err = fmt.Errorf("%s: mode %o, want 600", path, fi.Mode().Perm())
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// ring writes one byte to f without waiting: a full FIFO already holds
+// bells enough.
+func ring(rc syscall.RawConn) {
+	_ = rc.Write(func(fd uintptr) bool {
+		_, _ = syscall.Write(int(fd), []byte{1})
+		return true
+	})
+}

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -18,14 +18,19 @@ import (
 // ParamHub's links are byte streams (net.Conn), not the rank mesh's
 // frames. When a worker and a hub share a host, the two ends of an
 // authenticated connection upgrade it: the dialing side creates a segment
-// as a rank does for its mesh peer and offers it over the connection, the
-// accepting side maps it and answers, and from then on the stream's bytes
-// go through the segment's two rings. The socket stays open: it carries
-// a one-byte bell when a side sleeps on a ring and the other moves it,
-// and its end (the peer exited, was killed, or closed) wakes every
-// waiter, so a dead peer is seen as quickly as over TCP. Both sides always exchange the
-// offer and the answer, also when shared memory is off or impossible, so
-// the protocol does not depend on settings; any refusal keeps the socket.
+// as a rank does for its mesh peer, and two bells beside it (FIFOs), and
+// offers it over the connection; the accepting side maps it, opens the
+// bells and answers, and from then on the stream's bytes go through the
+// segment's two rings. A side that sleeps on a ring sleeps on its bell
+// in Go's network poller, which leaves the thread free for the process's
+// other goroutines (a hub serves many workers), and the other side rings
+// it with one byte when it moves that ring: a write to a pipe, a few
+// microseconds where a byte on the loopback socket took tens. The socket
+// stays open for liveness: its end (the peer exited, was killed, or
+// closed) wakes every waiter, so a dead peer is seen as quickly as over
+// TCP. Both sides always exchange the offer and the answer, also when
+// shared memory is off or impossible, so the protocol does not depend on
+// settings; any refusal keeps the socket.
 
 // ShmOptions configure the shared-memory upgrade of one connection.
 type ShmOptions struct {
@@ -96,7 +101,7 @@ func (o *ShmOptions) negotiation() shmNegotiation {
 		off = "shared memory is off"
 	}
 	return shmNegotiation{hostKey: o.hostKey(), ringCap: ringCapOf(o.RingBytes), off: off, dir: o.dir(), jobID: o.JobID,
-		reserve: o.reserve, timeout: o.timeout(), log: o.log()}
+		reserve: o.reserve, timeout: o.timeout(), log: o.log(), bells: true}
 }
 
 // OfferShm is the dialing side of the upgrade of c, an authenticated
@@ -202,9 +207,10 @@ type shmConn struct {
 	use      sync.RWMutex // Close takes it to unmap
 	unmapped bool         // under use
 
+	bells        *bells
 	gone         chan struct{} // the socket ended: the peer closed or died
 	goneOnce     sync.Once
-	listening    atomic.Bool   // a sleeper reads the socket for bells
+	listening    atomic.Bool   // a sleeper reads the bell
 	rbell, wbell chan struct{} // a bell came (or a deadline moved)
 	closed       chan struct{}
 	closeOnce    sync.Once
@@ -213,34 +219,48 @@ type shmConn struct {
 }
 
 func newShmConn(sock net.Conn, sp *shmPeer, o ShmOptions) *shmConn {
-	c := &shmConn{sock: sock, sp: sp, opts: o, gone: make(chan struct{}), closed: make(chan struct{}),
+	c := &shmConn{sock: sock, sp: sp, opts: o, bells: sp.bells, gone: make(chan struct{}), closed: make(chan struct{}),
 		rbell: make(chan struct{}, 1), wbell: make(chan struct{}, 1)}
 	for _, r := range []*shmRing{sp.in, sp.out} {
 		r.wake = c.ringBell
 	}
+	go c.watch()
 	return c
 }
 
-// ringBell tells the peer, asleep on a ring, that the ring moved: one byte
-// on the socket. Sleeping on the socket (Go's network poller) instead of
-// a futex leaves the thread free for the process's other goroutines,
-// which a hub serving many workers needs.
-func (c *shmConn) ringBell(*atomic.Uint32) { _, _ = c.sock.Write([]byte{1}) }
+// ringBell tells the peer, asleep on a ring, that the ring moved.
+func (c *shmConn) ringBell(*atomic.Uint32) { ring(c.bells.outRC) }
+
+// watch reads the socket until it ends (nothing more is sent on it once
+// upgraded): then the peer is gone, and this side's sleepers wake.
+func (c *shmConn) watch() {
+	var b [64]byte
+	for {
+		if _, err := c.sock.Read(b[:]); err != nil {
+			break
+		}
+	}
+	c.goneOnce.Do(func() { close(c.gone) })
+	c.kick()
+}
+
+// kick wakes every sleeper of this side: the one on the bell (this side
+// rings its own bell) and the ones on their channels.
+func (c *shmConn) kick() {
+	ring(c.bells.inRC)
+	c.wake()
+}
 
 // sleep waits for a bell, for at most shmSleep. The first of this side's
-// sleepers (a reader, a writer) reads the socket itself, which saves a
+// sleepers (a reader, a writer) reads the bell itself, which saves a
 // hand-off between goroutines per wake-up; the other waits on its
-// channel, and the reader of the socket rings it when it is done. The
-// socket ending means the peer is gone.
+// channel, and the reader of the bell rings it when it is done.
 func (c *shmConn) sleep(bell chan struct{}) {
 	if c.listening.CompareAndSwap(false, true) {
-		_ = c.sock.SetReadDeadline(time.Now().Add(shmSleep))
+		_ = c.bells.in.SetReadDeadline(time.Now().Add(shmSleep))
 		var b [64]byte
-		_, err := c.sock.Read(b[:])
+		_, _ = c.bells.in.Read(b[:])
 		c.listening.Store(false)
-		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			c.goneOnce.Do(func() { close(c.gone) })
-		}
 		c.wake()
 		return
 	}
@@ -400,13 +420,52 @@ func (c *shmConn) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)
 		_ = c.sock.Close()
-		c.wake()
+		c.kick()
 		c.use.Lock()
 		c.unmapped = true
 		_ = unmapSegment(c.sp.mem)
+		c.bells.close()
 		c.use.Unlock()
 	})
 	return nil
+}
+
+// bells are a connection's two FIFOs: in is read by this side's sleeper,
+// out rung for the peer's. The raw conns write without waiting.
+type bells struct {
+	in, out     *os.File
+	inRC, outRC syscall.RawConn
+}
+
+func newBells(in, out *os.File) (*bells, error) {
+	inRC, err := in.SyscallConn()
+	var outRC syscall.RawConn
+	if err == nil {
+		outRC, err = out.SyscallConn()
+	}
+	if err != nil {
+		_, _ = in.Close(), out.Close()
+		return nil, err
+	}
+	return &bells{in: in, out: out, inRC: inRC, outRC: outRC}, nil
+}
+
+// close closes both ends; nil does nothing.
+func (b *bells) close() {
+	if b != nil {
+		_, _ = b.in.Close(), b.out.Close()
+	}
+}
+
+// bellPath names bell i of the segment at path: it matches the job's
+// segment pattern, so the launcher's agents remove leftovers.
+func bellPath(path string, i int) string { return fmt.Sprintf("%s-bell%d", path, i) }
+
+// removeBells removes the bells' names (their opened ends stay).
+func removeBells(path string) {
+	for i := range 2 {
+		_ = os.Remove(bellPath(path, i))
+	}
 }
 
 // LocalAddr implements net.Conn.
