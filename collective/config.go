@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/membership"
+	"github.com/gorun/gorun/ps"
 	"github.com/gorun/gorun/transport"
 )
 
@@ -95,6 +96,15 @@ type Config struct {
 	// HubPartitionBytes is the largest piece of a buffer one hub handles
 	// in one message; partitions are spread over the hubs.
 	HubPartitionBytes int
+	// HubRoundPartitions is about how many partitions per hub a
+	// collective round is cut into, none larger than HubPartitionBytes
+	// (ps.ClientConfig.RoundPartitionsPerHub; default 32); 0 cuts every
+	// round into partitions of exactly HubPartitionBytes. HubWindow is how
+	// many of a round's partitions a rank has outstanding on one hub
+	// reached over the network (ps.ClientConfig.RoundWindow; default 4); 0
+	// sends them all at once.
+	HubRoundPartitions int
+	HubWindow          int
 	// HubTimeout: a hub that stays silent this long while owing an answer
 	// is lost.
 	HubTimeout time.Duration
@@ -189,23 +199,25 @@ const OversubscribedSpinTime = 5 * time.Millisecond
 func DefaultConfig() Config {
 	gossip := membership.DefaultConfig()
 	return Config{
-		Strategy:          StrategyRing,
-		ColocatedHubs:     1,
-		HubPartitionBytes: 4 << 20,
-		HubTimeout:        3 * time.Second,
-		AdvertiseAddr:     "127.0.0.1",
-		DataListen:        "0.0.0.0:0",
-		JoinTimeout:       60 * time.Second,
-		CloseTimeout:      30 * time.Second,
-		ViewTimeout:       30 * time.Second,
-		SmallBytes:        32 << 10,
-		SegmentBytes:      512 << 10,
-		MaxFrame:          transport.DefaultMaxPayload,
-		SpinTime:          transport.DefaultConfig().SpinTime,
-		Shm:               true,
-		ProbeInterval:     gossip.ProbeInterval,
-		ProbeTimeout:      gossip.ProbeTimeout,
-		SuspicionMult:     gossip.SuspicionMult,
+		Strategy:           StrategyRing,
+		ColocatedHubs:      1,
+		HubPartitionBytes:  4 << 20,
+		HubRoundPartitions: ps.DefaultClientConfig().RoundPartitionsPerHub,
+		HubWindow:          ps.DefaultClientConfig().RoundWindow,
+		HubTimeout:         3 * time.Second,
+		AdvertiseAddr:      "127.0.0.1",
+		DataListen:         "0.0.0.0:0",
+		JoinTimeout:        60 * time.Second,
+		CloseTimeout:       30 * time.Second,
+		ViewTimeout:        30 * time.Second,
+		SmallBytes:         32 << 10,
+		SegmentBytes:       512 << 10,
+		MaxFrame:           transport.DefaultMaxPayload,
+		SpinTime:           transport.DefaultConfig().SpinTime,
+		Shm:                true,
+		ProbeInterval:      gossip.ProbeInterval,
+		ProbeTimeout:       gossip.ProbeTimeout,
+		SuspicionMult:      gossip.SuspicionMult,
 	}
 }
 
@@ -251,8 +263,8 @@ func (c *Config) validate() error {
 	if c.Strategy == StrategyHub && len(c.Hubs) == 0 && (c.ColocatedHubs < 1 || c.ColocatedHubs > c.Size) {
 		errs = append(errs, fmt.Errorf("ColocatedHubs %d: must be 1 to Size (%d) when no dedicated hubs are given", c.ColocatedHubs, c.Size))
 	}
-	if c.Strategy == StrategyHub && (c.HubPartitionBytes < 8 || c.HubPartitionBytes > c.MaxFrame || c.HubTimeout <= 0) {
-		errs = append(errs, errors.New("HubPartitionBytes must be in [8, MaxFrame] and HubTimeout > 0"))
+	if c.Strategy == StrategyHub && (c.HubPartitionBytes < 8 || c.HubPartitionBytes > c.MaxFrame || c.HubTimeout <= 0 || c.HubRoundPartitions < 0 || c.HubWindow < 0) {
+		errs = append(errs, errors.New("HubPartitionBytes must be in [8, MaxFrame], HubTimeout > 0, HubRoundPartitions and HubWindow >= 0"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("collective: bad config: %w", err)

@@ -63,6 +63,7 @@ func (c *Comm) connectHubs(ctx context.Context, addrs []string, dial transport.D
 	cc.Worker, cc.Workers, cc.Hubs, cc.JobID, cc.Secret = c.cfg.Rank, c.cfg.Size, addrs, c.cfg.JobID, c.cfg.Secret
 	cc.PartitionBytes, cc.MaxFrame, cc.HubTimeout, cc.Logger = c.cfg.HubPartitionBytes, c.cfg.MaxFrame+ps.FrameSlack, c.cfg.HubTimeout, c.log
 	cc.ConnectTimeout = c.cfg.JoinTimeout
+	cc.RoundPartitionsPerHub, cc.RoundWindow = c.cfg.HubRoundPartitions, c.cfg.HubWindow
 	if c.rec != nil {
 		cc.Trace = func(what string, start time.Time, took time.Duration) {
 			c.rec.SpanAt("hub "+what, start, start.Add(took))

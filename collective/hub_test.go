@@ -27,10 +27,17 @@ func hubComms(t *testing.T, n, k int) []*Comm {
 // whether they share memory (they are all on this host).
 func hubCommsShm(t *testing.T, n, k int, shm bool) []*Comm {
 	t.Helper()
+	return hubCommsWith(t, n, k, func(c *Config) { c.Shm = shm })
+}
+
+// hubCommsWith joins n ranks over TCP with k colocated hubs, in
+// partitions of 96 bytes, each config changed by set.
+func hubCommsWith(t *testing.T, n, k int, set func(*Config)) []*Comm {
+	t.Helper()
 	cfgs := tcpConfigs(t, n, "the-hub-test-secret-0123")
 	for i := range cfgs {
 		cfgs[i].Strategy, cfgs[i].ColocatedHubs, cfgs[i].HubPartitionBytes = StrategyHub, k, 96
-		cfgs[i].Shm = shm
+		set(&cfgs[i])
 	}
 	comms, errs := newAll(cfgs)
 	if err := errors.Join(errs...); err != nil {
@@ -160,9 +167,13 @@ func TestHubStrategyMatchesReference(t *testing.T) {
 			// 2 cores shared with a training run.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			// Odd sizes share memory with their hubs, even ones use TCP.
+			// Odd sizes share memory with their hubs, even ones use TCP;
+			// the window (0: none) and the partitions per hub (0: fixed
+			// partitions of HubPartitionBytes) vary with the size too.
 			shm := size%2 == 1
-			comms := hubCommsShm(t, size, k, shm)
+			comms := hubCommsWith(t, size, k, func(c *Config) {
+				c.Shm, c.HubWindow, c.HubRoundPartitions = shm, size%3, size%4*4
+			})
 			err := runAll(comms, func(c *Comm) error {
 				if c.Strategy() != StrategyHub {
 					return errors.New("not using the hubs")

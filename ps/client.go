@@ -283,7 +283,9 @@ func (c *Client) Close() error {
 func (c *Client) reader(h *hubLink) {
 	defer c.wg.Done()
 	for {
-		fh, p, err := h.l.r.Next(nil)
+		// Every answer's data is copied out (into the caller's buffer, or
+		// an error's text) before the next frame: its buffer goes back.
+		fh, p, err := h.l.r.Next(transport.GetBuf)
 		if err != nil {
 			select {
 			case <-c.closing:
@@ -298,51 +300,64 @@ func (c *Client) reader(h *hubLink) {
 		}
 		h.lastHeard.Store(time.Now().UnixNano())
 		if fh.Type != transport.TypeData {
+			transport.PutBuf(p)
 			continue // pong, bye
 		}
-		m, err := decodeMessage(p)
-		if err != nil {
-			c.Fail(&HubLostError{Hub: h.idx, Addr: h.addr, Reason: "sent a malformed reply: " + err.Error()})
+		if !c.answer(h, p) {
 			return
 		}
-		h.recvd.Add(int64(len(m.Data)))
-		h.mu.Lock()
-		cl := h.pending[m.ID]
-		delete(h.pending, m.ID)
-		h.mu.Unlock()
-		if m.Type == msgError {
-			herr := &HubError{Hub: h.idx, Code: m.Code, Msg: string(m.Data)}
-			if cl == nil {
-				c.Fail(herr)
-				return
-			}
-			cl.h.finish(herr, nil)
-			if cl.after != nil {
-				cl.after()
-			}
-			continue
-		}
+		transport.PutBuf(p)
+	}
+}
+
+// answer acts on one answer from hub h, p a frame's payload; false once
+// the client has failed. Nothing refers to p when it returns.
+func (c *Client) answer(h *hubLink, p []byte) bool {
+	m, err := decodeMessage(p)
+	if err != nil {
+		c.Fail(&HubLostError{Hub: h.idx, Addr: h.addr, Reason: "sent a malformed reply: " + err.Error()})
+		return false
+	}
+	h.recvd.Add(int64(len(m.Data)))
+	h.mu.Lock()
+	cl := h.pending[m.ID]
+	delete(h.pending, m.ID)
+	h.mu.Unlock()
+	if m.Type == msgError {
+		herr := &HubError{Hub: h.idx, Code: m.Code, Msg: string(m.Data)}
 		if cl == nil {
-			continue // the answer to a request given up on
+			c.Fail(herr)
+			return false
 		}
-		if cl.want >= 0 && len(m.Data) != cl.want {
-			lost := &HubLostError{Hub: h.idx, Addr: h.addr, Reason: fmt.Sprintf("sent %d bytes where %d were due", len(m.Data), cl.want)}
-			cl.h.finish(lost, nil)
-			c.Fail(lost)
-			return
-		}
-		cl.h.finish(nil, func() {
-			if cl.on != nil {
-				cl.on(&m)
-			}
-			if m.Stale > 0 {
-				c.iter.maxStale(int(m.Stale))
-			}
-		})
+		cl.h.finish(herr, nil)
 		if cl.after != nil {
 			cl.after()
 		}
+		return true
 	}
+	if cl == nil {
+		return true // the answer to a request given up on
+	}
+	if cl.want >= 0 && len(m.Data) != cl.want {
+		lost := &HubLostError{Hub: h.idx, Addr: h.addr, Reason: fmt.Sprintf("sent %d bytes where %d were due", len(m.Data), cl.want)}
+		cl.h.finish(lost, nil)
+		c.Fail(lost)
+		return false
+	}
+	// on copies the data out (pullInto, a collective round's copy, a
+	// share's count): it keeps no reference to p.
+	cl.h.finish(nil, func() {
+		if cl.on != nil {
+			cl.on(&m)
+		}
+		if m.Stale > 0 {
+			c.iter.maxStale(int(m.Stale))
+		}
+	})
+	if cl.after != nil {
+		cl.after()
+	}
+	return true
 }
 
 // watchdog pings hubs that owe an answer and declares lost the ones that

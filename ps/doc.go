@@ -1,7 +1,9 @@
 // Package ps is ParamHub, gorun's parameter server, in three layers: a
 // pure Table of keyed tensors with the clock engine that decides when a
-// pull may see what (no I/O, no clock); the Hub server, one goroutine that
-// owns a Table behind authenticated TCP connections; and the Client a
+// pull may see what (no I/O, no clock); the Hub server, which holds a Table
+// behind authenticated TCP connections (their readers take turns at it,
+// one at a time, each handling what it read itself when it can, so that a
+// request needs no hand-off to another goroutine); and the Client a
 // worker uses, with asynchronous handles. After the handshake every
 // connection negotiates shared memory (ClientConfig.Shm, HubConfig.Shm):
 // a worker and a hub on one host then move their bytes through a segment

@@ -78,14 +78,23 @@ type HubStats struct {
 }
 
 // Hub is a ParamHub server: a Table of keyed tensors for push and pull,
-// and the rounds of the collective API's hub strategy. One goroutine owns
-// the state; a reader and a writer per worker connection feed it.
+// and the rounds of the collective API's hub strategy. A reader and a
+// writer per worker connection serve it; the readers take turns at the
+// state (see post).
 type Hub struct {
 	cfg HubConfig
 	log *slog.Logger
 	ln  net.Listener
 
-	events  chan hubEvent
+	qmu   sync.Mutex
+	queue []hubEvent // posted, not yet handled
+	spare []hubEvent // the queue's other buffer
+	turn  sync.Mutex // held by the reader handling the queue: it owns core and workers
+	core  *core
+	// workers[w] is worker w's connection, nil before it joins and after
+	// it is gone.
+	workers []*link
+
 	closing chan struct{}
 	done    chan struct{} // every worker has come and gone
 	wg      sync.WaitGroup
@@ -127,12 +136,11 @@ func NewHub(cfg HubConfig) (*Hub, error) {
 	}
 	h := &Hub{
 		cfg: cfg, log: log.With("hub", cfg.Index), ln: ln,
-		events: make(chan hubEvent, 256), closing: make(chan struct{}), done: make(chan struct{}),
-		links: map[*link]bool{},
+		closing: make(chan struct{}), done: make(chan struct{}),
+		links: map[*link]bool{}, core: newCore(cfg.Workers, cfg.Elastic, cfg.SpeedAlpha), workers: make([]*link, cfg.Workers),
 	}
-	h.wg.Add(2)
+	h.wg.Add(1)
 	go h.acceptLoop()
-	go h.loop()
 	return h, nil
 }
 
@@ -246,7 +254,9 @@ func (h *Hub) serveConn(c net.Conn) {
 	clean, reason := false, ""
 	var cause error // what the worker said when it gave up
 	for {
-		fh, p, err := l.r.Next(nil)
+		// From the pool: a round's fold gives back the parts it has
+		// folded (core.fold); every other payload is left to the GC.
+		fh, p, err := l.r.Next(transport.GetBuf)
 		if err != nil {
 			reason = "connection lost: " + err.Error()
 			if errors.Is(err, transport.ErrFrame) {
@@ -258,6 +268,7 @@ func (h *Hub) serveConn(c net.Conn) {
 		switch fh.Type {
 		case transport.TypeData:
 			m, err := decodeMessage(p)
+			m.buf = p
 			if err != nil {
 				h.log.Warn("bad request", "worker", w, "err", err)
 				l.send(&message{Type: msgError, Code: codeBadRequest, Data: []byte(err.Error())})
@@ -285,28 +296,68 @@ func (h *Hub) serveConn(c net.Conn) {
 	h.post(hubEvent{worker: w, l: l, gone: true, clean: clean, cause: cause})
 }
 
+// maxQueue is how many posted events may wait for the state before a
+// reader that posts one waits for its turn instead of going back to its
+// connection: the bound on what a hub holds for workers that outrun it.
+const maxQueue = 256
+
+// post hands ev to the state; false once the hub is closing. The reader
+// that posts an event usually handles it itself, with no hand-off to
+// another goroutine: if no other reader has the turn, it takes it and
+// handles the queue; if one has, that one handles ev too before it lets
+// the turn go, and this reader goes back to its connection.
 func (h *Hub) post(ev hubEvent) bool {
-	select {
-	case h.events <- ev:
-		return true
-	case <-h.closing:
+	if isClosed(h.closing) {
 		return false
+	}
+	h.qmu.Lock()
+	h.queue = append(h.queue, ev)
+	full := len(h.queue) >= maxQueue
+	h.qmu.Unlock()
+	for {
+		if full {
+			h.turn.Lock()
+		} else if !h.turn.TryLock() {
+			return true
+		}
+		for {
+			h.qmu.Lock()
+			q := h.queue
+			h.queue, h.spare = h.spare[:0], nil
+			h.qmu.Unlock()
+			if len(q) == 0 {
+				break
+			}
+			for i := range q {
+				if !isClosed(h.closing) {
+					h.handle(h.core, h.workers, q[i])
+				}
+				q[i] = hubEvent{}
+			}
+			h.qmu.Lock()
+			h.spare = q[:0]
+			h.qmu.Unlock()
+		}
+		h.turn.Unlock()
+		// An event posted after the last look, by a reader that found
+		// the turn taken, is this reader's to handle.
+		h.qmu.Lock()
+		more := len(h.queue) > 0
+		h.qmu.Unlock()
+		if !more {
+			return true
+		}
+		full = false
 	}
 }
 
-// loop owns the hub's state: the pure core, and which connection is each
-// worker's. It feeds the core the readers' events and sends its replies.
-func (h *Hub) loop() {
-	defer h.wg.Done()
-	c := newCore(h.cfg.Workers, h.cfg.Elastic, h.cfg.SpeedAlpha)
-	links := make([]*link, h.cfg.Workers)
-	for {
-		select {
-		case ev := <-h.events:
-			h.handle(c, links, ev)
-		case <-h.closing:
-			return
-		}
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 

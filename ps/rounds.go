@@ -168,6 +168,7 @@ type roundReq struct {
 	answered bool
 	want     [2]uint64
 	data     []byte
+	buf      []byte // the pooled frame data lies in, given back once folded
 }
 
 type roundState struct {
@@ -320,7 +321,7 @@ func (c *core) round(w int, m *message) {
 	if r.err != nil {
 		c.failRound(r, r.err)
 	} else {
-		c.fold(r, w, m.Data)
+		c.fold(r, w, m.Data, m.buf)
 	}
 	if r.arrived < len(r.reqs) {
 		return
@@ -393,8 +394,8 @@ func checkRound(r *roundState, w int, m *message) error {
 
 // fold takes worker w's data into the round. Reductions fold in rank
 // order: a part that arrives early waits for its turn.
-func (c *core) fold(r *roundState, w int, data []byte) {
-	r.reqs[w].data = data
+func (c *core) fold(r *roundState, w int, data, buf []byte) {
+	r.reqs[w].data, r.reqs[w].buf = data, buf
 	if r.spec.Kind != kindReduce {
 		return
 	}
@@ -405,8 +406,10 @@ func (c *core) fold(r *roundState, w int, data []byte) {
 		} else if err := reduce.Bytes(r.spec.DType, reduce.Op(r.spec.Code), r.acc, d); err != nil {
 			c.failRound(r, err)
 			return
+		} else if b := r.reqs[r.next].buf; b != nil {
+			transport.PutBuf(b) // folded: nothing refers to it now
 		}
-		r.reqs[r.next].data = nil
+		r.reqs[r.next].data, r.reqs[r.next].buf = nil, nil
 		r.next++
 	}
 }

@@ -78,6 +78,10 @@ type message struct {
 	Mom     float64
 	Key     string
 	Data    []byte
+	// buf, not on the wire, is the pooled frame payload (transport.GetBuf)
+	// the message was decoded from, if any: whoever is done with Data
+	// last may give it back.
+	buf []byte
 }
 
 func pad8(n int) int { return (n + 7) &^ 7 }

@@ -299,6 +299,15 @@ func parseAbort(from int, p []byte) error {
 // pool recycles payload buffers in power-of-two size classes.
 var pool [41]sync.Pool
 
+// GetBuf returns a buffer of n bytes from the transport's pool of
+// power-of-two size classes, for a frame's payload (as the alloc of
+// Reader.Next); its contents are whatever they were. PutBuf gives a
+// buffer back once nothing refers to it; one not from GetBuf is dropped.
+func GetBuf(n int) []byte { return getBuf(n) }
+
+// PutBuf gives b, from GetBuf, back to the pool (see GetBuf).
+func PutBuf(b []byte) { putBuf(b) }
+
 func getBuf(n int) []byte {
 	if n == 0 {
 		return nil
