@@ -2,6 +2,7 @@ package ps
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -29,9 +30,10 @@ type link struct {
 }
 
 type outFrame struct {
-	typ  transport.Type
-	hdr  []byte // message header and key
-	data []byte
+	typ     transport.Type
+	hdr     []byte // message header and key
+	data    []byte
+	release func() // runs once data is written (the writer keeps no reference)
 }
 
 func newLink(c net.Conn, maxFrame int, sent func(int)) *link {
@@ -40,14 +42,20 @@ func newLink(c net.Conn, maxFrame int, sent func(int)) *link {
 		_ = tc.SetReadBuffer(4 << 20)
 		_ = tc.SetWriteBuffer(4 << 20)
 	}
-	l := &link{c: c, r: transport.NewReader(bufio.NewReaderSize(c, 256<<10), maxFrame), wake: make(chan struct{}, 1), done: make(chan struct{}), sent: sent}
+	// A connection over shared memory is read straight: each read copies
+	// out of the ring, and a buffer between would copy a frame twice.
+	var rd io.Reader = c
+	if !transport.IsShm(c) {
+		rd = bufio.NewReaderSize(c, 256<<10)
+	}
+	l := &link{c: c, r: transport.NewReader(rd, maxFrame), wake: make(chan struct{}, 1), done: make(chan struct{}), sent: sent}
 	go l.writer()
 	return l
 }
 
 // send queues m; it returns false once the link is dead.
 func (l *link) send(m *message) bool {
-	return l.queue(outFrame{typ: transport.TypeData, hdr: m.appendHeader(make([]byte, 0, msgHeaderSize+pad8(len(m.Key)))), data: m.Data})
+	return l.queue(outFrame{typ: transport.TypeData, hdr: m.appendHeader(make([]byte, 0, msgHeaderSize+pad8(len(m.Key)))), data: m.Data, release: m.release})
 }
 
 // control queues a frame of another type (ping, pong, bye).
@@ -96,6 +104,9 @@ func (l *link) writer() {
 				l.kill()
 				_ = l.c.Close()
 				return
+			}
+			if f.release != nil {
+				f.release()
 			}
 		}
 		if dead && len(q) == 0 {

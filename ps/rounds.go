@@ -2,6 +2,7 @@ package ps
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorun/gorun/reduce"
@@ -176,7 +177,8 @@ type roundState struct {
 	reqs    []roundReq
 	arrived int
 	acc     []byte
-	next    int // reduce: the next worker to fold in
+	accBuf  []byte // the pooled frame acc lies in, if any
+	next    int    // reduce: the next worker to fold in
 	err     error
 }
 
@@ -332,9 +334,11 @@ func (c *core) round(w int, m *message) {
 	}
 	size := uint64(reduce.Size(r.spec.DType))
 	var result []byte
+	var release func()
 	switch r.spec.Kind {
 	case kindReduce:
 		result = r.acc
+		release = giveBack(r.accBuf, len(r.reqs))
 	case kindGather:
 		for i := range r.reqs {
 			result = append(result, r.reqs[i].data...)
@@ -348,7 +352,23 @@ func (c *core) round(w int, m *message) {
 		if r.spec.Kind != kindGather {
 			out = result[q.want[0]*size : (q.want[0]+q.want[1])*size]
 		}
-		c.reply(i, q.id, message{DType: r.spec.DType, Data: out})
+		c.reply(i, q.id, message{DType: r.spec.DType, Data: out, release: release})
+	}
+}
+
+// giveBack returns a func that gives buf back to the pool on its n-th
+// call: once every answer that carries a part of it has been written. nil
+// if buf is not pooled.
+func giveBack(buf []byte, n int) func() {
+	if buf == nil {
+		return nil
+	}
+	var left atomic.Int32
+	left.Store(int32(n))
+	return func() {
+		if left.Add(-1) == 0 {
+			transport.PutBuf(buf)
+		}
 	}
 }
 
@@ -402,7 +422,7 @@ func (c *core) fold(r *roundState, w int, data, buf []byte) {
 	for r.next < len(r.reqs) && r.reqs[r.next].arrived {
 		d := r.reqs[r.next].data
 		if r.next == 0 {
-			r.acc = d
+			r.acc, r.accBuf = d, r.reqs[0].buf
 		} else if err := reduce.Bytes(r.spec.DType, reduce.Op(r.spec.Code), r.acc, d); err != nil {
 			c.failRound(r, err)
 			return
@@ -427,5 +447,5 @@ func (c *core) failRound(r *roundState, err error) {
 			q.answered = true
 		}
 	}
-	r.acc = nil
+	r.acc, r.accBuf = nil, nil
 }

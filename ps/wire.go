@@ -82,6 +82,10 @@ type message struct {
 	// the message was decoded from, if any: whoever is done with Data
 	// last may give it back.
 	buf []byte
+	// release, not on the wire, runs once Data has been written to the
+	// connection (never if it is not): a hub's answers give a pooled
+	// result back through it.
+	release func()
 }
 
 func pad8(n int) int { return (n + 7) &^ 7 }
