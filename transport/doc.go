@@ -149,9 +149,13 @@
 // Hub links (OfferShm and AnswerShm) always exchange the offer and the
 // answer, also when shared memory is off (the offer then declines), each
 // step within ShmOptions.Timeout (DefaultShmTimeout), and send no
-// TypeReady. Once the segment is mapped the stream's bytes go through the
-// rings, and the socket carries only one-byte bells (0x01) that wake a
-// side asleep on a ring.
+// TypeReady. The offering side also creates two FIFOs beside the segment
+// (its name with -bell0 and -bell1; mode 0600), which the answering side
+// opens only if each is a FIFO of this user's with that mode: bell 0
+// wakes the answering side, bell 1 the offering side, with one byte each
+// time a side moves a ring the other sleeps on. Once the segment is mapped
+// the stream's bytes go through the rings, and nothing more is sent on
+// the socket: its end means the peer is gone.
 //
 // # Goodbye, abort, ping
 //
