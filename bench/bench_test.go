@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gorun/gorun/ps"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -125,6 +126,25 @@ func TestCostModel(t *testing.T) {
 	} {
 		if got := HubLoads(c.s, c.part, c.k); !slices.Equal(got, c.want) {
 			t.Errorf("HubLoads(%d, %d, %d) = %v, want %v", c.s, c.part, c.k, got, c.want)
+		}
+	}
+	// The network's rule (no spread) cuts a 1 MiB round into 64 KiB
+	// partitions where the default keeps 512 KiB per hub.
+	for _, c := range []struct {
+		spread, k int
+		parts     []int
+		largest   int64
+	}{
+		{0, 1, []int{16}, 64 << 10},
+		{0, 2, []int{8, 8}, 64 << 10},
+		{ps.RoundSpreadBytes, 1, []int{2}, 512 << 10},
+		{ps.RoundSpreadBytes, 2, []int{2, 2}, 256 << 10},
+	} {
+		rule := DefaultRule(4 << 20)
+		rule.Spread = c.spread
+		loads, parts, largest := HubPlan(1<<20, c.k, rule)
+		if !slices.Equal(parts, c.parts) || largest != c.largest || slices.Max(loads)*int64(c.k) != 1<<20 {
+			t.Errorf("1 MiB on %d hubs, spread %d: loads %v, parts %v, largest %d; want parts %v of %d", c.k, c.spread, loads, parts, largest, c.parts, c.largest)
 		}
 	}
 	pairs := []Pair{{Bytes: 4096, Ring: Row{Median: time.Millisecond}, Hub: Row{Median: 3 * time.Millisecond}, HubBytes: []int64{10, 30}, Loads: []int64{4096, 0}}}
@@ -302,7 +322,9 @@ func TestExtendedModel(t *testing.T) {
 	for range 1000 {
 		n, k := 2+rng.IntN(15), 1+rng.IntN(8)
 		s := int64(4 * (1 + rng.IntN(1<<24)))
-		loads, parts, part := HubPlan(int(s), 1<<(10+rng.IntN(13)), k)
+		rule := DefaultRule(1 << (10 + rng.IntN(13)))
+		rule.Spread = []int{0, rule.Spread}[rng.IntN(2)]
+		loads, parts, part := HubPlan(int(s), k, rule)
 		p := Pair{Bytes: int(s), Loads: loads, Parts: parts, Part: part}
 		m := p.Model(n)
 		if m.Lmax != p.Lmax() || m.Parts < 1 || m.Part > m.Lmax {

@@ -58,17 +58,26 @@ func (p Pair) LinkRate(n int) float64 {
 
 // HubLoads is how many bytes of an s-byte float32 buffer each of k hubs
 // handles when it is cut into partitions of at most part bytes, cut and
-// placed as ParamHub's default client config does.
+// placed as ParamHub's default client config does (its spread: hubs
+// reached through shared memory).
 func HubLoads(s, part, k int) []int64 {
-	loads, _, _ := HubPlan(s, part, k)
+	loads, _, _ := HubPlan(s, k, DefaultRule(part))
 	return loads
 }
 
-// HubPlan is HubLoads with the partitions on each hub and the largest
-// partition's bytes.
-func HubPlan(s, part, k int) (loads []int64, parts []int, largest int64) {
+// DefaultRule is ParamHub's default client config's rule for rounds, with
+// partitions of at most part bytes.
+func DefaultRule(part int) ps.RoundRule {
+	cc := ps.DefaultClientConfig()
+	return ps.RoundRule{Limit: part, PerHub: cc.RoundPartitionsPerHub, Spread: cc.RoundSpreadBytes}
+}
+
+// HubPlan is how a round of an s-byte float32 buffer is cut under rule
+// and placed on k hubs: the bytes and partitions on each hub, and the
+// largest partition's bytes.
+func HubPlan(s, k int, rule ps.RoundRule) (loads []int64, parts []int, largest int64) {
 	loads, parts = make([]int64, k), make([]int, k)
-	for _, p := range ps.RoundPartitions(ps.RoundReduce, s/4, 4, part, ps.DefaultClientConfig().RoundPartitionsPerHub, 1, k) {
+	for _, p := range ps.RoundPartitions(ps.RoundReduce, s/4, 4, 1, k, rule) {
 		loads[p.Hub] += int64(4 * p.Len)
 		parts[p.Hub]++
 		largest = max(largest, int64(4*p.Len))
@@ -162,7 +171,8 @@ func (m Model) Ratio(bw float64) float64 {
 // and then through the hubs, on a Comm that joined with the hub strategy,
 // and counts the bytes through each hub. Every rank calls it with the same
 // arguments and gets the same pairs. It leaves the Comm on the ring.
-// part is the Comm's HubPartitionBytes, for the model.
+// part is the Comm's HubPartitionBytes, for the model if the Comm has no
+// hub client.
 func Compare(ctx context.Context, c *collective.Comm, sizes []int, target time.Duration, part int) ([]Pair, error) {
 	if err := c.SetStrategy(collective.StrategyHub); err != nil {
 		return nil, err
@@ -189,7 +199,11 @@ func Compare(ctx context.Context, c *collective.Comm, sizes []int, target time.D
 		if p.HubBytes, err = hubTraffic(ctx, c, bytes); err != nil {
 			return nil, err
 		}
-		p.Loads, p.Parts, p.Part = HubPlan(bytes, part, len(p.HubBytes))
+		rule := DefaultRule(part)
+		if h := c.Hub(); h != nil {
+			rule = h.RoundRule() // as this job's rounds are cut
+		}
+		p.Loads, p.Parts, p.Part = HubPlan(bytes, len(p.HubBytes), rule)
 		out = append(out, p)
 	}
 	return out, nil

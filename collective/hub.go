@@ -64,6 +64,12 @@ func (c *Comm) connectHubs(ctx context.Context, addrs []string, dial transport.D
 	cc.PartitionBytes, cc.MaxFrame, cc.HubTimeout, cc.Logger = c.cfg.HubPartitionBytes, c.cfg.MaxFrame+ps.FrameSlack, c.cfg.HubTimeout, c.log
 	cc.ConnectTimeout = c.cfg.JoinTimeout
 	cc.RoundPartitionsPerHub, cc.RoundWindow = c.cfg.HubRoundPartitions, c.cfg.HubWindow
+	if !c.cfg.Shm || len(c.Hosts()) > 1 {
+		// Some hub links cross the network (or none share memory): cut
+		// small rounds finer (ps.RoundSpreadBytes). Every rank decides
+		// the same: the hosts are the job's, and GORUN_SHM is the job's.
+		cc.RoundSpreadBytes = 0
+	}
 	if c.rec != nil {
 		cc.Trace = func(what string, start time.Time, took time.Duration) {
 			c.rec.SpanAt("hub "+what, start, start.Add(took))

@@ -181,6 +181,11 @@ func TestHubStrategyMatchesReference(t *testing.T) {
 				if got := c.Hub().SharedMemoryHubs(); shm != (len(got) == k) || !shm && len(got) > 0 {
 					return fmt.Errorf("rank %d reaches hubs %v of %d over shared memory (shm %v)", c.Rank(), got, k, shm)
 				}
+				// One host: rounds keep the shared-memory spread unless
+				// shared memory is off.
+				if got, want := c.Hub().RoundRule().Spread, map[bool]int{true: ps.RoundSpreadBytes, false: 0}[shm]; got != want {
+					return fmt.Errorf("rank %d cuts rounds with spread %d, want %d (shm %v)", c.Rank(), got, want, shm)
+				}
 				return errors.Join(hubSuite[float32](ctx, c, 1), hubSuite[float64](ctx, c, 2), hubSuite[int32](ctx, c, 3), hubSuite[int64](ctx, c, 4))
 			})
 			if err != nil {
@@ -364,5 +369,27 @@ func TestLocalHubStrategy(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestHubSpreadByHosts: a job on two hosts cuts small rounds finer (the
+// network's rule, spread 0) on every rank, and its collectives stay
+// exact with ranks that reach a hub through shared memory and others
+// over TCP.
+func TestHubSpreadByHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 4 ranks over TCP")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	comms := hubCommsWith(t, 4, 2, func(c *Config) { c.HostKey = fmt.Sprint("host", c.Rank/2) })
+	err := runAll(comms, func(c *Comm) error {
+		if got := c.Hub().RoundRule().Spread; got != 0 {
+			return fmt.Errorf("rank %d on 2 hosts cuts rounds with spread %d, want 0", c.Rank(), got)
+		}
+		return errors.Join(hubSuite[float32](ctx, c, 5), hubSuite[int64](ctx, c, 6))
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

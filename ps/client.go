@@ -32,6 +32,12 @@ type ClientConfig struct {
 	// the round's size. 0 cuts every round into partitions of
 	// PartitionBytes (the size is then fixed, as keys' are).
 	RoundPartitionsPerHub int
+	// RoundSpreadBytes keeps a round's share of each hub in one partition
+	// up to RoundSpreadBytes/hubs bytes (RoundPartitionBytes' floor, never
+	// below MinRoundPartitionBytes): the default, RoundSpreadBytes, suits
+	// hubs reached through shared memory; 0 suits the network. Every
+	// worker must use the same.
+	RoundSpreadBytes int
 	// RoundWindow is how many partitions of a collective round a worker
 	// has outstanding on one hub at a time; the next goes when an answer
 	// comes back. 0 sends them all at once, as does a hub reached through
@@ -67,6 +73,7 @@ func DefaultClientConfig() ClientConfig {
 	return ClientConfig{
 		PartitionBytes:        4 << 20,
 		RoundPartitionsPerHub: 32,
+		RoundSpreadBytes:      RoundSpreadBytes,
 		RoundWindow:           4,
 		MaxFrame:              transport.DefaultMaxPayload + FrameSlack,
 		ConnectTimeout:        30 * time.Second,
@@ -85,8 +92,8 @@ func (c *ClientConfig) validate() error {
 		return errors.New("ps: job id missing or job secret shorter than 16 bytes")
 	case c.PartitionBytes < 8 || c.PartitionBytes+msgHeaderSize+maxKeyLen+8 > c.MaxFrame:
 		return fmt.Errorf("ps: PartitionBytes %d must be at least 8 and fit in MaxFrame %d", c.PartitionBytes, c.MaxFrame)
-	case c.RoundPartitionsPerHub < 0 || c.RoundWindow < 0:
-		return fmt.Errorf("ps: RoundPartitionsPerHub %d and RoundWindow %d must not be negative", c.RoundPartitionsPerHub, c.RoundWindow)
+	case c.RoundPartitionsPerHub < 0 || c.RoundWindow < 0 || c.RoundSpreadBytes < 0:
+		return fmt.Errorf("ps: RoundPartitionsPerHub %d, RoundWindow %d and RoundSpreadBytes %d must not be negative", c.RoundPartitionsPerHub, c.RoundWindow, c.RoundSpreadBytes)
 	case c.ConnectTimeout <= 0 || c.HandshakeTimeout <= 0 || c.HubTimeout <= 0:
 		return errors.New("ps: timeouts must be positive")
 	}

@@ -33,12 +33,15 @@ type Collective struct {
 }
 
 // The floor of RoundPartitionBytes: a round's partitions are at least
-// RoundSpreadBytes/hubs and at least MinRoundPartitionBytes. Below 64 KiB
-// a hub's cost per partition (about 0.1 ms on the test hosts) outweighs
-// the shorter pipeline fill; and a hub link over shared memory costs so
-// much per frame that a 1 MiB round cut into 4 or more partitions takes
-// twice as long as in 1 or 2, so a round keeps 512 KiB per hub's share
-// before it is cut finer (results/hub-timing-2026-11-25.md).
+// spread/hubs and at least MinRoundPartitionBytes. Below 64 KiB a hub's
+// cost per partition (about 0.1 ms on the test hosts) outweighs the
+// shorter pipeline fill. RoundSpreadBytes is the spread for hubs reached
+// through shared memory, ClientConfig.RoundSpreadBytes' default: there a
+// frame costs more than the pipeline gains, and a 1 MiB round took 1.4×
+// as long in 64 KiB partitions as in 512 KiB ones. Over the network the
+// finer cut wins (1 MiB through one hub on 1 Gbit/s: 28 ms against 44),
+// and collective sets the spread to 0 for a job on more than one host
+// (results/hub-shm-2026-11-25.md).
 const (
 	MinRoundPartitionBytes = 64 << 10
 	RoundSpreadBytes       = 512 << 10
@@ -46,34 +49,39 @@ const (
 
 // RoundPartitionBytes is the partition size of a collective round of
 // total bytes on hubs hubs: the round is cut into about perHub
-// partitions per hub, each at least max(RoundSpreadBytes/hubs,
+// partitions per hub, each at least max(spread/hubs,
 // MinRoundPartitionBytes) and at most limit (a limit below that floor is
 // the size itself). Many partitions per hub keep the pipeline full: a hub
 // answers a partition only when every worker's part of it is in, so the
 // round's first results wait for one partition's fan-in and its last
 // results for the last one's. perHub 0 cuts every round into partitions
 // of limit.
-func RoundPartitionBytes(total, hubs, limit, perHub int) int {
+func RoundPartitionBytes(total, hubs, limit, perHub, spread int) int {
 	if perHub <= 0 {
 		return limit
 	}
 	hubs = max(hubs, 1)
-	floor := max(RoundSpreadBytes/hubs, MinRoundPartitionBytes)
+	floor := max(spread/hubs, MinRoundPartitionBytes)
 	return max(min(total/(perHub*hubs), limit), min(floor, limit))
 }
 
+// RoundRule is how a client cuts collective rounds: ClientConfig's
+// PartitionBytes (the limit), RoundPartitionsPerHub and
+// RoundSpreadBytes. Every worker must use the same.
+type RoundRule struct{ Limit, PerHub, Spread int }
+
 // RoundPartitions is how a collective round of count elements of size
-// bytes is cut and placed on hubs hubs: partitions of
-// RoundPartitionBytes(total, hubs, partitionBytes, perHub) bytes, where
-// total is the round's buffer (for a gather, the gathered result), each
-// on the least-loaded hub. Every worker computes the same.
-func RoundPartitions(kind uint8, count, size, partitionBytes, perHub, workers, hubs int) []Partition {
+// bytes is cut and placed on hubs hubs under rule: partitions of
+// RoundPartitionBytes(total, hubs, rule.Limit, rule.PerHub, rule.Spread)
+// bytes, where total is the round's buffer (for a gather, the gathered
+// result), each on the least-loaded hub. Every worker computes the same.
+func RoundPartitions(kind uint8, count, size, workers, hubs int, rule RoundRule) []Partition {
 	size = max(size, 1)
 	total := count * size
 	if kind == kindGather {
 		total *= max(workers, 1)
 	}
-	partElems := max(1, RoundPartitionBytes(total, hubs, partitionBytes, perHub)/size)
+	partElems := max(1, RoundPartitionBytes(total, hubs, rule.Limit, rule.PerHub, rule.Spread)/size)
 	if kind == kindGather {
 		partElems = max(1, partElems/max(workers, 1))
 	}
@@ -82,6 +90,11 @@ func RoundPartitions(kind uint8, count, size, partitionBytes, perHub, workers, h
 		return nil
 	}
 	return p.Add("", count)
+}
+
+// RoundRule is this client's rule for cutting collective rounds.
+func (c *Client) RoundRule() RoundRule {
+	return RoundRule{Limit: c.cfg.PartitionBytes, PerHub: c.cfg.RoundPartitionsPerHub, Spread: c.cfg.RoundSpreadBytes}
 }
 
 // Collective runs one collective round through the hubs: the buffer is
@@ -94,7 +107,7 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 	if size == 0 {
 		return fmt.Errorf("%w: unknown element type %d", ErrBadRequest, r.DType)
 	}
-	parts := RoundPartitions(r.Kind, r.Count, size, c.cfg.PartitionBytes, c.cfg.RoundPartitionsPerHub, c.cfg.Workers, len(c.hubs))
+	parts := RoundPartitions(r.Kind, r.Count, size, c.cfg.Workers, len(c.hubs), c.RoundRule())
 	h := c.newHandle(kindOther, len(parts))
 	win := newWindow(c, h, len(c.hubs), c.cfg.RoundWindow)
 	isRoot := r.Kind == kindBroadcast && r.Root == c.cfg.Worker

@@ -14,37 +14,44 @@ import (
 )
 
 // TestRoundPartitionBytes: the partition size follows the round's size
-// and the hub count, within [max(RoundSpreadBytes/hubs,
-// MinRoundPartitionBytes), limit]; a limit below the floor is the size
-// itself; perHub 0 is the limit.
+// and the hub count, within [max(spread/hubs, MinRoundPartitionBytes),
+// limit]; a limit below the floor is the size itself; perHub 0 is the
+// limit; spread 0 (the network's) leaves MinRoundPartitionBytes.
 func TestRoundPartitionBytes(t *testing.T) {
 	const Ki, Mi = 1 << 10, 1 << 20
 	if MinRoundPartitionBytes != 64*Ki || RoundSpreadBytes != 512*Ki {
 		t.Fatalf("the floors changed (%d, %d): this table expects 64 KiB and 512 KiB", MinRoundPartitionBytes, RoundSpreadBytes)
 	}
-	for _, c := range []struct{ total, hubs, limit, perHub, want int }{
-		{16 * Mi, 1, 4 * Mi, 32, 512 * Ki},
-		{16 * Mi, 2, 4 * Mi, 32, 256 * Ki},
-		{16 * Mi, 4, 4 * Mi, 32, 128 * Ki},
-		{64 * Mi, 1, 4 * Mi, 32, 2 * Mi},
-		{64 * Mi, 4, 4 * Mi, 32, 512 * Ki},
-		{256 * Mi, 1, 4 * Mi, 32, 4 * Mi}, // capped at the limit
-		{64 * Mi, 1, 1 * Mi, 32, 1 * Mi},  // capped at the limit
-		{64 * Mi, 0, 4 * Mi, 32, 2 * Mi},  // no hubs counts as one
-		{16 * Mi, 1, 4 * Mi, 16, 1 * Mi},
-		{1 * Mi, 1, 4 * Mi, 32, 512 * Ki}, // the floor: 512 KiB per hub
-		{1 * Mi, 2, 4 * Mi, 32, 256 * Ki},
-		{1 * Mi, 4, 4 * Mi, 32, 128 * Ki},
-		{1 * Mi, 16, 4 * Mi, 32, 64 * Ki},    // and never below 64 KiB
-		{4 * Ki, 1, 4 * Mi, 32, 512 * Ki},    // one partition
-		{0, 3, 4 * Mi, 32, 512 * Ki / 3},     // empty round
-		{16 * Mi, 1, 256 * Ki, 32, 256 * Ki}, // the limit is an override below the rule's size
-		{16 * Mi, 4, 96, 32, 96},             // a limit below the floor is the size
-		{16 * Mi, 4, 4 * Mi, 0, 4 * Mi},      // perHub 0: fixed partitions
-		{16 * Mi, 1, 96, 0, 96},
+	const sp = RoundSpreadBytes
+	for _, c := range []struct{ total, hubs, limit, perHub, spread, want int }{
+		{16 * Mi, 1, 4 * Mi, 32, sp, 512 * Ki},
+		{16 * Mi, 2, 4 * Mi, 32, sp, 256 * Ki},
+		{16 * Mi, 4, 4 * Mi, 32, sp, 128 * Ki},
+		{64 * Mi, 1, 4 * Mi, 32, sp, 2 * Mi},
+		{64 * Mi, 4, 4 * Mi, 32, sp, 512 * Ki},
+		{256 * Mi, 1, 4 * Mi, 32, sp, 4 * Mi}, // capped at the limit
+		{64 * Mi, 1, 1 * Mi, 32, sp, 1 * Mi},  // capped at the limit
+		{64 * Mi, 0, 4 * Mi, 32, sp, 2 * Mi},  // no hubs counts as one
+		{16 * Mi, 1, 4 * Mi, 16, sp, 1 * Mi},
+		{1 * Mi, 1, 4 * Mi, 32, sp, 512 * Ki}, // the floor: 512 KiB per hub
+		{1 * Mi, 2, 4 * Mi, 32, sp, 256 * Ki},
+		{1 * Mi, 4, 4 * Mi, 32, sp, 128 * Ki},
+		{1 * Mi, 16, 4 * Mi, 32, sp, 64 * Ki},    // and never below 64 KiB
+		{4 * Ki, 1, 4 * Mi, 32, sp, 512 * Ki},    // one partition
+		{0, 3, 4 * Mi, 32, sp, 512 * Ki / 3},     // empty round
+		{16 * Mi, 1, 256 * Ki, 32, sp, 256 * Ki}, // the limit is an override below the rule's size
+		{16 * Mi, 4, 96, 32, sp, 96},             // a limit below the floor is the size
+		{16 * Mi, 4, 4 * Mi, 0, sp, 4 * Mi},      // perHub 0: fixed partitions
+		{16 * Mi, 1, 96, 0, sp, 96},
+		{1 * Mi, 1, 4 * Mi, 32, 0, 64 * Ki}, // the network's spread: 16 partitions
+		{1 * Mi, 4, 4 * Mi, 32, 0, 64 * Ki},
+		{16 * Mi, 1, 4 * Mi, 32, 0, 512 * Ki}, // above the floor, the spread does not matter
+		{16 * Mi, 4, 4 * Mi, 32, 0, 128 * Ki},
+		{4 * Ki, 2, 4 * Mi, 32, 0, 64 * Ki},
+		{1 * Mi, 1, 96, 32, 0, 96},
 	} {
-		if got := RoundPartitionBytes(c.total, c.hubs, c.limit, c.perHub); got != c.want {
-			t.Errorf("RoundPartitionBytes(%d, %d, %d, %d) = %d, want %d", c.total, c.hubs, c.limit, c.perHub, got, c.want)
+		if got := RoundPartitionBytes(c.total, c.hubs, c.limit, c.perHub, c.spread); got != c.want {
+			t.Errorf("RoundPartitionBytes(%d, %d, %d, %d, %d) = %d, want %d", c.total, c.hubs, c.limit, c.perHub, c.spread, got, c.want)
 		}
 	}
 }
@@ -59,12 +66,13 @@ func TestRoundPartitionsCover(t *testing.T) {
 		size := []int{4, 8}[rng.IntN(2)]
 		count, workers, hubs := rng.IntN(3<<20/size), 1+rng.IntN(5), 1+rng.IntN(4)
 		limit, perHub := []int{96, 64 << 10, 256 << 10, 4 << 20}[rng.IntN(4)], rng.IntN(20)
-		parts := RoundPartitions(kind, count, size, limit, perHub, workers, hubs)
+		spread := []int{0, 100 << 10, RoundSpreadBytes}[rng.IntN(3)]
+		parts := RoundPartitions(kind, count, size, workers, hubs, RoundRule{Limit: limit, PerHub: perHub, Spread: spread})
 		total := count * size
 		if kind == kindGather {
 			total *= workers
 		}
-		want := max(1, RoundPartitionBytes(total, hubs, limit, perHub)/size)
+		want := max(1, RoundPartitionBytes(total, hubs, limit, perHub, spread)/size)
 		if kind == kindGather {
 			want = max(1, want/workers)
 		}
