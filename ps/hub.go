@@ -162,7 +162,9 @@ func (h *Hub) Stats() HubStats {
 }
 
 // Close stops the hub and drops every connection. It is idempotent and
-// returns when every goroutine of the hub has finished.
+// returns when every goroutine of the hub has finished (a connection over
+// shared memory keeps a watcher of its socket for a moment longer, until
+// it sees the socket closed).
 func (h *Hub) Close() error {
 	h.closeOnce.Do(func() {
 		close(h.closing)
@@ -254,8 +256,10 @@ func (h *Hub) serveConn(c net.Conn) {
 	clean, reason := false, ""
 	var cause error // what the worker said when it gave up
 	for {
-		// From the pool: a round's fold gives back the parts it has
-		// folded (core.fold); every other payload is left to the GC.
+		// From the pool: a round gives back the parts it has folded
+		// (core.fold), and its result once every answer is written (the
+		// first worker's part, which the others are folded into); every
+		// other payload is left to the GC.
 		fh, p, err := l.r.Next(transport.GetBuf)
 		if err != nil {
 			reason = "connection lost: " + err.Error()
@@ -299,6 +303,9 @@ func (h *Hub) serveConn(c net.Conn) {
 // maxQueue is how many posted events may wait for the state before a
 // reader that posts one waits for its turn instead of going back to its
 // connection: the bound on what a hub holds for workers that outrun it.
+// It also bounds one reader's turn: after that many events the rest go to
+// a goroutine of their own, so that the reader goes back to its
+// connection (its worker's requests and pings) while others keep posting.
 const maxQueue = 256
 
 // post hands ev to the state; false once the hub is closing. The reader
@@ -314,41 +321,81 @@ func (h *Hub) post(ev hubEvent) bool {
 	h.queue = append(h.queue, ev)
 	full := len(h.queue) >= maxQueue
 	h.qmu.Unlock()
-	for {
-		if full {
-			h.turn.Lock()
-		} else if !h.turn.TryLock() {
-			return true
-		}
-		for {
-			h.qmu.Lock()
-			q := h.queue
-			h.queue, h.spare = h.spare[:0], nil
-			h.qmu.Unlock()
-			if len(q) == 0 {
-				break
-			}
-			for i := range q {
-				if !isClosed(h.closing) {
-					h.handle(h.core, h.workers, q[i])
-				}
-				q[i] = hubEvent{}
-			}
-			h.qmu.Lock()
-			h.spare = q[:0]
-			h.qmu.Unlock()
-		}
-		h.turn.Unlock()
-		// An event posted after the last look, by a reader that found
-		// the turn taken, is this reader's to handle.
-		h.qmu.Lock()
-		more := len(h.queue) > 0
-		h.qmu.Unlock()
-		if !more {
-			return true
-		}
-		full = false
+	if full {
+		h.turn.Lock()
+	} else if !h.turn.TryLock() {
+		return true
 	}
+	h.takeTurn()
+	return true
+}
+
+// takeTurn handles the queue, the turn held, as the reader that took it:
+// at most about maxQueue events, then the rest in a goroutine of its own.
+func (h *Hub) takeTurn() {
+	for {
+		n, more := h.handleQueue(maxQueue)
+		switch {
+		case !more:
+			return
+		case n >= maxQueue:
+			h.wg.Add(1)  // (this reader's own goroutine is counted: never zero here)
+			go h.drain() // a long turn: back to the connection
+			return
+		case !h.turn.TryLock():
+			return // the holder looks at the queue when it lets go
+		}
+	}
+}
+
+// drain handles the queue until it is empty, in turns.
+func (h *Hub) drain() {
+	defer h.wg.Done()
+	for {
+		h.turn.Lock()
+		if _, more := h.handleQueue(maxQueue); !more {
+			return
+		}
+	}
+}
+
+// handleQueue handles the queued events, with the turn held, until the
+// queue is empty or limit are handled, and lets the turn go. It
+// returns how many it handled, and whether events are left: beyond limit,
+// or posted after its last look by a reader that found the turn taken.
+// Those are the caller's to see to.
+func (h *Hub) handleQueue(limit int) (n int, more bool) {
+	for n < limit {
+		h.qmu.Lock()
+		if len(h.queue) == 0 {
+			h.qmu.Unlock()
+			break
+		}
+		var q []hubEvent
+		if k := limit - n; len(h.queue) > k {
+			q = append(h.spare[:0], h.queue[:k]...)
+			h.queue = h.queue[:copy(h.queue, h.queue[k:])]
+		} else {
+			q = h.queue
+			h.queue = h.spare[:0]
+		}
+		h.spare = nil
+		h.qmu.Unlock()
+		for i := range q {
+			if !isClosed(h.closing) {
+				h.handle(h.core, h.workers, q[i])
+			}
+			q[i] = hubEvent{}
+		}
+		n += len(q)
+		h.qmu.Lock()
+		h.spare = q[:0]
+		h.qmu.Unlock()
+	}
+	h.turn.Unlock()
+	h.qmu.Lock()
+	defer h.qmu.Unlock()
+	return n, len(h.queue) > 0 && !isClosed(h.closing)
 }
 
 // isClosed reports whether ch is closed.

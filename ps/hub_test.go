@@ -742,3 +742,75 @@ func TestReportLost(t *testing.T) {
 		t.Fatalf("reporting itself: %v", err)
 	}
 }
+
+// TestHubPostHandlesEveryEvent: events posted by many readers at once,
+// more than a turn holds, are each handled once: none is stranded when a
+// reader finds the turn taken, nor when a long turn hands the rest to a
+// goroutine of its own.
+func TestHubPostHandlesEveryEvent(t *testing.T) {
+	const workers, posters = 3000, 8
+	cfg := DefaultHubConfig()
+	cfg.Workers, cfg.JobID, cfg.Secret, cfg.ListenAddr = workers, "job", []byte(testSecret), "127.0.0.1:0"
+	h, err := NewHub(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	links := make([]*link, workers)
+	for w := range links {
+		links[w] = &link{}
+	}
+	var wg sync.WaitGroup
+	for p := range posters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for w := p; w < workers; w += posters {
+				if !h.post(hubEvent{worker: w, l: links[w], joined: true}) {
+					t.Error("post refused before Close")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	waitJoined(t, h, links)
+
+	// A turn that finds three turns' worth queued handles one and leaves
+	// the rest to a goroutine of its own.
+	h2, err := NewHub(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Close()
+	h2.turn.Lock()
+	for w := range 3 * maxQueue {
+		h2.queue = append(h2.queue, hubEvent{worker: w, l: links[w], joined: true})
+	}
+	h2.takeTurn()
+	waitJoined(t, h2, links[:3*maxQueue])
+}
+
+// waitJoined waits until workers 0..len(links)-1 of h have joined on
+// links, for at most 10 s.
+func waitJoined(t *testing.T, h *Hub, links []*link) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.turn.Lock()
+		missing := 0
+		for w, l := range links {
+			if h.workers[w] != l {
+				missing++
+			}
+		}
+		h.turn.Unlock()
+		if missing == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d joins never handled", missing, len(links))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -303,7 +303,7 @@ func (c *core) round(w int, m *message) {
 	r := c.rounds[id]
 	if r == nil {
 		r = &roundState{spec: *m, reqs: make([]roundReq, c.workers)}
-		r.spec.Data = nil
+		r.spec.Data, r.spec.buf = nil, nil // the header only: the part is in reqs
 		c.rounds[id] = r
 	}
 	if r.reqs[w].arrived {

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -236,7 +237,14 @@ func (c *shmConn) ringBell(*atomic.Uint32) { ring(c.bells.outRC) }
 func (c *shmConn) watch() {
 	var b [64]byte
 	for {
-		if _, err := c.sock.Read(b[:]); err != nil {
+		_, err := c.sock.Read(b[:])
+		if errors.Is(err, os.ErrDeadlineExceeded) && !isClosed(c.closed) {
+			// A deadline the upgrade's cancellation left on the socket
+			// (readCtl, writeCtl): not the peer's end.
+			_ = c.sock.SetReadDeadline(time.Time{})
+			continue
+		}
+		if err != nil {
 			break
 		}
 	}

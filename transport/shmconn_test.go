@@ -333,3 +333,20 @@ func TestShmConnBells(t *testing.T) {
 		})
 	}
 }
+
+// TestShmConnSocketDeadline: a deadline left on the socket under an
+// upgraded connection (the upgrade's cancellation sets one) is not the
+// peer's end: the connection stays up and carries its stream.
+func TestShmConnSocketDeadline(t *testing.T) {
+	if !shmSupported {
+		t.Skip("no shared memory on this platform")
+	}
+	o := shmOpts(t, t.TempDir())
+	a, b := upgradePair(t, o, o)
+	_ = a.(*shmConn).sock.SetDeadline(time.Now())
+	time.Sleep(50 * time.Millisecond)
+	if isClosed(a.(*shmConn).gone) {
+		t.Fatal("a deadline on the socket was taken for the peer's end")
+	}
+	stream(t, a, b, 3)
+}

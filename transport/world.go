@@ -302,7 +302,8 @@ var pool [41]sync.Pool
 // GetBuf returns a buffer of n bytes from the transport's pool of
 // power-of-two size classes, for a frame's payload (as the alloc of
 // Reader.Next); its contents are whatever they were. PutBuf gives a
-// buffer back once nothing refers to it; one not from GetBuf is dropped.
+// buffer back once nothing refers to it (a slice whose capacity is not a
+// power of two is dropped: give back what GetBuf returned, not a part).
 func GetBuf(n int) []byte { return getBuf(n) }
 
 // PutBuf gives b, from GetBuf, back to the pool (see GetBuf).
