@@ -64,10 +64,11 @@ func (c *Comm) connectHubs(ctx context.Context, addrs []string, dial transport.D
 	cc.PartitionBytes, cc.MaxFrame, cc.HubTimeout, cc.Logger = c.cfg.HubPartitionBytes, c.cfg.MaxFrame+ps.FrameSlack, c.cfg.HubTimeout, c.log
 	cc.ConnectTimeout = c.cfg.JoinTimeout
 	cc.RoundPartitionsPerHub, cc.RoundWindow = c.cfg.HubRoundPartitions, c.cfg.HubWindow
-	if !c.cfg.Shm || len(c.Hosts()) > 1 {
-		// Some hub links cross the network (or none share memory): cut
-		// small rounds finer (ps.RoundSpreadBytes). Every rank decides
-		// the same: the hosts are the job's, and GORUN_SHM is the job's.
+	if len(c.Hosts()) > 1 {
+		// Hub links cross the network: cut small rounds finer (see
+		// ps.RoundSpreadBytes). On one host, over shared memory or
+		// loopback, a frame costs more than the finer pipeline gains.
+		// Every rank decides the same: the hosts are the job's.
 		cc.RoundSpreadBytes = 0
 	}
 	if c.rec != nil {

@@ -181,10 +181,10 @@ func TestHubStrategyMatchesReference(t *testing.T) {
 				if got := c.Hub().SharedMemoryHubs(); shm != (len(got) == k) || !shm && len(got) > 0 {
 					return fmt.Errorf("rank %d reaches hubs %v of %d over shared memory (shm %v)", c.Rank(), got, k, shm)
 				}
-				// One host: rounds keep the shared-memory spread unless
-				// shared memory is off.
-				if got, want := c.Hub().RoundRule().Spread, map[bool]int{true: ps.RoundSpreadBytes, false: 0}[shm]; got != want {
-					return fmt.Errorf("rank %d cuts rounds with spread %d, want %d (shm %v)", c.Rank(), got, want, shm)
+				// One host: rounds keep the spread, over shared memory or
+				// loopback TCP.
+				if got := c.Hub().RoundRule().Spread; got != ps.RoundSpreadBytes {
+					return fmt.Errorf("rank %d on one host cuts rounds with spread %d, want %d", c.Rank(), got, ps.RoundSpreadBytes)
 				}
 				return errors.Join(hubSuite[float32](ctx, c, 1), hubSuite[float64](ctx, c, 2), hubSuite[int32](ctx, c, 3), hubSuite[int64](ctx, c, 4))
 			})

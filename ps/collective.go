@@ -35,13 +35,13 @@ type Collective struct {
 // The floor of RoundPartitionBytes: a round's partitions are at least
 // spread/hubs and at least MinRoundPartitionBytes. Below 64 KiB a hub's
 // cost per partition (about 0.1 ms on the test hosts) outweighs the
-// shorter pipeline fill. RoundSpreadBytes is the spread for hubs reached
-// through shared memory, ClientConfig.RoundSpreadBytes' default: there a
-// frame costs more than the pipeline gains, and a 1 MiB round took 1.4×
-// as long in 64 KiB partitions as in 512 KiB ones. Over the network the
-// finer cut wins (1 MiB through one hub on 1 Gbit/s: 28 ms against 44),
-// and collective sets the spread to 0 for a job on more than one host
-// (results/hub-shm-2026-11-25.md).
+// shorter pipeline fill. RoundSpreadBytes is the spread for hubs on the
+// workers' host, ClientConfig.RoundSpreadBytes' default: there a frame
+// costs more than the pipeline gains (over shared memory a 1 MiB round
+// took 1.4× as long in 64 KiB partitions as in 512 KiB ones, over
+// loopback TCP 1.6×). Over the network the finer cut wins (1 MiB through
+// one hub on 1 Gbit/s: 28 ms against 44), and collective sets the spread
+// to 0 for a job on more than one host (results/hub-shm-2026-11-25.md).
 const (
 	MinRoundPartitionBytes = 64 << 10
 	RoundSpreadBytes       = 512 << 10
