@@ -95,9 +95,10 @@ type Hub struct {
 	// it is gone.
 	workers []*link
 
-	closing chan struct{}
-	done    chan struct{} // every worker has come and gone
-	wg      sync.WaitGroup
+	closing  chan struct{}
+	stopping atomic.Bool   // closing is closed (or about to be): read between events
+	done     chan struct{} // every worker has come and gone
+	wg       sync.WaitGroup
 
 	bytesIn, bytesOut, requests atomic.Int64
 	shmLinks                    atomic.Int64
@@ -167,6 +168,7 @@ func (h *Hub) Stats() HubStats {
 // it sees the socket closed).
 func (h *Hub) Close() error {
 	h.closeOnce.Do(func() {
+		h.stopping.Store(true)
 		close(h.closing)
 		_ = h.ln.Close()
 		// Answers already queued (errors naming a lost worker, above all)
@@ -314,7 +316,7 @@ const maxQueue = 256
 // handles the queue; if one has, that one handles ev too before it lets
 // the turn go, and this reader goes back to its connection.
 func (h *Hub) post(ev hubEvent) bool {
-	if isClosed(h.closing) {
+	if h.stopping.Load() {
 		return false
 	}
 	h.qmu.Lock()
@@ -382,7 +384,7 @@ func (h *Hub) handleQueue(limit int) (n int, more bool) {
 		h.spare = nil
 		h.qmu.Unlock()
 		for i := range q {
-			if !isClosed(h.closing) {
+			if !h.stopping.Load() {
 				h.handle(h.core, h.workers, q[i])
 			}
 			q[i] = hubEvent{}
@@ -395,17 +397,7 @@ func (h *Hub) handleQueue(limit int) (n int, more bool) {
 	h.turn.Unlock()
 	h.qmu.Lock()
 	defer h.qmu.Unlock()
-	return n, len(h.queue) > 0 && !isClosed(h.closing)
-}
-
-// isClosed reports whether ch is closed.
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
+	return n, len(h.queue) > 0 && !h.stopping.Load()
 }
 
 func (h *Hub) handle(c *core, links []*link, ev hubEvent) {
