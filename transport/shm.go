@@ -112,6 +112,7 @@ type shmOffer struct {
 	Path    string
 	RingCap uint32
 	Reason  string
+	Bells   bool // the segment has bells beside it (a connection's, shmconn.go)
 }
 
 // refusal says why an offer cannot be taken by a side whose host key is
@@ -135,14 +136,21 @@ func (o shmOffer) refusal(mine, dir, jobID string) string {
 
 // encode lays out an offer (TypeShmOffer's payload): HostKey, Path and
 // Reason, each as a uint16 length (little-endian) and at most 32 KiB of
-// bytes, then RingCap as a little-endian uint32.
+// bytes, then RingCap as a little-endian uint32, then, only if the
+// segment has bells, one byte 1. (A version without bells rejects such an
+// offer as malformed, which fails the connection loudly instead of
+// leaving it asleep for want of a bell.)
 func (o shmOffer) encode() []byte {
 	var b []byte
 	for _, s := range []string{o.HostKey, o.Path, o.Reason} {
 		b = binary.LittleEndian.AppendUint16(b, uint16(min(len(s), 1<<15)))
 		b = append(b, s[:min(len(s), 1<<15)]...)
 	}
-	return binary.LittleEndian.AppendUint32(b, o.RingCap)
+	b = binary.LittleEndian.AppendUint32(b, o.RingCap)
+	if o.Bells {
+		b = append(b, 1)
+	}
+	return b
 }
 
 func decodeShmOffer(b []byte) (shmOffer, error) {
@@ -157,10 +165,10 @@ func decodeShmOffer(b []byte) (shmOffer, error) {
 		}
 		f[i], b = string(b[2:2+n]), b[2+n:]
 	}
-	if len(b) != 4 {
-		return shmOffer{}, shmCorrupt("offer ends with %d bytes, want 4", len(b))
+	if len(b) != 4 && (len(b) != 5 || b[4] != 1) {
+		return shmOffer{}, shmCorrupt("offer ends with %d bytes, want 4, or 5 with bells", len(b))
 	}
-	return shmOffer{HostKey: f[0], Path: f[1], Reason: f[2], RingCap: binary.LittleEndian.Uint32(b)}, nil
+	return shmOffer{HostKey: f[0], Path: f[1], Reason: f[2], RingCap: binary.LittleEndian.Uint32(b), Bells: len(b) == 5}, nil
 }
 
 // hostKey is what two ranks compare to decide that they share a host:
@@ -228,6 +236,7 @@ func makeOffer(ctx context.Context, c net.Conn, n shmNegotiation, name string) (
 			dropSegment(o.Path, mem)
 			o.Path, o.Reason, mem = "", err.Error(), nil
 		}
+		o.Bells = bl != nil
 	}
 	if err != nil {
 		n.warn("shared memory unavailable; TCP", "conn", name, "err", err)
@@ -272,6 +281,12 @@ func answerOffer(ctx context.Context, c net.Conn, payload []byte, n shmNegotiati
 	reason := n.off
 	if reason == "" {
 		reason = o.refusal(n.hostKey, n.dir, n.jobID)
+	}
+	if reason == "" && n.bells != o.Bells {
+		// A connection needs bells, a rank pair has none: another
+		// version of gorun, or a mix-up of the two.
+		reason = fmt.Sprintf("the offer has bells %v, want %v (another version of gorun?)", o.Bells, n.bells)
+		n.warn("shared memory refused; TCP", "conn", name, "reason", reason)
 	}
 	if reason == "" {
 		mem, err := mapOffer(o)

@@ -261,6 +261,7 @@ func TestShmConnGarbageOffer(t *testing.T) {
 func FuzzShmOffer(f *testing.F) {
 	f.Add(shmOffer{HostKey: "h/boot", Path: "/dev/shm/gorun-job-w0-hub0-00", RingCap: 4096}.encode())
 	f.Add(shmOffer{Reason: "off"}.encode())
+	f.Add(shmOffer{HostKey: "h/boot", Path: "/dev/shm/gorun-job-w0-hub0-01", RingCap: 4096, Bells: true}.encode())
 	f.Add([]byte{1, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_ = decodeShmAnswer(b)
@@ -349,4 +350,52 @@ func TestShmConnSocketDeadline(t *testing.T) {
 		t.Fatal("a deadline on the socket was taken for the peer's end")
 	}
 	stream(t, a, b, 3)
+}
+
+// TestShmConnOfferWithoutBells: a connection's answering side refuses a
+// segment offered without bells (an older gorun, which would never ring
+// them), with a reason that says so, and the pair stays on its socket;
+// an offer with bells decodes as such and one byte more is malformed.
+func TestShmConnOfferWithoutBells(t *testing.T) {
+	if !shmSupported {
+		t.Skip("no shared memory on this platform")
+	}
+	dir := t.TempDir()
+	o := shmOpts(t, dir)
+	n := o.negotiation()
+	off, mem, err := offerSegment(n.hostKey, n.ringCap, "", dir, o.JobID, o.Name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dropSegment(off.Path, mem)
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	type res struct {
+		sp  *shmPeer
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		sp, _, err := answerOffer(context.Background(), b, off.encode(), n, o.Name)
+		done <- res{sp, err}
+	}()
+	_, p, err := readCtl(context.Background(), a, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	ans := decodeShmAnswer(p)
+	if r.err != nil || r.sp != nil || ans.Attached || !strings.Contains(ans.Reason, "bells") {
+		t.Fatalf("an offer without bells: attached %v, reason %q, %v", ans.Attached, ans.Reason, r.err)
+	}
+	with := off
+	with.Bells = true
+	got, err := decodeShmOffer(with.encode())
+	if err != nil || !got.Bells {
+		t.Fatalf("an offer with bells decoded as %+v, %v", got, err)
+	}
+	if _, err := decodeShmOffer(append(with.encode(), 1)); !errors.Is(err, ErrFrame) {
+		t.Fatalf("an offer with a byte too many: %v", err)
+	}
 }
