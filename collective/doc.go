@@ -137,8 +137,10 @@
 // --strategy hub) runs every collective through ParamHub (package ps):
 // each rank sends its buffer, cut into partitions of at most
 // Config.HubPartitionBytes (smaller for a round that would otherwise give
-// a hub few of them: about 32 per hub, from max(512 KiB/K, 64 KiB))
-// spread over the hubs, a few in flight per hub, and receives the result. The hubs are dedicated
+// a hub few of them: about Config.HubRoundPartitions per hub, none below
+// 64 KiB, and in a job on one host none below 512 KiB/K) spread over the
+// hubs, Config.HubWindow in flight per hub reached over the network, and
+// receives the result. The hubs are dedicated
 // processes (gorun --hubs K, Config.Hubs) or run inside ranks
 // 0..ColocatedHubs-1; a rank and a hub on one host talk through shared
 // memory (Config.Shm). A hub folds the ranks' parts in rank order, so the
