@@ -186,7 +186,18 @@ func TestRestartMoved(t *testing.T) {
 	}
 	var out []string
 	pid := 0
-	for _, m := range l.recvUntil(t, proto.MsgJoin) {
+	// Until the join and the rank's two lines: its output and its join
+	// (the control channel) reach the launcher by different ways, in
+	// either order.
+	msgs := l.recvUntil(t, proto.MsgJoin)
+	for outputs(msgs) < 2 { // the rank prints both before it joins
+		m, err := l.conn.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, m)
+	}
+	for _, m := range msgs {
 		switch m.Kind {
 		case proto.MsgStarted:
 			if m.Rank != 3 || m.Pid <= 0 {
@@ -246,7 +257,7 @@ func TestRestartMoved(t *testing.T) {
 	if err := l.conn.Send(&proto.Message{Kind: proto.MsgSignalRank, Rank: 3, Signal: int(syscall.SIGKILL)}); err != nil {
 		t.Fatal(err)
 	}
-	msgs := l.recvUntil(t, proto.MsgDone)
+	msgs = l.recvUntil(t, proto.MsgDone)
 	if ex := msgs[len(msgs)-2]; ex.Kind != proto.MsgExit || ex.Rank != 3 || ex.Exit.Signal != int(syscall.SIGKILL) || ex.Exit.ForeignKill || ex.Exit.Pid != pid {
 		t.Fatalf("before done: %+v", ex)
 	}
@@ -276,4 +287,15 @@ func groupLeft(pgid int) []string {
 		}
 	}
 	return left
+}
+
+// outputs counts the output messages among msgs.
+func outputs(msgs []*proto.Message) int {
+	n := 0
+	for _, m := range msgs {
+		if m.Kind == proto.MsgOutput {
+			n++
+		}
+	}
+	return n
 }
