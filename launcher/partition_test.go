@@ -46,6 +46,10 @@ func (s *freezeSpawner) freeze(t *testing.T, host string) {
 // frozen), a failed rank on another host ends the job within AgentWait
 // plus a margin, not the grace period plus 10 s; the silent host is named,
 // the exit code is the rank's, and nothing of the job is left running.
+// (The silent host's rank is one process, exec'd, that waits with the
+// mark in its command line: a rank's own children outlive an agent that
+// is killed, since only the rank gets the agent's death signal, and this
+// test used to leave such a child behind.)
 func TestSilentHostBoundedWait(t *testing.T) {
 	proctest.SkipShort(t)
 	dir := t.TempDir()
@@ -53,7 +57,7 @@ func TestSilentHostBoundedWait(t *testing.T) {
 	sp := &freezeSpawner{cmds: map[string]*exec.Cmd{}}
 	cfg := DefaultConfig()
 	cfg.Program, cfg.Gorun = "sh", os.Args[0]
-	cfg.Args = []string{"-c", `echo up; if [ "$GORUN_RANK" = 0 ]; then while [ ! -e "$1/fail" ]; do sleep 0.02; done; echo "rank 0 gives up" >&2; exit 3; fi; sleep 300`, mark, dir}
+	cfg.Args = []string{"-c", `echo up; if [ "$GORUN_RANK" = 0 ]; then while [ ! -e "$1/fail" ]; do sleep 0.02; done; echo "rank 0 gives up" >&2; exit 3; fi; mkfifo "$1/$0"; exec cat "$1/$0"`, mark, dir}
 	cfg.Hosts = []Host{{Name: "h1.test", Slots: 1}, {Name: "h2.test", Slots: 1}}
 	cfg.Remote, cfg.PMI, cfg.AgentWait = sp, PMIOff, time.Second
 	var out, errb proctest.Buffer
