@@ -193,7 +193,7 @@ func TestPredictedHubTraffic(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			out[r], errs[r] = Compare(ctx, c, sizes, 5*time.Millisecond, part)
+			out[r], errs[r] = Compare(ctx, c, sizes, 5*time.Millisecond)
 		}()
 	}
 	wg.Wait()

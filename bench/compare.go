@@ -170,10 +170,9 @@ func (m Model) Ratio(bw float64) float64 {
 // Compare times float32 Sum all-reduces of each size through the ring
 // and then through the hubs, on a Comm that joined with the hub strategy,
 // and counts the bytes through each hub. Every rank calls it with the same
-// arguments and gets the same pairs. It leaves the Comm on the ring.
-// part is the Comm's HubPartitionBytes, for the model if the Comm has no
-// hub client.
-func Compare(ctx context.Context, c *collective.Comm, sizes []int, target time.Duration, part int) ([]Pair, error) {
+// arguments and gets the same pairs. It leaves the Comm on the ring. The
+// model cuts rounds as the Comm's hub client does.
+func Compare(ctx context.Context, c *collective.Comm, sizes []int, target time.Duration) ([]Pair, error) {
 	if err := c.SetStrategy(collective.StrategyHub); err != nil {
 		return nil, err
 	}
@@ -199,11 +198,8 @@ func Compare(ctx context.Context, c *collective.Comm, sizes []int, target time.D
 		if p.HubBytes, err = hubTraffic(ctx, c, bytes); err != nil {
 			return nil, err
 		}
-		rule := DefaultRule(part)
-		if h := c.Hub(); h != nil {
-			rule = h.RoundRule() // as this job's rounds are cut
-		}
-		p.Loads, p.Parts, p.Part = HubPlan(bytes, len(p.HubBytes), rule)
+		// SetStrategy(hub) succeeded: the Comm has its hub client.
+		p.Loads, p.Parts, p.Part = HubPlan(bytes, len(p.HubBytes), c.Hub().RoundRule())
 		out = append(out, p)
 	}
 	return out, nil

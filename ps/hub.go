@@ -385,7 +385,7 @@ func (h *Hub) handleQueue(limit int) (n int, more bool) {
 		h.qmu.Unlock()
 		for i := range q {
 			if !h.stopping.Load() {
-				h.handle(h.core, h.workers, q[i])
+				h.handle(q[i])
 			}
 			q[i] = hubEvent{}
 		}
@@ -400,8 +400,9 @@ func (h *Hub) handleQueue(limit int) (n int, more bool) {
 	return n, len(h.queue) > 0 && !h.stopping.Load()
 }
 
-func (h *Hub) handle(c *core, links []*link, ev hubEvent) {
-	w := ev.worker
+// handle feeds ev to the core, the turn held, and sends its replies.
+func (h *Hub) handle(ev hubEvent) {
+	c, links, w := h.core, h.workers, ev.worker
 	var out []reply
 	var kill []int
 	switch {

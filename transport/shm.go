@@ -90,6 +90,7 @@ type shmPeer struct {
 // drop unmaps a pair that will not be used; nil does nothing.
 func (sp *shmPeer) drop() {
 	if sp != nil {
+		sp.bells.close()
 		_ = unmapSegment(sp.mem)
 	}
 }
@@ -242,7 +243,7 @@ func makeOffer(ctx context.Context, c net.Conn, n shmNegotiation, name string) (
 		n.warn("shared memory unavailable; TCP", "conn", name, "err", err)
 	}
 	p, err := exchangeCtl(ctx, c, n.timeout, Header{Type: TypeShmOffer}, o.encode(), TypeShmAnswer)
-	if o.Path != "" {
+	if bl != nil {
 		removeBells(o.Path)
 	}
 	if err != nil {
@@ -308,9 +309,6 @@ func answerOffer(ctx context.Context, c net.Conn, payload []byte, n shmNegotiati
 	}
 	a := shmAnswer{Attached: sp != nil, SameHost: o.HostKey == n.hostKey, Reason: reason}
 	if _, err := writeCtl(ctx, c, n.timeout, Header{Type: TypeShmAnswer}, a.encode()); err != nil {
-		if sp != nil {
-			sp.bells.close()
-		}
 		sp.drop()
 		return nil, false, err
 	}

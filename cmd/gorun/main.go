@@ -311,7 +311,7 @@ func benchRank(c *cli.Context) error {
 		return err
 	}
 	defer comm.Close()
-	pairs, err := bench.Compare(ctx, comm, sizes, c.Duration("target"), cfg.HubPartitionBytes)
+	pairs, err := bench.Compare(ctx, comm, sizes, c.Duration("target"))
 	if err != nil {
 		return err
 	}
