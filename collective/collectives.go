@@ -26,36 +26,13 @@ func bytesOf[T Number](n int) int {
 	return n * int(unsafe.Sizeof(z))
 }
 
-func (c *Comm) direct(nbytes int) bool {
-	return c.cfg.Algorithm == Direct || c.cfg.Algorithm == Auto && nbytes <= c.cfg.SmallBytes
-}
-
-// doubling says whether an AllReduce of nbytes runs recursive doubling:
-// Auto picks it for small buffers when the size is a power of two from 4
-// up, or above directMaxRanks. Measured on 4 ranks (2 cores), 4 KiB:
-// 55-62 us against Direct's 66-125 us; at 3, 5 and 6 ranks its extra
-// fold-in and send-back rounds made it slower than Direct.
-func (c *Comm) doubling(nbytes int) bool {
-	n := c.Size()
-	return c.cfg.Algorithm == Doubling || c.cfg.Algorithm == Auto && nbytes <= c.cfg.SmallBytes && n >= 4 && (n&(n-1) == 0 || n > directMaxRanks)
-}
-
-// logSteps reports whether Auto runs a small all-gather or reduce-scatter
-// of nbytes (the whole buffer) by recursive doubling: log2 N steps instead
-// of the ring's N-1, which above directMaxRanks ranks cost more in
-// latency (one wake-up per step on a busy host) than the doubling's extra
-// bytes. 256 ranks gathering 24 bytes each took 255 ring steps.
-func (c *Comm) logSteps(nbytes int) bool {
-	return c.cfg.Algorithm == Auto && nbytes <= c.cfg.SmallBytes && c.Size() > directMaxRanks
-}
-
 // gatherByDoubling is AllGather as an all-reduce: every rank's recv is
 // zero but for its own block of n elements, and the ranks OR the buffers'
 // 32-bit words together by recursive doubling. OR with zeros keeps every
 // bit pattern (a sum would turn -0 into +0), so the result is exact for
 // every type.
-func gatherByDoubling[T Number](ctx context.Context, c *Comm, recv []T, n int, o ring.Options) error {
-	me := c.index() * n
+func gatherByDoubling[T Number](ctx context.Context, x *call, recv []T, n int) error {
+	me := x.c.index() * n
 	clear(recv[:me])
 	clear(recv[me+n:])
 	b := reduce.AsBytes(recv) // elements are 4 or 8 bytes: whole words
@@ -63,7 +40,7 @@ func gatherByDoubling[T Number](ctx context.Context, c *Comm, recv []T, n int, o
 	if !shared {
 		words = reduce.FromBytes[int32](b)
 	}
-	err := ring.Doubling(ctx, c.net, words, orWords, o)
+	err := ring.Doubling(ctx, x.net, words, orWords, x.o)
 	if !shared {
 		copy(b, reduce.AsBytes(words))
 	}
@@ -76,119 +53,196 @@ func orWords(dst, src []int32) {
 	}
 }
 
-// directMaxRanks is the most ranks Auto lets talk to every other rank in
-// one collective (Direct, a broadcast from the root to all): beyond it a
-// rank's connections and messages would grow with the job, so Auto takes
-// recursive doubling and a binomial tree, whose partners grow as log2 N.
-const directMaxRanks = 8
-
-func allReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, o ring.Options) error {
-	if !op.Valid() {
-		return localError("unknown op %d", op)
-	}
-	var err error
-	if c.useHub.Load() {
+// reduceAll is the all-reduce of buf by the plan's algorithm (finish not
+// applied).
+func reduceAll[T Number](ctx context.Context, x *call, buf []T, op Op, kind uint8) error {
+	c := x.c
+	fold := reducer[T](op)
+	switch c.planFor(kind, bytesOf[T](len(buf))) {
+	case viaHub:
 		b := reduce.AsBytes(buf)
-		err = c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: len(buf)})
-	} else if c.hierarchical(bytesOf[T](len(buf))) {
-		err = ring.Hierarchical(ctx, *c.topo.tiers, buf, reducer[T](op), o)
-	} else if c.doubling(bytesOf[T](len(buf))) {
-		err = ring.Doubling(ctx, c.net, buf, reducer[T](op), o)
-	} else if c.direct(bytesOf[T](len(buf))) {
-		err = ring.Direct(ctx, c.net, buf, reducer[T](op), o)
-	} else if c.cfg.Algorithm == Halving || c.cfg.Algorithm == Auto && ring.HalvingWins(c.Size(), bytesOf[T](len(buf))) {
-		err = ring.Halving(ctx, c.net, buf, reducer[T](op), o)
-	} else {
-		err = ring.AllReduce(ctx, c.net, buf, reducer[T](op), o)
+		return c.hubRound(ctx, x.o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: len(buf)})
+	case viaHierarchical:
+		return ring.Hierarchical(ctx, x.tiers(), buf, fold, x.o)
+	case viaDoubling:
+		return ring.Doubling(ctx, x.net, buf, fold, x.o)
+	case viaDirect:
+		return ring.Direct(ctx, x.net, buf, fold, x.o)
+	case viaHalving:
+		return ring.Halving(ctx, x.net, buf, fold, x.o)
 	}
-	if err != nil {
-		return err
+	return ring.AllReduce(ctx, x.net, buf, fold, x.o)
+}
+
+func allReduceFunc[T Number](buf []T, op Op) func(ctx context.Context, x *call) error {
+	return func(ctx context.Context, x *call) error {
+		if !op.Valid() {
+			return localError("unknown op %d", op)
+		}
+		if err := reduceAll(ctx, x, buf, op, kindAllReduce); err != nil {
+			return err
+		}
+		finish(op, buf, x.c.Size())
+		return nil
 	}
-	finish(op, buf, c.Size())
-	return nil
 }
 
 // AllReduce replaces buf on every rank with the element-wise reduction of
 // all ranks' bufs. Every rank ends with the same bits.
 func AllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error {
-	return c.do(ctx, kindAllReduce, func(ctx context.Context, o ring.Options) error {
-		return allReduce(ctx, c, buf, op, o)
-	}, header[T](op, len(buf)))
+	return c.do(ctx, kindAllReduce, allReduceFunc(buf, op), header[T](op, len(buf)))
+}
+
+// StartAllReduce starts an AllReduce and returns at once; buf belongs to
+// the collective until its handle is done.
+func StartAllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) *Handle {
+	return c.async(ctx, kindAllReduce, allReduceFunc(buf, op), header[T](op, len(buf)), nil)
+}
+
+func reduceFunc[T Number](c *Comm, buf []T, op Op, root int) func(ctx context.Context, x *call) error {
+	return func(ctx context.Context, x *call) error {
+		if _, err := c.rootIndex(root); err != nil {
+			return err
+		}
+		if !op.Valid() {
+			return localError("unknown op %d", op)
+		}
+		if c.planFor(kindReduce, bytesOf[T](len(buf))) == viaHub {
+			want := 0
+			if c.Rank() == root {
+				want = len(buf)
+			}
+			b := reduce.AsBytes(buf)
+			if err := c.hubRound(ctx, x.o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: want}); err != nil {
+				return err
+			}
+			finish(op, buf[:want], c.Size())
+			return nil
+		}
+		if err := reduceAll(ctx, x, buf, op, kindReduce); err != nil {
+			return err
+		}
+		finish(op, buf, c.Size())
+		return nil
+	}
 }
 
 // Reduce leaves the reduction of all ranks' bufs in root's buf. On the
 // other ranks buf is used as scratch: its contents afterwards are
 // unspecified.
 func Reduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, root int) error {
-	return c.do(ctx, kindReduce, func(ctx context.Context, o ring.Options) error {
-		if _, err := c.rootIndex(root); err != nil {
-			return err
-		}
-		if c.useHub.Load() {
-			if !op.Valid() {
-				return localError("unknown op %d", op)
-			}
-			want := 0
-			if c.Rank() == root {
-				want = len(buf)
-			}
-			b := reduce.AsBytes(buf)
-			if err := c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: want}); err != nil {
-				return err
-			}
-			finish(op, buf[:want], c.Size())
-			return nil
-		}
-		return allReduce(ctx, c, buf, op, o)
-	}, header[T](op, len(buf)))
+	return c.do(ctx, kindReduce, reduceFunc(c, buf, op, root), header[T](op, len(buf)))
 }
 
-// Broadcast copies root's buf into buf on every other rank.
-func Broadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) error {
-	return c.do(ctx, kindBroadcast, func(ctx context.Context, o ring.Options) error {
+// StartReduce starts a Reduce; buf belongs to it until its handle is done.
+func StartReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, root int) *Handle {
+	return c.async(ctx, kindReduce, reduceFunc(c, buf, op, root), header[T](op, len(buf)), nil)
+}
+
+func broadcastFunc[T Number](c *Comm, buf []T, root int) func(ctx context.Context, x *call) error {
+	return func(ctx context.Context, x *call) error {
 		jobRoot := root
 		root, err := c.rootIndex(root)
 		if err != nil {
 			return err
 		}
-		if c.useHub.Load() {
+		o := x.o
+		switch c.planFor(kindBroadcast, bytesOf[T](len(buf))) {
+		case viaHub:
 			b := reduce.AsBytes(buf)
 			return c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundBroadcast, DType: dtype[T](), Root: jobRoot, Count: len(buf), Send: b, Recv: b})
-		}
-		direct := c.direct(bytesOf[T](len(buf)))
-		if direct && c.Size() > directMaxRanks && c.cfg.Algorithm == Auto {
-			return ring.TreeBroadcast(ctx, c.net, buf, root, o)
-		}
-		if c.topo != nil && c.topo.byHost != nil && !direct && c.cfg.Algorithm != Ring {
+		case viaTree:
+			return ring.TreeBroadcast(ctx, x.net, buf, root, o)
+		case viaDirect:
+			return ring.Broadcast(ctx, x.net, buf, root, true, o)
+		case viaChainByHost:
 			// Ranks placed round-robin over hosts: chain host after host
 			// (Algorithm Ring keeps the chain in rank order).
-			return ring.Broadcast(ctx, c.topo.byHost, buf, c.topo.byHost.Index(root), false, o)
+			g, err := ring.NewGroup(x.net, c.topo.byHost)
+			if err != nil {
+				return err
+			}
+			return ring.Broadcast(ctx, g, buf, g.Index(root), false, o)
 		}
-		return ring.Broadcast(ctx, c.net, buf, root, direct, o)
-	}, header[T](Op(root%256), len(buf)))
+		return ring.Broadcast(ctx, x.net, buf, root, false, o)
+	}
+}
+
+// Broadcast copies root's buf into buf on every other rank.
+func Broadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) error {
+	return c.do(ctx, kindBroadcast, broadcastFunc(c, buf, root), header[T](Op(root%256), len(buf)))
+}
+
+// StartBroadcast starts a Broadcast; buf belongs to it until its handle
+// is done.
+func StartBroadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) *Handle {
+	return c.async(ctx, kindBroadcast, broadcastFunc(c, buf, root), header[T](Op(root%256), len(buf)), nil)
+}
+
+func allGatherFunc[T Number](c *Comm, send, recv []T) func(ctx context.Context, x *call) error {
+	return func(ctx context.Context, x *call) error {
+		n := len(send)
+		if len(recv) != n*c.Size() {
+			return localError("all-gather recv holds %d elements, want %d ranks x %d", len(recv), c.Size(), n)
+		}
+		switch c.planFor(kindAllGather, bytesOf[T](len(recv))) {
+		case viaHub:
+			return c.hubRound(ctx, x.o.Header.Seq, ps.Collective{Kind: ps.RoundGather, DType: dtype[T](), Count: n, Send: reduce.AsBytes(send), Recv: reduce.AsBytes(recv)})
+		case viaHierarchical:
+			copy(recv[c.index()*n:], send)
+			return ring.HierarchicalAllGather(ctx, x.tiers(), recv, x.o)
+		case viaDoubling:
+			copy(recv[c.index()*n:], send)
+			return gatherByDoubling(ctx, x, recv, n)
+		}
+		copy(recv[c.index()*n:], send)
+		return ring.AllGather(ctx, x.net, recv, x.o)
+	}
 }
 
 // AllGather concatenates every rank's send into recv, in rank order:
 // recv[r*len(send):(r+1)*len(send)] is rank r's send. recv must hold
 // Size()*len(send) elements, and every rank must send the same length.
 func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
-	return c.do(ctx, kindAllGather, func(ctx context.Context, o ring.Options) error {
-		n := len(send)
-		if len(recv) != n*c.Size() {
-			return localError("all-gather recv holds %d elements, want %d ranks x %d", len(recv), c.Size(), n)
+	return c.do(ctx, kindAllGather, allGatherFunc(c, send, recv), header[T](0, len(send)))
+}
+
+// StartAllGather starts an AllGather; send and recv belong to it until
+// its handle is done.
+func StartAllGather[T Number](ctx context.Context, c *Comm, send, recv []T) *Handle {
+	return c.async(ctx, kindAllGather, allGatherFunc(c, send, recv), header[T](0, len(send)), nil)
+}
+
+func reduceScatterFunc[T Number](c *Comm, buf []T, op Op, mine *[]T) func(ctx context.Context, x *call) error {
+	return func(ctx context.Context, x *call) error {
+		if !op.Valid() {
+			return localError("unknown op %d", op)
 		}
-		if c.useHub.Load() {
-			return c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundGather, DType: dtype[T](), Count: n, Send: reduce.AsBytes(send), Recv: reduce.AsBytes(recv)})
+		var s ring.Span
+		var err error
+		fold := reducer[T](op)
+		switch c.planFor(kindReduceScatter, bytesOf[T](len(buf))) {
+		case viaHub:
+			s = ring.Chunks(len(buf), c.Size())[c.Rank()]
+			b := reduce.AsBytes(buf)
+			err = c.hubRound(ctx, x.o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantOff: s.Off, WantLen: s.Len})
+		case viaHierarchical:
+			s, err = ring.HierarchicalReduceScatter(ctx, x.tiers(), buf, fold, x.o)
+		case viaDoubling:
+			// Small: the whole all-reduce in log2 N steps beats the ring's
+			// N-1; every rank then keeps its chunk.
+			s = ring.Chunks(len(buf), c.Size())[c.index()]
+			err = ring.Doubling(ctx, x.net, buf, fold, x.o)
+		default:
+			s, err = ring.ReduceScatter(ctx, x.net, buf, fold, x.o)
 		}
-		copy(recv[c.index()*n:], send)
-		if c.hierarchical(bytesOf[T](len(recv))) {
-			return ring.HierarchicalAllGather(ctx, *c.topo.tiers, recv, o)
+		if err != nil {
+			return err
 		}
-		if c.logSteps(bytesOf[T](len(recv))) {
-			return gatherByDoubling(ctx, c, recv, n, o)
-		}
-		return ring.AllGather(ctx, c.net, recv, o)
-	}, header[T](0, len(send)))
+		*mine = buf[s.Off : s.Off+s.Len]
+		finish(op, *mine, c.Size())
+		return nil
+	}
 }
 
 // ReduceScatter reduces buf element-wise over all ranks and leaves each
@@ -196,34 +250,17 @@ func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 // rank's chunk of Chunk(len(buf), Size(), Rank()). The rest of buf is
 // scratch afterwards.
 func ReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) (mine []T, err error) {
-	err = c.do(ctx, kindReduceScatter, func(ctx context.Context, o ring.Options) error {
-		if !op.Valid() {
-			return localError("unknown op %d", op)
-		}
-		var s ring.Span
-		var err error
-		if c.useHub.Load() {
-			s = ring.Chunks(len(buf), c.Size())[c.Rank()]
-			b := reduce.AsBytes(buf)
-			err = c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantOff: s.Off, WantLen: s.Len})
-		} else if c.hierarchical(bytesOf[T](len(buf))) {
-			s, err = ring.HierarchicalReduceScatter(ctx, *c.topo.tiers, buf, reducer[T](op), o)
-		} else if c.logSteps(bytesOf[T](len(buf))) {
-			// Small: the whole all-reduce in log2 N steps beats the ring's
-			// N-1; every rank then keeps its chunk.
-			s = ring.Chunks(len(buf), c.Size())[c.index()]
-			err = ring.Doubling(ctx, c.net, buf, reducer[T](op), o)
-		} else {
-			s, err = ring.ReduceScatter(ctx, c.net, buf, reducer[T](op), o)
-		}
-		if err != nil {
-			return err
-		}
-		mine = buf[s.Off : s.Off+s.Len]
-		finish(op, mine, c.Size())
-		return nil
-	}, header[T](op, len(buf)))
+	err = c.do(ctx, kindReduceScatter, reduceScatterFunc(c, buf, op, &mine), header[T](op, len(buf)))
 	return mine, err
+}
+
+// StartReduceScatter starts a ReduceScatter; once its handle is done,
+// this rank's share is buf[off:off+len] of Chunk(len(buf), Size(),
+// Rank()) (the hub strategy and the ring alike), and the rest of buf is
+// scratch.
+func StartReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) *Handle {
+	var mine []T
+	return c.async(ctx, kindReduceScatter, reduceScatterFunc(c, buf, op, &mine), header[T](op, len(buf)), nil)
 }
 
 // Chunk returns the [off, off+len) range of n elements that rank owns

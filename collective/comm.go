@@ -35,19 +35,34 @@ type Comm struct {
 	cfg Config
 	log *slog.Logger
 	tr  transport.Transport
-	// net is what the algorithms run over: tr, or with Elastic the ranks
-	// of the current view (see elastic.go).
-	net    ring.Transport
-	el     *elastic // nil unless Config.Elastic
-	member *membership.Member
+	// mux hands each collective the frames of its own communicator and
+	// number (exec.go); a Comm's children share it.
+	mux *transport.Mux
+	// id is this communicator's (0: the job's own; Split's children have
+	// their own), rank and members its place and ranks (members nil: the
+	// job's ranks, or with Elastic the view's).
+	id      uint32
+	rank    int
+	members []int
+	parent  *Comm  // a child's parent; nil for the job's Comm
+	root    *Comm  // a child's job Comm; nil for the job's Comm
+	hostOf  []string // every job rank's host key; nil: unknown (one host)
+	ids     *idGen // the communicator ids in use, shared with children
+	el      *elastic // nil unless Config.Elastic
+	member  *membership.Member
 
-	turn   chan struct{} // holds one token: whoever has it runs a collective
+	mu     sync.Mutex    // start: seq and last
+	seq    uint32        // the last collective's number
+	last   chan struct{} // closed when the last collective started is done
+	wg     sync.WaitGroup
 	topo   *topology     // which ranks share hosts; nil: one host
 	closed chan struct{} // closed by Close
-	seq    uint32
 	page   *inspect.Page        // nil: no status page
 	rec    *inspect.Recorder    // nil: no timeline
+	recMu  *sync.Mutex          // rec's collectives are written by one goroutine at a time
 	waited *transport.WaitMeter // with rec: the transport's blocked time
+	// epoch is a child's view epoch when it was split (elastic parents).
+	epoch int
 
 	// The hub strategy (see hub.go).
 	hub       *ps.Client
@@ -65,8 +80,7 @@ type Comm struct {
 }
 
 func newComm(cfg Config, log *slog.Logger, tr transport.Transport) *Comm {
-	c := &Comm{cfg: cfg, log: log, tr: tr, net: tr, turn: make(chan struct{}, 1), closed: make(chan struct{})}
-	c.turn <- struct{}{}
+	c := &Comm{cfg: cfg, log: log, tr: tr, mux: transport.NewMux(tr, tr.Size()), rank: cfg.Rank, ids: &idGen{next: 1}, recMu: new(sync.Mutex), closed: make(chan struct{})}
 	if cfg.StatusFile != "" {
 		// The page stays mapped for the life of the process: a collective
 		// in another goroutine may still write it after Close.
@@ -186,6 +200,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 			peers[r], hosts[r] = transport.Peer{Addr: p.Data, Host: p.Host}, p.Host
 		}
 		err = tr.SetPeers(peers)
+		c.hostOf = hosts
 		switch {
 		case err != nil:
 		case restarted:
@@ -261,15 +276,19 @@ func NewLocalOn(nw *transport.MemNetwork, cfg Config) ([]*Comm, error) {
 	return comms, nil
 }
 
-// Rank is this rank's number in the job, 0 to the job's size - 1 (with
-// Elastic it stays the same when the view changes).
-func (c *Comm) Rank() int { return c.cfg.Rank }
+// Rank is this rank's number in the Comm, 0 to Size() - 1: its rank in
+// the job (with Elastic it stays the same when the view changes), or in a
+// child from Split its place there.
+func (c *Comm) Rank() int { return c.rank }
 
 // Size is the number of ranks that take part in a collective: the job's
-// size, or with Elastic the ranks of the current view.
+// size, with Elastic the ranks of the current view, in a child its ranks.
 func (c *Comm) Size() int {
 	if c.el != nil {
 		return len(c.el.installed.Load().Ranks)
+	}
+	if c.members != nil {
+		return len(c.members)
 	}
 	return c.cfg.Size
 }
@@ -280,11 +299,11 @@ func (c *Comm) index() int {
 	if c.el != nil {
 		return c.el.me
 	}
-	return c.cfg.Rank
+	return c.rank
 }
 
-// rootIndex maps a root given as a job rank to its place among the ranks
-// that take part.
+// rootIndex maps a root given as a rank (a job rank with Elastic) to its
+// place among the ranks that take part.
 func (c *Comm) rootIndex(root int) (int, error) {
 	if c.el == nil {
 		if root < 0 || root >= c.Size() {
@@ -304,13 +323,19 @@ func (c *Comm) rootIndex(root int) (int, error) {
 // collective blocked in another goroutine returns ErrClosed. Close is
 // idempotent and safe for concurrent use.
 func (c *Comm) Close() error {
+	if c.parent != nil {
+		return c.closeChild()
+	}
 	c.closeOnce.Do(func() {
+		c.mu.Lock()
 		close(c.closed)
+		c.mu.Unlock()
 		if c.el != nil {
 			c.el.close()
 		}
 		c.closeHub()
 		c.closeErr = c.tr.Close()
+		c.wg.Wait() // the Start forms' goroutines: the closed transport ends them
 		if c.member != nil {
 			if err := c.member.Close(); c.closeErr == nil {
 				c.closeErr = err
@@ -329,9 +354,13 @@ func (c *Comm) writeTimeline() {
 	if c.rec == nil {
 		return
 	}
+	finished := make(chan struct{})
+	go func() { c.wg.Wait(); c.mu.Lock(); last := c.last; c.mu.Unlock(); waitClosed(last); close(finished) }()
 	select {
-	case <-c.turn: // kept: no collective runs after Close
+	case <-finished: // no collective runs after Close
+		c.recMu.Lock()
 		c.rec.Sync()
+		c.recMu.Unlock()
 	case <-time.After(time.Second):
 		c.log.Warn("a collective is still running: the timeline may miss its last collectives")
 	}
@@ -379,114 +408,37 @@ const (
 	kindReduceScatter
 	kindHubSetup
 	kindTopology // no longer sent: placement comes with gossip
+	kindAllToAll
+	kindAllToAllV
+	kindGather
+	kindScatter
+	kindAllGatherV
+	kindSplit
+	kindGroup // a fused all-reduce of several buffers
 )
 
 var kindName = map[uint8]string{
 	kindBarrier: "barrier", kindBroadcast: "broadcast", kindAllReduce: "allreduce",
 	kindReduce: "reduce", kindAllGather: "allgather", kindReduceScatter: "reducescatter",
 	kindHubSetup: "hub setup", kindTopology: "topology",
-}
-
-// do runs one collective, one at a time: a call waits for the one before
-// it, its ctx and Close. Any failure is sent to every peer (so that none of
-// them waits for this rank) and breaks the Comm; Close during a collective
-// returns ErrClosed and tells the peers nothing more than the closing does.
-func (c *Comm) do(ctx context.Context, kind uint8, f func(ctx context.Context, o ring.Options) error, h transport.Header) error {
-	select {
-	case <-c.closed:
-		return fmt.Errorf("collective: rank %d: %s: %w", c.cfg.Rank, kindName[kind], ErrClosed)
-	default:
-	}
-	select {
-	case <-c.turn:
-	default:
-		if err := c.waitTurn(ctx, kind); err != nil {
-			return err
-		}
-	}
-	defer func() { c.turn <- struct{}{} }()
-	userCtx := ctx
-	if c.el != nil {
-		var done func()
-		var err error
-		if ctx, done, err = c.el.begin(ctx, kind); err != nil {
-			return err
-		}
-		defer done()
-		c.seq = c.el.seqBase | (c.seq+1)&seqMask
-	} else {
-		c.seq++
-	}
-	h.Kind, h.Seq = kind, c.seq
-	if err := c.tr.Err(); err != nil {
-		return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
-	}
-	var began, waited int64
-	if c.rec != nil {
-		began, waited = tick.Now(), c.waited.Total()
-	}
-	if c.page != nil { // the arguments cost map lookups: none without a page
-		c.page.Begin(uint64(c.seq), kindName[kind], dtypeName(h.DType), int(h.Count)*reduce.Size(h.DType))
-	}
-	err := f(ctx, ring.Options{Header: h, SegmentBytes: c.cfg.SegmentBytes})
-	if c.rec != nil {
-		c.rec.Collective(kind, h.DType, c.useHub.Load(), h.Seq, uint64(int(h.Count)*reduce.Size(h.DType)), began, tick.Now(), c.waited.Total()-waited)
-	}
-	c.page.End(uint64(h.Seq))
-	if err == nil {
-		return nil
-	}
-	select {
-	case <-c.closed:
-		// Closed under the call: whatever the transport or the hubs said
-		// as they shut down, the cause is Close, and the closing tells the
-		// peers all they need.
-		if !errors.Is(err, ErrClosed) {
-			err = fmt.Errorf("%w (%v)", ErrClosed, err)
-		}
-		return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
-	default:
-	}
-	if c.el != nil && userCtx.Err() == nil {
-		if verr, ok := c.el.viewChange(userCtx, kind, c.seq, err); ok {
-			return verr
-		}
-	}
-	why := fmt.Errorf("rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], c.seq, err)
-	if c.tr.Err() == nil {
-		c.tr.Abort(why)
-	}
-	if c.hub != nil && !c.cfg.HubElastic {
-		// Tell the hubs why before returning (the watcher would too, but
-		// a rank that exits on this error could beat it, and the hubs
-		// would then blame this rank's broken connection).
-		c.hub.Fail(why)
-	}
-	return fmt.Errorf("collective: %w", why)
-}
-
-// waitTurn waits while another goroutine runs a collective on c. Giving up
-// (ctx ended) breaks the Comm like any other failure: this rank will never
-// issue the collective its peers expect next, so they are told.
-func (c *Comm) waitTurn(ctx context.Context, kind uint8) error {
-	select {
-	case <-c.turn:
-		return nil
-	case <-c.closed:
-		return fmt.Errorf("collective: rank %d: %s: %w", c.cfg.Rank, kindName[kind], ErrClosed)
-	case <-ctx.Done():
-		err := fmt.Errorf("rank %d: %s: gave up waiting for the collective before it: %w", c.cfg.Rank, kindName[kind], context.Cause(ctx))
-		c.tr.Abort(err)
-		return fmt.Errorf("collective: %w", err)
-	}
+	kindAllToAll: "alltoall", kindAllToAllV: "alltoallv", kindGather: "gather", kindScatter: "scatter",
+	kindAllGatherV: "allgatherv", kindSplit: "split", kindGroup: "grouped allreduce",
 }
 
 // Barrier returns once every rank has entered it.
 func (c *Comm) Barrier(ctx context.Context) error {
-	return c.do(ctx, kindBarrier, func(ctx context.Context, o ring.Options) error {
-		if c.useHub.Load() {
-			return c.hubRound(ctx, o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: Sum, DType: dtype[int64]()})
-		}
-		return ring.Barrier(ctx, c.net, o)
-	}, transport.Header{})
+	return c.do(ctx, kindBarrier, barrier, transport.Header{})
+}
+
+// StartBarrier starts a Barrier; its handle is done once every rank has
+// entered it.
+func (c *Comm) StartBarrier(ctx context.Context) *Handle {
+	return c.async(ctx, kindBarrier, barrier, transport.Header{}, nil)
+}
+
+func barrier(ctx context.Context, x *call) error {
+	if x.c.useHub.Load() {
+		return x.c.hubRound(ctx, x.o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: Sum, DType: dtype[int64]()})
+	}
+	return ring.Barrier(ctx, x.net, x.o)
 }

@@ -64,11 +64,11 @@ func (v View) Index(rank int) int {
 // rank.
 func (c *Comm) View() View {
 	if c.el == nil {
-		all := make([]int, c.cfg.Size)
+		all := make([]int, c.Size())
 		for i := range all {
 			all[i] = i
 		}
-		return View{Ranks: all}
+		return View{Epoch: c.epoch, Ranks: all}
 	}
 	v := c.el.installed.Load()
 	return View{Epoch: v.Epoch, Ranks: slices.Clone(v.Ranks), Joined: slices.Clone(v.Joined)}
@@ -376,11 +376,10 @@ func (c *Comm) install(v View) error {
 	e.live, e.me = live, me
 	e.seqBase = uint32(v.Epoch) << seqEpochShift
 	c.seq = e.seqBase
-	g, err := ring.NewGroup(&epochNet{e: e, base: c.tr, epoch: uint32(v.Epoch)}, v.Ranks)
-	if err != nil {
-		return err
-	}
-	c.net = g
+	// Frames of an earlier epoch's collectives (this Comm's; a child's
+	// are dropped when it closes) will never be read.
+	base := e.seqBase
+	c.mux.Drop(func(k transport.Key) bool { return k.Comm != c.id || k.Seq >= base })
 	var hosts []string
 	if all != nil {
 		hosts = make([]string, len(v.Ranks))
@@ -536,7 +535,7 @@ var errNewerView = errors.New("a peer is already in a newer view")
 // a later one is kept for when this rank gets there.
 type epochNet struct {
 	e     *elastic
-	base  transport.Transport
+	base  ring.Transport
 	epoch uint32
 }
 

@@ -146,7 +146,7 @@ func (c *Comm) exchange(ctx context.Context, mine string) ([]string, error) {
 	b := reduce.AsBytes(buf[c.cfg.Rank*addrSlot : (c.cfg.Rank+1)*addrSlot])
 	copy(b, mine)
 	o := ring.Options{Header: transport.Header{Kind: kindHubSetup, DType: dtype[int64](), Count: addrSlot}, SegmentBytes: c.cfg.SegmentBytes}
-	if err := ring.AllGather(ctx, c.tr, buf, o); err != nil {
+	if err := ring.AllGather(ctx, &keyed{tr: c.tr, mux: c.mux}, buf, o); err != nil {
 		return nil, err
 	}
 	out := make([]string, c.cfg.Size)

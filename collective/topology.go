@@ -2,22 +2,22 @@ package collective
 
 import (
 	"slices"
-
-	"github.com/gorun/gorun/ring"
 )
 
 // topology is which ranks share a host, the same on every rank, and the
-// groups the node-aware all-reduce runs over.
+// rank lists the node-aware collectives run over (each call makes its
+// groups over its own network: see call).
 type topology struct {
 	hosts [][]int // ranks of each host, hosts ordered by their lowest rank
-	// tiers is this rank's host and its place across hosts, for the
-	// node-aware collectives (nil unless every host has the same number
-	// of ranks, at least two, and there are several hosts).
-	tiers *ring.Tiers
+	// nodeAware: every host has the same number of ranks, at least two,
+	// and there are several hosts; local and cross are then this rank's
+	// host and the ranks at its place on every host.
+	nodeAware    bool
+	local, cross []int
 	// byHost is every rank, host after host: a broadcast chain in this
 	// order crosses between hosts at most once per host, however the
 	// ranks were placed (nil when rank order already is).
-	byHost *ring.Group
+	byHost []int
 }
 
 // hostsOf groups ranks by host, hosts in the order of their lowest rank.
@@ -50,9 +50,10 @@ func nodeAware(hosts [][]int) bool {
 	return true
 }
 
-// setTopology builds the groups from the host of every rank that takes
+// setTopology keeps the rank lists from the host of every rank that takes
 // part (any string shared by a host's ranks; with Elastic, of the view's
-// ranks in view order), which gossip brought: no message is needed.
+// ranks in view order; in a child, of its ranks in its order), which
+// gossip brought: no message is needed.
 func (c *Comm) setTopology(hostOf []string) error {
 	c.topo = nil
 	if len(hostOf) < 2 {
@@ -61,10 +62,7 @@ func (c *Comm) setTopology(hostOf []string) error {
 	hosts := hostsOf(hostOf)
 	t := &topology{hosts: hosts}
 	if order := slices.Concat(hosts...); !slices.IsSorted(order) {
-		var err error
-		if t.byHost, err = ring.NewGroup(c.net, order); err != nil {
-			return err
-		}
+		t.byHost = order
 	}
 	if nodeAware(hosts) {
 		var mine, place int
@@ -79,15 +77,7 @@ func (c *Comm) setTopology(hostOf []string) error {
 		for h, ranks := range hosts {
 			cross[h] = ranks[place]
 		}
-		local, err := ring.NewGroup(c.net, hosts[mine])
-		if err != nil {
-			return err
-		}
-		across, err := ring.NewGroup(c.net, cross)
-		if err != nil {
-			return err
-		}
-		t.tiers = &ring.Tiers{Local: local, Cross: across, Hosts: hosts}
+		t.nodeAware, t.local, t.cross = true, hosts[mine], cross
 	}
 	c.topo = t
 	return nil
@@ -96,7 +86,7 @@ func (c *Comm) setTopology(hostOf []string) error {
 // hierarchical says whether a reduction or gather of nbytes runs
 // node-aware.
 func (c *Comm) hierarchical(nbytes int) bool {
-	if c.topo == nil || c.topo.tiers == nil {
+	if c.topo == nil || !c.topo.nodeAware {
 		return false
 	}
 	return c.cfg.Algorithm == Hierarchical || c.cfg.Algorithm == Auto && nbytes > c.cfg.SmallBytes

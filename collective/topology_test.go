@@ -81,8 +81,8 @@ func TestNodeAware(t *testing.T) {
 						t.Fatalf("rank %d finds %v on its host, want %v", c.Rank(), got, want)
 					}
 				}
-				if even := nodeAware(hosts); even != (comms[0].topo.tiers != nil) || even == slices.Equal(layout, []string{"a", "a", "a", "b"}) {
-					t.Fatalf("hosts %v: node-aware groups %v", hosts, comms[0].topo.tiers != nil)
+				if even := nodeAware(hosts); even != (comms[0].topo.nodeAware) || even == slices.Equal(layout, []string{"a", "a", "a", "b"}) {
+					t.Fatalf("hosts %v: node-aware groups %v", hosts, comms[0].topo.nodeAware)
 				}
 				nodeAwareSuite[float32](t, comms)
 				nodeAwareSuite[int64](t, comms)

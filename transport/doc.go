@@ -18,7 +18,7 @@
 //
 // # Frames
 //
-// A frame is a 28-byte header (HeaderSize) followed by Len bytes of
+// A frame is a 32-byte header (HeaderSize) followed by Len bytes of
 // payload:
 //
 //	offset size field
@@ -32,6 +32,8 @@
 //	12     4    Step: step and segment within the collective (abort: origin)
 //	16     8    Count: elements in the sender's buffer for this collective
 //	24     4    Len: payload bytes that follow
+//	28     4    Comm: communicator id (0: the job's), top bit set for a
+//	            point-to-point message (Seq is then its tag)
 //
 // A reader rejects (ErrFrame) a header with another magic, a type of 0 or
 // past the last one, reserved bits set, or a Len over its cap, before it

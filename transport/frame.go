@@ -45,7 +45,7 @@ const (
 )
 
 // HeaderSize is the size of an encoded Header.
-const HeaderSize = 28
+const HeaderSize = 32
 
 // magic starts every frame, to catch a stream that lost its framing.
 const magic uint16 = 0x6772 // "gr" as a number; on the wire, little-endian: 0x72 0x67
@@ -66,6 +66,11 @@ type Header struct {
 	Step  uint32 // step and segment within the collective
 	Count uint64 // elements in the sender's buffer for this collective
 	Len   uint32 // payload bytes that follow
+	// Comm is the communicator the frame belongs to (0: the job's own;
+	// collective.Comm.Split's children have their own), with ChanP2P set
+	// for point-to-point messages, whose Seq is then the tag. A Mux
+	// delivers frames by Comm and Seq.
+	Comm uint32
 }
 
 // ErrFrame is the sentinel for a malformed frame or handshake.
@@ -90,6 +95,7 @@ func PutHeader(b []byte, h Header) {
 	binary.LittleEndian.PutUint32(b[12:], h.Step)
 	binary.LittleEndian.PutUint64(b[16:], h.Count)
 	binary.LittleEndian.PutUint32(b[24:], h.Len)
+	binary.LittleEndian.PutUint32(b[28:], h.Comm)
 }
 
 // ParseHeader decodes and checks a header. A payload longer than
@@ -110,6 +116,7 @@ func ParseHeader(b []byte, maxPayload int) (Header, error) {
 		Step:  binary.LittleEndian.Uint32(b[12:]),
 		Count: binary.LittleEndian.Uint64(b[16:]),
 		Len:   binary.LittleEndian.Uint32(b[24:]),
+		Comm:  binary.LittleEndian.Uint32(b[28:]),
 	}
 	if h.Type == 0 || h.Type >= typeEnd {
 		return Header{}, &FrameError{fmt.Sprintf("unknown frame type %d", h.Type)}

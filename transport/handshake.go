@@ -21,7 +21,7 @@ import (
 // cannot be replayed.
 
 // ProtocolVersion is checked in every handshake.
-const ProtocolVersion = 2
+const ProtocolVersion = 3
 
 const (
 	helloMagic  = "GORUNHS"

@@ -117,7 +117,7 @@ func round1[T collective.Number](ctx context.Context, c *collective.Comm, seed u
 	n := lengths[rng.IntN(len(lengths))]
 	op := ops[rng.IntN(len(ops))]
 	root := rng.IntN(size)
-	kind := rng.IntN(5)
+	kind := rng.IntN(14)
 	in := make([][]T, size)
 	for q := range size {
 		in[q] = input[T](seed, round, q, n, op)
@@ -153,7 +153,7 @@ func round1[T collective.Number](ctx context.Context, c *collective.Comm, seed u
 		}
 		off, l := collective.Chunk(n, size, rank)
 		return compare("reducescatter "+what, got, reference(in, op)[off:off+l], size)
-	default:
+	case 4:
 		recv := make([]T, n*size)
 		if err := collective.AllGather(ctx, c, in[rank], recv); err != nil {
 			return err
@@ -163,6 +163,209 @@ func round1[T collective.Number](ctx context.Context, c *collective.Comm, seed u
 			want = append(want, in[q]...)
 		}
 		return compare("allgather "+what, recv, want, 1)
+	}
+	return more(ctx, c, kind, seed, round, rng, in, what)
+}
+
+// counts is a matrix of block lengths, the same on every rank: rows send,
+// columns receive; some rows and columns are all zero.
+func counts(rng *rand.Rand, size, n int) [][]int {
+	m := make([][]int, size)
+	for i := range m {
+		m[i] = make([]int, size)
+		if rng.IntN(5) == 0 {
+			continue // a rank that sends nothing
+		}
+		for j := range m[i] {
+			m[i][j] = rng.IntN(n + 1)
+		}
+	}
+	return m
+}
+
+// more is the collectives added with handles, sub-communicators and the
+// exchanges.
+func more[T collective.Number](ctx context.Context, c *collective.Comm, kind int, seed uint64, round int, rng *rand.Rand, in [][]T, what string) error {
+	size, rank := c.Size(), c.Rank()
+	n := len(in[0])
+	op := ops[rng.IntN(len(ops))]
+	root := rng.IntN(size)
+	switch kind {
+	case 5: // all-to-all: block j of rank q's send goes to rank j
+		block := n % 4099
+		send := make([][]T, size)
+		for q := range size {
+			send[q] = input[T](seed, round, q, block*size, op)
+		}
+		recv := make([]T, block*size)
+		if err := collective.AllToAll(ctx, c, send[rank], recv); err != nil {
+			return err
+		}
+		var want []T
+		for q := range size {
+			want = append(want, send[q][rank*block:(rank+1)*block]...)
+		}
+		return compare("alltoall "+what, recv, want, 1)
+	case 6: // all-to-all with per-peer counts, also learnt by Exchange
+		m := counts(rng, size, n%1031)
+		send := make([][]T, size)
+		for q := range size {
+			tot := 0
+			for _, x := range m[q] {
+				tot += x
+			}
+			send[q] = input[T](seed, round, q, tot, op)
+		}
+		var want []T
+		rc := make([]int, size)
+		for q := range size {
+			off := 0
+			for j := range rank {
+				off += m[q][j]
+			}
+			want = append(want, send[q][off:off+m[q][rank]]...)
+			rc[q] = m[q][rank]
+		}
+		recv := make([]T, len(want))
+		if err := collective.AllToAllV(ctx, c, send[rank], m[rank], recv, rc); err != nil {
+			return err
+		}
+		if err := compare("alltoallv "+what, recv, want, 1); err != nil {
+			return err
+		}
+		got, gotCounts, err := collective.Exchange(ctx, c, send[rank], m[rank])
+		if err != nil {
+			return err
+		}
+		for q := range size {
+			if gotCounts[q] != rc[q] {
+				return fmt.Errorf("exchange %s: %d elements from rank %d, want %d", what, gotCounts[q], q, rc[q])
+			}
+		}
+		return compare("exchange "+what, got, want, 1)
+	case 7:
+		var recv []T
+		if rank == root {
+			recv = make([]T, n*size)
+		}
+		if err := collective.Gather(ctx, c, in[rank], recv, root); err != nil {
+			return err
+		}
+		if rank != root {
+			return nil
+		}
+		var want []T
+		for q := range size {
+			want = append(want, in[q]...)
+		}
+		return compare("gather "+what, recv, want, 1)
+	case 8:
+		all := input[T](seed, round, root, n*size, op)
+		var send []T
+		if rank == root {
+			send = all
+		}
+		recv := make([]T, n)
+		if err := collective.Scatter(ctx, c, send, recv, root); err != nil {
+			return err
+		}
+		return compare("scatter "+what, recv, all[rank*n:(rank+1)*n], 1)
+	case 9:
+		m := make([]int, 0, size)
+		var want []T
+		for q := range size {
+			l := rng.IntN(n%4099 + 1)
+			m = append(m, l)
+			want = append(want, in[q][:min(l, n)]...)
+			for range l - min(l, n) {
+				want = append(want, 0)
+			}
+		}
+		send := append(append([]T(nil), in[rank][:min(m[rank], n)]...), make([]T, m[rank]-min(m[rank], n))...)
+		recv := make([]T, len(want))
+		if err := collective.AllGatherV(ctx, c, send, recv, m); err != nil {
+			return err
+		}
+		return compare("allgatherv "+what, recv, want, 1)
+	case 10: // three collectives in flight at once, waited together
+		red := append([]T(nil), in[rank]...)
+		bc := make([]T, n)
+		if rank == root {
+			copy(bc, in[root])
+		}
+		gat := make([]T, n*size)
+		h1 := collective.StartAllReduce(ctx, c, red, op)
+		h2 := collective.StartBroadcast(ctx, c, bc, root)
+		h3 := collective.StartAllGather(ctx, c, in[rank], gat)
+		if err := collective.WaitAll(ctx, h1, h2, h3); err != nil {
+			return err
+		}
+		var want []T
+		for q := range size {
+			want = append(want, in[q]...)
+		}
+		return errors.Join(compare("start allreduce "+what, red, reference(in, op), size),
+			compare("start broadcast "+what, bc, in[root], 1), compare("start allgather "+what, gat, want, 1))
+	case 11: // two children by parity, ranks in reverse order
+		child, err := c.Split(ctx, rank%2, -rank)
+		if err != nil {
+			return err
+		}
+		defer child.Close()
+		var members [][]T
+		for q := size - 1; q >= 0; q-- {
+			if q%2 == rank%2 {
+				members = append(members, in[q])
+			}
+		}
+		if child.Size() != len(members) || child.Rank() != (size-1-rank)/2 {
+			return fmt.Errorf("split %s: rank %d of %d in the child, want %d of %d", what, child.Rank(), child.Size(), (size-1-rank)/2, len(members))
+		}
+		mine := append([]T(nil), in[rank]...)
+		if err := collective.AllReduce(ctx, child, mine, op); err != nil {
+			return err
+		}
+		return compare("split allreduce "+what, mine, reference(members, op), len(members))
+	case 12: // point to point around the ring, two tags crossing
+		if size == 1 {
+			return nil
+		}
+		next, prev := (rank+1)%size, (rank+size-1)%size
+		a, b := make([]T, n), make([]T, n)
+		if err := collective.Send(ctx, c, in[rank], next, 7); err != nil {
+			return err
+		}
+		if err := collective.Send(ctx, c, in[rank][:n/2], next, 3); err != nil {
+			return err
+		}
+		if err := collective.Recv(ctx, c, b[:n/2], prev, 3); err != nil {
+			return err
+		}
+		if err := collective.Recv(ctx, c, a, prev, 7); err != nil {
+			return err
+		}
+		return errors.Join(compare("recv tag 7 "+what, a, in[prev], 1), compare("recv tag 3 "+what, b[:n/2], in[prev][:n/2], 1))
+	default: // a fused group of buffers
+		parts := rng.IntN(9)
+		bufs := make([][]T, parts)
+		ins := make([][][]T, parts)
+		for i := range bufs {
+			l := rng.IntN(n%4099 + 1)
+			ins[i] = make([][]T, size)
+			for q := range size {
+				ins[i][q] = input[T](seed, round*16+i, q, l, op)
+			}
+			bufs[i] = append([]T(nil), ins[i][rank]...)
+		}
+		if err := collective.GroupAllReduce(ctx, c, bufs, op); err != nil {
+			return err
+		}
+		for i := range bufs {
+			if err := compare(fmt.Sprintf("group part %d %s", i, what), bufs[i], reference(ins[i], op), size); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 }
 

@@ -1,0 +1,347 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gorun/gorun/internal/tick"
+	"github.com/gorun/gorun/reduce"
+	"github.com/gorun/gorun/ring"
+	"github.com/gorun/gorun/transport"
+)
+
+// A collective runs in three parts: start (under the Comm's lock: its
+// number and its place in the Comm's order), run (the algorithm over the
+// call's own network, inline for a blocking call, in a goroutine for a
+// Start form) and finish (after every collective started before it, so
+// that handles complete in the order they were started).
+//
+// The ring strategy runs collectives of one Comm at once: each one's
+// frames carry its communicator and number (Header.Comm and Seq), and the
+// Comm's transport.Mux hands every frame to the collective it belongs to.
+// The hub strategy and elastic Comms run them one at a time, in order.
+
+// Handle is a collective started by one of the Start forms. Its buffers
+// belong to the collective until it is done: the caller must not read or
+// write them before Wait returns (or Test reports done).
+type Handle struct {
+	c      *Comm
+	kind   uint8
+	hdr    transport.Header
+	f      func(ctx context.Context, x *call) error
+	serial bool
+	prev   <-chan struct{} // closed when the collective started before is done
+	done   chan struct{}
+	err    error
+	after  func() // runs once the collective succeeded, before done
+	end    int64  // tick.Now() when it finished
+}
+
+// Done is closed when the collective has finished, well or not.
+func (h *Handle) Done() <-chan struct{} { return h.done }
+
+// Test reports without blocking whether the collective has finished, and
+// its error if it has.
+func (h *Handle) Test() (done bool, err error) {
+	select {
+	case <-h.done:
+		return true, h.err
+	default:
+		return false, nil
+	}
+}
+
+// Wait waits until the collective has finished and returns its error. If
+// ctx ends first, Wait returns ctx's error and the collective goes on
+// (its own context is the one it was started with); its buffers still
+// belong to it. A lost peer or Close ends the collective itself, and Wait
+// with it.
+func (h *Handle) Wait(ctx context.Context) error {
+	select {
+	case <-h.done:
+		return h.err
+	default:
+	}
+	select {
+	case <-h.done:
+		return h.err
+	case <-ctx.Done():
+		return fmt.Errorf("collective: rank %d: waiting for %s: %w", h.c.cfg.Rank, kindName[h.kind], context.Cause(ctx))
+	}
+}
+
+// WaitAll waits for every handle and returns their errors joined (each
+// names its rank and collective). nil handles are skipped.
+func WaitAll(ctx context.Context, hs ...*Handle) error {
+	var errs []error
+	for _, h := range hs {
+		if h == nil {
+			continue
+		}
+		if err := h.Wait(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// call is one collective's view of the network: the ranks of its Comm,
+// numbered 0..Size-1, seeing only this collective's frames.
+type call struct {
+	c   *Comm
+	o   ring.Options
+	net ring.Transport
+}
+
+// keyed is the job's transport as one collective (one Key) sees it.
+type keyed struct {
+	tr  transport.Transport
+	mux *transport.Mux
+	key transport.Key
+}
+
+func (k *keyed) Rank() int { return k.tr.Rank() }
+func (k *keyed) Size() int { return k.tr.Size() }
+
+func (k *keyed) Send(ctx context.Context, to int, h transport.Header, payload []byte) error {
+	h.Comm = k.key.Comm
+	return k.tr.Send(ctx, to, h, payload)
+}
+
+func (k *keyed) Recv(ctx context.Context, from int) (transport.Frame, error) {
+	return k.mux.Recv(ctx, from, k.key)
+}
+
+// newCall makes the network of collective seq: the job's transport seen
+// through the Comm's key, over the ranks that take part.
+func (c *Comm) newCall(seq uint32, o ring.Options) (*call, error) {
+	var n ring.Transport = &keyed{tr: c.tr, mux: c.mux, key: transport.Key{Comm: c.id, Seq: seq}}
+	ranks := c.members
+	if c.el != nil {
+		v := c.el.installed.Load()
+		n, ranks = &epochNet{e: c.el, base: n, epoch: uint32(v.Epoch)}, v.Ranks
+	}
+	if ranks != nil {
+		g, err := ring.NewGroup(n, ranks)
+		if err != nil {
+			return nil, err
+		}
+		n = g
+	}
+	return &call{c: c, o: o, net: n}, nil
+}
+
+// sub is the group of the call's ranks at the given indices.
+func (x *call) sub(ranks []int) ring.Transport {
+	g, err := ring.NewGroup(x.net, ranks)
+	if err != nil {
+		// The topology's lists always hold this rank: a bug.
+		panic(err)
+	}
+	return g
+}
+
+// tiers is the node-aware layout of the call (the Comm's topology must
+// be node-aware).
+func (x *call) tiers() ring.Tiers {
+	t := x.c.topo
+	return ring.Tiers{Local: x.sub(t.local), Cross: x.sub(t.cross), Hosts: t.hosts}
+}
+
+// start places a collective in the Comm's order. The caller runs it
+// (run) inline or in a goroutine.
+func (c *Comm) start(kind uint8, h transport.Header, f func(ctx context.Context, x *call) error) *Handle {
+	op := &Handle{c: c, kind: kind, hdr: h, f: f, done: make(chan struct{})}
+	h.Kind = kind
+	c.mu.Lock()
+	if c.isClosed() {
+		c.mu.Unlock()
+		op.err = fmt.Errorf("collective: rank %d: %s: %w", c.cfg.Rank, kindName[kind], ErrClosed)
+		close(op.done)
+		return op
+	}
+	op.prev, c.last = c.last, op.done
+	op.serial = c.el != nil || c.useHub.Load() || c.parentElastic() != nil
+	if c.el == nil {
+		c.seq++
+		op.hdr.Seq = c.seq
+	}
+	op.hdr.Kind = kind
+	c.mu.Unlock()
+	return op
+}
+
+func (c *Comm) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// run runs a started collective and finishes it. Any failure is sent to
+// every peer (so that none of them waits for this rank) and breaks the
+// Comm; Close during a collective returns ErrClosed and tells the peers
+// nothing more than the closing does.
+func (c *Comm) run(ctx context.Context, op *Handle) {
+	if op.err != nil { // failed at start
+		return
+	}
+	if op.serial && op.prev != nil {
+		if err := c.waitPrev(ctx, op); err != nil {
+			op.err = err
+			close(op.done)
+			return
+		}
+	}
+	op.err = c.execute(ctx, op)
+	if !op.serial && op.prev != nil {
+		// Complete in the order started: the one before first (it ends,
+		// well or not, since a failure anywhere fails every collective).
+		select {
+		case <-op.prev:
+		case <-c.closed:
+		case <-ctx.Done():
+		}
+	}
+	if op.err == nil && op.after != nil {
+		op.after()
+	}
+	op.end = tick.Now()
+	close(op.done)
+}
+
+// waitPrev waits for the collective before op. Giving up (ctx ended)
+// breaks the Comm like any other failure: this rank will never issue the
+// collective its peers expect next, so they are told.
+func (c *Comm) waitPrev(ctx context.Context, op *Handle) error {
+	select {
+	case <-op.prev:
+		return nil
+	default:
+	}
+	select {
+	case <-op.prev:
+		return nil
+	case <-c.closed:
+		return fmt.Errorf("collective: rank %d: %s: %w", c.cfg.Rank, kindName[op.kind], ErrClosed)
+	case <-ctx.Done():
+		err := fmt.Errorf("rank %d: %s: gave up waiting for the collective before it: %w", c.cfg.Rank, kindName[op.kind], context.Cause(ctx))
+		c.tr.Abort(err)
+		return fmt.Errorf("collective: %w", err)
+	}
+}
+
+// do runs one collective to its end: start and run in the caller's
+// goroutine.
+func (c *Comm) do(ctx context.Context, kind uint8, f func(ctx context.Context, x *call) error, h transport.Header) error {
+	op := c.start(kind, h, f)
+	c.run(ctx, op)
+	return op.err
+}
+
+// async starts a collective in a goroutine of its own and returns its
+// handle; after runs once it succeeded.
+func (c *Comm) async(ctx context.Context, kind uint8, f func(ctx context.Context, x *call) error, h transport.Header, after func()) *Handle {
+	op := c.start(kind, h, f)
+	op.after = after
+	if op.err != nil {
+		return op
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.run(ctx, op)
+	}()
+	return op
+}
+
+// execute runs op's algorithm and turns its failure into the Comm's.
+func (c *Comm) execute(ctx context.Context, op *Handle) error {
+	kind, h := op.kind, op.hdr
+	if c.isClosed() {
+		return fmt.Errorf("collective: rank %d: %s: %w", c.cfg.Rank, kindName[kind], ErrClosed)
+	}
+	userCtx := ctx
+	if c.el != nil {
+		var done func()
+		var err error
+		if ctx, done, err = c.el.begin(ctx, kind); err != nil {
+			return err
+		}
+		defer done()
+		c.seq = c.el.seqBase | (c.seq+1)&seqMask
+		h.Seq = c.seq
+	}
+	if pe := c.parentElastic(); pe != nil {
+		var stop func()
+		var err error
+		if ctx, stop, err = c.childBegin(ctx, pe, kind); err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if err := c.tr.Err(); err != nil {
+		return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], h.Seq&seqMask, err)
+	}
+	var began, waited int64
+	if c.rec != nil {
+		began, waited = tick.Now(), c.waited.Total()
+	}
+	if c.page != nil { // the arguments cost map lookups: none without a page
+		c.page.Begin(uint64(h.Seq), kindName[kind], dtypeName(h.DType), int(h.Count)*reduce.Size(h.DType))
+	}
+	x, err := c.newCall(h.Seq, ring.Options{Header: h, SegmentBytes: c.cfg.SegmentBytes})
+	if err == nil {
+		err = op.f(ctx, x)
+	}
+	if c.rec != nil {
+		c.recMu.Lock()
+		c.rec.Collective(kind, h.DType, c.useHub.Load(), h.Seq, uint64(int(h.Count)*reduce.Size(h.DType)), began, tick.Now(), c.waited.Total()-waited)
+		c.recMu.Unlock()
+	}
+	c.page.End(uint64(h.Seq))
+	if err == nil {
+		return nil
+	}
+	seq := h.Seq & seqMask
+	if c.isClosed() {
+		// Closed under the call: whatever the transport or the hubs said
+		// as they shut down, the cause is Close, and the closing tells the
+		// peers all they need.
+		if !errors.Is(err, ErrClosed) {
+			err = fmt.Errorf("%w (%v)", ErrClosed, err)
+		}
+		return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], seq, err)
+	}
+	if c.el != nil && userCtx.Err() == nil {
+		if verr, ok := c.el.viewChange(userCtx, kind, h.Seq, err); ok {
+			return verr
+		}
+	}
+	if pe := c.parentElastic(); pe != nil && userCtx.Err() == nil {
+		if verr, ok := c.childViewChange(pe, kind, seq, err); ok {
+			return verr
+		}
+	}
+	why := fmt.Errorf("rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], seq, err)
+	if c.tr.Err() == nil {
+		c.tr.Abort(why)
+	}
+	if c.hub != nil && !c.cfg.HubElastic {
+		// Tell the hubs why before returning (the watcher would too, but
+		// a rank that exits on this error could beat it, and the hubs
+		// would then blame this rank's broken connection).
+		c.hub.Fail(why)
+	}
+	return fmt.Errorf("collective: %w", why)
+}
+
+// waitClosed waits until ch is closed; nil is closed already.
+func waitClosed(ch <-chan struct{}) {
+	if ch != nil {
+		<-ch
+	}
+}

@@ -1,0 +1,475 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/transport"
+)
+
+// TestSplit: children by color, ordered by key, run concurrently with
+// each other and with their parent's handles; a child of a child; every
+// result against the reference; Undefined gets no child.
+func TestSplit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, size := range []int{1, 2, 3, 5, 8, 9, 16, 17} {
+		colors := make([]int, size)
+		keys := make([]int, size)
+		for r := range size {
+			colors[r] = rng.IntN(3) - 1 // Undefined, 0 or 1
+			keys[r] = rng.IntN(4)
+		}
+		n := lengths[rng.IntN(len(lengths))]
+		in := make([][]int64, size)
+		for r := range in {
+			in[r] = gen[int64](rng, n, Sum)
+		}
+		errs := onAll(t, size, DefaultConfig(), func(c *Comm) error {
+			ctx := context.Background()
+			r := c.Rank()
+			// A parent collective in flight across the split.
+			pbuf := slices.Clone(in[r])
+			h := StartAllReduce(ctx, c, pbuf, Sum)
+			child, err := c.Split(ctx, colors[r], keys[r])
+			if err != nil {
+				return err
+			}
+			var members []int
+			for q := range size {
+				if colors[q] == colors[r] {
+					members = append(members, q)
+				}
+			}
+			slices.SortStableFunc(members, func(a, b int) int { return keys[a] - keys[b] })
+			if colors[r] == Undefined {
+				if child != nil {
+					return errors.New("a rank with color Undefined got a child")
+				}
+				return h.Wait(ctx)
+			}
+			defer child.Close()
+			if child.Size() != len(members) || members[child.Rank()] != r {
+				return fmt.Errorf("rank %d of %d in the child, want place %d in %v", child.Rank(), child.Size(), slices.Index(members, r), members)
+			}
+			buf := slices.Clone(in[r])
+			if err := AllReduce(ctx, child, buf, Sum); err != nil {
+				return err
+			}
+			var want []int64
+			var per [][]int64
+			for _, q := range members {
+				per = append(per, in[q])
+			}
+			want = reference(per, Sum)
+			if !slices.Equal(buf, want) {
+				return fmt.Errorf("child all-reduce %v, want %v", buf, want)
+			}
+			// A broadcast from the child's last rank, and a grandchild.
+			bc := slices.Clone(in[r])
+			if err := Broadcast(ctx, child, bc, child.Size()-1); err != nil {
+				return err
+			}
+			if !slices.Equal(bc, in[members[len(members)-1]]) {
+				return errors.New("child broadcast differs from its root's buffer")
+			}
+			g, err := child.Split(ctx, child.Rank()%2, 0)
+			if err != nil {
+				return err
+			}
+			defer g.Close()
+			gb := []int64{int64(r)}
+			if err := AllReduce(ctx, g, gb, Max); err != nil {
+				return err
+			}
+			wantMax := int64(-1)
+			for i, q := range members {
+				if i%2 == child.Rank()%2 {
+					wantMax = max(wantMax, int64(q))
+				}
+			}
+			if gb[0] != wantMax {
+				return fmt.Errorf("grandchild max %d, want %d", gb[0], wantMax)
+			}
+			if err := h.Wait(ctx); err != nil {
+				return err
+			}
+			if !slices.Equal(pbuf, reference(in, Sum)) {
+				return errors.New("parent all-reduce across the split differs")
+			}
+			return nil
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("size %d colors %v keys %v: %v", size, colors, keys, err)
+		}
+	}
+}
+
+// TestSplitSiblingsConcurrent: two children of four run large
+// all-reduces at the same time, each over the ring, with no frame of one
+// reaching the other.
+func TestSplitSiblingsConcurrent(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SegmentBytes = 4096
+	errs := onAll(t, 8, cfg, func(c *Comm) error {
+		ctx := context.Background()
+		child, err := c.Split(ctx, c.Rank()/4, c.Rank())
+		if err != nil {
+			return err
+		}
+		defer child.Close()
+		for it := range 5 {
+			buf := make([]int32, 100003)
+			for i := range buf {
+				buf[i] = int32(c.Rank()*7 + i + it)
+			}
+			if err := AllReduce(ctx, child, buf, Sum); err != nil {
+				return err
+			}
+			base := (c.Rank() / 4) * 4
+			for i, x := range buf {
+				var want int32
+				for q := base; q < base+4; q++ {
+					want += int32(q*7 + i + it)
+				}
+				if x != want {
+					return fmt.Errorf("iteration %d [%d] = %d, want %d", it, i, x, want)
+				}
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSplitKill: a rank killed inside one child fails the collectives of
+// every rank, in both children, naming it.
+func TestSplitKill(t *testing.T) {
+	nw := transport.NewMemNetwork(6)
+	var once sync.Once
+	nw.BeforeSend = func(from, to int, h transport.Header) bool {
+		if h.Comm != 0 && from == 4 {
+			once.Do(func() { go nw.Kill(4) })
+		}
+		return true
+	}
+	errs := onAllNet(t, nw, DefaultConfig(), func(c *Comm) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		child, err := c.Split(ctx, c.Rank()%2, 0)
+		if err != nil {
+			return err
+		}
+		for range 50 {
+			if err = AllReduce(ctx, child, make([]float64, 1000), Sum); err != nil {
+				break
+			}
+			if err = c.Barrier(ctx); err != nil {
+				break
+			}
+		}
+		if c.Rank() == 4 {
+			return nil
+		}
+		if err == nil || !strings.Contains(err.Error(), "rank 4") {
+			return fmt.Errorf("rank %d: %v, want an error naming rank 4", c.Rank(), err)
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSplitElastic: a view change invalidates the children with
+// ErrViewChanged; splitting again on the new view works.
+func TestSplitElastic(t *testing.T) {
+	nw := transport.NewMemNetwork(5)
+	cfg := DefaultConfig()
+	cfg.Elastic = true
+	comms, err := NewLocalOn(nw, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(comms)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 5)
+	killed := make(chan struct{})
+	for _, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[c.Rank()] = func() error {
+				child, err := c.Split(ctx, 0, 0)
+				if err != nil {
+					return err
+				}
+				if err := AllReduce(ctx, child, []int64{1}, Sum); err != nil {
+					return err
+				}
+				if c.Rank() == 0 {
+					nw.Kill(4)
+					close(killed)
+				}
+				if c.Rank() == 4 {
+					return nil
+				}
+				<-killed
+				// Until the view comes the child may still run; once it
+				// came the child must refuse.
+				var cerr error
+				for range 200 {
+					if cerr = AllReduce(ctx, child, []int64{1}, Sum); cerr != nil {
+						break
+					}
+				}
+				if !errors.Is(cerr, ErrViewChanged) {
+					return fmt.Errorf("child after the view change: %v", cerr)
+				}
+				// The parent sees the change once, then resyncs.
+				err = AllReduce(ctx, c, []int64{1}, Sum)
+				if err != nil && !errors.Is(err, ErrViewChanged) {
+					return err
+				}
+				if err := Resync(ctx, c, []int64{0}); err != nil {
+					return err
+				}
+				again, err := c.Split(ctx, 0, 0)
+				if err != nil {
+					return err
+				}
+				buf := []int64{1}
+				if err := AllReduce(ctx, again, buf, Sum); err != nil {
+					return err
+				}
+				if buf[0] != 4 {
+					return fmt.Errorf("re-split all-reduce %d, want 4", buf[0])
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSendRecv: per-tag order, many tags interleaved and received in
+// another order, messages larger than one frame, a mismatch that fails
+// loudly, and a Recv whose peer dies.
+func TestSendRecv(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	const tags, per = 5, 4
+	msgs := make([][][]float32, tags)
+	for tg := range msgs {
+		msgs[tg] = make([][]float32, per)
+		for i := range msgs[tg] {
+			msgs[tg][i] = gen[float32](rng, lengths[rng.IntN(len(lengths))], Sum)
+		}
+	}
+	big := gen[float64](rng, p2pPiece/8*2+3, Sum) // three frames
+	errs := onAll(t, 3, DefaultConfig(), func(c *Comm) error {
+		ctx := context.Background()
+		switch c.Rank() {
+		case 0:
+			for i := range per {
+				for tg := range tags {
+					if err := Send(ctx, c, msgs[tg][i], 1, tg); err != nil {
+						return err
+					}
+				}
+			}
+			return Send(ctx, c, big, 1, 99)
+		case 1:
+			got := make([]float64, len(big))
+			if err := Recv(ctx, c, got, 0, 99); err != nil {
+				return err
+			}
+			if !slices.Equal(got, big) {
+				return errors.New("large message differs")
+			}
+			for tg := tags - 1; tg >= 0; tg-- {
+				for i := range per {
+					buf := make([]float32, len(msgs[tg][i]))
+					if err := Recv(ctx, c, buf, 0, tg); err != nil {
+						return err
+					}
+					if !slices.Equal(buf, msgs[tg][i]) {
+						return fmt.Errorf("tag %d message %d differs", tg, i)
+					}
+				}
+			}
+			// A message of another length fails, naming the sender.
+			err := Recv(ctx, c, make([]int32, 3), 2, 1)
+			if !errors.Is(err, ErrSizeMismatch) || !strings.Contains(err.Error(), "rank 2") {
+				return fmt.Errorf("mismatched message: %v", err)
+			}
+			return nil
+		default:
+			return Send(ctx, c, make([]int32, 4), 1, 1)
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	// A Recv whose peer dies.
+	nw := transport.NewMemNetwork(2)
+	comms, err := NewLocalOn(nw, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(comms)
+	go func() { time.Sleep(50 * time.Millisecond); nw.Kill(1) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := Recv(ctx, comms[0], make([]int64, 1), 1, 0); !errors.Is(err, ErrPeerLost) {
+		t.Fatalf("recv from a dead peer: %v", err)
+	}
+}
+
+// TestExchangeReference: AllToAll, AllToAllV, Gather, Scatter and
+// AllGatherV against the reference on 1-9, 16 and 17 ranks, in memory
+// (the real processes run them through the conformance workload), and a
+// count disagreement fails every rank with ErrSizeMismatch.
+func TestExchangeReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, size := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17} {
+		block := []int{0, 1, 3, 13, 257}[rng.IntN(5)]
+		counts := make([][]int, size)
+		for i := range counts {
+			counts[i] = make([]int, size)
+			if i%3 == 1 {
+				continue // an all-zero row
+			}
+			for j := range counts[i] {
+				counts[i][j] = rng.IntN(20)
+			}
+		}
+		errs := onAll(t, size, DefaultConfig(), func(c *Comm) error {
+			ctx := context.Background()
+			r := c.Rank()
+			val := func(from, to, i int) int64 { return int64(from*1000000 + to*1000 + i) }
+			send := make([]int64, block*size)
+			for j := range size {
+				for i := range block {
+					send[j*block+i] = val(r, j, i)
+				}
+			}
+			recv := make([]int64, block*size)
+			if err := AllToAll(ctx, c, send, recv); err != nil {
+				return err
+			}
+			for j := range size {
+				for i := range block {
+					if recv[j*block+i] != val(j, r, i) {
+						return fmt.Errorf("alltoall block %d [%d] = %d", j, i, recv[j*block+i])
+					}
+				}
+			}
+			var sv []int64
+			rc := make([]int, size)
+			for j := range size {
+				for i := range counts[r][j] {
+					sv = append(sv, val(r, j, i))
+				}
+				rc[j] = counts[j][r]
+			}
+			got, gotCounts, err := Exchange(ctx, c, sv, counts[r])
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(gotCounts, rc) {
+				return fmt.Errorf("exchange counts %v, want %v", gotCounts, rc)
+			}
+			off := 0
+			for j := range size {
+				for i := range rc[j] {
+					if got[off] != val(j, r, i) {
+						return fmt.Errorf("alltoallv from %d [%d] = %d", j, i, got[off])
+					}
+					off++
+				}
+			}
+			root := size - 1
+			mine := []int64{int64(r), int64(r * r)}
+			var all []int64
+			if r == root {
+				all = make([]int64, 2*size)
+			}
+			if err := Gather(ctx, c, mine, all, root); err != nil {
+				return err
+			}
+			if r == root {
+				for q := range size {
+					if all[2*q] != int64(q) || all[2*q+1] != int64(q*q) {
+						return fmt.Errorf("gather %v", all)
+					}
+				}
+			}
+			part := make([]int64, 2)
+			if err := Scatter(ctx, c, all, part, root); err != nil {
+				return err
+			}
+			if part[0] != int64(r) || part[1] != int64(r*r) {
+				return fmt.Errorf("scatter gave %v", part)
+			}
+			vc := make([]int, size)
+			total := 0
+			for q := range size {
+				vc[q] = q % 4
+				total += q % 4
+			}
+			vs := make([]int64, vc[r])
+			for i := range vs {
+				vs[i] = val(r, 0, i)
+			}
+			vr := make([]int64, total)
+			if err := AllGatherV(ctx, c, vs, vr, vc); err != nil {
+				return err
+			}
+			off = 0
+			for q := range size {
+				for i := range vc[q] {
+					if vr[off] != val(q, 0, i) {
+						return fmt.Errorf("allgatherv from %d [%d] = %d", q, i, vr[off])
+					}
+					off++
+				}
+			}
+			return nil
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("size %d block %d: %v", size, block, err)
+		}
+	}
+	// Rank 2 expects one element more from rank 0 than rank 0 sends.
+	errs := onAll(t, 4, DefaultConfig(), func(c *Comm) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		sc := []int{1, 1, 1, 1}
+		rc := []int{1, 1, 1, 1}
+		if c.Rank() == 2 {
+			rc[0] = 2
+		}
+		return AllToAllV(ctx, c, make([]int64, 4), sc, make([]int64, 4+rc[0]-1), rc)
+	})
+	for r, err := range errs {
+		if !errors.Is(err, ErrSizeMismatch) {
+			t.Fatalf("rank %d: %v, want ErrSizeMismatch", r, err)
+		}
+	}
+	if !strings.Contains(errs[2].Error(), "rank 0") {
+		t.Fatalf("the detecting rank's error does not name its peer: %v", errs[2])
+	}
+}

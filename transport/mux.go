@@ -1,0 +1,182 @@
+package transport
+
+import (
+	"context"
+	"sync"
+)
+
+// ChanP2P marks a Header.Comm as a point-to-point channel: its frames are
+// messages whose Seq is the tag, not a collective's number.
+const ChanP2P uint32 = 1 << 31
+
+// Key names a stream of frames within one peer's: the frames of one
+// collective (its communicator and sequence number) or of one
+// point-to-point tag.
+type Key struct{ Comm, Seq uint32 }
+
+// KeyOf is the stream a frame belongs to.
+func KeyOf(h Header) Key { return Key{h.Comm, h.Seq} }
+
+// Receiver is what a Mux reads from: a transport's Recv.
+type Receiver interface {
+	Recv(ctx context.Context, from int) (Frame, error)
+}
+
+// Mux lets several collectives (of one communicator or of several) and
+// point-to-point messages receive from the same peer at once: each asks
+// for the frames of its own Key, and gets them in the order the peer sent
+// them.
+//
+// One caller at a time reads a peer's connection. A frame of the reader's
+// own key is handed over as it lies (in shared memory, say), and the
+// reader keeps the connection until it releases the frame, so frames are
+// still released in the order they arrived. A frame of another key is
+// copied, released at once and queued for its key. With a single stream
+// at a time, as in a blocking collective, nothing is copied or queued.
+type Mux struct {
+	base  Receiver
+	peers []muxPeer
+}
+
+type muxPeer struct {
+	mu      sync.Mutex
+	queues  map[Key][]Frame
+	busy    bool          // someone reads the connection, or holds its frame
+	wake    chan struct{} // closed when busy ends or a frame is queued; nil: no waiters
+	held    func([]byte)  // the held frame's own release
+	release func([]byte)  // releaseHeld, bound once
+}
+
+// NewMux returns a Mux over the size peers of base.
+func NewMux(base Receiver, size int) *Mux {
+	m := &Mux{base: base, peers: make([]muxPeer, size)}
+	for i := range m.peers {
+		p := &m.peers[i]
+		p.release = p.releaseHeld
+	}
+	return m
+}
+
+// Recv returns the next frame of key k from peer from. As with
+// Transport.Recv the caller must Release the frame, and the peer's next
+// frame of any key waits for that.
+func (m *Mux) Recv(ctx context.Context, from int, k Key) (Frame, error) {
+	p := &m.peers[from]
+	for {
+		p.mu.Lock()
+		if q := p.queues[k]; len(q) > 0 {
+			f := q[0]
+			q[0] = Frame{}
+			if len(q) == 1 {
+				delete(p.queues, k)
+			} else {
+				p.queues[k] = q[1:]
+			}
+			p.mu.Unlock()
+			return f, nil
+		}
+		if p.busy {
+			if p.wake == nil {
+				p.wake = make(chan struct{})
+			}
+			w := p.wake
+			p.mu.Unlock()
+			select {
+			case <-w:
+				continue
+			case <-ctx.Done():
+				return Frame{}, ctxErr(ctx)
+			}
+		}
+		p.busy = true
+		p.mu.Unlock()
+		f, err := m.base.Recv(ctx, from)
+		if err != nil {
+			p.mu.Lock()
+			p.idle()
+			p.mu.Unlock()
+			return Frame{}, err
+		}
+		if KeyOf(f.Header) == k {
+			if f.release == nil || f.Payload == nil {
+				// Nothing to hold (Release skips an empty payload).
+				f.Release()
+				p.mu.Lock()
+				p.idle()
+				p.mu.Unlock()
+				return f, nil
+			}
+			p.held, f.release = f.release, p.release
+			return f, nil
+		}
+		kept := Frame{Header: f.Header}
+		if len(f.Payload) > 0 {
+			kept.Payload = GetBuf(len(f.Payload))
+			copy(kept.Payload, f.Payload)
+			kept.release = PutBuf
+		}
+		f.Release()
+		p.mu.Lock()
+		if p.queues == nil {
+			p.queues = map[Key][]Frame{}
+		}
+		kk := KeyOf(kept.Header)
+		p.queues[kk] = append(p.queues[kk], kept)
+		p.idle()
+		p.mu.Unlock()
+	}
+}
+
+// idle gives up the connection and wakes the waiters; p.mu is held.
+func (p *muxPeer) idle() {
+	p.busy = false
+	if p.wake != nil {
+		close(p.wake)
+		p.wake = nil
+	}
+}
+
+// releaseHeld releases the frame handed over as it lay, and with it the
+// connection.
+func (p *muxPeer) releaseHeld(b []byte) {
+	p.mu.Lock()
+	rel := p.held
+	p.held = nil
+	p.mu.Unlock()
+	rel(b)
+	p.mu.Lock()
+	p.idle()
+	p.mu.Unlock()
+}
+
+// Drop discards the queued frames of every key that keep rejects (those
+// of collectives that will never run: an interrupted one's, say).
+func (m *Mux) Drop(keep func(Key) bool) {
+	for i := range m.peers {
+		p := &m.peers[i]
+		p.mu.Lock()
+		for k, q := range p.queues {
+			if !keep(k) {
+				for j := range q {
+					q[j].Release()
+				}
+				delete(p.queues, k)
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// Queued is the number of frames waiting for their keys' readers.
+func (m *Mux) Queued() int {
+	n := 0
+	for i := range m.peers {
+		p := &m.peers[i]
+		p.mu.Lock()
+		for _, q := range p.queues {
+			n += len(q)
+		}
+		p.mu.Unlock()
+	}
+	return n
+}
