@@ -44,10 +44,10 @@ type Comm struct {
 	id      uint32
 	rank    int
 	members []int
-	parent  *Comm  // a child's parent; nil for the job's Comm
-	root    *Comm  // a child's job Comm; nil for the job's Comm
+	parent  *Comm    // a child's parent; nil for the job's Comm
+	root    *Comm    // a child's job Comm; nil for the job's Comm
 	hostOf  []string // every job rank's host key; nil: unknown (one host)
-	ids     *idGen // the communicator ids in use, shared with children
+	ids     *idGen   // the communicator ids in use, shared with children
 	el      *elastic // nil unless Config.Elastic
 	member  *membership.Member
 
@@ -55,8 +55,8 @@ type Comm struct {
 	seq    uint32        // the last collective's number
 	last   chan struct{} // closed when the last collective started is done
 	wg     sync.WaitGroup
-	topo   *topology     // which ranks share hosts; nil: one host
-	closed chan struct{} // closed by Close
+	topo   *topology            // which ranks share hosts; nil: one host
+	closed chan struct{}        // closed by Close
 	page   *inspect.Page        // nil: no status page
 	rec    *inspect.Recorder    // nil: no timeline
 	recMu  *sync.Mutex          // rec's collectives are written by one goroutine at a time
@@ -355,7 +355,14 @@ func (c *Comm) writeTimeline() {
 		return
 	}
 	finished := make(chan struct{})
-	go func() { c.wg.Wait(); c.mu.Lock(); last := c.last; c.mu.Unlock(); waitClosed(last); close(finished) }()
+	go func() {
+		c.wg.Wait()
+		c.mu.Lock()
+		last := c.last
+		c.mu.Unlock()
+		waitClosed(last)
+		close(finished)
+	}()
 	select {
 	case <-finished: // no collective runs after Close
 		c.recMu.Lock()

@@ -310,9 +310,10 @@ func Recv[T Number](ctx context.Context, c *Comm, buf []T, from, tag int) error 
 		default:
 			copy(b[off:], f.Payload)
 		}
-		off += len(f.Payload)
+		got := len(f.Payload)
+		off += got
 		f.Release()
-		if off >= total || len(f.Payload) == 0 {
+		if off >= total || got == 0 {
 			break
 		}
 	}

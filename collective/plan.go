@@ -6,18 +6,18 @@ import "github.com/gorun/gorun/ring"
 type algo uint8
 
 const (
-	viaHub          algo = iota + 1 // a ParamHub round
-	viaRing                         // the pipelined ring (or its halves)
-	viaDirect                       // one round, every rank to every rank
-	viaDoubling                     // recursive doubling
-	viaHalving                      // recursive halving and doubling
-	viaHierarchical                 // node-aware: on each host, across, on each host
-	viaTree                         // binomial tree
-	viaChain                        // a chain in rank order (Broadcast)
-	viaChainByHost                  // a chain host after host (Broadcast)
-	viaPairwise                     // all-to-all by pairwise exchange
-	viaBruck                        // all-to-all by Bruck's log2 N rounds
-	viaDissemination                // the barrier's log2 N rounds
+	viaHub           algo = iota + 1 // a ParamHub round
+	viaRing                          // the pipelined ring (or its halves)
+	viaDirect                        // one round, every rank to every rank
+	viaDoubling                      // recursive doubling
+	viaHalving                       // recursive halving and doubling
+	viaHierarchical                  // node-aware: on each host, across, on each host
+	viaTree                          // binomial tree
+	viaChain                         // a chain in rank order (Broadcast)
+	viaChainByHost                   // a chain host after host (Broadcast)
+	viaPairwise                      // all-to-all by pairwise exchange
+	viaBruck                         // all-to-all by Bruck's log2 N rounds
+	viaDissemination                 // the barrier's log2 N rounds
 )
 
 var algoName = map[algo]string{

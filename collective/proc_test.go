@@ -59,7 +59,7 @@ func rankMain(mode string) int {
 	defer c.Close()
 	switch mode {
 	case "verify":
-		if err := conformance.Run(ctx, c, 42, 25); err != nil {
+		if err := conformance.Run(ctx, c, 42, 40); err != nil {
 			fmt.Fprintf(os.Stderr, "FAIL rank %d: %v\n", c.Rank(), err)
 			return 1
 		}

@@ -15,7 +15,7 @@ func randomFrames(rng *rand.Rand, n int) ([]Header, [][]byte, []byte) {
 	var stream []byte
 	for range n {
 		h := Header{Type: Type(1 + rng.IntN(int(typeEnd)-1)), DType: uint8(rng.Uint32()), Op: uint8(rng.Uint32()),
-			Kind: uint8(rng.Uint32()), Seq: rng.Uint32(), Step: rng.Uint32(), Count: rng.Uint64()}
+			Kind: uint8(rng.Uint32()), Seq: rng.Uint32(), Step: rng.Uint32(), Count: rng.Uint64(), Comm: rng.Uint32()}
 		p := make([]byte, rng.IntN(64))
 		for i := range p {
 			p[i] = byte(rng.Uint32())

@@ -1,0 +1,150 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+// muxStreams sends msgs[k] (per key, in order) from rank 1 interleaved at
+// random, and receives every key in its own goroutine on rank 0 through a
+// Mux: each key's frames must arrive complete and in order.
+func muxStreams(t *testing.T, from, to Transport, keys []Key, msgs [][][]byte, seed uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rng := rand.New(rand.NewPCG(seed, 0))
+	next := make([]int, len(keys))
+	sendErr := make(chan error, 1)
+	go func() {
+		left := 0
+		for _, m := range msgs {
+			left += len(m)
+		}
+		for left > 0 {
+			k := rng.IntN(len(keys))
+			if next[k] == len(msgs[k]) {
+				continue
+			}
+			h := Header{Type: TypeData, Comm: keys[k].Comm, Seq: keys[k].Seq, Step: uint32(next[k])}
+			if err := from.Send(ctx, to.Rank(), h, msgs[k][next[k]]); err != nil {
+				sendErr <- err
+				return
+			}
+			next[k]++
+			left--
+		}
+		sendErr <- nil
+	}()
+	mux := NewMux(to, to.Size())
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i, want := range msgs[k] {
+				f, err := mux.Recv(ctx, from.Rank(), keys[k])
+				if err != nil {
+					errs[k] = err
+					return
+				}
+				if KeyOf(f.Header) != keys[k] || f.Step != uint32(i) || !bytes.Equal(f.Payload, want) {
+					errs[k] = fmt.Errorf("key %v message %d: got key %v step %d, %d bytes", keys[k], i, KeyOf(f.Header), f.Step, len(f.Payload))
+				}
+				f.Release()
+				if errs[k] != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(append(errs, <-sendErr)...); err != nil {
+		t.Fatal(err)
+	}
+	if q := mux.Queued(); q != 0 {
+		t.Fatalf("%d frames left queued", q)
+	}
+}
+
+func muxMessages(rng *rand.Rand, keys, per, maxLen int) ([]Key, [][][]byte) {
+	ks := make([]Key, keys)
+	msgs := make([][][]byte, keys)
+	for k := range ks {
+		ks[k] = Key{Comm: uint32(k % 3), Seq: uint32(k)}
+		if k%4 == 3 {
+			ks[k].Comm |= ChanP2P
+		}
+		for range per {
+			p := make([]byte, rng.IntN(maxLen))
+			for i := range p {
+				p[i] = byte(rng.Uint32())
+			}
+			msgs[k] = append(msgs[k], p)
+		}
+	}
+	return ks, msgs
+}
+
+// TestMuxStreams: several streams from one peer, received at once, over
+// memory, TCP and shared memory (whose frames must be released in the
+// order they arrived: the Mux copies those it queues), with payloads up to
+// larger than a shared-memory ring's piece.
+func TestMuxStreams(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	keys, msgs := muxMessages(rng, 7, 30, 3000)
+	t.Run("mem", func(t *testing.T) {
+		nw := NewMemNetwork(2)
+		muxStreams(t, nw.Transport(1), nw.Transport(0), keys, msgs, 1)
+	})
+	for _, shm := range []bool{false, true} {
+		t.Run(fmt.Sprint("shm=", shm), func(t *testing.T) {
+			ts := mesh(t, 2, func(r int, c *Config) { c.Shm, c.HostKey = shm, "h" })
+			defer ts[0].Close()
+			defer ts[1].Close()
+			muxStreams(t, ts[1], ts[0], keys, msgs, 2)
+			big, bigMsgs := muxMessages(rng, 3, 3, 9<<20)
+			muxStreams(t, ts[1], ts[0], big, bigMsgs, 3)
+		})
+	}
+}
+
+// TestMuxWakes: a Recv waiting behind another key's reader wakes when its
+// context ends and when the transport fails; Drop discards queued frames.
+func TestMuxWakes(t *testing.T) {
+	nw := NewMemNetwork(2)
+	to, from := nw.Transport(0), nw.Transport(1)
+	mux := NewMux(to, 2)
+	ctx := context.Background()
+	if err := from.Send(ctx, 0, Header{Type: TypeData, Seq: 9}, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// Key 1 reads and queues key 9's frame, then waits for its own.
+	done := make(chan error, 1)
+	go func() { _, err := mux.Recv(ctx, 1, Key{Seq: 1}); done <- err }()
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := mux.Recv(wctx, 1, Key{Seq: 2}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waiter with an ended context: %v", err)
+	}
+	for mux.Queued() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	mux.Drop(func(k Key) bool { return k.Seq != 9 })
+	if mux.Queued() != 0 {
+		t.Fatal("Drop kept the frame")
+	}
+	nw.Kill(1)
+	if err := <-done; !errors.Is(err, ErrPeerLost) {
+		t.Fatalf("reader after the peer died: %v", err)
+	}
+	if _, err := mux.Recv(ctx, 1, Key{Seq: 3}); !errors.Is(err, ErrPeerLost) {
+		t.Fatalf("a later reader: %v", err)
+	}
+}
