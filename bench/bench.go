@@ -104,6 +104,71 @@ func AllGatherInto(ctx context.Context, c *collective.Comm, buf []float32) error
 	return collective.AllGather(ctx, c, recv[c.Rank()*b:(c.Rank()+1)*b], recv)
 }
 
+// AllToAllEqual is an all-to-all of buf (len(buf)/n elements to each
+// rank; a remainder is left out) into a buffer of the same size.
+func AllToAllEqual(ctx context.Context, c *collective.Comm, buf []float32) error {
+	b := len(buf) / c.Size() * c.Size()
+	recv := scratchOf(len(buf))
+	return collective.AllToAll(ctx, c, buf[:b], recv[:b])
+}
+
+var scratch []float32
+
+func scratchOf(n int) []float32 {
+	if cap(scratch) < n {
+		scratch = make([]float32, n)
+	}
+	return scratch[:n]
+}
+
+// Group is one fused GroupAllReduce of parts buffers of len(buf) each.
+func Group(parts int) Op {
+	var bufs [][]float32
+	return func(ctx context.Context, c *collective.Comm, buf []float32) error {
+		if len(bufs) != parts || len(bufs[0]) != len(buf) {
+			bufs = make([][]float32, parts)
+			for i := range bufs {
+				bufs[i] = make([]float32, len(buf))
+			}
+		}
+		return collective.GroupAllReduce(ctx, c, bufs, collective.Sum)
+	}
+}
+
+// Separate is parts blocking all-reduces of len(buf) each: Group's
+// baseline.
+func Separate(parts int) Op {
+	return func(ctx context.Context, c *collective.Comm, buf []float32) error {
+		for range parts {
+			if err := collective.AllReduce(ctx, c, buf, collective.Sum); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// Siblings is an all-reduce of buf in child, one of two siblings (color
+// 0 or 1) split from the Comm the op is called with: both at once, or
+// with seq the second only after the first (a barrier on the parent
+// between).
+func Siblings(child *collective.Comm, color int, seq bool) Op {
+	return func(ctx context.Context, c *collective.Comm, buf []float32) error {
+		if seq && color == 1 {
+			if err := c.Barrier(ctx); err != nil {
+				return err
+			}
+		}
+		if err := collective.AllReduce(ctx, child, buf, collective.Sum); err != nil {
+			return err
+		}
+		if seq && color == 0 {
+			return c.Barrier(ctx)
+		}
+		return nil
+	}
+}
+
 // SweepOf is Sweep for any collective op.
 func SweepOf(ctx context.Context, c *collective.Comm, sizes []int, target time.Duration, op Op) ([]Row, error) {
 	var rows []Row

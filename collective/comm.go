@@ -51,16 +51,24 @@ type Comm struct {
 	el      *elastic // nil unless Config.Elastic
 	member  *membership.Member
 
-	mu     sync.Mutex    // start: seq and last
-	seq    uint32        // the last collective's number
-	last   chan struct{} // closed when the last collective started is done
-	wg     sync.WaitGroup
-	topo   *topology            // which ranks share hosts; nil: one host
-	closed chan struct{}        // closed by Close
-	page   *inspect.Page        // nil: no status page
-	rec    *inspect.Recorder    // nil: no timeline
-	recMu  *sync.Mutex          // rec's collectives are written by one goroutine at a time
-	waited *transport.WaitMeter // with rec: the transport's blocked time
+	mu  sync.Mutex // the order: seq, nstart, nfinish, progress, unordered
+	seq uint32     // the last collective's number
+	// nstart collectives were started; the first nfinish of them have
+	// finished (they finish in order); progress, when not nil, is closed
+	// when nfinish grows. unordered: a collective gave up waiting for
+	// the one before it (the Comm has failed); nobody waits any more.
+	nstart    uint64
+	nfinish   atomic.Uint64
+	waiting   atomic.Int32 // goroutines in waitFor
+	progress  chan struct{}
+	unordered bool
+	wg        sync.WaitGroup
+	topo      *topology            // which ranks share hosts; nil: one host
+	closed    chan struct{}        // closed by Close
+	page      *inspect.Page        // nil: no status page
+	rec       *inspect.Recorder    // nil: no timeline
+	recMu     *sync.Mutex          // rec's collectives are written by one goroutine at a time
+	waited    *transport.WaitMeter // with rec: the transport's blocked time
 	// epoch is a child's view epoch when it was split (elastic parents).
 	epoch int
 
@@ -358,9 +366,16 @@ func (c *Comm) writeTimeline() {
 	go func() {
 		c.wg.Wait()
 		c.mu.Lock()
-		last := c.last
+		for c.nfinish.Load() < c.nstart && !c.unordered {
+			if c.progress == nil {
+				c.progress = make(chan struct{})
+			}
+			p := c.progress
+			c.mu.Unlock()
+			<-p
+			c.mu.Lock()
+		}
 		c.mu.Unlock()
-		waitClosed(last)
 		close(finished)
 	}()
 	select {

@@ -1,6 +1,10 @@
 // Package collective is the Go API that training code embeds: MPI-style
 // collectives (Barrier, Broadcast, Reduce, AllReduce, AllGather,
-// ReduceScatter) between the ranks of a job started by gorun.
+// ReduceScatter, AllGatherV, Gather, Scatter, AllToAll, AllToAllV and
+// Exchange), fused groups (GroupAllReduce, Bucketer), sub-communicators
+// (Comm.Split) and tagged point-to-point messages (Send, Recv) between the
+// ranks of a job started by gorun. Every collective has a nonblocking
+// Start form that returns a Handle.
 //
 // # Lifecycle
 //
@@ -34,10 +38,84 @@
 // touch it during the call. Reduce and ReduceScatter use the parts of buf
 // they do not return as scratch.
 //
-// A Comm is safe for use from several goroutines, but collectives on one
-// Comm run one at a time, in the order they take the Comm's lock. Issue
-// them from one goroutine (or order them yourself) so that every rank
-// sees the same order.
+// A Comm is safe for use from several goroutines. Its collectives take
+// their place in the Comm's order when they are called (a blocking call)
+// or started (a Start form); every rank must start the same collectives
+// in the same order, so issue them from one goroutine, or order them
+// yourself.
+//
+// # Nonblocking collectives
+//
+// StartAllReduce, StartBroadcast, StartReduce, StartAllGather,
+// StartReduceScatter, StartAllToAll, StartAllToAllV, StartGather,
+// StartScatter, StartAllGatherV, StartGroupAllReduce and
+// Comm.StartBarrier start a collective and return at once with a Handle:
+// Wait(ctx) waits for it and returns its error, Test polls, Done is a
+// channel for select, and WaitAll waits for several. A blocking call is
+// its Start form followed by Wait.
+//
+//	h := collective.StartAllReduce(ctx, c, grads, collective.Avg)
+//	... backward of the next layers ...
+//	if err := h.Wait(ctx); err != nil { ... }
+//
+// The buffers of a started collective belong to it until its handle is
+// done: the caller must not read or write them before Wait returns. Under
+// the ring strategy several collectives of one Comm are in flight at
+// once, each on its own frames (the frame header carries the
+// communicator and the collective's number, and transport.Mux hands each
+// collective its own), so a later small one is not held behind a large
+// one on the wire; their handles complete in the order they were
+// started. Under the hub strategy, and on an elastic Comm, they run one
+// at a time in that order. A collective's own context is the one it was
+// started with; a Wait whose context ends returns that error and leaves
+// the collective running.
+//
+// A failure ends every outstanding handle: a lost peer (each fails with
+// ErrPeerLost naming it, within the same seconds as a blocking call),
+// Close (ErrClosed), the collective's context ending (the Comm breaks, as
+// below), and on an elastic Comm a view change (ErrViewChanged).
+//
+// # Fusion
+//
+// GroupAllReduce reduces many buffers of one type and op as one
+// collective on the wire (Tensor Fusion). A Bucketer does what DDP's
+// Reducer does for a training loop: gradients in buckets in reverse
+// parameter order (a 1 MiB first bucket, 25 MiB after, BucketConfig),
+// each bucket's all-reduce started as soon as its gradients are Ready
+// and every bucket before it has started, rebuilt after the first step in
+// the order the gradients became ready on rank 0; Stats and the timeline
+// show each bucket's exposed (not overlapped) communication time.
+//
+// # Sub-communicators
+//
+// Comm.Split(ctx, color, key) makes children, one per color, ranks
+// ordered by key: collective over the parent, with no new connections,
+// rendezvous or gossip. A child has its own Rank, Size, order and
+// handles; children, their siblings and the parent may run collectives at
+// the same time from different goroutines. Node-aware algorithms and
+// Hosts work in a child. A child runs the ring strategy even when the
+// parent runs the hub one. Close releases a child. A failure in a child
+// breaks the job's transport as in the parent; on an elastic job a view
+// change invalidates every child with ErrViewChanged: split again after
+// the Resync.
+//
+// # Exchanges and point-to-point
+//
+// AllToAll (equal blocks; Bruck's algorithm for small blocks from 8
+// ranks, pairwise exchange otherwise) and AllToAllV (per-peer counts
+// known on both sides; Exchange when a rank knows only what it sends)
+// check every block's length on arrival: counts that disagree fail every
+// rank with ErrSizeMismatch naming the two ranks. Gather and Scatter run
+// down a binomial tree, AllGatherV over the ring. Under the hub strategy
+// these have no hub round and run over the rank mesh, as under ring.
+//
+// Send(ctx, c, buf, to, tag) and Recv(ctx, c, buf, from, tag) are not
+// collective: they take no place in the Comm's order and never mix with
+// its collectives. Messages from one rank to another with one tag arrive
+// in the order sent; tags are independent. Send returns once buf is
+// handed to the transport; Recv's buf must have the message's length,
+// else it fails with ErrSizeMismatch. A Recv wakes when its peer is lost,
+// the Comm closes or ctx ends.
 //
 // # Failure
 //

@@ -31,7 +31,8 @@ type Handle struct {
 	hdr    transport.Header
 	f      func(ctx context.Context, x *call) error
 	serial bool
-	prev   <-chan struct{} // closed when the collective started before is done
+	failed bool   // at start
+	idx    uint64 // its place in the Comm's order
 	done   chan struct{}
 	err    error
 	after  func() // runs once the collective succeeded, before done
@@ -92,6 +93,7 @@ type call struct {
 	c   *Comm
 	o   ring.Options
 	net ring.Transport
+	k   keyed
 }
 
 // keyed is the job's transport as one collective (one Key) sees it.
@@ -116,7 +118,8 @@ func (k *keyed) Recv(ctx context.Context, from int) (transport.Frame, error) {
 // newCall makes the network of collective seq: the job's transport seen
 // through the Comm's key, over the ranks that take part.
 func (c *Comm) newCall(seq uint32, o ring.Options) (*call, error) {
-	var n ring.Transport = &keyed{tr: c.tr, mux: c.mux, key: transport.Key{Comm: c.id, Seq: seq}}
+	x := &call{c: c, o: o, k: keyed{tr: c.tr, mux: c.mux, key: transport.Key{Comm: c.id, Seq: seq}}}
+	var n ring.Transport = &x.k
 	ranks := c.members
 	if c.el != nil {
 		v := c.el.installed.Load()
@@ -129,7 +132,8 @@ func (c *Comm) newCall(seq uint32, o ring.Options) (*call, error) {
 		}
 		n = g
 	}
-	return &call{c: c, o: o, net: n}, nil
+	x.net = n
+	return x, nil
 }
 
 // sub is the group of the call's ranks at the given indices.
@@ -150,26 +154,26 @@ func (x *call) tiers() ring.Tiers {
 }
 
 // start places a collective in the Comm's order. The caller runs it
-// (run) inline or in a goroutine.
-func (c *Comm) start(kind uint8, h transport.Header, f func(ctx context.Context, x *call) error) *Handle {
-	op := &Handle{c: c, kind: kind, hdr: h, f: f, done: make(chan struct{})}
-	h.Kind = kind
+// (run) inline or in a goroutine. A blocking call's op needs no channel:
+// nobody waits on it but its caller.
+func (c *Comm) start(op *Handle, kind uint8, h transport.Header, f func(ctx context.Context, x *call) error) {
+	op.c, op.kind, op.hdr, op.f = c, kind, h, f
+	op.hdr.Kind = kind
 	c.mu.Lock()
 	if c.isClosed() {
 		c.mu.Unlock()
 		op.err = fmt.Errorf("collective: rank %d: %s: %w", c.cfg.Rank, kindName[kind], ErrClosed)
-		close(op.done)
-		return op
+		op.failed = true
+		return
 	}
-	op.prev, c.last = c.last, op.done
+	op.idx = c.nstart
+	c.nstart++
 	op.serial = c.el != nil || c.useHub.Load() || c.parentElastic() != nil
 	if c.el == nil {
 		c.seq++
 		op.hdr.Seq = c.seq
 	}
-	op.hdr.Kind = kind
 	c.mu.Unlock()
-	return op
 }
 
 func (c *Comm) isClosed() bool {
@@ -181,73 +185,135 @@ func (c *Comm) isClosed() bool {
 	}
 }
 
-// run runs a started collective and finishes it. Any failure is sent to
-// every peer (so that none of them waits for this rank) and breaks the
-// Comm; Close during a collective returns ErrClosed and tells the peers
-// nothing more than the closing does.
+// waitFor waits until every collective started before number idx has
+// finished. It gives up when the Comm closes, ctx ends (ok false) or the
+// order is broken (a collective gave up waiting: the Comm has failed,
+// and order no longer matters).
+func (c *Comm) waitFor(ctx context.Context, idx uint64) (ok bool) {
+	if c.nfinish.Load() >= idx {
+		return true
+	}
+	c.mu.Lock()
+	c.waiting.Add(1)
+	defer c.waiting.Add(-1)
+	for c.nfinish.Load() < idx && !c.unordered {
+		if c.progress == nil {
+			c.progress = make(chan struct{})
+		}
+		p := c.progress
+		c.mu.Unlock()
+		select {
+		case <-p:
+		case <-c.closed:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+		c.mu.Lock()
+	}
+	c.mu.Unlock()
+	return true
+}
+
+// finished marks collective idx finished (they finish in order; one that
+// gave up may come late).
+func (c *Comm) finished(idx uint64) {
+	for {
+		n := c.nfinish.Load()
+		if n >= idx+1 || c.nfinish.CompareAndSwap(n, idx+1) {
+			break
+		}
+	}
+	if c.waiting.Load() > 0 {
+		c.wake()
+	}
+}
+
+func (c *Comm) wake() {
+	c.mu.Lock()
+	if c.progress != nil {
+		close(c.progress)
+		c.progress = nil
+	}
+	c.mu.Unlock()
+}
+
+// giveUp breaks the order for good: collectives no longer wait for those
+// before them.
+func (c *Comm) giveUp() {
+	c.mu.Lock()
+	c.unordered = true
+	c.mu.Unlock()
+	c.wake()
+}
+
+// run runs a started collective and finishes it: after every collective
+// started before it. Any failure is sent to every peer (so that none of
+// them waits for this rank) and breaks the Comm; Close during a
+// collective returns ErrClosed and tells the peers nothing more than the
+// closing does.
 func (c *Comm) run(ctx context.Context, op *Handle) {
-	if op.err != nil { // failed at start
+	if op.failed { // failed at start
+		c.done(op)
 		return
 	}
-	if op.serial && op.prev != nil {
-		if err := c.waitPrev(ctx, op); err != nil {
-			op.err = err
-			close(op.done)
-			return
-		}
+	if op.serial && !c.waitFor(ctx, op.idx) {
+		op.err = c.gaveUp(ctx, op)
+		c.finished(op.idx)
+		c.done(op)
+		return
 	}
 	op.err = c.execute(ctx, op)
-	if !op.serial && op.prev != nil {
-		// Complete in the order started: the one before first (it ends,
-		// well or not, since a failure anywhere fails every collective).
-		select {
-		case <-op.prev:
-		case <-c.closed:
-		case <-ctx.Done():
-		}
+	if !op.serial {
+		// Complete in the order started (the one before ends, well or
+		// not, since a failure anywhere fails every collective).
+		c.waitFor(ctx, op.idx)
 	}
 	if op.err == nil && op.after != nil {
 		op.after()
 	}
-	op.end = tick.Now()
-	close(op.done)
+	c.finished(op.idx)
+	c.done(op)
 }
 
-// waitPrev waits for the collective before op. Giving up (ctx ended)
-// breaks the Comm like any other failure: this rank will never issue the
-// collective its peers expect next, so they are told.
-func (c *Comm) waitPrev(ctx context.Context, op *Handle) error {
-	select {
-	case <-op.prev:
-		return nil
-	default:
+// done signals an async op's handle.
+func (c *Comm) done(op *Handle) {
+	op.end = tick.Now()
+	if op.done != nil {
+		close(op.done)
 	}
-	select {
-	case <-op.prev:
-		return nil
-	case <-c.closed:
+}
+
+// gaveUp is the error of op that stopped waiting for the collective
+// before it. Giving up (ctx ended) breaks the Comm like any other
+// failure: this rank will never issue the collective its peers expect
+// next, so they are told.
+func (c *Comm) gaveUp(ctx context.Context, op *Handle) error {
+	c.giveUp()
+	if c.isClosed() {
 		return fmt.Errorf("collective: rank %d: %s: %w", c.cfg.Rank, kindName[op.kind], ErrClosed)
-	case <-ctx.Done():
-		err := fmt.Errorf("rank %d: %s: gave up waiting for the collective before it: %w", c.cfg.Rank, kindName[op.kind], context.Cause(ctx))
-		c.tr.Abort(err)
-		return fmt.Errorf("collective: %w", err)
 	}
+	err := fmt.Errorf("rank %d: %s: gave up waiting for the collective before it: %w", c.cfg.Rank, kindName[op.kind], context.Cause(ctx))
+	c.tr.Abort(err)
+	return fmt.Errorf("collective: %w", err)
 }
 
 // do runs one collective to its end: start and run in the caller's
 // goroutine.
 func (c *Comm) do(ctx context.Context, kind uint8, f func(ctx context.Context, x *call) error, h transport.Header) error {
-	op := c.start(kind, h, f)
-	c.run(ctx, op)
+	var op Handle
+	c.start(&op, kind, h, f)
+	c.run(ctx, &op)
 	return op.err
 }
 
 // async starts a collective in a goroutine of its own and returns its
 // handle; after runs once it succeeded.
 func (c *Comm) async(ctx context.Context, kind uint8, f func(ctx context.Context, x *call) error, h transport.Header, after func()) *Handle {
-	op := c.start(kind, h, f)
-	op.after = after
-	if op.err != nil {
+	op := &Handle{done: make(chan struct{}), after: after}
+	c.start(op, kind, h, f)
+	if op.failed {
+		c.done(op)
 		return op
 	}
 	c.wg.Add(1)
@@ -337,11 +403,4 @@ func (c *Comm) execute(ctx context.Context, op *Handle) error {
 		c.hub.Fail(why)
 	}
 	return fmt.Errorf("collective: %w", why)
-}
-
-// waitClosed waits until ch is closed; nil is closed already.
-func waitClosed(ch <-chan struct{}) {
-	if ch != nil {
-		<-ch
-	}
 }

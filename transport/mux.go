@@ -106,6 +106,7 @@ func (m *Mux) Recv(ctx context.Context, from int, k Key) (Frame, error) {
 				p.mu.Unlock()
 				return f, nil
 			}
+			// Only the holder touches held: no lock.
 			p.held, f.release = f.release, p.release
 			return f, nil
 		}
@@ -139,10 +140,8 @@ func (p *muxPeer) idle() {
 // releaseHeld releases the frame handed over as it lay, and with it the
 // connection.
 func (p *muxPeer) releaseHeld(b []byte) {
-	p.mu.Lock()
 	rel := p.held
 	p.held = nil
-	p.mu.Unlock()
 	rel(b)
 	p.mu.Lock()
 	p.idle()

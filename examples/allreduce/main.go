@@ -22,7 +22,10 @@ func main() {
 	target := flag.Duration("target", time.Second, "time spent per size")
 	algo := flag.String("algo", "", "auto, ring (flat), direct, doubling, halving or hierarchical (node-aware); default GORUN_ALGORITHM or auto")
 	seg := flag.String("seg", "", "ring segment size (default: the library's)")
-	coll := flag.String("coll", "allreduce", "allreduce, broadcast (from rank 0), reducescatter or allgather (size = the whole result); the busbw column always applies the all-reduce's factor 2(n-1)/n")
+	coll := flag.String("coll", "allreduce", "allreduce, broadcast (from rank 0), reducescatter, allgather (size = the whole result), alltoall (size = one rank's send), "+
+		"group or separate (-parts all-reduces of size each: one fused group, or one call each), "+
+		"split or split-seq (two children of n/2 ranks all-reducing size at once, or one after the other); the busbw column always applies the all-reduce's factor 2(n-1)/n")
+	parts := flag.Int("parts", 128, "buffers per op for -coll group and separate")
 	flag.Parse()
 	var list []int
 	for _, s := range strings.Split(*sizes, ",") {
@@ -58,7 +61,17 @@ func main() {
 	}
 	defer c.Close()
 	op, ok := map[string]bench.Op{"allreduce": bench.AllReduceSum, "broadcast": bench.BroadcastFrom0,
-		"reducescatter": bench.ReduceScatterSum, "allgather": bench.AllGatherInto}[*coll]
+		"reducescatter": bench.ReduceScatterSum, "allgather": bench.AllGatherInto, "alltoall": bench.AllToAllEqual,
+		"group": bench.Group(*parts), "separate": bench.Separate(*parts)}[*coll]
+	if *coll == "split" || *coll == "split-seq" {
+		child, err := c.Split(ctx, 2*c.Rank()/c.Size(), c.Rank())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer child.Close()
+		op, ok = bench.Siblings(child, 2*c.Rank()/c.Size(), *coll == "split-seq"), true
+	}
 	if !ok {
 		fmt.Fprintf(os.Stderr, "unknown -coll %q\n", *coll)
 		os.Exit(2)

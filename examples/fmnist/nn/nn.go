@@ -6,7 +6,10 @@
 //
 // A Model keeps all its parameters in one flat vector, and its gradients
 // in another of the same length, so that data-parallel training moves
-// them with one AllReduce (ring) or one key (ParamHub). Everything is
+// them with one AllReduce (ring) or one key (ParamHub); GradientEach
+// tells when each layer's part of the gradients is final during
+// backward, so that the ring can reduce them in buckets while backward
+// goes on (ParamRange says where each layer's part lies). Everything is
 // deterministic: the same seed gives the same initial weights on every
 // rank, and the same batches give the same gradients bit for bit.
 package nn
@@ -416,8 +419,24 @@ func (m *Model) Forward(x []float64, n int) []float64 {
 // Gradient sets Grads to the gradient of the mean cross-entropy over the
 // batch (n samples x, labels y) and returns that loss.
 func (m *Model) Gradient(x []float64, y []int, n int) float64 {
+	return m.GradientEach(x, y, n, nil)
+}
+
+// GradientEach is Gradient that calls done(i), if done is not nil, as soon
+// as layer i's slice of Grads (ParamRange) is final: during the backward
+// pass, last layer first, and only for layers with parameters. A
+// data-parallel trainer starts reducing a layer's gradient from done
+// while backward goes on through the layers before it. done must not
+// touch the model, but may read (or copy) that slice.
+func (m *Model) GradientEach(x []float64, y []int, n int, done func(layer int)) float64 {
 	clear(m.Grads)
 	if n == 0 {
+		// Nothing to learn from: every gradient is final at zero.
+		for i := len(m.Layers) - 1; i >= 0; i-- {
+			if done != nil && m.Layers[i].NumParams() > 0 {
+				done(i)
+			}
+		}
 		return 0
 	}
 	logits := m.Forward(x, n)
@@ -426,8 +445,21 @@ func (m *Model) Gradient(x []float64, y []int, n int) float64 {
 	d := m.dlogits
 	for i := len(m.Layers) - 1; i >= 0; i-- {
 		d = m.Layers[i].Backward(d, n)
+		if done != nil && m.Layers[i].NumParams() > 0 {
+			done(i)
+		}
 	}
 	return loss
+}
+
+// ParamRange is where layer i's parameters lie in Params, and its
+// gradient in Grads: [lo, hi), empty for a layer without parameters. The
+// layers' ranges tile the vectors in layer order.
+func (m *Model) ParamRange(i int) (lo, hi int) {
+	for _, l := range m.Layers[:i] {
+		lo += l.NumParams()
+	}
+	return lo, lo + m.Layers[i].NumParams()
 }
 
 // Predict writes the most likely class of each of n samples into out, and

@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -216,5 +217,82 @@ func BenchmarkGradient(b *testing.B) {
 				m.Gradient(x, y, n)
 			}
 		})
+	}
+}
+
+// TestGradientEach: GradientEach calls back once per layer with
+// parameters, last layer first, when that layer's gradient already holds
+// its final value; it leaves the same gradients and loss as Gradient, bit
+// for bit; the layers' ranges tile the parameters; and an empty batch
+// still reports every layer (with zero gradients).
+func TestGradientEach(t *testing.T) {
+	in, classes, n := Shape{8, 8, 1}, 10, 3
+	rng := rand.New(rand.NewPCG(9, 9))
+	x := make([]float64, n*in.Size())
+	for i := range x {
+		x[i] = rng.Float64()
+	}
+	y := []int{1, 7, 4}
+	for _, kind := range Kinds {
+		m, err := New(kind, in, classes, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []int // layers with parameters, last first
+		off := 0
+		for i := len(m.Layers) - 1; i >= 0; i-- {
+			if m.Layers[i].NumParams() > 0 {
+				want = append(want, i)
+			}
+		}
+		for i := range m.Layers {
+			lo, hi := m.ParamRange(i)
+			if lo != off || hi-lo != m.Layers[i].NumParams() {
+				t.Fatalf("%s: layer %d: range [%d,%d), want [%d,%d)", kind, i, lo, hi, off, off+m.Layers[i].NumParams())
+			}
+			off = hi
+		}
+		if off != len(m.Params) {
+			t.Fatalf("%s: ranges end at %d of %d parameters", kind, off, len(m.Params))
+		}
+		lossAll := m.Gradient(x, y, n)
+		all := append([]float64(nil), m.Grads...)
+		var got []int
+		seen := make([][]float64, len(m.Layers)) // each layer's slice when reported
+		loss := m.GradientEach(x, y, n, func(layer int) {
+			got = append(got, layer)
+			lo, hi := m.ParamRange(layer)
+			seen[layer] = append([]float64(nil), m.Grads[lo:hi]...)
+		})
+		if loss != lossAll || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: loss %v (Gradient %v), layers reported %v, want %v", kind, loss, lossAll, got, want)
+		}
+		for j := range all {
+			if m.Grads[j] != all[j] {
+				t.Fatalf("%s: gradient %d: %v, Gradient gave %v", kind, j, m.Grads[j], all[j])
+			}
+		}
+		for _, i := range want {
+			lo, _ := m.ParamRange(i)
+			nonzero := false
+			for j, v := range seen[i] {
+				if v != all[lo+j] {
+					t.Fatalf("%s: layer %d reported with gradient %d at %v, final %v", kind, i, lo+j, v, all[lo+j])
+				}
+				nonzero = nonzero || v != 0
+			}
+			if !nonzero {
+				t.Fatalf("%s: layer %d reported with an all-zero gradient", kind, i)
+			}
+		}
+		got = got[:0]
+		if loss := m.GradientEach(nil, nil, 0, func(layer int) { got = append(got, layer) }); loss != 0 || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: empty batch: loss %v, layers reported %v, want %v", kind, loss, got, want)
+		}
+		for j, v := range m.Grads {
+			if v != 0 {
+				t.Fatalf("%s: empty batch left gradient %d at %v", kind, j, v)
+			}
+		}
 	}
 }
