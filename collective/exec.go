@@ -259,8 +259,8 @@ func (c *Comm) run(ctx context.Context, op *Handle) {
 	}
 	if op.serial && !c.waitFor(ctx, op.idx) {
 		op.err = c.gaveUp(ctx, op)
-		c.finished(op.idx)
 		c.done(op)
+		c.finished(op.idx)
 		return
 	}
 	op.err = c.execute(ctx, op)
@@ -272,8 +272,8 @@ func (c *Comm) run(ctx context.Context, op *Handle) {
 	if op.err == nil && op.after != nil {
 		op.after()
 	}
+	c.done(op) // before the next one can finish
 	c.finished(op.idx)
-	c.done(op)
 }
 
 // done signals an async op's handle.

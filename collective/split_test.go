@@ -165,15 +165,9 @@ func TestSplitKill(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		child, err := c.Split(ctx, c.Rank()%2, 0)
-		if err != nil {
-			return err
-		}
-		for range 50 {
-			if err = AllReduce(ctx, child, make([]float64, 1000), Sum); err != nil {
-				break
-			}
-			if err = c.Barrier(ctx); err != nil {
-				break
+		for i := 0; err == nil && i < 50; i++ {
+			if err = AllReduce(ctx, child, make([]float64, 1000), Sum); err == nil {
+				err = c.Barrier(ctx)
 			}
 		}
 		if c.Rank() == 4 {
@@ -260,6 +254,7 @@ func TestSplitElastic(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	errs[4] = nil // the victim may fail anywhere
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +457,13 @@ func TestExchangeReference(t *testing.T) {
 		if c.Rank() == 2 {
 			rc[0] = 2
 		}
-		return AllToAllV(ctx, c, make([]int64, 4), sc, make([]int64, 4+rc[0]-1), rc)
+		err := AllToAllV(ctx, c, make([]int64, 4), sc, make([]int64, 4+rc[0]-1), rc)
+		if err == nil {
+			// A rank whose own exchanges all matched may finish first; its
+			// next call fails (doc.go).
+			err = c.Barrier(ctx)
+		}
+		return err
 	})
 	for r, err := range errs {
 		if !errors.Is(err, ErrSizeMismatch) {

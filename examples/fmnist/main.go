@@ -14,6 +14,25 @@
 // gonum's BLAS. Data (-data): the original gzipped IDX files, by default
 // from /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist);
 // -data synthetic trains on a generated stand-in of the same shape.
+//
+// The ring mode sums the gradients layer by layer while backward goes on
+// (collective.Bucketer, as PyTorch DDP does): the layers' gradients go in
+// buckets of at most -bucket-mb MiB (the first, the last layers' and
+// ready soonest, of at most -first-bucket-mb), and each bucket's
+// all-reduce starts as soon as backward has finished its layers.
+// -overlap=false starts every bucket after backward instead: the same
+// buckets and, bit for bit, the same sums, without the overlap. The
+// defaults (0.25 and 0.1 MiB) are sized for these small models: the
+// softmax (61 KiB of gradient) is one bucket, the MLP (1.8 MiB) four and
+// the CNN (424 KiB) three, whose second (the dense layer's 393 KiB) is
+// reduced while backward runs through both convolutions; PyTorch's 25
+// and 1 MiB would make the CNN one bucket, with nothing to overlap. An
+// elastic job (gorun --elastic) reduces the whole gradient as one bucket
+// (see bucketConfig). Rank 0 prints the buckets after the result line,
+// which gives, for the ring, each rank's communication time summed over
+// the buckets (comm_s), the part of it that training waited for
+// (exposed_s, which sync_ms counts too) and the share hidden behind
+// backward.
 package main
 
 import (
@@ -72,6 +91,10 @@ type options struct {
 	slow      float64
 	seed      uint64
 	metrics   string
+	// ring: reduce the gradients in buckets of bucketMB MiB (the first
+	// firstMB), overlapped with backward unless overlap is off
+	overlap           bool
+	bucketMB, firstMB float64
 }
 
 func run(args []string, out io.Writer) int {
@@ -106,6 +129,9 @@ func run(args []string, out io.Writer) int {
 	fs.StringVar(&o.csv, "csv", "", "write per-iteration metrics of each rank to FILE.RANK.csv and rank 0's learning curve to FILE.curve.csv")
 	fs.StringVar(&o.plot, "plot", "", "rank 0 draws test loss and accuracy against time into FILE.png")
 	fs.StringVar(&o.metrics, "metrics", "", "write per-iteration metrics as JSON lines to FILE.RANK")
+	fs.BoolVar(&o.overlap, "overlap", true, "ring: start each bucket's all-reduce during backward, as soon as its layers' gradients are final (false: every bucket after backward; the same buckets and result)")
+	fs.Float64Var(&o.bucketMB, "bucket-mb", 0.25, "ring: MiB a gradient bucket holds at most (a larger layer is a bucket of its own)")
+	fs.Float64Var(&o.firstMB, "first-bucket-mb", 0.1, "ring: MiB the first bucket (the last layers', ready first) holds at most")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -136,6 +162,15 @@ func run(args []string, out io.Writer) int {
 		fmt.Fprintf(os.Stderr, "fmnist: -fail-how %q: want kill or stop\n", o.failHow)
 		return 2
 	}
+	for _, b := range []struct {
+		name string
+		mb   float64
+	}{{"bucket-mb", o.bucketMB}, {"first-bucket-mb", o.firstMB}} {
+		if !(b.mb > 0 && b.mb <= 1<<20) {
+			fmt.Fprintf(os.Stderr, "fmnist: -%s %v: want MiB above 0 (e.g. 0.25)\n", b.name, b.mb)
+			return 2
+		}
+	}
 	if o.decay != "none" && o.decay != "cosine" {
 		fmt.Fprintf(os.Stderr, "fmnist: -lr-decay %q: want none or cosine\n", o.decay)
 		return 2
@@ -165,6 +200,7 @@ func load(o options) (train, test *dataset, source string, err error) {
 type worker struct {
 	o       options
 	c       *collective.Comm
+	elastic bool // gorun --elastic
 	hub     *ps.Client
 	train   *dataset
 	mine    []int // this rank's samples
@@ -189,7 +225,9 @@ type worker struct {
 	// totals
 	samples        int
 	compute, idle  time.Duration
-	itimes         []float64 // each iteration's seconds, compute and synchronisation
+	comm, exposed  time.Duration // ring: the buckets' communication, and the part of it Wait was blocked on
+	buckets        []int         // ring: the bytes of each bucket
+	itimes         []float64     // each iteration's seconds, compute and synchronisation
 	csv            *csvLog
 	loss           float64 // the last batch's training loss
 	t0             time.Time
@@ -239,7 +277,7 @@ func train(o options, out io.Writer) error {
 	}
 	params := len(m.Params)
 	wk := &worker{o: o, c: c, train: trainSet, rng: rand.New(rand.NewPCG(o.seed, uint64(c.Rank()))),
-		m: m, w: m.Params, g: make([]float64, params+1), out: out}
+		m: m, w: m.Params, g: make([]float64, params+1), out: out, elastic: cfg.Elastic}
 	for i := c.Rank(); i < trainSet.len(); i += c.Size() {
 		wk.mine = append(wk.mine, i)
 	}
@@ -296,6 +334,16 @@ func train(o options, out io.Writer) error {
 		st = wk.local(elapsed)
 	}
 	tot, stale, it, shares := st.tot, st.stale, st.it, st.shares
+	bucketing := ""
+	if o.mode == "ring" {
+		// Each rank's mean over the run.
+		comm, exposed := float64(tot[4])/float64(len(shares))/1e9, float64(tot[5])/float64(len(shares))/1e9
+		hidden := 0.0
+		if comm > 0 {
+			hidden = 1 - exposed/comm
+		}
+		bucketing = fmt.Sprintf(" comm_s=%.3f exposed_s=%.3f hidden=%.2f", comm, exposed, hidden)
+	}
 	if o.stall > 0 {
 		fmt.Fprintf(out, "longest_iter ms=%.1f t=%.3f iter=%d\n", ms(wk.longest), wk.longestAt.Seconds(), wk.longestIter)
 	}
@@ -319,7 +367,10 @@ func train(o options, out io.Writer) error {
 		fmt.Fprintf(out, "mode=%s model=%s straggler=%q data=%s ranks=%d time=%.2fs iterations=%d samples=%d accuracy=%.4f loss=%.4f idle=%.2f max_staleness=%d rmse=%.4f iter_ms=%.2f iter_sd_ms=%.2f rank_idle=%s compute_ms=%.2f sync_ms=%.2f params=%d stats=%s\n",
 			o.mode, o.model, straggler, source, c.Size(), elapsed.Seconds(), tot[3], tot[0], acc, loss,
 			float64(tot[2])/float64(max(1, tot[1]+tot[2])), stale, rmse, 1000*mean, 1000*sd, strings.Join(idle, ","),
-			float64(tot[1])/iters/1e6, float64(tot[2])/iters/1e6, len(wk.w), st.scope)
+			float64(tot[1])/iters/1e6, float64(tot[2])/iters/1e6, len(wk.w), st.scope+bucketing)
+		if o.mode == "ring" {
+			fmt.Fprintf(out, "buckets n=%d bytes=%s overlap=%t\n", len(wk.buckets), ints(wk.buckets), o.overlap)
+		}
 		pts := wk.printCurve(out, testSet)
 		if o.csv != "" {
 			if err := writeCurve(o.csv, pts); err != nil {
@@ -382,7 +433,8 @@ func (wk *worker) logIter(start time.Time, compute, idle time.Duration, bytes in
 }
 
 // stats are a run's totals: samples, compute and idle nanoseconds,
-// iterations (tot); the largest staleness; the count, sum and sum of
+// iterations, and the ring's bucket communication and exposed
+// nanoseconds (tot); the largest staleness; the count, sum and sum of
 // squares of iteration seconds (it); each rank's idle share; and whether
 // they are the job's ("all") or this rank's alone ("local").
 type stats struct {
@@ -395,7 +447,7 @@ type stats struct {
 
 // local is this rank's own stats.
 func (wk *worker) local(elapsed time.Duration) stats {
-	st := stats{tot: []int64{int64(wk.samples), int64(wk.compute), int64(wk.idle), int64(wk.iters)}, stale: int64(wk.maxStal),
+	st := stats{tot: []int64{int64(wk.samples), int64(wk.compute), int64(wk.idle), int64(wk.iters), int64(wk.comm), int64(wk.exposed)}, stale: int64(wk.maxStal),
 		it: []float64{float64(len(wk.itimes)), 0, 0}, shares: []float64{wk.idle.Seconds() / elapsed.Seconds()}, scope: "local"}
 	for _, d := range wk.itimes {
 		st.it[1] += d
@@ -456,27 +508,47 @@ func (wk *worker) done(t0 time.Time) bool {
 	return time.Since(t0) > wk.o.duration
 }
 
-// step computes the gradient of a batch of n of this rank's samples,
-// slowed down on the straggler, and returns the compute time.
-func (wk *worker) step(n int) time.Duration {
+// step computes the gradient of a batch of n of this rank's samples into
+// wk.g (scaled by -lr-decay), slowed down on the straggler, and returns
+// the compute time. If ready is not nil, step calls it with each layer
+// that has parameters as soon as that layer's part of wk.g is final:
+// during backward, last layer first. ready's error ends the step's
+// callbacks and is returned.
+func (wk *worker) step(n int, ready func(layer int) error) (time.Duration, error) {
 	t0 := time.Now()
 	wk.idx = wk.idx[:0]
 	for range n {
 		wk.idx = append(wk.idx, wk.mine[wk.rng.IntN(len(wk.mine))])
 	}
 	wk.x, wk.y = batch(wk.train, wk.idx, wk.x, wk.y)
-	wk.loss = wk.m.Gradient(wk.x, wk.y, n)
-	copy(wk.g, wk.m.Grads)
-	if f := decay(wk.o.decay, wk.iters, wk.o.iters); f != 1 {
-		for j := range wk.m.Grads {
-			wk.g[j] *= f
+	f := decay(wk.o.decay, wk.iters, wk.o.iters)
+	// The straggler sleeps -slow - 1 times each stretch of its compute
+	// (up to each layer's gradient, and the rest), so that its gradients
+	// become ready as late as on a slower machine.
+	lag, mark := wk.c.Rank() == wk.o.straggler && wk.o.slow > 1, t0
+	slow := func() {
+		if lag {
+			time.Sleep(time.Duration(float64(time.Since(mark)) * (wk.o.slow - 1)))
 		}
 	}
+	var err error
+	wk.loss = wk.m.GradientEach(wk.x, wk.y, n, func(layer int) {
+		lo, hi := wk.m.ParamRange(layer)
+		g := wk.g[lo:hi]
+		copy(g, wk.m.Grads[lo:hi])
+		if f != 1 {
+			for j := range g {
+				g[j] *= f
+			}
+		}
+		slow()
+		if ready != nil && err == nil {
+			err = ready(layer)
+		}
+		mark = time.Now()
+	})
+	slow()
 	d := time.Since(t0)
-	if wk.c.Rank() == wk.o.straggler && wk.o.slow > 1 {
-		time.Sleep(time.Duration(float64(d) * (wk.o.slow - 1)))
-		d = time.Since(t0)
-	}
 	wk.samples += n
 	wk.compute += d
 	wk.iters++
@@ -490,7 +562,7 @@ func (wk *worker) step(n int) time.Duration {
 		}
 		_ = syscall.Kill(os.Getpid(), sig)
 	}
-	return d
+	return d, err
 }
 
 // decay is the factor of iteration i's gradient under schedule kind over
@@ -505,24 +577,39 @@ func decay(kind string, i, iters int) float64 {
 	return (1 + math.Cos(math.Pi*float64(min(i, iters))/float64(iters))) / 2
 }
 
-// ring: average the gradients with AllReduce; every rank applies the same
-// momentum step. The last element is the stop vote: rank 0 sets it when
-// the budget is spent, so that every rank stops after the same iteration.
+// ring: sum the gradients over the ranks with a collective.Bucketer, each
+// layer's as soon as backward has finished it (ringGrads, bucketConfig),
+// and apply the same momentum step to their average on every rank. The
+// last element of wk.g is the stop vote: rank 0 sets it when the budget
+// is spent, so that every rank stops after the same iteration.
 func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 	params := len(wk.w)
 	wk.vel = make([]float64, params)
 	share := max(1, wk.o.batch/wk.c.Size())
+	grads, of := wk.ringGrads()
+	cfg := bucketConfig(wk.o, wk.elastic)
+	b, err := collective.NewBucketer(wk.c, grads, collective.Sum, cfg)
+	if err != nil {
+		return err
+	}
+	ready := func(layer int) error { return b.Ready(ctx, of[layer]) }
 	wk.snap(t0, true)
 	wk.lastDone = time.Now()
 	for {
 		start := time.Now()
-		d := wk.step(share)
+		d, err := wk.step(share, ready)
+		if err != nil {
+			return err
+		}
 		wk.g[params] = 0
 		if wk.c.Rank() == wk.c.View().Ranks[0] && wk.done(t0) {
 			wk.g[params] = 1
 		}
+		if err := b.Ready(ctx, 0); err != nil {
+			return err
+		}
 		t1 := time.Now()
-		if err := collective.AllReduce(ctx, wk.c, wk.g, collective.Sum); err != nil {
+		if err := b.Wait(ctx); err != nil {
 			if !errors.Is(err, collective.ErrViewChanged) {
 				return err
 			}
@@ -543,10 +630,21 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 			}
 			wk.pending = &viewChange{view: wk.c.View(), at: errAt.Sub(t0), err: errAt, resync: time.Since(errAt), redone: before - wk.iters, prev: wk.lastDone}
 			share = max(1, wk.o.batch/wk.c.Size())
+			// The step's collectives failed, and the Bucketer with them:
+			// a new one (ready calls it) for the new view.
+			if b, err = collective.NewBucketer(wk.c, grads, collective.Sum, cfg); err != nil {
+				return err
+			}
 			continue
 		}
 		synced := time.Since(t1)
 		wk.idle += synced
+		wk.buckets = wk.buckets[:0]
+		for _, s := range b.Stats() {
+			wk.comm += s.Comm
+			wk.exposed += s.Exposed
+			wk.buckets = append(wk.buckets, s.Bytes)
+		}
 		inv := 1 / float64(wk.c.Size())
 		for j := range params {
 			wk.vel[j] = wk.o.mom*wk.vel[j] + wk.g[j]*inv
@@ -565,6 +663,46 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 		}
 	}
 }
+
+// ringGrads is what the ring's Bucketer reduces, all parts of wk.g: the
+// stop vote, then the gradient of each layer with parameters, in
+// parameter order; of maps a layer to its place (-1: no parameters). The
+// vote comes first, so that the first layout, which takes the gradients
+// last first (the order backward finishes them in), puts it last: it is
+// set after backward and holds no bucket before it back.
+func (wk *worker) ringGrads() (grads [][]float64, of []int) {
+	params := len(wk.w)
+	grads = [][]float64{wk.g[params : params+1]}
+	of = make([]int, len(wk.m.Layers))
+	for i, l := range wk.m.Layers {
+		of[i] = -1
+		if l.NumParams() > 0 {
+			lo, hi := wk.m.ParamRange(i)
+			of[i] = len(grads)
+			grads = append(grads, wk.g[lo:hi:hi])
+		}
+	}
+	return grads, of
+}
+
+// bucketConfig is the ring's bucketing: DefaultBucketConfig with
+// -bucket-mb, -first-bucket-mb and -overlap. An elastic job (gorun
+// --elastic) reduces the gradient as one bucket, one all-reduce a step:
+// after a view change a Comm still runs the collectives started behind
+// the interrupted one (on the new view), so survivors interrupted at
+// different buckets of a step would no longer agree on the collectives
+// that follow.
+func bucketConfig(o options, elastic bool) collective.BucketConfig {
+	cfg := collective.DefaultBucketConfig()
+	cfg.CapBytes, cfg.FirstBytes, cfg.Overlap = mib(o.bucketMB), mib(o.firstMB), o.overlap
+	if elastic {
+		cfg.CapBytes, cfg.FirstBytes = math.MaxInt, math.MaxInt
+	}
+	return cfg
+}
+
+// mib is x MiB in bytes, at least one.
+func mib(x float64) int { return max(1, int(x*(1<<20))) }
 
 // resync, after an elastic view change, gives every rank the weights, the
 // momentum, the iteration count and the training time so far of the
@@ -618,7 +756,10 @@ func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error
 			}
 			share = max(1, n)
 		}
-		d := wk.step(share)
+		d, err := wk.step(share, nil)
+		if err != nil {
+			return err
+		}
 		last, lastN = d, share
 		if err := ps.PushPull(wk.hub, "w", wk.g[:params], share, wk.w).Wait(ctx); err != nil {
 			return err
