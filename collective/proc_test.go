@@ -68,12 +68,16 @@ func rankMain(mode string) int {
 		}
 		fmt.Println("OK")
 		return 0
-	case "kill", "stop":
+	case "kill", "stop", "kill-handles":
 		// Survivors must live to report, even when gorun starts ending
 		// the job because the victim died first.
 		signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM)
-		sig := map[string]syscall.Signal{"kill": syscall.SIGKILL, "stop": syscall.SIGSTOP}[mode]
-		at, err := conformance.Drill(ctx, c, sig, 64, func(s string) { fmt.Println(s) })
+		sig := map[string]syscall.Signal{"kill": syscall.SIGKILL, "stop": syscall.SIGSTOP, "kill-handles": syscall.SIGKILL}[mode]
+		drill := conformance.Drill
+		if mode == "kill-handles" {
+			drill = conformance.DrillHandles
+		}
+		at, err := drill(ctx, c, sig, 64, func(s string) { fmt.Println(s) })
 		fmt.Printf("LOST %d %v\n", at.UnixNano(), err)
 		return 3
 	case "elastic", "elastic-stop":
@@ -318,6 +322,13 @@ func drill(t *testing.T, mode string, bound time.Duration, set func(*launcher.Co
 // Bounds are generous (the machines are small and noisy); the measured
 // delays are logged. Typical: tens of ms for kill, under a second for stop.
 func TestKillDetected(t *testing.T) { drill(t, "kill", 5*time.Second, func(*launcher.Config) {}) }
+
+// TestKillHandlesDetected: a rank killed while four nonblocking
+// all-reduces are outstanding on every rank fails each survivor's handles
+// naming it, within seconds.
+func TestKillHandlesDetected(t *testing.T) {
+	drill(t, "kill-handles", 5*time.Second, func(*launcher.Config) {})
+}
 
 func TestStopDetected(t *testing.T) { drill(t, "stop", 8*time.Second, func(*launcher.Config) {}) }
 

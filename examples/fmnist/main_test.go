@@ -341,3 +341,60 @@ func atoi(t *testing.T, s string) int64 {
 	}
 	return v
 }
+
+// TestOverlapSameWeights: the MLP trained by 3 ranks from the same seed
+// with its gradients reduced in buckets during backward (-overlap) and
+// after it (-overlap=false) ends with the same weights bit for bit: the
+// same buckets summed in the same order, only at other times. The job
+// reports four buckets holding every gradient and the stop vote, and
+// the weights moved.
+func TestOverlapSameWeights(t *testing.T) {
+	dir := t.TempDir()
+	m, _ := newModel("mlp", nil, 1)
+	result := regexp.MustCompile(`\[0\] mode=ring model=mlp .* loss=([0-9.]+) .* comm_s=([0-9.]+) exposed_s=([0-9.]+) hidden=(-?[0-9.]+)\n`)
+	buckets := regexp.MustCompile(`\[0\] buckets n=(\d+) bytes=([0-9,]+) overlap=(true|false)\n`)
+	weights, losses := map[string][]float64{}, map[string]string{}
+	for _, overlap := range []string{"true", "false"} {
+		f := filepath.Join(dir, overlap)
+		res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-model", "mlp", "-data", "synthetic", "-samples", "3000", "-iters", "12", "-batch", "96",
+			"-lr-decay", "cosine", "-overlap=" + overlap, "-dump", f}, nil)
+		r, b := result.FindStringSubmatch(out), buckets.FindStringSubmatch(out)
+		if res.ExitCode != 0 || r == nil || b == nil || b[3] != overlap {
+			t.Fatalf("-overlap=%s: exit %d:\n%s", overlap, res.ExitCode, out)
+		}
+		total := 0
+		for _, n := range strings.Split(b[2], ",") {
+			total += int(atoi(t, n))
+		}
+		if b[1] != "4" || total != 8*(len(m.Params)+1) {
+			t.Fatalf("-overlap=%s: %s buckets of %d bytes in all, want 4 of %d (the MLP's gradient and the stop vote):\n%s", overlap, b[1], total, 8*(len(m.Params)+1), out)
+		}
+		if comm, _ := strconv.ParseFloat(r[2], 64); comm <= 0 {
+			t.Fatalf("-overlap=%s: no communication time reported:\n%s", overlap, out)
+		}
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		weights[overlap], losses[overlap] = reduce.FromBytes[float64](raw), r[1]
+	}
+	on, off := weights["true"], weights["false"]
+	if len(on) != len(m.Params) || len(off) != len(on) {
+		t.Fatalf("dumped %d and %d weights, the MLP has %d", len(on), len(off), len(m.Params))
+	}
+	moved := 0
+	for i := range on {
+		if math.Float64bits(on[i]) != math.Float64bits(off[i]) {
+			t.Fatalf("weight %d: %v with overlap, %v without", i, on[i], off[i])
+		}
+		if on[i] != m.Params[i] {
+			moved++
+		}
+	}
+	if moved < len(on)/2 {
+		t.Fatalf("only %d of %d weights moved from their initial values", moved, len(on))
+	}
+	if losses["true"] != losses["false"] {
+		t.Fatalf("test loss %s with overlap, %s without", losses["true"], losses["false"])
+	}
+}

@@ -374,6 +374,16 @@ func more[T collective.Number](ctx context.Context, c *collective.Comm, kind int
 // one. Survivors return the error they got and when they got it; the
 // victim reports when it struck via report.
 func Drill(ctx context.Context, c *collective.Comm, how syscall.Signal, mib int, report func(string)) (time.Time, error) {
+	return drill(ctx, c, how, mib, false, report)
+}
+
+// DrillHandles is Drill with four nonblocking all-reduces outstanding at
+// once: every handle must fail naming the victim.
+func DrillHandles(ctx context.Context, c *collective.Comm, how syscall.Signal, mib int, report func(string)) (time.Time, error) {
+	return drill(ctx, c, how, mib, true, report)
+}
+
+func drill(ctx context.Context, c *collective.Comm, how syscall.Signal, mib int, handles bool, report func(string)) (time.Time, error) {
 	buf := make([]float32, mib<<20/4)
 	victim := c.Rank() == c.Size()-1
 	for iter := 0; ; iter++ {
@@ -384,7 +394,22 @@ func Drill(ctx context.Context, c *collective.Comm, how syscall.Signal, mib int,
 				_ = syscall.Kill(os.Getpid(), how)
 			}()
 		}
-		err := collective.AllReduce(ctx, c, buf, collective.Sum)
+		var err error
+		if handles {
+			// Four all-reduces in flight at once, then Wait for each.
+			q := len(buf) / 4
+			hs := make([]*collective.Handle, 4)
+			for i := range hs {
+				hs[i] = collective.StartAllReduce(ctx, c, buf[i*q:(i+1)*q], collective.Sum)
+			}
+			for _, h := range hs {
+				if werr := h.Wait(ctx); werr != nil && err == nil {
+					err = werr
+				}
+			}
+		} else {
+			err = collective.AllReduce(ctx, c, buf, collective.Sum)
+		}
 		if err != nil {
 			return time.Now(), err
 		}
