@@ -60,6 +60,7 @@ type Comm struct {
 	nstart    uint64
 	nfinish   atomic.Uint64
 	waiting   atomic.Int32 // goroutines in waitFor
+	doomed    atomic.Bool  // elastic: Start forms fail with ErrViewChanged (see doom)
 	progress  chan struct{}
 	unordered bool
 	wg        sync.WaitGroup

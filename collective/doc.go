@@ -73,7 +73,11 @@
 // A failure ends every outstanding handle: a lost peer (each fails with
 // ErrPeerLost naming it, within the same seconds as a blocking call),
 // Close (ErrClosed), the collective's context ending (the Comm breaks, as
-// below), and on an elastic Comm a view change (ErrViewChanged).
+// below), and on an elastic Comm a view change: once a collective
+// returns ErrViewChanged, every nonblocking collective that comes up
+// before the program's next blocking call (its Resync) fails with
+// ErrViewChanged too, without moving data, so that every rank drops the
+// whole interrupted step however far it got.
 //
 // # Fusion
 //

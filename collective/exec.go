@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/gorun/gorun/internal/tick"
 	"github.com/gorun/gorun/reduce"
@@ -29,14 +31,13 @@ type Handle struct {
 	c      *Comm
 	kind   uint8
 	hdr    transport.Header
-	f      func(ctx context.Context, x *call) error
 	serial bool
 	failed bool   // at start
 	idx    uint64 // its place in the Comm's order
 	done   chan struct{}
 	err    error
-	after  func() // runs once the collective succeeded, before done
-	end    int64  // tick.Now() when it finished
+	after  func()    // runs once the collective succeeded, before done
+	end    time.Time // when it finished (Start forms)
 }
 
 // Done is closed when the collective has finished, well or not.
@@ -118,7 +119,8 @@ func (k *keyed) Recv(ctx context.Context, from int) (transport.Frame, error) {
 // newCall makes the network of collective seq: the job's transport seen
 // through the Comm's key, over the ranks that take part.
 func (c *Comm) newCall(seq uint32, o ring.Options) (*call, error) {
-	x := &call{c: c, o: o, k: keyed{tr: c.tr, mux: c.mux, key: transport.Key{Comm: c.id, Seq: seq}}}
+	x := calls.Get().(*call)
+	*x = call{c: c, o: o, k: keyed{tr: c.tr, mux: c.mux, key: transport.Key{Comm: c.id, Seq: seq}}}
 	var n ring.Transport = &x.k
 	ranks := c.members
 	if c.el != nil {
@@ -134,6 +136,26 @@ func (c *Comm) newCall(seq uint32, o ring.Options) (*call, error) {
 	}
 	x.net = n
 	return x, nil
+}
+
+// doom, once err is ErrViewChanged, makes every nonblocking collective
+// that runs before the program's next blocking call fail with
+// ErrViewChanged without moving data: the program redoes its step on the
+// new view (after a Resync, a blocking call), and every rank drops the
+// same collectives, whichever of them it first saw fail.
+func (c *Comm) doom(err error) {
+	if errors.Is(err, ErrViewChanged) {
+		c.doomed.Store(true)
+	}
+}
+
+// calls recycles the calls: the executors are done with a call's network
+// when they return (they wait for their own senders).
+var calls = sync.Pool{New: func() any { return new(call) }}
+
+func (x *call) free() {
+	*x = call{}
+	calls.Put(x)
 }
 
 // sub is the group of the call's ranks at the given indices.
@@ -156,8 +178,8 @@ func (x *call) tiers() ring.Tiers {
 // start places a collective in the Comm's order. The caller runs it
 // (run) inline or in a goroutine. A blocking call's op needs no channel:
 // nobody waits on it but its caller.
-func (c *Comm) start(op *Handle, kind uint8, h transport.Header, f func(ctx context.Context, x *call) error) {
-	op.c, op.kind, op.hdr, op.f = c, kind, h, f
+func (c *Comm) start(op *Handle, kind uint8, h transport.Header) {
+	op.c, op.kind, op.hdr = c, kind, h
 	op.hdr.Kind = kind
 	c.mu.Lock()
 	if c.isClosed() {
@@ -252,7 +274,7 @@ func (c *Comm) giveUp() {
 // them waits for this rank) and breaks the Comm; Close during a
 // collective returns ErrClosed and tells the peers nothing more than the
 // closing does.
-func (c *Comm) run(ctx context.Context, op *Handle) {
+func (c *Comm) run(ctx context.Context, op *Handle, f func(ctx context.Context, x *call) error) {
 	if op.failed { // failed at start
 		c.done(op)
 		return
@@ -263,7 +285,7 @@ func (c *Comm) run(ctx context.Context, op *Handle) {
 		c.finished(op.idx)
 		return
 	}
-	op.err = c.execute(ctx, op)
+	op.err = c.execute(ctx, op, f)
 	if !op.serial {
 		// Complete in the order started (the one before ends, well or
 		// not, since a failure anywhere fails every collective).
@@ -278,8 +300,8 @@ func (c *Comm) run(ctx context.Context, op *Handle) {
 
 // done signals an async op's handle.
 func (c *Comm) done(op *Handle) {
-	op.end = tick.Now()
 	if op.done != nil {
+		op.end = time.Now()
 		close(op.done)
 	}
 }
@@ -302,8 +324,8 @@ func (c *Comm) gaveUp(ctx context.Context, op *Handle) error {
 // goroutine.
 func (c *Comm) do(ctx context.Context, kind uint8, f func(ctx context.Context, x *call) error, h transport.Header) error {
 	var op Handle
-	c.start(&op, kind, h, f)
-	c.run(ctx, &op)
+	c.start(&op, kind, h)
+	c.run(ctx, &op, f) // f stays on the caller's stack
 	return op.err
 }
 
@@ -311,7 +333,7 @@ func (c *Comm) do(ctx context.Context, kind uint8, f func(ctx context.Context, x
 // handle; after runs once it succeeded.
 func (c *Comm) async(ctx context.Context, kind uint8, f func(ctx context.Context, x *call) error, h transport.Header, after func()) *Handle {
 	op := &Handle{done: make(chan struct{}), after: after}
-	c.start(op, kind, h, f)
+	c.start(op, kind, h)
 	if op.failed {
 		c.done(op)
 		return op
@@ -319,22 +341,34 @@ func (c *Comm) async(ctx context.Context, kind uint8, f func(ctx context.Context
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		c.run(ctx, op)
+		c.run(ctx, op, f)
 	}()
 	return op
 }
 
 // execute runs op's algorithm and turns its failure into the Comm's.
-func (c *Comm) execute(ctx context.Context, op *Handle) error {
+func (c *Comm) execute(ctx context.Context, op *Handle, f func(ctx context.Context, x *call) error) error {
 	kind, h := op.kind, op.hdr
 	if c.isClosed() {
 		return fmt.Errorf("collective: rank %d: %s: %w", c.cfg.Rank, kindName[kind], ErrClosed)
 	}
 	userCtx := ctx
 	if c.el != nil {
+		if op.done == nil {
+			// A blocking call: the program has seen the change (its
+			// Resync, say); what it starts from now runs on the new view.
+			c.doomed.Store(false)
+		} else if c.doomed.Load() {
+			// Started after a collective returned ErrViewChanged and
+			// before the program's next blocking call: it belongs to the
+			// interrupted step, which every rank drops the same way.
+			v := c.el.installed.Load()
+			return fmt.Errorf("collective: rank %d: %s: %w (started in the interrupted step; now epoch %d, ranks %v)", c.cfg.Rank, kindName[kind], ErrViewChanged, v.Epoch, v.Ranks)
+		}
 		var done func()
 		var err error
 		if ctx, done, err = c.el.begin(ctx, kind); err != nil {
+			c.doom(err)
 			return err
 		}
 		defer done()
@@ -361,7 +395,8 @@ func (c *Comm) execute(ctx context.Context, op *Handle) error {
 	}
 	x, err := c.newCall(h.Seq, ring.Options{Header: h, SegmentBytes: c.cfg.SegmentBytes})
 	if err == nil {
-		err = op.f(ctx, x)
+		err = f(ctx, x)
+		x.free()
 	}
 	if c.rec != nil {
 		c.recMu.Lock()
@@ -384,6 +419,7 @@ func (c *Comm) execute(ctx context.Context, op *Handle) error {
 	}
 	if c.el != nil && userCtx.Err() == nil {
 		if verr, ok := c.el.viewChange(userCtx, kind, h.Seq, err); ok {
+			c.doom(verr)
 			return verr
 		}
 	}

@@ -148,7 +148,7 @@ type Bucketer[T Number] struct {
 	next    int   // the first bucket not yet started
 	handles []*Handle
 	fused   []*fused[T]
-	started []int64
+	started []time.Time
 	stats   []BucketStat
 	steps   int
 }
@@ -208,7 +208,7 @@ func (b *Bucketer[T]) reset() {
 	b.next = 0
 	b.handles = make([]*Handle, nb)
 	b.fused = make([]*fused[T], nb)
-	b.started = make([]int64, nb)
+	b.started = make([]time.Time, nb)
 }
 
 // Buckets is the gradient indices of each bucket, in the order they are
@@ -241,7 +241,7 @@ func (b *Bucketer[T]) launch(ctx context.Context) {
 		for j, g := range b.buckets[k] {
 			bufs[j] = b.grads[g]
 		}
-		b.started[k] = tick.Now()
+		b.started[k] = time.Now()
 		b.handles[k] = StartGroupAllReduce(ctx, b.c, bufs, b.op)
 		b.next++
 	}
@@ -260,9 +260,9 @@ func (b *Bucketer[T]) Wait(ctx context.Context) error {
 	stats := make([]BucketStat, len(b.buckets))
 	var errs []error
 	for k, h := range b.handles {
-		t0 := tick.Now()
+		t0, w0 := tick.Now(), time.Now()
 		err := h.Wait(ctx)
-		t1 := tick.Now()
+		t1, w1 := tick.Now(), time.Now()
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -271,16 +271,19 @@ func (b *Bucketer[T]) Wait(ctx context.Context) error {
 			bytes += bytesOf[T](len(b.grads[g]))
 		}
 		end := h.end
-		if end == 0 {
-			end = t1
+		if end.IsZero() {
+			end = w1
 		}
 		stats[k] = BucketStat{Grads: append([]int(nil), b.buckets[k]...), Bytes: bytes,
-			Comm: time.Duration(end - b.started[k]), Exposed: time.Duration(t1 - t0)}
+			Comm: end.Sub(b.started[k]), Exposed: w1.Sub(w0)}
 		if b.c.rec != nil && t1 > t0 {
 			b.c.rec.Span(fmt.Sprintf("bucket %d exposed", k), t0, t1)
 		}
 	}
 	if len(errs) > 0 {
+		// Every bucket is done or failed: the Bucketer starts the next
+		// step afresh (after ErrViewChanged, the step is redone).
+		b.reset()
 		return errs[0]
 	}
 	b.stats = stats

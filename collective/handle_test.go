@@ -343,3 +343,74 @@ func TestPlan(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlesElastic: a rank killed while every survivor has handles
+// outstanding on an elastic job: each handle either succeeds or fails
+// with ErrViewChanged (none runs on the new view), and after Resync a new
+// round of handles gives the new view's sums.
+func TestHandlesElastic(t *testing.T) {
+	for _, at := range []int{1, 5, 20} {
+		nw := transport.NewMemNetwork(5)
+		sent := 0
+		var mu sync.Mutex
+		nw.BeforeSend = func(from, to int, h transport.Header) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			if sent++; sent == at {
+				go nw.Kill(4)
+			}
+			return true
+		}
+		cfg := DefaultConfig()
+		cfg.Elastic, cfg.SegmentBytes = true, 64
+		errs := onAllNet(t, nw, cfg, func(c *Comm) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			changed := false
+			for round := 0; round < 6; round++ {
+				before := c.View().Ranks
+				bufs := make([][]int64, 4)
+				hs := make([]*Handle, 4)
+				for i := range hs {
+					bufs[i] = []int64{int64(c.Rank() + 1), int64(i)}
+					hs[i] = StartAllReduce(ctx, c, bufs[i], Sum)
+				}
+				failed := false
+				for i, h := range hs {
+					err := h.Wait(ctx)
+					if errors.Is(err, ErrViewChanged) {
+						failed = true
+						continue
+					}
+					if err != nil {
+						return fmt.Errorf("round %d handle %d: %v", round, i, err)
+					}
+					// A handle done before the change summed the old view.
+					sum := func(ranks []int) (w int64) {
+						for _, q := range ranks {
+							w += int64(q + 1)
+						}
+						return w
+					}
+					if got := bufs[i][0]; failed || got != sum(before) && got != sum(c.View().Ranks) {
+						return fmt.Errorf("round %d handle %d: sum %d (after a failed handle: %v), want %d for %v or %d for %v", round, i, got, failed, sum(before), before, sum(c.View().Ranks), c.View().Ranks)
+					}
+				}
+				if failed {
+					changed = true
+					if err := Resync(ctx, c, []int64{0}); err != nil {
+						return err
+					}
+				}
+			}
+			if !changed && c.View().Epoch == 0 {
+				return errors.New("the victim was never lost")
+			}
+			return nil
+		})
+		errs[4] = nil // the victim fails anywhere
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("kill at frame %d: %v", at, err)
+		}
+	}
+}

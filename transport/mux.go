@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // ChanP2P marks a Header.Comm as a point-to-point channel: its frames are
@@ -39,11 +40,15 @@ type Mux struct {
 }
 
 type muxPeer struct {
+	// busy: someone reads the connection, or holds its frame. Taken by
+	// compare-and-swap, so that a lone reader takes no lock.
+	busy    atomic.Bool
+	queued  atomic.Int32 // frames in queues
+	waiters atomic.Int32 // Recvs waiting for busy to end
 	mu      sync.Mutex
 	queues  map[Key][]Frame
-	busy    bool          // someone reads the connection, or holds its frame
 	wake    chan struct{} // closed when busy ends or a frame is queued; nil: no waiters
-	held    func([]byte)  // the held frame's own release
+	held    func([]byte)  // the held frame's own release (only the holder touches it)
 	release func([]byte)  // releaseHeld, bound once
 }
 
@@ -63,50 +68,29 @@ func NewMux(base Receiver, size int) *Mux {
 func (m *Mux) Recv(ctx context.Context, from int, k Key) (Frame, error) {
 	p := &m.peers[from]
 	for {
-		p.mu.Lock()
-		if q := p.queues[k]; len(q) > 0 {
-			f := q[0]
-			q[0] = Frame{}
-			if len(q) == 1 {
-				delete(p.queues, k)
-			} else {
-				p.queues[k] = q[1:]
-			}
-			p.mu.Unlock()
-			return f, nil
-		}
-		if p.busy {
-			if p.wake == nil {
-				p.wake = make(chan struct{})
-			}
-			w := p.wake
-			p.mu.Unlock()
-			select {
-			case <-w:
+		if !p.take() {
+			f, got, err := p.slow(ctx, k)
+			switch {
+			case err != nil:
+				return Frame{}, err
+			case got == gotFrame:
+				return f, nil
+			case got == gotNothing:
 				continue
-			case <-ctx.Done():
-				return Frame{}, ctxErr(ctx)
 			}
 		}
-		p.busy = true
-		p.mu.Unlock()
 		f, err := m.base.Recv(ctx, from)
 		if err != nil {
-			p.mu.Lock()
 			p.idle()
-			p.mu.Unlock()
 			return Frame{}, err
 		}
 		if KeyOf(f.Header) == k {
 			if f.release == nil || f.Payload == nil {
 				// Nothing to hold (Release skips an empty payload).
 				f.Release()
-				p.mu.Lock()
 				p.idle()
-				p.mu.Unlock()
 				return f, nil
 			}
-			// Only the holder touches held: no lock.
 			p.held, f.release = f.release, p.release
 			return f, nil
 		}
@@ -123,17 +107,86 @@ func (m *Mux) Recv(ctx context.Context, from int, k Key) (Frame, error) {
 		}
 		kk := KeyOf(kept.Header)
 		p.queues[kk] = append(p.queues[kk], kept)
-		p.idle()
+		p.queued.Add(1)
 		p.mu.Unlock()
+		p.idle()
 	}
 }
 
-// idle gives up the connection and wakes the waiters; p.mu is held.
+// take makes this caller the connection's reader without a lock: when
+// nobody is and no frame waits in a queue.
+func (p *muxPeer) take() bool {
+	if p.queued.Load() != 0 || !p.busy.CompareAndSwap(false, true) {
+		return false
+	}
+	if p.queued.Load() != 0 { // queued just before busy ended: look first
+		p.idle()
+		return false
+	}
+	return true
+}
+
+// What slow got.
+const (
+	gotNothing = iota // it waited: go round again
+	gotFrame          // k's first queued frame
+	gotReader         // the connection (busy taken)
+)
+
+// slow is Recv under the lock: k's first queued frame, or the
+// connection, or a wait until the reader gives it up or queues a frame.
+func (p *muxPeer) slow(ctx context.Context, k Key) (Frame, int, error) {
+	p.mu.Lock()
+	if q := p.queues[k]; len(q) > 0 {
+		f := q[0]
+		q[0] = Frame{}
+		if len(q) == 1 {
+			delete(p.queues, k)
+		} else {
+			p.queues[k] = q[1:]
+		}
+		p.queued.Add(-1)
+		p.mu.Unlock()
+		return f, gotFrame, nil
+	}
+	if p.busy.CompareAndSwap(false, true) {
+		// Every queued frame of k was looked at under the lock, and only
+		// a reader queues: k's next frame is on the connection.
+		p.mu.Unlock()
+		return Frame{}, gotReader, nil
+	}
+	p.waiters.Add(1)
+	if !p.busy.Load() {
+		// The reader gave up since the swap failed, and may not have
+		// seen this waiter: go round again.
+		p.waiters.Add(-1)
+		p.mu.Unlock()
+		return Frame{}, gotNothing, nil
+	}
+	if p.wake == nil {
+		p.wake = make(chan struct{})
+	}
+	w := p.wake
+	p.mu.Unlock()
+	defer p.waiters.Add(-1)
+	select {
+	case <-w:
+		return Frame{}, gotNothing, nil
+	case <-ctx.Done():
+		return Frame{}, gotNothing, ctxErr(ctx)
+	}
+}
+
+// idle gives up the connection and wakes the waiters.
 func (p *muxPeer) idle() {
-	p.busy = false
-	if p.wake != nil {
-		close(p.wake)
-		p.wake = nil
+	p.busy.Store(false)
+	if p.waiters.Load() > 0 {
+		p.mu.Lock()
+		if p.wake != nil {
+			close(p.wake)
+			p.wake = nil
+		}
+		p.mu.Unlock()
 	}
 }
 
@@ -143,9 +196,7 @@ func (p *muxPeer) releaseHeld(b []byte) {
 	rel := p.held
 	p.held = nil
 	rel(b)
-	p.mu.Lock()
 	p.idle()
-	p.mu.Unlock()
 }
 
 // Drop discards the queued frames of every key that keep rejects (those
@@ -160,6 +211,7 @@ func (m *Mux) Drop(keep func(Key) bool) {
 					q[j].Release()
 				}
 				delete(p.queues, k)
+				p.queued.Add(-int32(len(q)))
 			}
 		}
 		p.mu.Unlock()

@@ -17,22 +17,30 @@
 //
 // The ring mode sums the gradients layer by layer while backward goes on
 // (collective.Bucketer, as PyTorch DDP does): the layers' gradients go in
-// buckets of at most -bucket-mb MiB (the first, the last layers' and
-// ready soonest, of at most -first-bucket-mb), and each bucket's
+// buckets of at most -bucket-mb MiB (the first, which holds the last
+// layers, ready soonest, at most -first-bucket-mb), and each bucket's
 // all-reduce starts as soon as backward has finished its layers.
 // -overlap=false starts every bucket after backward instead: the same
 // buckets and, bit for bit, the same sums, without the overlap. The
-// defaults (0.25 and 0.1 MiB) are sized for these small models: the
-// softmax (61 KiB of gradient) is one bucket, the MLP (1.8 MiB) four and
-// the CNN (424 KiB) three, whose second (the dense layer's 393 KiB) is
-// reduced while backward runs through both convolutions; PyTorch's 25
-// and 1 MiB would make the CNN one bucket, with nothing to overlap. An
-// elastic job (gorun --elastic) reduces the whole gradient as one bucket
-// (see bucketConfig). Rank 0 prints the buckets after the result line,
-// which gives, for the ring, each rank's communication time summed over
-// the buckets (comm_s), the part of it that training waited for
-// (exposed_s, which sync_ms counts too) and the share hidden behind
-// backward.
+// defaults (0.25 and 0.1 MiB) suit these small models: the softmax (61
+// KiB of gradient) is one bucket, the MLP (1.8 MiB) four and the CNN (424
+// KiB) three, whose second (the dense layer's 393 KiB) is reduced while
+// backward runs through both convolutions; PyTorch's 25 and 1 MiB would
+// make the CNN one bucket, with nothing to overlap. In an elastic job
+// (gorun --elastic) a view change fails every bucket of the step with
+// ErrViewChanged on every survivor, which then resyncs and redoes it.
+// The straggler (-straggler) sleeps after each layer's backward, so its
+// gradients come late layer by layer, as on a slower machine.
+//
+// For the ring, the result line ends with each rank's communication time
+// summed over the buckets, each from its start to its end, waiting for
+// slower peers included (comm_s), the part of it that training waited
+// for after backward (exposed_s; sync_ms counts it too), and the share
+// it did not wait for (hidden: behind backward, and behind the buckets
+// before, which run at once); a second line gives the buckets' sizes.
+//
+//	gorun -np 2 ./fmnist -mode ring -model cnn -overlap=false
+//	gorun -np 2 ./fmnist -mode ring -model cnn -bucket-mb 0.05 -first-bucket-mb 0.01
 package main
 
 import (
@@ -200,7 +208,6 @@ func load(o options) (train, test *dataset, source string, err error) {
 type worker struct {
 	o       options
 	c       *collective.Comm
-	elastic bool // gorun --elastic
 	hub     *ps.Client
 	train   *dataset
 	mine    []int // this rank's samples
@@ -277,7 +284,7 @@ func train(o options, out io.Writer) error {
 	}
 	params := len(m.Params)
 	wk := &worker{o: o, c: c, train: trainSet, rng: rand.New(rand.NewPCG(o.seed, uint64(c.Rank()))),
-		m: m, w: m.Params, g: make([]float64, params+1), out: out, elastic: cfg.Elastic}
+		m: m, w: m.Params, g: make([]float64, params+1), out: out}
 	for i := c.Rank(); i < trainSet.len(); i += c.Size() {
 		wk.mine = append(wk.mine, i)
 	}
@@ -587,7 +594,7 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 	wk.vel = make([]float64, params)
 	share := max(1, wk.o.batch/wk.c.Size())
 	grads, of := wk.ringGrads()
-	cfg := bucketConfig(wk.o, wk.elastic)
+	cfg := bucketConfig(wk.o)
 	b, err := collective.NewBucketer(wk.c, grads, collective.Sum, cfg)
 	if err != nil {
 		return err
@@ -686,18 +693,10 @@ func (wk *worker) ringGrads() (grads [][]float64, of []int) {
 }
 
 // bucketConfig is the ring's bucketing: DefaultBucketConfig with
-// -bucket-mb, -first-bucket-mb and -overlap. An elastic job (gorun
-// --elastic) reduces the gradient as one bucket, one all-reduce a step:
-// after a view change a Comm still runs the collectives started behind
-// the interrupted one (on the new view), so survivors interrupted at
-// different buckets of a step would no longer agree on the collectives
-// that follow.
-func bucketConfig(o options, elastic bool) collective.BucketConfig {
+// -bucket-mb, -first-bucket-mb and -overlap.
+func bucketConfig(o options) collective.BucketConfig {
 	cfg := collective.DefaultBucketConfig()
 	cfg.CapBytes, cfg.FirstBytes, cfg.Overlap = mib(o.bucketMB), mib(o.firstMB), o.overlap
-	if elastic {
-		cfg.CapBytes, cfg.FirstBytes = math.MaxInt, math.MaxInt
-	}
 	return cfg
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -396,5 +397,45 @@ func TestOverlapSameWeights(t *testing.T) {
 	}
 	if losses["true"] != losses["false"] {
 		t.Fatalf("test loss %s with overlap, %s without", losses["true"], losses["false"])
+	}
+}
+
+// TestRingElasticBuckets: the MLP, whose gradient makes several buckets,
+// through an elastic job whose rank 2 is killed 0.3 s in and comes back
+// (gorun --max-restarts 1): every rank goes through both view changes and
+// ends in the view with rank 2 back, and the job finishes. (Several
+// buckets a step, each its own collective, must not leave the survivors
+// and the restarted rank disagreeing on the collectives after a view
+// change.)
+func TestRingElasticBuckets(t *testing.T) {
+	res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-model", "mlp", "-data", "synthetic", "-lr", "0.5", "-duration", "5s", "-samples", "3000", "-batch", "96",
+		"-fail-rank", "2", "-fail-at", "300ms", "-fail-how", "kill"},
+		func(c *launcher.Config) { c.Elastic, c.MaxRestarts = true, 1 })
+	if res.ExitCode != 0 || !regexp.MustCompile(`\[0\] mode=ring model=mlp .* ranks=3 `).MatchString(out) || !strings.Contains(out, "elastic: epoch 2, ranks [0 1 2], 2 view change(s)") {
+		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+	}
+	for _, r := range []string{"0", "1", "2"} {
+		if !regexp.MustCompile(`\[` + r + `\] view epoch=2 ranks=0,1,2 joined=2 `).MatchString(out) {
+			t.Fatalf("rank %s did not go through the view with rank 2 back:\n%s", r, out)
+		}
+	}
+}
+
+// TestBucketConfig: the bucket flags are MiB (fractions too) turned into
+// bytes, at least one; and they must be above zero.
+func TestBucketConfig(t *testing.T) {
+	o := options{bucketMB: 0.25, firstMB: 1e-9, overlap: true}
+	cfg := bucketConfig(o)
+	if cfg.CapBytes != 256<<10 || cfg.FirstBytes != 1 || !cfg.Overlap || !cfg.Rebuild {
+		t.Fatalf("%+v", cfg)
+	}
+	o.overlap = false
+	if cfg := bucketConfig(o); cfg.Overlap {
+		t.Fatalf("-overlap=false: %+v", cfg)
+	}
+	for _, args := range [][]string{{"-bucket-mb", "0"}, {"-first-bucket-mb", "-1"}, {"-bucket-mb", "NaN"}} {
+		if code := run(args, io.Discard); code != 2 {
+			t.Fatalf("%v: exit %d, want 2", args, code)
+		}
 	}
 }
