@@ -169,6 +169,16 @@ func Siblings(child *collective.Comm, color int, seq bool) Op {
 	}
 }
 
+// SplitHalves is a Comm.Split into two halves and the child's Close:
+// what a split costs (buf is not used).
+func SplitHalves(ctx context.Context, c *collective.Comm, _ []float32) error {
+	child, err := c.Split(ctx, 2*c.Rank()/c.Size(), c.Rank())
+	if err != nil {
+		return err
+	}
+	return child.Close()
+}
+
 // SweepOf is Sweep for any collective op.
 func SweepOf(ctx context.Context, c *collective.Comm, sizes []int, target time.Duration, op Op) ([]Row, error) {
 	var rows []Row

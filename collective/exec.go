@@ -400,7 +400,7 @@ func (c *Comm) execute(ctx context.Context, op *Handle, f func(ctx context.Conte
 	}
 	if c.rec != nil {
 		c.recMu.Lock()
-		c.rec.Collective(kind, h.DType, c.useHub.Load(), h.Seq, uint64(int(h.Count)*reduce.Size(h.DType)), began, tick.Now(), c.waited.Total()-waited)
+		c.rec.CommCollective(c.id, kind, h.DType, c.useHub.Load(), h.Seq, uint64(int(h.Count)*reduce.Size(h.DType)), began, tick.Now(), c.waited.Total()-waited)
 		c.recMu.Unlock()
 	}
 	c.page.End(uint64(h.Seq))

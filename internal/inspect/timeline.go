@@ -30,6 +30,7 @@ type Event struct {
 	Begin    int64  `json:"t0"`
 	End      int64  `json:"t1"`
 	Wait     int64  `json:"w,omitempty"`
+	Comm     uint32 `json:"cm,omitempty"` // a sub-communicator's id (0: the job's)
 }
 
 // MaxEvents is how many events a Recorder keeps of each category
@@ -43,6 +44,7 @@ type record struct {
 	wait       int64 // ticks
 	bytes      uint64
 	seq        uint32
+	comm       uint32
 	kind       uint8 // a collective's code, or 0 for a span
 	dtype      uint8
 	hub        bool
@@ -173,10 +175,16 @@ func (r *Recorder) Now() int64 { return tick.Now() }
 // them; WriteFile names them) between the timestamps begin and end, of
 // which it waited for peers' data for wait ticks.
 func (r *Recorder) Collective(kind, dtype uint8, hub bool, seq uint32, bytes uint64, begin, end, wait int64) {
+	r.CommCollective(0, kind, dtype, hub, seq, bytes, begin, end, wait)
+}
+
+// CommCollective is Collective on sub-communicator comm (0: the job's
+// own), whose numbers are its own: the timeline names it with comm.
+func (r *Recorder) CommCollective(comm uint32, kind, dtype uint8, hub bool, seq uint32, bytes uint64, begin, end, wait int64) {
 	if r == nil {
 		return
 	}
-	r.colls.put(record{begin: begin, end: end, wait: wait, bytes: bytes, seq: seq, kind: kind, dtype: dtype, hub: hub})
+	r.colls.put(record{begin: begin, end: end, wait: wait, bytes: bytes, seq: seq, comm: comm, kind: kind, dtype: dtype, hub: hub})
 }
 
 // Sync publishes every collective recorded so far to WriteFile.
@@ -237,6 +245,7 @@ func (r *Recorder) WriteFile(path string, kind, dtype func(uint8) string) error 
 			e.Cat, e.Name = "span", r.names[rec.span]
 		} else {
 			e.Cat, e.Name, e.Seq, e.Bytes, e.DType, e.Strategy = "collective", kind(rec.kind), uint64(rec.seq), rec.bytes, dtype(rec.dtype), "ring"
+			e.Comm = rec.comm
 			if rec.hub {
 				e.Strategy = "hub"
 			}
@@ -333,6 +342,9 @@ func Trace(tracks []Track) ([]byte, error) {
 				Ts: float64(e.Begin-int64(t.Offset)-start) / 1e3, Dur: float64(e.End-e.Begin) / 1e3}
 			if e.Cat == "collective" {
 				x.Name = fmt.Sprintf("%s #%d", e.Name, e.Seq)
+				if e.Comm != 0 {
+					x.Name = fmt.Sprintf("%s #%d (comm %d)", e.Name, e.Seq, e.Comm)
+				}
 				x.Args = map[string]any{"bytes": e.Bytes, "dtype": e.DType, "strategy": e.Strategy, "seq": e.Seq,
 					"wait_us": float64(e.Wait) / 1e3, "move_us": float64(e.End-e.Begin-e.Wait) / 1e3}
 			}
