@@ -51,13 +51,15 @@ type Comm struct {
 	el      *elastic // nil unless Config.Elastic
 	member  *membership.Member
 
-	mu  sync.Mutex // the order: seq, nstart, nfinish, progress, unordered
-	seq uint32     // the last collective's number
+	mu  sync.Mutex // progress and unordered
+	seq uint32     // an elastic Comm's last collective number (exec.go)
 	// nstart collectives were started; the first nfinish of them have
 	// finished (they finish in order); progress, when not nil, is closed
 	// when nfinish grows. unordered: a collective gave up waiting for
 	// the one before it (the Comm has failed); nobody waits any more.
-	nstart    uint64
+	nstart    atomic.Uint64
+	seqBase   uint32               // a child's first number - 1 (its epoch's, elastic)
+	spare     atomic.Pointer[call] // a call to reuse (exec.go)
 	nfinish   atomic.Uint64
 	waiting   atomic.Int32 // goroutines in waitFor
 	doomed    atomic.Bool  // elastic: Start forms fail with ErrViewChanged (see doom)
@@ -367,7 +369,7 @@ func (c *Comm) writeTimeline() {
 	go func() {
 		c.wg.Wait()
 		c.mu.Lock()
-		for c.nfinish.Load() < c.nstart && !c.unordered {
+		for c.nfinish.Load() < c.nstart.Load() && !c.unordered {
 			if c.progress == nil {
 				c.progress = make(chan struct{})
 			}

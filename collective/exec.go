@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/gorun/gorun/internal/tick"
@@ -119,8 +118,11 @@ func (k *keyed) Recv(ctx context.Context, from int) (transport.Frame, error) {
 // newCall makes the network of collective seq: the job's transport seen
 // through the Comm's key, over the ranks that take part.
 func (c *Comm) newCall(seq uint32, o ring.Options) (*call, error) {
-	x := calls.Get().(*call)
-	*x = call{c: c, o: o, k: keyed{tr: c.tr, mux: c.mux, key: transport.Key{Comm: c.id, Seq: seq}}}
+	x := c.spare.Swap(nil)
+	if x == nil {
+		x = &call{c: c, k: keyed{tr: c.tr, mux: c.mux}}
+	}
+	x.o, x.k.key = o, transport.Key{Comm: c.id, Seq: seq}
 	var n ring.Transport = &x.k
 	ranks := c.members
 	if c.el != nil {
@@ -149,13 +151,10 @@ func (c *Comm) doom(err error) {
 	}
 }
 
-// calls recycles the calls: the executors are done with a call's network
-// when they return (they wait for their own senders).
-var calls = sync.Pool{New: func() any { return new(call) }}
-
+// free keeps x for the Comm's next call: the executors are done with a
+// call's network when they return (they wait for their own senders).
 func (x *call) free() {
-	*x = call{}
-	calls.Put(x)
+	x.c.spare.Store(x) // it holds nothing but the Comm's own
 }
 
 // sub is the group of the call's ranks at the given indices.
@@ -181,21 +180,18 @@ func (x *call) tiers() ring.Tiers {
 func (c *Comm) start(op *Handle, kind uint8, h transport.Header) {
 	op.c, op.kind, op.hdr = c, kind, h
 	op.hdr.Kind = kind
-	c.mu.Lock()
 	if c.isClosed() {
-		c.mu.Unlock()
+		// (One that slips past Close here finds it in execute.)
 		op.err = fmt.Errorf("collective: rank %d: %s: %w", c.cfg.Rank, kindName[kind], ErrClosed)
 		op.failed = true
 		return
 	}
-	op.idx = c.nstart
-	c.nstart++
-	op.serial = c.el != nil || c.useHub.Load() || c.parentElastic() != nil
+	op.idx = c.nstart.Add(1) - 1
+	op.serial = c.el != nil || c.useHub.Load() || c.root != nil && c.root.el != nil
 	if c.el == nil {
-		c.seq++
-		op.hdr.Seq = c.seq
+		// An elastic Comm numbers its collectives as they run (execute).
+		op.hdr.Seq = c.seqBase + uint32(op.idx) + 1
 	}
-	c.mu.Unlock()
 }
 
 func (c *Comm) isClosed() bool {

@@ -143,7 +143,7 @@ func newChild[M any](c *Comm, id uint32, ms []M, index func(M) int) *Comm {
 	}
 	if root.el != nil {
 		child.epoch = root.el.installed.Load().Epoch
-		child.seq = uint32(child.epoch) << seqEpochShift
+		child.seqBase = uint32(child.epoch) << seqEpochShift
 	}
 	return child
 }
