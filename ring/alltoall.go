@@ -2,6 +2,7 @@ package ring
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gorun/gorun/reduce"
@@ -44,24 +45,43 @@ func AllToAllV[T Elem](ctx context.Context, tr Transport, send []T, sendSpans []
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	seg := max(1, o.SegmentBytes/reduce.SizeOf[T]())
-	for k := 1; k < size; k++ {
-		to, from := (rank+k)%size, (rank-k+size)%size
-		so := o
-		so.Header.Count = uint64(sendSpans[to].Len)
-		out := newStream(to, k, part(send, sendSpans[to]), seg)
-		w := newWriter(ctx, cancel, tr, so, size, out)
-		err := w.flush(out, len(out.buf))
-		if err == nil {
-			want := o.Header
-			want.Count = uint64(recvSpans[from].Len)
-			dst := pieces[T]{p: [][]T{part(recv, recvSpans[from])}}
-			err = recvStream[T](ctx, tr, from, want, k, size, recvSpans[from].Len, seg, dst.put)
+	// One goroutine writes every block, step after step, while this one
+	// receives them in the same order: a rank runs ahead of its peers as
+	// far as the transport's buffers let it, instead of meeting each
+	// partner in turn.
+	sent := make(chan error, 1)
+	go func() {
+		for k := 1; k < size; k++ {
+			to := (rank + k) % size
+			h := o.Header
+			h.Count = uint64(sendSpans[to].Len)
+			out := newStream(to, k, part(send, sendSpans[to]), seg)
+			for i, g := range out.segs {
+				h.Step = segStep(k, i, len(out.segs), size)
+				if err := tr.Send(ctx, to, h, reduce.AsBytes(out.buf[g.Off:g.Off+g.Len])); err != nil {
+					sent <- fmt.Errorf("step %d: send to rank %d: %w", k, global(tr, to), err)
+					return
+				}
+			}
 		}
-		if err := w.wait(err); err != nil {
-			return err
-		}
+		sent <- nil
+	}()
+	var err error
+	for k := 1; k < size && err == nil; k++ {
+		from := (rank - k + size) % size
+		want := o.Header
+		want.Count = uint64(recvSpans[from].Len)
+		dst := pieces[T]{p: [][]T{part(recv, recvSpans[from])}}
+		err = recvStream[T](ctx, tr, from, want, k, size, recvSpans[from].Len, seg, dst.put)
 	}
-	return nil
+	if err != nil {
+		cancel() // the writes still under way: their peer may never read them
+	}
+	serr := <-sent
+	if serr != nil && (err == nil || errors.Is(err, context.Canceled) || transport.IsCanceled(err)) {
+		return serr
+	}
+	return err
 }
 
 // AllToAllBruck is the all-to-all exchange of equal blocks by Bruck's
