@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/transport"
 )
 
@@ -65,8 +64,9 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	err := c.do(ctx, kindSplit, func(ctx context.Context, x *call) error {
 		mine := []int64{int64(color), int64(key), int64(c.ids.peek())}
 		all := make([]int64, 3*size)
-		copy(all[3*c.index():], mine)
-		if err := ring.AllGather(ctx, x.net, all, x.o); err != nil {
+		// The all-gather the plan picks (log2 N steps for this small one
+		// on many ranks).
+		if err := allGatherFunc(c, mine, all)(ctx, x); err != nil {
 			return err
 		}
 		var base uint32
