@@ -255,7 +255,7 @@ func Send[T Number](ctx context.Context, c *Comm, buf []T, to, tag int) error {
 	if err != nil {
 		return err
 	}
-	if tag < 0 || tag >= 1<<31 {
+	if tag < 0 || int64(tag) >= 1<<31 {
 		return fmt.Errorf("collective: rank %d: send: tag %d out of range", c.cfg.Rank, tag)
 	}
 	if c.isClosed() {
@@ -281,7 +281,7 @@ func Recv[T Number](ctx context.Context, c *Comm, buf []T, from, tag int) error 
 	if err != nil {
 		return err
 	}
-	if tag < 0 || tag >= 1<<31 {
+	if tag < 0 || int64(tag) >= 1<<31 {
 		return fmt.Errorf("collective: rank %d: recv: tag %d out of range", c.cfg.Rank, tag)
 	}
 	if c.isClosed() {

@@ -83,15 +83,6 @@ func (c *Comm) setTopology(hostOf []string) error {
 	return nil
 }
 
-// hierarchical says whether a reduction or gather of nbytes runs
-// node-aware.
-func (c *Comm) hierarchical(nbytes int) bool {
-	if c.topo == nil || !c.topo.nodeAware {
-		return false
-	}
-	return c.cfg.Algorithm == Hierarchical || c.cfg.Algorithm == Auto && nbytes > c.cfg.SmallBytes
-}
-
 // Hosts reports which ranks share a host (learned when the Comm joined):
 // one list of ranks per host (with Elastic, of the current view's ranks).
 // A Comm from NewLocal is one host.
