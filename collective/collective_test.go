@@ -8,8 +8,9 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
-	"sync"
 	"testing"
+
+	"github.com/gorun/gorun/transport"
 )
 
 // lengths covers 0, 1, primes, and (for most sizes) fewer elements than
@@ -95,24 +96,7 @@ func checkAllReduced[T Number](t *testing.T, what string, got [][]T, want []T) {
 // onAll runs f on every rank of a NewLocal world.
 func onAll(t *testing.T, n int, cfg Config, f func(c *Comm) error) []error {
 	t.Helper()
-	comms, err := NewLocal(n, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for _, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[c.Rank()] = f(c)
-		}()
-	}
-	wg.Wait()
-	for _, c := range comms {
-		c.Close()
-	}
-	return errs
+	return onAllNet(t, transport.NewMemNetwork(n), cfg, f)
 }
 
 func testAllReduce[T Number](t *testing.T, algo Algorithm) {

@@ -199,6 +199,8 @@ func TestSplitElastic(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, 5)
 	killed := make(chan struct{})
+	var first sync.WaitGroup // every rank's first child all-reduce done
+	first.Add(5)
 	for _, c := range comms {
 		wg.Add(1)
 		go func() {
@@ -208,10 +210,13 @@ func TestSplitElastic(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if err := AllReduce(ctx, child, []int64{1}, Sum); err != nil {
+				err = AllReduce(ctx, child, []int64{1}, Sum)
+				first.Done()
+				if err != nil {
 					return err
 				}
 				if c.Rank() == 0 {
+					first.Wait()
 					nw.Kill(4)
 					close(killed)
 				}
