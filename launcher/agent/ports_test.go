@@ -41,3 +41,24 @@ func TestFreePortBelowEphemeral(t *testing.T) {
 		t.Fatal("a port in use counted as bindable")
 	}
 }
+
+// TestIdleEnv: Open MPI ranks yield when idle once a host holds more of
+// them than cores, as mpirun makes them, unless the user said otherwise.
+func TestIdleEnv(t *testing.T) {
+	for _, c := range []struct {
+		ranks, cpus int
+		env         []string
+		want        bool
+	}{
+		{2, 2, nil, false},
+		{3, 2, nil, true},
+		{64, 8, nil, true},
+		{4, 2, []string{"OMPI_MCA_mpi_yield_when_idle=0"}, false},
+		{1, 1, nil, false},
+	} {
+		got := idleEnv(c.ranks, c.cpus, c.env)
+		if (got != nil) != c.want || got != nil && got[0] != "OMPI_MCA_mpi_yield_when_idle=1" {
+			t.Errorf("%d ranks on %d cpus, env %v: %v", c.ranks, c.cpus, c.env, got)
+		}
+	}
+}
