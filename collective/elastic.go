@@ -80,6 +80,12 @@ func (c *Comm) View() View {
 // ErrViewChanged, after which Resync gives it the survivors' state.
 func (c *Comm) Restarts() int { return c.cfg.RestartCount }
 
+// JobSize is the number of ranks the job was started with (gorun -np),
+// whatever the view: with Elastic, Size is the current view's, and a rank
+// restarted into a smaller view sizes job-wide buffers by this. In a
+// child from Split it is still the job's.
+func (c *Comm) JobSize() int { return c.cfg.Size }
+
 const (
 	seqEpochShift = 20 // a frame's Seq is epoch<<20 | collective number
 	seqMask       = 1<<seqEpochShift - 1

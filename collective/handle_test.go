@@ -403,6 +403,9 @@ func TestHandlesElastic(t *testing.T) {
 					}
 				}
 			}
+			if c.JobSize() != 5 {
+				return fmt.Errorf("job size %d in view %v, want 5", c.JobSize(), c.View().Ranks)
+			}
 			if !changed && c.View().Epoch == 0 {
 				return errors.New("the victim was never lost")
 			}

@@ -193,20 +193,14 @@ func (h *Hub) Close() error {
 	return nil
 }
 
+// acceptLoop serves every worker that connects; a transient accept
+// failure pauses it (acceptPause) instead of ending it.
 func (h *Hub) acceptLoop() {
-	defer h.wg.Done()
-	for {
-		c, err := h.ln.Accept()
-		if err != nil {
-			return
-		}
-		h.wg.Add(1)
-		go func() {
-			defer h.wg.Done()
-			h.serveConn(c)
-		}()
-	}
+	transport.AcceptLoop(h.ln, h.closing, acceptPause, &h.wg, func(err error) { h.log.Warn("accept failed; retrying", "err", err) }, h.serveConn)
 }
+
+// acceptPause is the hub's wait after a failed accept.
+const acceptPause = 50 * time.Millisecond
 
 func (h *Hub) serveConn(c net.Conn) {
 	stop := make(chan struct{})

@@ -10,9 +10,12 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
 )
 
@@ -812,5 +815,61 @@ func waitJoined(t *testing.T, h *Hub, links []*link) {
 			t.Fatalf("%d of %d joins never handled", missing, len(links))
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// flakyListener fails its first accepts as a process out of descriptors
+// would.
+type flakyListener struct {
+	net.Listener
+	fails atomic.Int32
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.fails.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: syscall.EMFILE}
+	}
+	return l.Listener.Accept()
+}
+
+// TestHubAcceptSurvivesTransientErrors: accept failures (EMFILE) pause
+// the hub's accept loop instead of ending it; the workers then connect and
+// a round gives the exact sum.
+func TestHubAcceptSurvivesTransientErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &flakyListener{Listener: ln}
+	fl.fails.Store(3)
+	cfg := DefaultHubConfig()
+	cfg.Workers, cfg.JobID, cfg.Secret, cfg.Listener = 2, "job", []byte(testSecret), fl
+	h, err := NewHub(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	cs := dialAll(t, 2, []string{h.Addr().String()}, 1<<16)
+	const count = 1000
+	bufs := [][]int32{make([]int32, count), make([]int32, count)}
+	err = each(2, func(w int) error {
+		for i := range bufs[w] {
+			bufs[w][i] = int32(i*(w+1) - 300)
+		}
+		b := reduce.AsBytes(bufs[w])
+		return cs[w].Collective(context.Background(), Collective{Seq: 1, Kind: RoundReduce, Op: reduce.Sum, DType: reduce.Int32, Count: count, Send: b, Recv: b, WantLen: count})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fl.fails.Load() >= 0 {
+		t.Fatal("the listener never failed")
+	}
+	for w := range 2 {
+		for i, x := range bufs[w] {
+			if want := int32(3*i - 600); x != want {
+				t.Fatalf("worker %d [%d] = %d, want %d", w, i, x, want)
+			}
+		}
 	}
 }

@@ -292,35 +292,7 @@ func (t *TCP) Err() error { return t.w.Err() }
 func (t *TCP) Failed() <-chan struct{} { return t.w.Failed() }
 
 func (t *TCP) acceptLoop() {
-	defer t.wg.Done()
-	for {
-		c, err := t.ln.Accept()
-		if err != nil {
-			select {
-			case <-t.closing:
-				return
-			default:
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// A transient failure (out of file descriptors, a connection
-			// reset before it was accepted): pause and go on, as
-			// net/http and memberlist do.
-			t.log.Warn("accept failed; retrying", "err", err)
-			select {
-			case <-t.closing:
-				return
-			case <-time.After(t.cfg.AcceptPause):
-			}
-			continue
-		}
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			t.accept(c)
-		}()
-	}
+	AcceptLoop(t.ln, t.closing, t.cfg.AcceptPause, &t.wg, func(err error) { t.log.Warn("accept failed; retrying", "err", err) }, t.accept)
 }
 
 func (t *TCP) accept(c net.Conn) {
