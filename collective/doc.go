@@ -184,7 +184,7 @@
 // connections are dropped, and the epoch keeps its old frames out.
 //
 // Afterwards Size is the number of ranks in the view (an Avg divides by
-// it), Rank stays the job's rank, roots are job ranks that must be in the
+// it; JobSize stays the job's), Rank stays the job's rank, roots are job ranks that must be in the
 // view, and AllGather's recv holds Size blocks in the view's rank order.
 // Every frame carries its epoch, and the frames of an interrupted
 // collective are dropped, so they never mix with the next one's. A

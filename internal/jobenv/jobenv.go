@@ -102,7 +102,9 @@ func (r Rank) Env() []string {
 		kv(RankVar, r.Rank), kv(LocalRankVar, r.LocalRank), kv(LocalSizeVar, r.LocalSize), kv(NodeRankVar, r.NodeRank),
 		kv("RANK", r.Rank), kv("LOCAL_RANK", r.LocalRank), kv("LOCAL_WORLD_SIZE", r.LocalSize), kv("GROUP_RANK", r.NodeRank),
 		kv("OMPI_COMM_WORLD_RANK", r.Rank), kv("OMPI_COMM_WORLD_LOCAL_RANK", r.LocalRank),
-		kv("OMPI_COMM_WORLD_LOCAL_SIZE", r.LocalSize), kv("OMPI_COMM_WORLD_NODE_RANK", r.NodeRank),
+		// Open MPI's node rank is the rank's place on its node (what
+		// torchrun calls the local rank), not the node's number.
+		kv("OMPI_COMM_WORLD_LOCAL_SIZE", r.LocalSize), kv("OMPI_COMM_WORLD_NODE_RANK", r.LocalRank),
 		AddrVar + "=" + r.Addr, kv(GossipPortVar, r.GossipPort),
 	}
 }
