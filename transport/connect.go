@@ -557,9 +557,9 @@ func (t *TCP) dialHello(ctx context.Context, addr string, peer int, handshakeTim
 	return c, nil
 }
 
-// Offers is how many shared memory offers this rank has made (to peers
+// offerCount is how many shared memory offers this rank has made (to peers
 // on its host, or whose host it did not know).
-func (t *TCP) Offers() int { return int(t.offers.Load()) }
+func (t *TCP) offerCount() int { return int(t.offers.Load()) }
 
 // ConnectedPeers lists the peers this rank holds a connection to.
 func (t *TCP) ConnectedPeers() []int { return t.peersWhere(func(*peerConn) bool { return true }) }

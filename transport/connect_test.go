@@ -118,7 +118,7 @@ func TestConnectOnFirstUse(t *testing.T) {
 		if got := tr.LocalPeers(); !slices.Equal(got, wantLocal) {
 			t.Fatalf("rank %d: local peers %v, want %v (from the placement)", r, got, wantLocal)
 		}
-		offers += tr.Offers()
+		offers += tr.offerCount()
 	}
 	// One offer per connected pair on one host; none across hosts.
 	pairs := 0

@@ -44,6 +44,20 @@
 // control frames (all but TypeData) carry zeros in DType through Count,
 // except Step in an abort.
 //
+// # Streams within a peer's frames
+//
+// Several collectives (of one communicator or of several) and
+// point-to-point messages may be in flight between two ranks at once.
+// Each frame names its stream: Comm is the communicator (0 for the job's
+// own; collective.Comm.Split's children have their own ids, the same on
+// every member), with ChanP2P set for a point-to-point message, and Seq
+// is the collective's number in its communicator or the message's tag. A
+// Mux over a Transport hands each (Comm, Seq) stream its own frames in
+// the order sent: a lone reader gets the frame as it lies (in shared
+// memory, say) and keeps the connection until it releases it, so frames
+// are still released in the order they arrived; a frame of another
+// stream is copied, released and queued for its reader.
+//
 // # Handshake
 //
 // Every connection, whoever dials it, starts with a handshake, bounded as

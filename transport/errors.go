@@ -75,8 +75,8 @@ func (e *RemoteError) Is(target error) bool {
 	return false
 }
 
-// CodeOf picks the wire code for a local error.
-func CodeOf(err error) Code {
+// codeOf picks the wire code for a local error.
+func codeOf(err error) Code {
 	switch {
 	case errors.Is(err, ErrSizeMismatch):
 		return CodeMismatch

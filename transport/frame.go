@@ -98,9 +98,9 @@ func PutHeader(b []byte, h Header) {
 	binary.LittleEndian.PutUint32(b[28:], h.Comm)
 }
 
-// ParseHeader decodes and checks a header. A payload longer than
+// parseHeader decodes and checks a header. A payload longer than
 // maxPayload is an error, so a caller can size its buffer from Len safely.
-func ParseHeader(b []byte, maxPayload int) (Header, error) {
+func parseHeader(b []byte, maxPayload int) (Header, error) {
 	if len(b) < HeaderSize {
 		return Header{}, &FrameError{fmt.Sprintf("header is %d bytes, want %d", len(b), HeaderSize)}
 	}
@@ -150,7 +150,7 @@ func (fr *Reader) Next(alloc func(n int) []byte) (Header, []byte, error) {
 	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {
 		return Header{}, nil, err
 	}
-	h, err := ParseHeader(fr.hdr[:], fr.maxPayload)
+	h, err := parseHeader(fr.hdr[:], fr.maxPayload)
 	if err != nil {
 		return Header{}, nil, err
 	}

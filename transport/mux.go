@@ -218,8 +218,8 @@ func (m *Mux) Drop(keep func(Key) bool) {
 	}
 }
 
-// Queued is the number of frames waiting for their keys' readers.
-func (m *Mux) Queued() int {
+// queued is the number of frames waiting for their keys' readers.
+func (m *Mux) queued() int {
 	n := 0
 	for i := range m.peers {
 		p := &m.peers[i]

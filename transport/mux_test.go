@@ -68,7 +68,7 @@ func muxStreams(t *testing.T, from, to Transport, keys []Key, msgs [][][]byte, s
 	if err := errors.Join(append(errs, <-sendErr)...); err != nil {
 		t.Fatal(err)
 	}
-	if q := mux.Queued(); q != 0 {
+	if q := mux.queued(); q != 0 {
 		t.Fatalf("%d frames left queued", q)
 	}
 }
@@ -133,11 +133,11 @@ func TestMuxWakes(t *testing.T) {
 	if _, err := mux.Recv(wctx, 1, Key{Seq: 2}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("waiter with an ended context: %v", err)
 	}
-	for mux.Queued() != 1 {
+	for mux.queued() != 1 {
 		time.Sleep(time.Millisecond)
 	}
 	mux.Drop(func(k Key) bool { return k.Seq != 9 })
-	if mux.Queued() != 0 {
+	if mux.queued() != 0 {
 		t.Fatal("Drop kept the frame")
 	}
 	nw.Kill(1)

@@ -190,7 +190,7 @@ func (r *shmRing) next(maxPayload int) (rec record, ok bool, err error) {
 		if n < recHdrSize {
 			return record{}, false, shmCorrupt("record of %d bytes has no room for its header", n)
 		}
-		h, err := ParseHeader(r.data[off+8:off+8+HeaderSize], maxPayload)
+		h, err := parseHeader(r.data[off+8:off+8+HeaderSize], maxPayload)
 		if err != nil {
 			return record{}, false, err
 		}

@@ -251,7 +251,7 @@ func leftError(peer int) error {
 	return &PeerLostError{Rank: peer, Reason: "it closed its Comm while this rank still expected data"}
 }
 
-// ctxErr wraps a context's error so that CodeOf recognises it.
+// ctxErr wraps a context's error so that codeOf recognises it.
 func ctxErr(ctx context.Context) error {
 	return fmt.Errorf("%w: %w", errCanceled, context.Cause(ctx))
 }
@@ -286,7 +286,7 @@ func abortPayload(err error) []byte {
 	if len(msg) > 4000 {
 		msg = msg[:4000]
 	}
-	return append([]byte{byte(CodeOf(err))}, msg...)
+	return append([]byte{byte(codeOf(err))}, msg...)
 }
 
 func parseAbort(from int, p []byte) error {
