@@ -7,7 +7,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gorun/gorun/internal/mpitest"
 )
@@ -85,6 +87,44 @@ func checkFailures(t *testing.T, mpi mpitest.MPI) {
 		t.Fatalf("no finalize: exit %d, want 1 naming rank 0:\n%s", r.code, r.stderr)
 	}
 	noLeftovers(t, mark)
+}
+
+// TestOpenMPIHalfFinishedTerm: SIGTERM to gorun while two Open MPI ranks
+// wait in MPI_Finalize's fence and two in a barrier that never completes:
+// every rank is gone within the grace period and gorun exits right after
+// (it used to wait for the agent's hard stop, grace + 10 s: the fence's
+// PMI session outlived its rank). The bound is only a hang check.
+func TestOpenMPIHalfFinishedTerm(t *testing.T) {
+	progs, mark := mpiPrograms(t, mpitest.OpenMPI)
+	cmd, out, errb := gorunCmd(t, "-np", "4", "--grace", "1s", progs["mpihalf"])
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for i := 0; strings.Count(out.String(), "ready") < 4; i++ {
+		if i > 600 {
+			_ = cmd.Process.Kill()
+			t.Fatalf("the ranks never started:\n%s\n%s", out, errb)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // into the fence and the barrier
+	t0 := time.Now()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(8 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("gorun still running 8 s after SIGTERM with a 1 s grace:\n%s", errb)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 128+15 {
+		t.Fatalf("exit %d after %v, want 143:\n%s", code, time.Since(t0), errb)
+	}
+	t.Logf("SIGTERM to exit: %v (grace 1 s)", time.Since(t0))
+	noLeftovers(t, mark)
+	noOpenMPIFiles(t)
 }
 
 // TestMPICHWithoutInit: a program linked with MPICH that never calls

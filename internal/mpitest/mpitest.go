@@ -100,6 +100,26 @@ int main(int argc, char **argv) {
     return 0;
 }
 `,
+	// mpihalf: ranks 0 and 1 reach MPI_Finalize, the others wait forever
+	// in a barrier (MPICH's errors/coll/bcastlength has this shape); each
+	// says "ready" first, flushed.
+	"mpihalf": `#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int r;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    printf("ready %d\n", r);
+    fflush(stdout);
+    if (r < 2) {
+        MPI_Finalize();
+        return 0;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Finalize();
+    return 0;
+}
+`,
 	// mpinoinit: linked with MPICH, never calls MPI_Init.
 	"mpinoinit": `#include <mpi.h>
 #include <stdio.h>

@@ -29,6 +29,10 @@ const pmiWait = time.Second
 // pmiSession is one rank's PMI conversation.
 type pmiSession struct {
 	conn net.Conn
+	// stop ends the session's wait in a barrier, which closing conn does
+	// not: a rank killed in its PMI fence (MPI_Finalize while other ranks
+	// never arrive) would keep the agent until the launcher's hard stop.
+	stop context.CancelFunc
 	done chan struct{}
 	res  pmi.Result
 	err  error
@@ -91,10 +95,12 @@ func (a *agent) releasePMI(m *proto.Message) {
 // goroutine is waited for by endPMI.
 func (a *agent) servePMI(p *rankProc) {
 	s := p.pmi
+	ctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
 	go func() {
 		defer close(s.done)
-		s.res, s.err = a.pmi.Serve(context.Background(), p.spec.Rank, s.conn) // Close wakes it
-		if s.err != nil && !errors.Is(s.err, pmi.ErrClosed) && !errors.Is(s.err, net.ErrClosed) {
+		s.res, s.err = a.pmi.Serve(ctx, p.spec.Rank, s.conn) // Close and stop wake it
+		if s.err != nil && !errors.Is(s.err, pmi.ErrClosed) && !errors.Is(s.err, net.ErrClosed) && ctx.Err() == nil {
 			a.failRank(p, "PMI: "+s.err.Error())
 		}
 	}()
@@ -116,6 +122,9 @@ func (a *agent) endPMI(p *rankProc, code int) string {
 	}
 	t.Stop()
 	_ = s.conn.Close()
+	if s.stop != nil {
+		s.stop()
+	}
 	<-s.done
 	if code == 0 && s.res.Init && !s.res.Finalized && !s.res.Aborted {
 		return "without calling MPI_Finalize after MPI_Init (PMI finalize after init)"
