@@ -167,7 +167,11 @@ func TestUnservedMPI(t *testing.T) {
 	noLeftovers(t, mark)
 	for _, prog := range []string{progs["mpicheck"], progs["mpinofinalize"]} {
 		r = gorun(t, "-np", "2", "--grace", "1s", "env", "-u", "FLUX_JOB_ID", prog, "5", "3")
-		if r.code != 1 || !strings.Contains(r.stderr, "ran Open MPI as a singleton") {
+		// Two singletons share the job's session directory: one may fail
+		// in Open MPI's own mkdir race (a loud failure of that rank)
+		// before gorun sees the other run as a singleton.
+		raced := strings.Contains(r.stderr, "A call to mkdir was unable to create the desired directory")
+		if r.code != 1 || !strings.Contains(r.stderr, "ran Open MPI as a singleton") && !raced {
 			t.Fatalf("%s as singletons: exit %d, want 1:\n%s\n%s", filepath.Base(prog), r.code, r.stdout, r.stderr)
 		}
 		noLeftovers(t, mark)
