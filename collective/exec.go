@@ -427,6 +427,11 @@ func (c *Comm) execute(ctx context.Context, op *Handle, f func(ctx context.Conte
 	why := fmt.Errorf("rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], seq, err)
 	if c.tr.Err() == nil {
 		c.tr.Abort(why)
+	} else if n, ok := c.tr.(interface{ WaitNotices() }); ok {
+		// Another rank's abort reached this one and is being passed on:
+		// let it out before the program, which may exit on this error,
+		// gets it (otherwise peers see this rank's end first and blame it).
+		n.WaitNotices()
 	}
 	if c.hub != nil && !c.cfg.HubElastic {
 		// Tell the hubs why before returning (the watcher would too, but

@@ -23,6 +23,10 @@ type TCP struct {
 	ln  net.Listener
 	w   *world
 
+	// forwards counts aborts being passed on in the background
+	// (forwardAbort), which WaitNotices waits for.
+	forwards atomic.Int32
+
 	mu         sync.Mutex
 	conns      []atomic.Pointer[peerConn] // set once, under mu (again after a Revive)
 	revived    []atomic.Uint32            // per peer: how many times Revive gave it a new process
@@ -401,11 +405,24 @@ func (t *TCP) broadcastAbort(err error, skip int, timeout time.Duration) {
 // NoticeTimeout.
 func (t *TCP) forwardAbort(from, origin int, p []byte) {
 	t.wg.Add(1) // safe: called by a reader, which holds a count
+	t.forwards.Add(1)
 	go func() {
 		defer t.wg.Done()
+		defer t.forwards.Add(-1)
 		t.sendAbort(p, from, origin, t.cfg.NoticeTimeout)
 		putBuf(p)
 	}()
+}
+
+// WaitNotices waits (NoticeTimeout at most, as each send is bounded) for
+// the aborts this rank is passing on to its peers, so that a program that
+// exits on the error it got does not leave its peers blaming it instead
+// of the rank that failed first.
+func (t *TCP) WaitNotices() {
+	deadline := time.Now().Add(t.cfg.NoticeTimeout)
+	for t.forwards.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // sendAbort sends an abort frame with payload to every connected peer
