@@ -63,7 +63,11 @@ func reduceAll[T Number](ctx context.Context, x *call, buf []T, op Op, kind uint
 		b := reduce.AsBytes(buf)
 		return c.hubRound(ctx, x.o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: len(buf)})
 	case viaHierarchical:
-		return ring.Hierarchical(ctx, x.tiers(), buf, fold, x.o)
+		t, err := x.tiers()
+		if err != nil {
+			return err
+		}
+		return ring.Hierarchical(ctx, t, buf, fold, x.o)
 	case viaDoubling:
 		return ring.Doubling(ctx, x.net, buf, fold, x.o)
 	case viaDirect:
@@ -189,8 +193,12 @@ func allGatherFunc[T Number](c *Comm, send, recv []T) func(ctx context.Context, 
 		case viaHub:
 			return c.hubRound(ctx, x.o.Header.Seq, ps.Collective{Kind: ps.RoundGather, DType: dtype[T](), Count: n, Send: reduce.AsBytes(send), Recv: reduce.AsBytes(recv)})
 		case viaHierarchical:
+			t, err := x.tiers()
+			if err != nil {
+				return err
+			}
 			copy(recv[c.index()*n:], send)
-			return ring.HierarchicalAllGather(ctx, x.tiers(), recv, x.o)
+			return ring.HierarchicalAllGather(ctx, t, recv, x.o)
 		case viaDoubling:
 			copy(recv[c.index()*n:], send)
 			return gatherByDoubling(ctx, x, recv, n)
@@ -227,7 +235,10 @@ func reduceScatterFunc[T Number](c *Comm, buf []T, op Op, mine *[]T) func(ctx co
 			b := reduce.AsBytes(buf)
 			err = c.hubRound(ctx, x.o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantOff: s.Off, WantLen: s.Len})
 		case viaHierarchical:
-			s, err = ring.HierarchicalReduceScatter(ctx, x.tiers(), buf, fold, x.o)
+			var t ring.Tiers
+			if t, err = x.tiers(); err == nil {
+				s, err = ring.HierarchicalReduceScatter(ctx, t, buf, fold, x.o)
+			}
 		case viaDoubling:
 			// Small: the whole all-reduce in log2 N steps beats the ring's
 			// N-1; every rank then keeps its chunk.

@@ -157,21 +157,19 @@ func (x *call) free() {
 	x.c.spare.Store(x) // it holds nothing but the Comm's own
 }
 
-// sub is the group of the call's ranks at the given indices.
-func (x *call) sub(ranks []int) ring.Transport {
-	g, err := ring.NewGroup(x.net, ranks)
-	if err != nil {
-		// The topology's lists always hold this rank: a bug.
-		panic(err)
-	}
-	return g
-}
-
 // tiers is the node-aware layout of the call (the Comm's topology must
 // be node-aware).
-func (x *call) tiers() ring.Tiers {
+func (x *call) tiers() (ring.Tiers, error) {
 	t := x.c.topo
-	return ring.Tiers{Local: x.sub(t.local), Cross: x.sub(t.cross), Hosts: t.hosts}
+	local, err := ring.NewGroup(x.net, t.local)
+	if err != nil {
+		return ring.Tiers{}, err
+	}
+	cross, err := ring.NewGroup(x.net, t.cross)
+	if err != nil {
+		return ring.Tiers{}, err
+	}
+	return ring.Tiers{Local: local, Cross: cross, Hosts: t.hosts}, nil
 }
 
 // start places a collective in the Comm's order. The caller runs it

@@ -28,14 +28,7 @@ import (
 // otherwise.
 func Gather[T Elem](ctx context.Context, tr Transport, send []T, recv []T, spans []Span, root int, o Options) error {
 	rank, size := tr.Rank(), tr.Size()
-	if root < 0 || root >= size {
-		return fmt.Errorf("ring: gather: root %d is not one of %d ranks", root, size)
-	}
-	n := math.MaxInt // non-roots check only the lengths
-	if rank == root {
-		n = len(recv)
-	}
-	if err := checkSpans("gather", spans, size, n); err != nil {
+	if err := checkRooted("gather", rank, size, root, spans, len(recv)); err != nil {
 		return err
 	}
 	if len(send) != spans[rank].Len {
@@ -105,14 +98,7 @@ func Gather[T Elem](ctx context.Context, tr Transport, send []T, recv []T, spans
 // Gather.
 func Scatter[T Elem](ctx context.Context, tr Transport, send []T, spans []Span, recv []T, root int, o Options) error {
 	rank, size := tr.Rank(), tr.Size()
-	if root < 0 || root >= size {
-		return fmt.Errorf("ring: scatter: root %d is not one of %d ranks", root, size)
-	}
-	n := math.MaxInt
-	if rank == root {
-		n = len(send)
-	}
-	if err := checkSpans("scatter", spans, size, n); err != nil {
+	if err := checkRooted("scatter", rank, size, root, spans, len(send)); err != nil {
 		return err
 	}
 	if len(recv) != spans[rank].Len {
@@ -191,6 +177,20 @@ func Scatter[T Elem](ctx context.Context, tr Transport, send []T, spans []Span, 
 // tree is the binomial tree of Gather and Scatter seen from one rank, in
 // relative ranks (rank − root mod size): the subtree of relative rank v
 // is [v, end(v)), and its blocks are packed in that order.
+// checkRooted checks a rooted collective's root and spans; rootLen is
+// the length of the buffer only the root uses (non-roots check only the
+// spans' lengths).
+func checkRooted(what string, rank, size, root int, spans []Span, rootLen int) error {
+	if root < 0 || root >= size {
+		return fmt.Errorf("ring: %s: root %d is not one of %d ranks", what, root, size)
+	}
+	n := math.MaxInt
+	if rank == root {
+		n = rootLen
+	}
+	return checkSpans(what, spans, size, n)
+}
+
 type tree struct {
 	root, size int
 	v          int   // this rank's relative rank
