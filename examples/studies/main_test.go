@@ -175,3 +175,18 @@ func checkResilience(t *testing.T, text string) {
 		}
 	}
 }
+
+func TestFailure(t *testing.T) {
+	for _, c := range []struct{ out, want string }{
+		{"[0] fatal error: out of memory allocating heap arena metadata\n", "exit 2: rank 0 out of memory"},
+		{"x\n[1] fatal error: runtime: out of memory\n", "exit 2: rank 1 out of memory"},
+		{"[hub 0] fatal error: runtime: cannot allocate memory\n", "exit 2: hub 0 out of memory"},
+		{"[1] runtime: failed to create new OS thread (have 7 already; errno=12)\n[1] fatal error: newosproc\n", "exit 2: rank 1 out of memory"},
+		{"[0] panic: index out of range\n[0] fatal error: all goroutines are asleep\n", "exit 2: [0] fatal error: all goroutines are asleep"},
+		{"gorun: rank 0 on localhost (pid 1) exited with code 2\n", "exit 2: gorun: rank 0 on localhost (pid 1) exited with code 2"},
+	} {
+		if got := failure(2, c.out); got != c.want {
+			t.Errorf("failure(%q) = %q, want %q", c.out, got, c.want)
+		}
+	}
+}

@@ -96,7 +96,6 @@ func ringTMP(o options) (string, error) {
 	rep.f("Every process of the job (launcher, agents, ranks, hub) runs under a data limit of %d MiB (`prlimit --data`: the heap a Go program can map; the trainer is built with CGO_ENABLED=0 so that thread stacks come from that heap too); the MLP's two hidden layers grow until a process fails (2,000 training samples, so that the model is most of the memory). ", limit>>20)
 	rep.f("A ring rank holds the whole model several times over (weights, gradient, momentum, the all-reduce buffer); with a dedicated hub (`--hubs 1`) the hub holds the weights, their momentum and the round's sum, and each worker its weights and gradient.\n\n")
 	rep.f("| hidden widths | parameters | MiB per copy (float64) | ring, 2 ranks | hub BSP, 2 workers + 1 hub |\n| --- | --- | --- | --- | --- |\n")
-	oomRE := regexp.MustCompile(`\[(hub \d+|\d+)\] fatal error: (runtime: )?out of memory`)
 	for _, w := range widths {
 		params := nn.MLPParams(784, []int{w, w}, 10)
 		row := []string{}
@@ -111,19 +110,36 @@ func ringTMP(o options) (string, error) {
 			case code == 0 && r.Failed == "" && r.Params > 0:
 				row = append(row, "ok")
 			default:
-				who := "a process"
-				if m := oomRE.FindStringSubmatch(r.Output); m != nil {
-					who = m[1]
-					if !strings.HasPrefix(who, "hub") {
-						who = "rank " + who
-					}
-				}
-				row = append(row, fmt.Sprintf("fails (exit %d: %s out of memory)", code, who))
+				row = append(row, "fails ("+failure(code, r.Output)+")")
 			}
 		}
 		rep.f("| %d,%d | %d | %.1f | %s | %s |\n", w, w, params, float64(params)*8/(1<<20), row[0], row[1])
 	}
 	return rep.write(o)
+}
+
+// The Go runtime says it ran out of memory in several ways: a failed
+// heap or metadata allocation ("fatal error: out of memory ..."), or a
+// thread it could not create because its stack did not fit under the
+// limit ("failed to create new OS thread ... errno=12"), or address
+// space it could not reserve or map ("failed to reserve page summary
+// memory", "cannot map pages in arena address space").
+var (
+	oomRE   = regexp.MustCompile(`\[(hub \d+|\d+)\] (?:fatal error: |runtime: )[^\n]*(?:out of memory|cannot allocate memory|errno=12|failed to reserve|cannot map pages)`)
+	fatalRE = regexp.MustCompile(`(?m)^(?:\[[^\]]+\] )?(?:fatal error|runtime:|gorun:)[^\n]*`)
+)
+
+// failure says why a job under a memory limit failed: which process ran
+// out of memory, or else the first line that says what went wrong.
+func failure(code int, output string) string {
+	m := oomRE.FindStringSubmatch(output)
+	switch {
+	case m != nil && strings.HasPrefix(m[1], "hub"):
+		return fmt.Sprintf("exit %d: %s out of memory", code, m[1])
+	case m != nil:
+		return fmt.Sprintf("exit %d: rank %s out of memory", code, m[1])
+	}
+	return fmt.Sprintf("exit %d: %s", code, shorten(fatalRE.FindString(output), 120))
 }
 
 func shorten(s string, n int) string {
