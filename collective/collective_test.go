@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/gorun/gorun/transport"
 )
@@ -30,7 +31,7 @@ func gen[T Number](rng *rand.Rand, n int, op Op) []T {
 		}
 		var z T
 		switch any(z).(type) {
-		case int32, int64:
+		case int32, int64, int8, uint8:
 			v[i] = T(rng.IntN(201) - 100)
 		default:
 			v[i] = T(x)
@@ -69,7 +70,7 @@ func reference[T Number](in [][]T, op Op) []T {
 func near[T Number](got, want T, n int) bool {
 	var z T
 	switch any(z).(type) {
-	case int32, int64:
+	case int32, int64, int8, uint8:
 		return got == want
 	case float32:
 		return math.Abs(float64(got-want)) <= 1e-4*float64(n)*math.Max(1, math.Abs(float64(want)))
@@ -132,6 +133,8 @@ func TestAllReduce(t *testing.T) {
 			testAllReduce[float64](t, algo)
 			testAllReduce[int32](t, algo)
 			testAllReduce[int64](t, algo)
+			testAllReduce[int8](t, algo)
+			testAllReduce[uint8](t, algo)
 		})
 	}
 }
@@ -140,9 +143,12 @@ func testOthers[T Number](t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, uint64(dtype[T]())))
 	cfg := DefaultConfig()
 	cfg.SmallBytes, cfg.SegmentBytes = 128, 64
-	ctx := context.Background()
 	for size := 1; size <= 9; size++ {
 		for _, n := range lengths {
+			// A rank whose check fails returns early: its peers' next
+			// call must not wait for it for ever.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
 			op := ops[rng.IntN(len(ops))]
 			root := rng.IntN(size)
 			in := make([][]T, size)
@@ -220,6 +226,8 @@ func TestBroadcastReduceScatterAllGather(t *testing.T) {
 	testOthers[float64](t)
 	testOthers[int32](t)
 	testOthers[int64](t)
+	testOthers[int8](t)
+	testOthers[uint8](t)
 }
 
 // TestMismatches: disagreements between ranks fail every rank with

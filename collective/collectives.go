@@ -35,19 +35,22 @@ func gatherByDoubling[T Number](ctx context.Context, x *call, recv []T, n int) e
 	me := x.c.index() * n
 	clear(recv[:me])
 	clear(recv[me+n:])
-	b := reduce.AsBytes(recv) // elements are 4 or 8 bytes: whole words
+	b := reduce.AsBytes(recv)
+	if len(b)%4 != 0 { // 1-byte elements: OR bytes, not words
+		return ring.Doubling(ctx, x.net, b, orInto[uint8], x.o)
+	}
 	words, shared := reduce.View[int32](b)
 	if !shared {
 		words = reduce.FromBytes[int32](b)
 	}
-	err := ring.Doubling(ctx, x.net, words, orWords, x.o)
+	err := ring.Doubling(ctx, x.net, words, orInto[int32], x.o)
 	if !shared {
 		copy(b, reduce.AsBytes(words))
 	}
 	return err
 }
 
-func orWords(dst, src []int32) {
+func orInto[T int32 | uint8](dst, src []T) {
 	for i := range dst {
 		dst[i] |= src[i]
 	}

@@ -186,7 +186,7 @@ func TestHubStrategyMatchesReference(t *testing.T) {
 				if got := c.Hub().RoundRule().Spread; got != ps.RoundSpreadBytes {
 					return fmt.Errorf("rank %d on one host cuts rounds with spread %d, want %d", c.Rank(), got, ps.RoundSpreadBytes)
 				}
-				return errors.Join(hubSuite[float32](ctx, c, 1), hubSuite[float64](ctx, c, 2), hubSuite[int32](ctx, c, 3), hubSuite[int64](ctx, c, 4))
+				return errors.Join(hubSuite[float32](ctx, c, 1), hubSuite[float64](ctx, c, 2), hubSuite[int32](ctx, c, 3), hubSuite[int64](ctx, c, 4), hubSuite[int8](ctx, c, 7), hubSuite[uint8](ctx, c, 8))
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -91,6 +91,7 @@ func TestNodeAware(t *testing.T) {
 					// two types once are enough.
 					nodeAwareSuite[float64](t, comms)
 					nodeAwareSuite[int32](t, comms)
+					nodeAwareSuite[uint8](t, comms)
 				}
 			})
 		}

@@ -12,14 +12,15 @@ import (
 
 // Number is an element type the collectives work on.
 type Number interface {
-	float32 | float64 | int32 | int64
+	float32 | float64 | int32 | int64 | int8 | uint8
 }
 
 // Op is a reduction. Its values cross the wire.
 type Op uint8
 
 // The reductions. Integer Avg is the sum divided by the number of ranks,
-// truncated toward zero; integer Sum and Prod wrap around on overflow.
+// truncated toward zero; integer Sum and Prod wrap around on overflow (so
+// an int8 or uint8 Avg divides the wrapped sum).
 // ONLY APPEND.
 const (
 	Sum Op = iota + 1
@@ -54,6 +55,8 @@ const (
 	Float64
 	Int32
 	Int64
+	Int8
+	Uint8
 )
 
 // DTypeOf is T's wire code.
@@ -66,6 +69,10 @@ func DTypeOf[T Number]() uint8 {
 		return Float64
 	case int32:
 		return Int32
+	case int8:
+		return Int8
+	case uint8:
+		return Uint8
 	}
 	return Int64
 }
@@ -78,6 +85,8 @@ func Size(dtype uint8) int {
 		return 4
 	case Float64, Int64:
 		return 8
+	case Int8, Uint8:
+		return 1
 	}
 	return 0
 }
@@ -93,6 +102,10 @@ func DTypeName(dtype uint8) string {
 		return "int32"
 	case Int64:
 		return "int64"
+	case Int8:
+		return "int8"
+	case Uint8:
+		return "uint8"
 	}
 	return fmt.Sprintf("dtype(%d)", dtype)
 }
@@ -148,8 +161,19 @@ func Finish[T Number](op Op, buf []T, n int) {
 	if op != Avg || n == 1 {
 		return
 	}
-	for i := range buf {
-		buf[i] /= T(n)
+	switch b := any(buf).(type) {
+	case []int8: // T(n) would wrap from 128 ranks
+		for i := range b {
+			b[i] = int8(int(b[i]) / n)
+		}
+	case []uint8:
+		for i := range b {
+			b[i] = uint8(int(b[i]) / n)
+		}
+	default:
+		for i := range buf {
+			buf[i] /= T(n)
+		}
 	}
 }
 
@@ -209,6 +233,10 @@ func Bytes(dtype uint8, op Op, dst, src []byte) error {
 		bytesOf[int32](op, dst, src)
 	case Int64:
 		bytesOf[int64](op, dst, src)
+	case Int8:
+		bytesOf[int8](op, dst, src)
+	case Uint8:
+		bytesOf[uint8](op, dst, src)
 	default:
 		return fmt.Errorf("reduce: unknown dtype %d", dtype)
 	}

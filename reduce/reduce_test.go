@@ -38,13 +38,15 @@ func TestBytesMatchesTyped(t *testing.T) {
 			checkBytes[float64](t, rng, n, op)
 			checkBytes[int32](t, rng, n, op)
 			checkBytes[int64](t, rng, n, op)
+			checkBytes[int8](t, rng, n, op)
+			checkBytes[uint8](t, rng, n, op)
 		}
 	}
 	if err := Bytes(Float32, Op(0), nil, nil); err == nil {
 		t.Error("op 0 accepted")
 	}
-	if err := Bytes(9, Sum, nil, nil); err == nil {
-		t.Error("dtype 9 accepted")
+	if err := Bytes(99, Sum, nil, nil); err == nil {
+		t.Error("dtype 99 accepted")
 	}
 	if err := Bytes(Float32, Sum, make([]byte, 4), make([]byte, 8)); err == nil {
 		t.Error("length mismatch accepted")
