@@ -612,6 +612,51 @@ func Resync[T Number](ctx context.Context, c *Comm, state []T) error {
 	}
 }
 
+// MaxResyncBytes caps the state ResyncBytes accepts from its root.
+const MaxResyncBytes = 1 << 36
+
+// ResyncBytes is Resync for state whose length only its holder knows, such
+// as a serialized checkpoint: every rank of the view gets the bytes of the
+// view's first rank that holds the state (its length first, then the
+// bytes, from the same root), again on the newer view if the view changes
+// under it. A rank that holds no state passes nil.
+func ResyncBytes(ctx context.Context, c *Comm, state []byte) ([]byte, error) {
+	for {
+		got, err := resyncBytes(ctx, c, state)
+		if err == nil {
+			if c.el != nil {
+				c.el.synced.Store(true)
+			}
+			return got, nil
+		}
+		if !errors.Is(err, ErrViewChanged) {
+			return nil, err
+		}
+	}
+}
+
+func resyncBytes(ctx context.Context, c *Comm, state []byte) ([]byte, error) {
+	root, err := c.stateRoot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n := []int64{int64(len(state))}
+	if err := Broadcast(ctx, c, n, root); err != nil {
+		return nil, err
+	}
+	if n[0] < 0 || n[0] > MaxResyncBytes {
+		return nil, fmt.Errorf("collective: rank %d: resync: rank %d announced %d bytes of state (at most %d)", c.cfg.Rank, root, n[0], int64(MaxResyncBytes))
+	}
+	buf := state
+	if c.Rank() != root {
+		buf = make([]byte, n[0])
+	}
+	if err := Broadcast(ctx, c, buf, root); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
 // stateRoot agrees with the view on its first rank that holds the
 // training state (one small all-reduce).
 func (c *Comm) stateRoot(ctx context.Context) (int, error) {
