@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"sync"
 	"time"
@@ -85,7 +86,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 		for i, col := range order {
 			colors[col] = i
 		}
-		if base+uint32(len(order)) >= transport.ChanP2P {
+		if base+uint32(len(order)) >= groupBase {
 			return fmt.Errorf("split: communicator ids exhausted")
 		}
 		c.ids.reserve(base + uint32(len(order)))
@@ -112,6 +113,63 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 		if err := child.setTopology(child.hostKeys()); err != nil {
 			return nil, err
 		}
+	}
+	return child, nil
+}
+
+// groupBase is the first communicator id of CreateGroup's children; Split
+// hands out the ids below it.
+const groupBase = 1 << 30
+
+// MaxGroupTag bounds CreateGroup's tag.
+const MaxGroupTag = 1<<30 - 1 // groupBase + MaxGroupTag < transport.ChanP2P
+
+// CreateGroup makes the child of c that holds the given ranks of c, in
+// that order, as MPI_Comm_create_group does: only those ranks call it,
+// each with the same ranks and tag, and c's other ranks take no part.
+// The tag names the group among c's groups: two groups made from one
+// parent need different tags (a library that names its groups with a
+// counter every rank advances alike, as torch.distributed's new_group
+// does, can use that). It returns once every member has called it. As
+// with Split, the child runs over c's connections and shared memory, and
+// a view change invalidates it.
+func (c *Comm) CreateGroup(ctx context.Context, ranks []int, tag int) (*Comm, error) {
+	if tag < 0 || tag > MaxGroupTag {
+		return nil, fmt.Errorf("collective: rank %d: create group: tag %d is outside 0..%d", c.cfg.Rank, tag, MaxGroupTag)
+	}
+	me := c.index()
+	pos, seen := -1, make(map[int]bool, len(ranks))
+	for i, r := range ranks {
+		if r < 0 || r >= c.Size() || seen[r] {
+			return nil, fmt.Errorf("collective: rank %d: create group %d: ranks %v: %d is not a distinct rank of 0..%d", c.cfg.Rank, tag, ranks, r, c.Size()-1)
+		}
+		seen[r] = true
+		if r == me {
+			pos = i
+		}
+	}
+	if pos < 0 {
+		return nil, fmt.Errorf("collective: rank %d: create group %d: ranks %v do not hold this rank (%d)", c.cfg.Rank, tag, ranks, me)
+	}
+	child := newChild(c, groupBase+uint32(tag), ranks, func(r int) int { return r })
+	// Every member checks that the others made the same group.
+	h := fnv.New64a()
+	fmt.Fprint(h, tag, ranks)
+	mine := []int64{int64(h.Sum64() >> 1)}
+	all := make([]int64, len(ranks))
+	if err := AllGather(ctx, child, mine, all); err != nil {
+		child.Close()
+		return nil, err
+	}
+	for i, x := range all {
+		if x != mine[0] {
+			child.Close()
+			return nil, fmt.Errorf("collective: rank %d: create group %d: rank %d of c made a different group than %v: %w", c.cfg.Rank, tag, ranks[i], ranks, ErrSizeMismatch)
+		}
+	}
+	if err := child.setTopology(child.hostKeys()); err != nil {
+		child.Close()
+		return nil, err
 	}
 	return child, nil
 }

@@ -479,3 +479,111 @@ func TestExchangeReference(t *testing.T) {
 		t.Fatalf("the detecting rank's error does not name its peer: %v", errs[2])
 	}
 }
+
+// TestCreateGroup: overlapping groups made by their members only, in
+// different orders, each checked against the reference while the parent
+// runs a collective of its own; members that disagree fail loudly; bad
+// ranks and tags are refused.
+func TestCreateGroup(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, size := range []int{1, 2, 3, 5, 9} {
+		// Group g holds a random subset, in a random order.
+		var groups [][]int
+		for range 3 {
+			g := rng.Perm(size)[:1+rng.IntN(size)]
+			groups = append(groups, g)
+		}
+		n := lengths[rng.IntN(len(lengths))]
+		in := make([][]float64, size)
+		for r := range in {
+			in[r] = gen[float64](rng, n, Sum)
+		}
+		errs := onAll(t, size, DefaultConfig(), func(c *Comm) error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			r := c.Rank()
+			pbuf := slices.Clone(in[r])
+			h := StartAllReduce(ctx, c, pbuf, Sum)
+			for tag, g := range groups {
+				if !slices.Contains(g, r) {
+					continue
+				}
+				child, err := c.CreateGroup(ctx, g, tag)
+				if err != nil {
+					return fmt.Errorf("group %d %v: %w", tag, g, err)
+				}
+				if child.Size() != len(g) || g[child.Rank()] != r {
+					return fmt.Errorf("group %d %v: rank %d of %d", tag, g, child.Rank(), child.Size())
+				}
+				buf := slices.Clone(in[r])
+				if err := AllReduce(ctx, child, buf, Sum); err != nil {
+					return err
+				}
+				var per [][]float64
+				for _, q := range g {
+					per = append(per, in[q])
+				}
+				want := reference(per, Sum)
+				for i := range want {
+					if !near(buf[i], want[i], len(g)) {
+						return fmt.Errorf("group %d %v: [%d] = %v, want %v", tag, g, i, buf[i], want[i])
+					}
+				}
+				child.Close()
+			}
+			if err := h.Wait(ctx); err != nil {
+				return err
+			}
+			want := reference(in, Sum)
+			for i := range want {
+				if !near(pbuf[i], want[i], size) {
+					return fmt.Errorf("parent: [%d] = %v, want %v", i, pbuf[i], want[i])
+				}
+			}
+			return nil
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("size %d groups %v: rank %d: %v", size, groups, r, err)
+			}
+		}
+	}
+	comms, err := NewLocal(3, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(comms)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		ranks []int
+		tag   int
+		want  string
+	}{
+		{[]int{0, 0, 1}, 1, "not a distinct rank"},
+		{[]int{0, 3}, 1, "not a distinct rank"},
+		{[]int{1, 2}, 1, "do not hold this rank"},
+		{[]int{0}, -1, "outside"},
+		{[]int{0}, MaxGroupTag + 1, "outside"},
+	} {
+		if _, err := comms[0].CreateGroup(ctx, c.ranks, c.tag); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("CreateGroup(%v, %d) = %v, want an error with %q", c.ranks, c.tag, err, c.want)
+		}
+	}
+	// Two members that disagree on the group's ranks fail, naming it.
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, ranks := range [][]int{{0, 1}, {1, 0}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = comms[i].CreateGroup(ctx, ranks, 5)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, ErrSizeMismatch) {
+			t.Errorf("rank %d: disagreeing groups: %v, want ErrSizeMismatch", i, err)
+		}
+	}
+}
