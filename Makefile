@@ -1,10 +1,26 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: build pmilib deps test test-short check fuzz bench integ demo clean
+.PHONY: build python install-python pmilib deps test test-short check fuzz bench integ demo clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/gorun ./cmd/gorun
+
+# The Python package's library, python/gorun/libgorun.so: gorun's collectives
+# behind a C ABI (capi/), which gorun.torch loads. Needs gcc (cgo); the gorun
+# binary itself stays static and cgo-free.
+PYTHON ?= /usr/bin/python3
+python:
+	CGO_ENABLED=1 $(GO) build -trimpath -buildmode=c-shared -o python/gorun/libgorun.so ./capi
+	rm -f python/gorun/libgorun.h
+
+# Copies the package (python/gorun) into $(PYTHON)'s site-packages: the
+# system's as root, the user's otherwise. Ranks that gorun starts then find
+# it; so does any PYTHONPATH that holds python/.
+install-python: python
+	@dir=$$($(PYTHON) -c 'import os, site; print(site.getsitepackages()[0] if os.geteuid() == 0 else site.getusersitepackages())') && \
+	  mkdir -p "$$dir" && rm -rf "$$dir/gorun" && cp -r python/gorun "$$dir/gorun" && rm -rf "$$dir/gorun/__pycache__" && \
+	  echo "installed gorun for $(PYTHON) in $$dir/gorun"
 
 # gorun's PMI-1 client library for Open MPI 4, embedded in gorun. The built
 # copy is committed (so that `go install` gives a gorun that runs Open MPI
@@ -74,4 +90,4 @@ demo: build
 	bin/gorun -np 4 --strategy hub bin/hello
 
 clean:
-	rm -rf bin
+	rm -rf bin python/gorun/libgorun.so python/gorun/libgorun.h

@@ -74,6 +74,10 @@ func (c *Comm) View() View {
 	return View{Epoch: v.Epoch, Ranks: slices.Clone(v.Ranks), Joined: slices.Clone(v.Joined)}
 }
 
+// Elastic reports whether a lost rank changes c's view (Config.Elastic)
+// instead of ending the job; a child reports its job's setting.
+func (c *Comm) Elastic() bool { return c.el != nil || c.parentElastic() != nil }
+
 // Restarts is how many times gorun restarted this rank (gorun
 // --max-restarts, GORUN_RESTART_COUNT): 0 on its first start. A
 // restarted rank joined a running job: its first collective returns

@@ -1,0 +1,460 @@
+//go:build cgo
+
+package main
+
+/*
+#include <stdint.h>
+#include <stdlib.h>
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/gorun/gorun/collective"
+	"github.com/gorun/gorun/reduce"
+)
+
+// Operation kinds; the Python package uses the same numbers.
+const (
+	opAllReduce = iota + 1
+	opBroadcast
+	opReduce
+	opAllGather
+	opReduceScatter
+	opAllToAll
+	opAllToAllV
+	opGather
+	opScatter
+	opBarrier
+	opSend
+	opRecv
+)
+
+// Result codes of gorun_result.
+const (
+	codeOK = iota
+	codePeerLost
+	codeViewChanged
+	codeMismatch
+	codeClosed
+	codeAborted
+	codeTimeout
+	codeOther
+)
+
+// codeOf classifies err for the caller's exception types.
+func codeOf(err error) int {
+	switch {
+	case err == nil:
+		return codeOK
+	case errors.Is(err, collective.ErrViewChanged):
+		return codeViewChanged
+	case errors.Is(err, collective.ErrPeerLost):
+		return codePeerLost
+	case errors.Is(err, collective.ErrSizeMismatch):
+		return codeMismatch
+	case errors.Is(err, collective.ErrClosed):
+		return codeClosed
+	case errors.Is(err, collective.ErrAborted):
+		return codeAborted
+	case errors.Is(err, context.DeadlineExceeded):
+		return codeTimeout
+	}
+	return codeOther
+}
+
+// registry holds the communicators and the operations in flight, and the
+// queue of finished operations.
+type registry struct {
+	mu    sync.Mutex
+	next  int64
+	comms map[int64]*collective.Comm
+	works map[int64]error // finished, not yet collected
+	done  []int64         // finished, not yet returned by gorun_next
+	wake  chan struct{}   // a token when done is not empty
+}
+
+var reg = registry{comms: map[int64]*collective.Comm{}, works: map[int64]error{}, wake: make(chan struct{}, 1)}
+
+func (r *registry) id() int64 {
+	r.next++
+	return r.next
+}
+
+func (r *registry) addComm(c *collective.Comm) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id := r.id()
+	r.comms[id] = c
+	return id
+}
+
+func (r *registry) comm(id int64) (*collective.Comm, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.comms[id]
+	if !ok {
+		return nil, fmt.Errorf("gorun: no communicator %d (closed, or never made)", id)
+	}
+	return c, nil
+}
+
+// finish queues an operation's outcome.
+func (r *registry) finish(id int64, err error) {
+	r.mu.Lock()
+	r.works[id] = err
+	r.done = append(r.done, id)
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// setErr writes msg into errbuf (NUL-terminated, cut to fit).
+func setErr(errbuf *C.char, n C.int, err error) {
+	if errbuf == nil || n <= 0 || err == nil {
+		return
+	}
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(errbuf)), int(n))
+	k := copy(buf[:len(buf)-1], err.Error())
+	buf[k] = 0
+}
+
+// gorun_join joins the job gorun started this process in, from the
+// environment gorun set (collective.Join), and returns the communicator.
+//
+//export gorun_join
+func gorun_join(timeoutMs C.int64_t, errbuf *C.char, errlen C.int) C.int64_t {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(timeoutMs)*time.Millisecond)
+	defer cancel()
+	c, err := collective.Join(ctx)
+	if err != nil {
+		setErr(errbuf, errlen, err)
+		return -1
+	}
+	return C.int64_t(reg.addComm(c))
+}
+
+// What gorun_info reports.
+const (
+	infoRank = iota // the job's rank (in a child: the child's)
+	infoSize        // ranks in the current view (in a child: the child's)
+	infoJobSize
+	infoRestarts
+	infoEpoch
+	infoIndex   // place in the current view
+	infoElastic // 1 when a lost rank changes the view instead of ending the job
+	infoHub     // 1 under the hub strategy
+)
+
+// gorun_info reports one fact about a communicator, or -1 if it is closed.
+//
+//export gorun_info
+func gorun_info(comm C.int64_t, what C.int) C.int64_t {
+	c, err := reg.comm(int64(comm))
+	if err != nil {
+		return -1
+	}
+	v := c.View()
+	switch what {
+	case infoRank:
+		return C.int64_t(c.Rank())
+	case infoSize:
+		return C.int64_t(c.Size())
+	case infoJobSize:
+		return C.int64_t(c.JobSize())
+	case infoRestarts:
+		return C.int64_t(c.Restarts())
+	case infoEpoch:
+		return C.int64_t(v.Epoch)
+	case infoIndex:
+		return C.int64_t(v.Index(c.Rank()))
+	case infoElastic:
+		return C.int64_t(boolInt(c.Elastic()))
+	case infoHub:
+		return C.int64_t(boolInt(c.Strategy() == collective.StrategyHub))
+	}
+	return -1
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// gorun_view writes the current view's job ranks into out (at most n) and
+// returns how many there are.
+//
+//export gorun_view
+func gorun_view(comm C.int64_t, out *C.int64_t, n C.int) C.int {
+	c, err := reg.comm(int64(comm))
+	if err != nil {
+		return -1
+	}
+	ranks := c.View().Ranks
+	if out != nil {
+		dst := unsafe.Slice((*int64)(unsafe.Pointer(out)), int(n))
+		for i := 0; i < len(ranks) && i < len(dst); i++ {
+			dst[i] = int64(ranks[i])
+		}
+	}
+	return C.int(len(ranks))
+}
+
+// gorun_create_group makes the child of comm holding ranks (places in
+// comm) in that order: collective.CreateGroup.
+//
+//export gorun_create_group
+func gorun_create_group(comm C.int64_t, ranks *C.int64_t, n C.int, tag C.int64_t, timeoutMs C.int64_t, errbuf *C.char, errlen C.int) C.int64_t {
+	c, err := reg.comm(int64(comm))
+	if err != nil {
+		setErr(errbuf, errlen, err)
+		return -1
+	}
+	rs := make([]int, n)
+	for i, r := range unsafe.Slice((*int64)(unsafe.Pointer(ranks)), int(n)) {
+		rs[i] = int(r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(timeoutMs)*time.Millisecond)
+	defer cancel()
+	child, err := c.CreateGroup(ctx, rs, int(tag))
+	if err != nil {
+		setErr(errbuf, errlen, err)
+		return -1
+	}
+	return C.int64_t(reg.addComm(child))
+}
+
+// gorun_close closes a communicator (the job's leaves the job; a child is
+// released). Closing one that is already closed does nothing.
+//
+//export gorun_close
+func gorun_close(comm C.int64_t) C.int {
+	reg.mu.Lock()
+	c, ok := reg.comms[int64(comm)]
+	delete(reg.comms, int64(comm))
+	reg.mu.Unlock()
+	if ok {
+		c.Close()
+	}
+	return 0
+}
+
+// op is a started operation's arguments.
+type op struct {
+	kind, dtype, redop, root, tag int
+	send, recv                    unsafe.Pointer
+	nsend, nrecv                  int
+	counts                        []int // AllToAllV: send counts then receive counts
+}
+
+// gorun_start starts an operation and returns its id at once; gorun_next
+// returns the id when it is done. Counts are in elements. An operation
+// that cannot start still gets an id, and its error comes from
+// gorun_result.
+//
+//export gorun_start
+func gorun_start(comm C.int64_t, kind, dtype, redop, root, tag C.int, send unsafe.Pointer, nsend C.int64_t, recv unsafe.Pointer, nrecv C.int64_t, counts *C.int64_t, ncounts C.int, timeoutMs C.int64_t) C.int64_t {
+	reg.mu.Lock()
+	id := reg.id()
+	c := reg.comms[int64(comm)]
+	reg.mu.Unlock()
+	o := op{kind: int(kind), dtype: int(dtype), redop: int(redop), root: int(root), tag: int(tag), send: send, recv: recv, nsend: int(nsend), nrecv: int(nrecv)}
+	if ncounts > 0 {
+		for _, x := range unsafe.Slice((*int64)(unsafe.Pointer(counts)), int(ncounts)) {
+			o.counts = append(o.counts, int(x))
+		}
+	}
+	if c == nil {
+		reg.finish(id, fmt.Errorf("gorun: no communicator %d (closed, or never made): %w", comm, collective.ErrClosed))
+		return C.int64_t(id)
+	}
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if timeoutMs > 0 {
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(timeoutMs)*time.Millisecond)
+	}
+	var wait func() error
+	var err error
+	switch uint8(o.dtype) {
+	case reduce.Float32:
+		wait, err = start[float32](ctx, c, o)
+	case reduce.Float64:
+		wait, err = start[float64](ctx, c, o)
+	case reduce.Int32:
+		wait, err = start[int32](ctx, c, o)
+	case reduce.Int64:
+		wait, err = start[int64](ctx, c, o)
+	case reduce.Int8:
+		wait, err = start[int8](ctx, c, o)
+	case reduce.Uint8:
+		wait, err = start[uint8](ctx, c, o)
+	default:
+		err = fmt.Errorf("gorun: unknown element type %d", o.dtype)
+	}
+	if err != nil {
+		cancel()
+		reg.finish(id, err)
+		return C.int64_t(id)
+	}
+	go func() {
+		err := wait()
+		cancel()
+		reg.finish(id, err)
+	}()
+	return C.int64_t(id)
+}
+
+// slice views n elements of C memory at p as a []T.
+func slice[T collective.Number](p unsafe.Pointer, n int) []T {
+	if n <= 0 || p == nil {
+		return nil
+	}
+	return unsafe.Slice((*T)(p), n)
+}
+
+// start starts o on c and returns what waits for it.
+func start[T collective.Number](ctx context.Context, c *collective.Comm, o op) (func() error, error) {
+	send, recv := slice[T](o.send, o.nsend), slice[T](o.recv, o.nrecv)
+	if o.nsend < 0 || o.nrecv < 0 || (o.nsend > 0 && o.send == nil) || (o.nrecv > 0 && o.recv == nil) {
+		return nil, fmt.Errorf("gorun: %d send and %d receive elements at %p and %p", o.nsend, o.nrecv, o.send, o.recv)
+	}
+	redop := collective.Op(o.redop)
+	var h *collective.Handle
+	switch o.kind {
+	case opAllReduce:
+		h = collective.StartAllReduce(ctx, c, send, redop)
+	case opBroadcast:
+		h = collective.StartBroadcast(ctx, c, send, o.root)
+	case opReduce:
+		h = collective.StartReduce(ctx, c, send, redop, o.root)
+	case opAllGather:
+		h = collective.StartAllGather(ctx, c, send, recv)
+	case opReduceScatter:
+		// send is every rank's block in turn; recv gets this rank's.
+		if o.nsend != o.nrecv*c.Size() {
+			return nil, fmt.Errorf("gorun: reduce-scatter of %d elements into %d, want %d ranks x %d", o.nsend, o.nrecv, c.Size(), o.nrecv)
+		}
+		h = collective.StartReduceScatter(ctx, c, send, redop)
+		return func() error {
+			if err := h.Wait(ctx); err != nil {
+				return err
+			}
+			idx := c.View().Index(c.Rank())
+			copy(recv, send[idx*o.nrecv:(idx+1)*o.nrecv])
+			return nil
+		}, nil
+	case opAllToAll:
+		h = collective.StartAllToAll(ctx, c, send, recv)
+	case opAllToAllV:
+		n := c.Size()
+		if len(o.counts) != 2*n {
+			return nil, fmt.Errorf("gorun: all-to-all with %d counts, want %d send and %d receive counts", len(o.counts), n, n)
+		}
+		h = collective.StartAllToAllV(ctx, c, send, o.counts[:n], recv, o.counts[n:])
+	case opGather:
+		h = collective.StartGather(ctx, c, send, recv, o.root)
+	case opScatter:
+		h = collective.StartScatter(ctx, c, send, recv, o.root)
+	case opBarrier:
+		h = c.StartBarrier(ctx)
+	case opSend:
+		return func() error { return collective.Send(ctx, c, send, o.root, o.tag) }, nil
+	case opRecv:
+		return func() error { return collective.Recv(ctx, c, recv, o.root, o.tag) }, nil
+	default:
+		return nil, fmt.Errorf("gorun: unknown operation %d", o.kind)
+	}
+	return func() error { return h.Wait(ctx) }, nil
+}
+
+// gorun_next waits up to timeoutMs for an operation to finish and returns
+// its id, or 0 if none finished in time.
+//
+//export gorun_next
+func gorun_next(timeoutMs C.int64_t) C.int64_t {
+	timer := time.NewTimer(time.Duration(timeoutMs) * time.Millisecond)
+	defer timer.Stop()
+	for {
+		reg.mu.Lock()
+		if len(reg.done) > 0 {
+			id := reg.done[0]
+			reg.done = reg.done[1:]
+			more := len(reg.done) > 0
+			reg.mu.Unlock()
+			if more {
+				select {
+				case reg.wake <- struct{}{}:
+				default:
+				}
+			}
+			return C.int64_t(id)
+		}
+		reg.mu.Unlock()
+		select {
+		case <-reg.wake:
+		case <-timer.C:
+			return 0
+		}
+	}
+}
+
+// gorun_result returns a finished operation's result code (0: success),
+// writes its error message into errbuf, and forgets it. An id that is not
+// finished, or was already collected, gives -1.
+//
+//export gorun_result
+func gorun_result(id C.int64_t, errbuf *C.char, errlen C.int) C.int {
+	reg.mu.Lock()
+	err, ok := reg.works[int64(id)]
+	delete(reg.works, int64(id))
+	reg.mu.Unlock()
+	if !ok {
+		setErr(errbuf, errlen, fmt.Errorf("gorun: operation %d is not finished, or was collected already", id))
+		return -1
+	}
+	setErr(errbuf, errlen, err)
+	return C.int(codeOf(err))
+}
+
+// gorun_resync gives every rank of the view the state of its first rank
+// that holds it (collective.ResyncBytes). It blocks. The result is in
+// memory from malloc, which the caller frees with gorun_free.
+//
+//export gorun_resync
+func gorun_resync(comm C.int64_t, state unsafe.Pointer, n C.int64_t, out **C.char, outn *C.int64_t, timeoutMs C.int64_t, errbuf *C.char, errlen C.int) C.int {
+	c, err := reg.comm(int64(comm))
+	if err != nil {
+		setErr(errbuf, errlen, err)
+		return C.int(codeClosed)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(timeoutMs)*time.Millisecond)
+	defer cancel()
+	got, err := collective.ResyncBytes(ctx, c, slice[uint8](state, int(n)))
+	if err != nil {
+		setErr(errbuf, errlen, err)
+		return C.int(codeOf(err))
+	}
+	p := C.malloc(C.size_t(max(len(got), 1)))
+	if p == nil {
+		setErr(errbuf, errlen, fmt.Errorf("gorun: resync: no memory for %d bytes", len(got)))
+		return C.int(codeOther)
+	}
+	copy(unsafe.Slice((*byte)(p), len(got)), got)
+	*out = (*C.char)(p)
+	*outn = C.int64_t(len(got))
+	return C.int(codeOK)
+}
+
+// gorun_free frees what gorun_resync returned.
+//
+//export gorun_free
+func gorun_free(p unsafe.Pointer) { C.free(p) }

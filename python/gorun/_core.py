@@ -1,0 +1,299 @@
+"""ctypes binding of libgorun.so, gorun's collective package as a C library.
+
+Nothing here needs PyTorch: it moves memory given as addresses and element
+counts. Operations are started and complete on Go's goroutines; one daemon
+thread per process collects finished operations (gorun_next) and runs their
+callbacks. ctypes releases the interpreter's lock around every call into the
+library, so Python threads run while bytes move.
+"""
+
+import ctypes
+import os
+import re
+import threading
+import zlib
+
+__all__ = [
+    "GorunError", "PeerLost", "ViewChanged", "Mismatch", "Closed", "Aborted",
+    "Timeout", "Comm", "world",
+]
+
+# Element types (package reduce's codes) and ops (reduce.Op).
+FLOAT32, FLOAT64, INT32, INT64, INT8, UINT8 = 1, 2, 3, 4, 5, 6
+SUM, AVG, MIN, MAX, PROD = 1, 2, 3, 4, 5
+
+# Operation kinds (capi/main.go).
+(ALLREDUCE, BROADCAST, REDUCE, ALLGATHER, REDUCE_SCATTER, ALLTOALL, ALLTOALLV,
+ GATHER, SCATTER, BARRIER, SEND, RECV) = range(1, 13)
+
+# Facts gorun_info reports.
+_RANK, _SIZE, _JOB_SIZE, _RESTARTS, _EPOCH, _INDEX, _ELASTIC, _HUB = range(8)
+
+# The largest group tag gorun accepts (collective.MaxGroupTag).
+MAX_GROUP_TAG = (1 << 30) - 1
+
+_ERRLEN = 4096
+
+
+class GorunError(RuntimeError):
+    """A gorun operation failed; ``code`` says how (see the subclasses)."""
+
+    code = 7
+
+
+class PeerLost(GorunError):
+    """A peer's process died or stopped answering; the message names it."""
+
+    code = 1
+
+
+class ViewChanged(GorunError):
+    """An elastic job's membership changed: resync, then go on (gorun.torch.resync)."""
+
+    code = 2
+
+
+class Mismatch(GorunError):
+    """Ranks disagree on an operation (its length, type or root); the message names them."""
+
+    code = 3
+
+
+class Closed(GorunError):
+    """The communicator was closed."""
+
+    code = 4
+
+
+class Aborted(GorunError):
+    """A peer gave the operation up; its reason is in the message."""
+
+    code = 5
+
+
+class Timeout(GorunError):
+    """The operation's timeout ended it (the communicator is broken afterwards)."""
+
+    code = 6
+
+
+_BY_CODE = {c.code: c for c in (GorunError, PeerLost, ViewChanged, Mismatch, Closed, Aborted, Timeout)}
+
+
+def error(code, msg):
+    """The exception for a result code and message."""
+    return _BY_CODE.get(code, GorunError)(msg)
+
+
+def _load():
+    path = os.environ.get("GORUN_LIBRARY") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "libgorun.so")
+    if not os.path.exists(path):
+        raise ImportError(
+            f"gorun: {path} is missing: build it with `make python` in gorun's repository "
+            "(or point GORUN_LIBRARY at a libgorun.so)")
+    lib = ctypes.CDLL(path)
+    i64, i32, p, s = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p
+    sigs = {
+        "gorun_join": (i64, [i64, s, i32]),
+        "gorun_info": (i64, [i64, i32]),
+        "gorun_view": (i32, [i64, ctypes.POINTER(i64), i32]),
+        "gorun_create_group": (i64, [i64, ctypes.POINTER(i64), i32, i64, i64, s, i32]),
+        "gorun_close": (i32, [i64]),
+        "gorun_start": (i64, [i64, i32, i32, i32, i32, i32, p, i64, p, i64, ctypes.POINTER(i64), i32, i64]),
+        "gorun_next": (i64, [i64]),
+        "gorun_result": (i32, [i64, s, i32]),
+        "gorun_resync": (i32, [i64, p, i64, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(i64), i64, s, i32]),
+        "gorun_free": (None, [p]),
+    }
+    for name, (res, args) in sigs.items():
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, args
+    return lib
+
+
+_lib = _load()
+
+
+def _errbuf():
+    return ctypes.create_string_buffer(_ERRLEN)
+
+
+class _Completions:
+    """The thread that collects finished operations and runs their callbacks."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._callbacks = {}
+        self._early = {}  # finished before their callback was registered
+        self._thread = None
+
+    def register(self, op_id, callback):
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="gorun-completions", daemon=True)
+                self._thread.start()
+            early = self._early.pop(op_id, None)
+            if early is None:
+                self._callbacks[op_id] = callback
+                return
+        callback(*early)
+
+    def _run(self):
+        while True:
+            op_id = _lib.gorun_next(500)
+            if op_id <= 0:
+                continue
+            buf = _errbuf()
+            code = _lib.gorun_result(op_id, buf, _ERRLEN)
+            msg = buf.value.decode(errors="replace")
+            with self._lock:
+                cb = self._callbacks.pop(op_id, None)
+                if cb is None:
+                    self._early[op_id] = (code, msg)
+                    continue
+            try:
+                cb(code, msg)
+            except BaseException as e:  # a callback must not end the thread
+                import sys
+                print(f"gorun: a completion callback failed: {e!r}", file=sys.stderr)
+
+
+_completions = _Completions()
+
+
+class Comm:
+    """A gorun communicator: the job's (world()) or a group made from it."""
+
+    def __init__(self, handle, parent=None):
+        self._h = handle
+        self.parent = parent
+
+    def _info(self, what):
+        v = _lib.gorun_info(self._h, what)
+        if v < 0:
+            raise Closed(f"gorun: communicator {self._h} is closed")
+        return v
+
+    @property
+    def rank(self):
+        """The job's rank of this process (in a group: its rank there)."""
+        return self._info(_RANK)
+
+    @property
+    def size(self):
+        """Ranks in the current view (in a group: the group's size)."""
+        return self._info(_SIZE)
+
+    @property
+    def job_size(self):
+        return self._info(_JOB_SIZE)
+
+    @property
+    def restarts(self):
+        """How many times gorun restarted this rank (gorun --max-restarts)."""
+        return self._info(_RESTARTS)
+
+    @property
+    def epoch(self):
+        return self._info(_EPOCH)
+
+    @property
+    def index(self):
+        """This rank's place in the current view."""
+        return self._info(_INDEX)
+
+    @property
+    def elastic(self):
+        return self._info(_ELASTIC) == 1
+
+    @property
+    def hub(self):
+        """True under the hub (ParamHub) strategy."""
+        return self._info(_HUB) == 1
+
+    def view(self):
+        """The current view's job ranks, in order."""
+        n = _lib.gorun_view(self._h, None, 0)
+        if n < 0:
+            raise Closed(f"gorun: communicator {self._h} is closed")
+        out = (ctypes.c_int64 * n)()
+        _lib.gorun_view(self._h, out, n)
+        return list(out)
+
+    def create_group(self, ranks, tag, timeout=600.0):
+        """The group of the given places in this communicator, made by its members only."""
+        arr = (ctypes.c_int64 * len(ranks))(*ranks)
+        buf = _errbuf()
+        h = _lib.gorun_create_group(self._h, arr, len(ranks), tag, int(timeout * 1000), buf, _ERRLEN)
+        if h < 0:
+            raise _classify(buf.value.decode(errors="replace"))
+        return Comm(h, parent=self)
+
+    def start(self, kind, dtype, op, root, tag, send, nsend, recv, nrecv, counts, timeout, callback):
+        """Start an operation on memory at the given addresses; callback(code, msg) runs when it is done.
+
+        The caller keeps the memory alive and untouched until then.
+        """
+        carr = None
+        if counts:
+            carr = (ctypes.c_int64 * len(counts))(*counts)
+        op_id = _lib.gorun_start(self._h, kind, dtype, op, root, tag, send or None, nsend, recv or None, nrecv,
+                                 carr, len(counts) if counts else 0, int(timeout * 1000) if timeout else 0)
+        _completions.register(op_id, callback)
+
+    def resync(self, state, timeout=600.0):
+        """Every rank gets the bytes of the view's first rank that holds the state (collective.ResyncBytes)."""
+        src = ctypes.create_string_buffer(bytes(state), len(state)) if state else None
+        out, outn = ctypes.c_void_p(), ctypes.c_int64()
+        buf = _errbuf()
+        code = _lib.gorun_resync(self._h, src, len(state) if state else 0, ctypes.byref(out), ctypes.byref(outn),
+                                 int(timeout * 1000), buf, _ERRLEN)
+        if code != 0:
+            raise error(code, buf.value.decode(errors="replace"))
+        try:
+            return ctypes.string_at(out, outn.value)
+        finally:
+            _lib.gorun_free(out)
+
+    def close(self):
+        """Leave the job (the world) or release the group. Idempotent."""
+        _lib.gorun_close(self._h)
+
+
+def _classify(msg):
+    for pat, cls in (("changed", ViewChanged), ("lost", PeerLost), ("disagree|mismatch", Mismatch),
+                     ("closed", Closed), ("deadline", Timeout)):
+        if re.search(pat, msg):
+            return cls(msg)
+    return GorunError(msg)
+
+
+_world = None
+_world_lock = threading.Lock()
+
+
+def world(timeout=600.0):
+    """The job's communicator, joined on first use from the environment gorun set."""
+    global _world
+    with _world_lock:
+        if _world is None:
+            if "GORUN_RANK" not in os.environ:
+                raise GorunError("gorun: this process was not started by gorun (no GORUN_RANK): run it as "
+                                 "`gorun -np N /usr/bin/python3 script.py`")
+            buf = _errbuf()
+            h = _lib.gorun_join(int(timeout * 1000), buf, _ERRLEN)
+            if h < 0:
+                raise GorunError(buf.value.decode(errors="replace"))
+            _world = Comm(h)
+        return _world
+
+
+def group_tag(name):
+    """A group tag from a name: the number itself when it is one, else a hash."""
+    try:
+        n = int(name)
+        if 0 <= n <= MAX_GROUP_TAG:
+            return n
+    except (TypeError, ValueError):
+        pass
+    return zlib.crc32(str(name).encode()) & MAX_GROUP_TAG

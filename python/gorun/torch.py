@@ -1,0 +1,601 @@
+"""gorun as a torch.distributed backend.
+
+    import torch.distributed as dist
+    import gorun.torch                      # registers the "gorun" backend
+    dist.init_process_group("gorun")        # under: gorun -np N /usr/bin/python3 train.py
+
+Every operation runs on gorun's collectives (the ring, ParamHub under
+--strategy hub, shared memory between ranks of a host) and returns a Work
+whose future completes when gorun's nonblocking collective does, so DDP's
+buckets overlap backward; no Python lock is held while bytes move.
+
+Tensors must be on the CPU. float32, float64, int32, int64, int8 and uint8
+move as they are; float16 and bfloat16 are reduced in float32 (never summed
+in half precision) and rounded once; bool reductions run on int32 (SUM and
+MAX are "or", MIN and PRODUCT "and"). AVG is for floating-point tensors.
+Non-contiguous tensors go through a contiguous copy.
+
+Elastic jobs (gorun --elastic): a lost or restarted rank makes the pending
+and next operations fail with gorun.torch.ViewChanged; call resync() to take
+the model, optimizer and step from a survivor on the new view, wrap the
+model in DDP again, and go on (docs/pytorch.md shows the loop).
+"""
+
+import atexit
+import io
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import ReduceOp, _create_work_from_future
+
+from . import _core
+from ._core import (Aborted, Closed, GorunError, Mismatch, PeerLost,  # noqa: F401 (re-exported)
+                    Timeout, ViewChanged)
+
+__all__ = ["ProcessGroupGorun", "init", "resync", "world", "GorunError", "PeerLost", "ViewChanged",
+           "Mismatch", "Closed", "Aborted", "Timeout"]
+
+_NATIVE = {
+    torch.float32: _core.FLOAT32, torch.float64: _core.FLOAT64, torch.int32: _core.INT32,
+    torch.int64: _core.INT64, torch.int8: _core.INT8, torch.uint8: _core.UINT8,
+}
+# Reductions of these run on a wider type, converted back once.
+_WIDE = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.bool: torch.int32}
+
+_OPS = {"SUM": _core.SUM, "AVG": _core.AVG, "MIN": _core.MIN, "MAX": _core.MAX, "PRODUCT": _core.PROD}
+
+
+def world():
+    """The job's gorun communicator (joined on first use)."""
+    return _core.world()
+
+
+def _op_code(op, dtype):
+    if isinstance(op, ReduceOp):
+        op = op.op  # a ReduceOp object wrapping its RedOpType
+    name = getattr(op, "name", str(op))
+    code = _OPS.get(name)
+    if code is None:
+        raise ValueError(f"gorun: unsupported reduction {name} (gorun has SUM, AVG, MIN, MAX and PRODUCT)")
+    if code == _core.AVG and not dtype.is_floating_point:
+        raise ValueError(f"gorun: ReduceOp.AVG is for floating-point tensors, not {dtype}")
+    return code
+
+
+def _check(t):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"gorun: expected a tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise ValueError(f"gorun: tensors must be on the CPU; this one is on {t.device} "
+                         "(move it with .cpu(), or use the nccl backend for GPU tensors)")
+    if t.is_sparse:
+        raise ValueError("gorun: sparse tensors are not supported")
+
+
+def _reducible(dtype):
+    if dtype not in _NATIVE and dtype not in _WIDE:
+        raise TypeError(f"gorun: reductions of {dtype} are not supported (gorun reduces float32, float64, "
+                        "float16, bfloat16, int8, uint8, int32, int64 and bool)")
+
+
+def _flat(t):
+    """A contiguous 1-D tensor with t's elements, sharing t's memory when it can."""
+    c = t if t.is_contiguous() else t.contiguous()
+    return c.reshape(-1)
+
+
+def _bytes(t):
+    """t's elements as a flat uint8 tensor (a view of a contiguous t)."""
+    f = _flat(t)
+    if f.numel() == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    if f.dtype == torch.uint8:
+        return f
+    if f.dtype.is_complex:
+        f = torch.view_as_real(f).reshape(-1)
+    return f.view(torch.uint8)
+
+
+def _addr(t):
+    return t.data_ptr() if t.numel() else None
+
+
+class _Pending:
+    """Operations that together complete one Work's future."""
+
+    def __init__(self, result, finish=None):
+        self.fut = torch.futures.Future()
+        self.result = result
+        self.finish = finish
+        self.left = 0
+        self.err = None
+        self.keep = []
+        self.lock = threading.Lock()
+
+    def add(self, comm, kind, dtype, op, root, tag, send, recv, counts=None, timeout=None):
+        self.keep += [send, recv]
+        with self.lock:
+            self.left += 1
+        comm.start(kind, dtype, op, root, tag, _addr(send) if send is not None else None,
+                   send.numel() if send is not None else 0, _addr(recv) if recv is not None else None,
+                   recv.numel() if recv is not None else 0, counts, timeout, self._done)
+
+    def _done(self, code, msg):
+        with self.lock:
+            if code != 0 and self.err is None:
+                self.err = _core.error(code, msg)
+            self.left -= 1
+            last = self.left == 0
+        if not last:
+            return
+        if self.err is None and self.finish is not None:
+            try:
+                self.finish()
+            except Exception as e:
+                self.err = e
+        self.keep = None
+        if self.err is not None:
+            self.fut.set_exception(self.err)
+        else:
+            self.fut.set_result(self.result)
+
+    def work(self):
+        return _create_work_from_future(self.fut)
+
+
+def _done_work(result):
+    fut = torch.futures.Future()
+    fut.set_result(result)
+    return _create_work_from_future(fut)
+
+
+def _failed_work(err):
+    fut = torch.futures.Future()
+    fut.set_exception(err)
+    return _create_work_from_future(fut)
+
+
+def _timeout(opts):
+    t = getattr(opts, "timeout", None)
+    if isinstance(t, timedelta) and t.total_seconds() > 0:
+        return t.total_seconds()
+    return None
+
+
+class ProcessGroupGorun(dist.ProcessGroup):
+    """A torch.distributed process group over a gorun communicator.
+
+    Its rank and size are the communicator's place and size when it was
+    made: on an elastic job, a view change makes it stale (every operation
+    then fails with ViewChanged) and resync() makes the next one.
+    """
+
+    def __init__(self, comm, rank, size, ranks=None):
+        super().__init__(rank, size)
+        self.comm = comm
+        self._ranks = ranks  # group rank -> the communicator's rank for roots and peers (elastic views)
+        self._lock = threading.Lock()  # operations start in call order
+
+    def getBackendName(self):
+        return "gorun"
+
+    def _peer(self, r):
+        if not 0 <= r < self.size():
+            raise ValueError(f"gorun: rank {r} is not in this group of {self.size()}")
+        return self._ranks[r] if self._ranks is not None else r
+
+    # Each public method turns failures to start into a failed Work, so
+    # that torch sees them where it waits, as it does a peer's failure.
+    def _run(self, build):
+        try:
+            with self._lock:
+                return build()
+        except GorunError as e:
+            return _failed_work(e)
+
+    # -- reductions ---------------------------------------------------
+
+    def _reduce(self, tensors, op, kind, root, timeout):
+        pend = _Pending(tensors)
+        copies = []
+        for t in tensors:
+            _check(t)
+            _reducible(t.dtype)
+            code = _op_code(op, t.dtype)
+            wide = _WIDE.get(t.dtype)
+            if wide is not None:
+                buf = _flat(t).to(wide)
+            else:
+                buf = _flat(t)
+            if buf.data_ptr() != t.data_ptr() or wide is not None or not t.is_contiguous():
+                copies.append((t, buf))
+            pend.add(self.comm, kind, _NATIVE[buf.dtype], code, root, 0, buf, None, timeout=timeout)
+
+        def finish():
+            for t, buf in copies:
+                if t.dtype == torch.bool:
+                    t.copy_((buf != 0).view(t.shape))
+                else:
+                    t.copy_(buf.view(t.shape))
+        pend.finish = finish
+        if not tensors:
+            return _done_work(tensors)
+        return pend.work()
+
+    def allreduce(self, tensors, opts=None):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        op = opts.reduceOp if opts is not None and hasattr(opts, "reduceOp") else (opts or dist.ReduceOp.SUM)
+        return self._run(lambda: self._reduce(tensors, op, _core.ALLREDUCE, 0, _timeout(opts)))
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
+
+    def reduce(self, tensors, opts):
+        root = self._peer(opts.rootRank)
+        return self._run(lambda: self._reduce(tensors, opts.reduceOp, _core.REDUCE, root, _timeout(opts)))
+
+    def _reduce_scatter(self, out, inputs, op, timeout):
+        _check(out)
+        _reducible(out.dtype)
+        n = out.numel()
+        for t in inputs:
+            _check(t)
+            if t.numel() != n or t.dtype != out.dtype:
+                raise ValueError(f"gorun: reduce_scatter: an input of {t.numel()} {t.dtype} for an output of "
+                                 f"{n} {out.dtype}")
+        code = _op_code(op, out.dtype)
+        wide = _WIDE.get(out.dtype, out.dtype)
+        send = torch.cat([_flat(t).to(wide) for t in inputs]) if inputs else torch.empty(0, dtype=wide)
+        recv = torch.empty(n, dtype=wide)
+        pend = _Pending([out])
+
+        def finish():
+            if out.dtype == torch.bool:
+                out.copy_((recv != 0).view(out.shape))
+            else:
+                out.copy_(recv.view(out.shape))
+        pend.finish = finish
+        pend.add(self.comm, _core.REDUCE_SCATTER, _NATIVE[wide], code, 0, 0, send, recv, timeout=timeout)
+        return pend.work()
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        if len(output_tensors) != 1:
+            raise ValueError("gorun: reduce_scatter takes one output tensor")
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        ins = input_tensors[0]
+        if len(ins) != self.size():
+            raise ValueError(f"gorun: reduce_scatter: {len(ins)} inputs for {self.size()} ranks")
+        return self._run(lambda: self._reduce_scatter(output_tensors[0], ins, op, _timeout(opts)))
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        if input.numel() != output.numel() * self.size():
+            raise ValueError(f"gorun: reduce_scatter: input of {input.numel()} elements, want "
+                             f"{self.size()} x {output.numel()}")
+        return self._run(lambda: self._reduce_scatter(output, list(_flat(input).chunk(self.size())) if self.size() > 0 and output.numel() > 0 else [torch.empty(0, dtype=output.dtype)] * self.size(), op, _timeout(opts)))
+
+    # -- data movement --------------------------------------------------
+
+    def broadcast(self, tensors, opts):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        root = self._peer(opts.rootRank)
+
+        def build():
+            pend = _Pending(tensors)
+            copies = []
+            for t in tensors:
+                _check(t)
+                b = _bytes(t)
+                if not t.is_contiguous():
+                    copies.append((t, b))
+                pend.add(self.comm, _core.BROADCAST, _core.UINT8, 0, root, 0, b, None, timeout=_timeout(opts))
+
+            def finish():
+                for t, b in copies:
+                    t.copy_(b.view(t.dtype).view(t.shape))
+            pend.finish = finish
+            return pend.work() if tensors else _done_work(tensors)
+        return self._run(build)
+
+    def _allgather_into(self, flat_out, t, timeout, finish=None, result=None):
+        _check(t)
+        send = _bytes(t)
+        pend = _Pending(result if result is not None else [flat_out], finish)
+        pend.add(self.comm, _core.ALLGATHER, _core.UINT8, 0, 0, 0, send, flat_out, timeout=timeout)
+        return pend.work()
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        if len(input_tensors) != 1 or len(output_tensors) != 1:
+            raise ValueError("gorun: allgather takes one input tensor and one output list")
+        t, outs = input_tensors[0], output_tensors[0]
+        if len(outs) != self.size():
+            raise ValueError(f"gorun: allgather: {len(outs)} outputs for {self.size()} ranks")
+        for o in outs:
+            if o.numel() != t.numel() or o.dtype != t.dtype:
+                raise ValueError(f"gorun: allgather: an output of {o.numel()} {o.dtype} for an input of "
+                                 f"{t.numel()} {t.dtype}")
+
+        def build():
+            nbytes = _bytes(t).numel()
+            recv = torch.empty(nbytes * self.size(), dtype=torch.uint8)
+
+            def finish():
+                for i, o in enumerate(outs):
+                    o.copy_(recv[i * nbytes:(i + 1) * nbytes].view(o.dtype).view(o.shape))
+            return self._allgather_into(recv, t, _timeout(opts), finish, output_tensors)
+        return self._run(build)
+
+    def _allgather_base(self, output, input, opts=None):
+        if output.numel() != input.numel() * self.size() or output.dtype != input.dtype:
+            raise ValueError(f"gorun: all_gather_into_tensor: output of {output.numel()} {output.dtype}, want "
+                             f"{self.size()} x {input.numel()} {input.dtype}")
+
+        def build():
+            _check(output)
+            if output.is_contiguous():
+                return self._allgather_into(_bytes(output), input, _timeout(opts), None, [output])
+            recv = torch.empty(output.numel(), dtype=output.dtype)
+            return self._allgather_into(_bytes(recv), input, _timeout(opts), lambda: output.copy_(recv.view(output.shape)), [output])
+        return self._run(build)
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        raise NotImplementedError("gorun: allgather_coalesced is not supported; call all_gather per tensor")
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        def build():
+            _check(input)
+            _check(output)
+            if input.dtype != output.dtype:
+                raise ValueError(f"gorun: all_to_all_single: input {input.dtype}, output {output.dtype}")
+            n = self.size()
+            row_in = input[0].numel() if input.dim() > 0 and input.shape[0] > 0 else 1
+            row_out = output[0].numel() if output.dim() > 0 and output.shape[0] > 0 else 1
+            isz = list(input_split_sizes) or ([input.shape[0] // n] * n if input.dim() > 0 else [0] * n)
+            osz = list(output_split_sizes) or ([output.shape[0] // n] * n if output.dim() > 0 else [0] * n)
+            if len(isz) != n or len(osz) != n:
+                raise ValueError(f"gorun: all_to_all_single: {len(isz)} input and {len(osz)} output splits for {n} ranks")
+            if not input_split_sizes and input.dim() > 0 and input.shape[0] % n:
+                raise ValueError(f"gorun: all_to_all_single: {input.shape[0]} rows do not split equally over {n} ranks")
+            if sum(isz) * row_in != input.numel() or sum(osz) * row_out != output.numel():
+                raise ValueError(f"gorun: all_to_all_single: splits {isz} / {osz} do not cover input "
+                                 f"{tuple(input.shape)} / output {tuple(output.shape)}")
+            size = input.element_size()
+            counts = [s * row_in * size for s in isz] + [s * row_out * size for s in osz]
+            recv = output if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype)
+            pend = _Pending([output], None if recv is output else (lambda: output.copy_(recv)))
+            pend.add(self.comm, _core.ALLTOALLV, _core.UINT8, 0, 0, 0, _bytes(input), _bytes(recv), counts,
+                     _timeout(opts))
+            return pend.work()
+        return self._run(build)
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        def build():
+            n = self.size()
+            if len(output_tensors) != n or len(input_tensors) != n:
+                raise ValueError(f"gorun: all_to_all: {len(input_tensors)} inputs and {len(output_tensors)} outputs for {n} ranks")
+            for t in list(input_tensors) + list(output_tensors):
+                _check(t)
+            send = torch.cat([_bytes(t) for t in input_tensors])
+            sizes = [_bytes(t).numel() for t in output_tensors]
+            recv = torch.empty(sum(sizes), dtype=torch.uint8)
+            counts = [_bytes(t).numel() for t in input_tensors] + sizes
+
+            def finish():
+                off = 0
+                for o, s in zip(output_tensors, sizes):
+                    o.copy_(recv[off:off + s].view(o.dtype).view(o.shape))
+                    off += s
+            pend = _Pending(output_tensors, finish)
+            pend.add(self.comm, _core.ALLTOALLV, _core.UINT8, 0, 0, 0, send, recv, counts, _timeout(opts))
+            return pend.work()
+        return self._run(build)
+
+    def gather(self, output_tensors, input_tensors, opts):
+        root = self._peer(opts.rootRank)
+
+        def build():
+            t = input_tensors[0]
+            send = _bytes(t)
+            me = self.rank() == opts.rootRank
+            recv = torch.empty(send.numel() * self.size() if me else 0, dtype=torch.uint8)
+            outs = output_tensors[0] if me else []
+            if me and len(outs) != self.size():
+                raise ValueError(f"gorun: gather: {len(outs)} outputs for {self.size()} ranks")
+
+            def finish():
+                k = send.numel()
+                for i, o in enumerate(outs):
+                    o.copy_(recv[i * k:(i + 1) * k].view(o.dtype).view(o.shape))
+            pend = _Pending(output_tensors, finish)
+            pend.add(self.comm, _core.GATHER, _core.UINT8, 0, root, 0, send, recv, timeout=_timeout(opts))
+            return pend.work()
+        return self._run(build)
+
+    def scatter(self, output_tensors, input_tensors, opts):
+        root = self._peer(opts.rootRank)
+
+        def build():
+            out = output_tensors[0]
+            _check(out)
+            me = self.rank() == opts.rootRank
+            if me:
+                ins = input_tensors[0]
+                if len(ins) != self.size():
+                    raise ValueError(f"gorun: scatter: {len(ins)} inputs for {self.size()} ranks")
+                send = torch.cat([_bytes(t) for t in ins])
+            else:
+                send = torch.empty(0, dtype=torch.uint8)
+            recv = _bytes(out) if out.is_contiguous() else torch.empty(_bytes(out).numel(), dtype=torch.uint8)
+            pend = _Pending(output_tensors, None if out.is_contiguous() else
+                            (lambda: out.copy_(recv.view(out.dtype).view(out.shape))))
+            pend.add(self.comm, _core.SCATTER, _core.UINT8, 0, root, 0, send, recv, timeout=_timeout(opts))
+            return pend.work()
+        return self._run(build)
+
+    def barrier(self, opts=None):
+        def build():
+            pend = _Pending([])
+            pend.add(self.comm, _core.BARRIER, _core.INT64, 0, 0, 0, None, None, timeout=_timeout(opts))
+            return pend.work()
+        return self._run(build)
+
+    def send(self, tensors, dst, tag):
+        peer = self._peer(dst)
+
+        def build():
+            t = tensors[0]
+            _check(t)
+            pend = _Pending(tensors)
+            pend.add(self.comm, _core.SEND, _core.UINT8, 0, peer, tag, _bytes(t).clone() if not t.is_contiguous() else _bytes(t), None)
+            return pend.work()
+        return self._run(build)
+
+    def recv(self, tensors, src, tag):
+        peer = self._peer(src)
+
+        def build():
+            t = tensors[0]
+            _check(t)
+            recv = _bytes(t) if t.is_contiguous() else torch.empty(_bytes(t).numel(), dtype=torch.uint8)
+            pend = _Pending(tensors, None if t.is_contiguous() else (lambda: t.copy_(recv.view(t.dtype).view(t.shape))))
+            pend.add(self.comm, _core.RECV, _core.UINT8, 0, peer, tag, None, recv)
+            return pend.work()
+        return self._run(build)
+
+    def recv_anysource(self, tensors, tag):
+        raise NotImplementedError("gorun: receiving from any source is not supported; name the source rank")
+
+
+def _group_of(comm):
+    """The process group over comm's current view (the job's comm) or comm itself (a group)."""
+    if comm.parent is None and comm.elastic:
+        ranks = comm.view()
+        return ProcessGroupGorun(comm, ranks.index(comm.rank), len(ranks), ranks)
+    return ProcessGroupGorun(comm, comm.rank if comm.parent is not None else comm.index, comm.size)
+
+
+def _create(opts, pg_options=None):
+    """torch.distributed's creator for the "gorun" backend (extended API)."""
+    timeout = opts.timeout.total_seconds() if isinstance(opts.timeout, timedelta) else 600.0
+    w = _core.world(timeout)
+    ranks = list(opts.global_ranks_in_group)
+    if not ranks:  # the default group
+        pg = _group_of(w)
+        if opts.group_size != pg.size() or opts.group_rank != pg.rank():
+            raise ValueError(f"gorun: init_process_group(rank={opts.group_rank}, world_size={opts.group_size}) "
+                             f"does not match gorun's job, where this is rank {pg.rank()} of {pg.size()}: "
+                             "leave rank and world_size to gorun")
+        return pg
+    # new_group: only its members get here; they make the group alike.
+    default = dist.distributed_c10d._get_default_group()
+    base = default.comm if isinstance(default, ProcessGroupGorun) else w
+    child = base.create_group(ranks, _core.group_tag(opts.group_id), timeout)
+    return ProcessGroupGorun(child, child.rank, child.size)
+
+
+dist.Backend.register_backend("gorun", _create, extended_api=True)
+
+
+class _Store(dist.Store):
+    """The store init() gives torch: it answers torch's start-up barrier
+    with a gorun barrier, so that no rank needs a TCP store on rank 0."""
+
+    def __init__(self, comm):
+        super().__init__()
+        self.comm = comm
+        self.kv = {}
+
+    def set(self, key, value):
+        self.kv[key] = value
+
+    def get(self, key):
+        if key not in self.kv:
+            raise KeyError(f"gorun: the store holds only this rank's keys; no {key!r}")
+        return self.kv[key]
+
+    def add(self, key, value):
+        if "store_based_barrier" in key and value == 1:
+            ev = threading.Event()
+            res = []
+            self.comm.start(_core.BARRIER, _core.INT64, 0, 0, 0, None, 0, None, 0, None, None,
+                            lambda code, msg: (res.append((code, msg)), ev.set()))
+            ev.wait()
+            if res[0][0] != 0:
+                raise _core.error(*res[0])
+            n = len(self.comm.view())
+            self.kv[key] = n
+            return n
+        self.kv[key] = int(self.kv.get(key, 0)) + value
+        return self.kv[key]
+
+    def wait(self, keys, timeout=None):
+        missing = [k for k in keys if k not in self.kv]
+        if missing:
+            raise KeyError(f"gorun: the store holds only this rank's keys; no {missing}")
+
+    def num_keys(self):
+        return len(self.kv)
+
+    def delete_key(self, key):
+        return self.kv.pop(key, None) is not None
+
+    def set_timeout(self, timeout):
+        pass
+
+
+def init(timeout=timedelta(minutes=30)):
+    """init_process_group("gorun") on gorun's job, without the TCP store
+    that init_process_group's default (env://) starts on rank 0. Elastic
+    jobs need it: rank 0 may be the rank that is lost."""
+    w = _core.world(timeout.total_seconds())
+    pg = _group_of(w)
+    dist.init_process_group("gorun", store=_Store(w), rank=pg.rank(), world_size=pg.size(), timeout=timeout)
+
+
+def resync(model=None, optimizer=None, step=0, extra=None, timeout=600.0):
+    """After ViewChanged on an elastic job: every rank of the new view takes
+    the model's and optimizer's state, the step and extra (anything torch
+    can save) from the view's first rank that holds them, and the default
+    process group is made again over the new view. Returns (step, extra).
+    Wrap the model in DDP again afterwards.
+
+    A restarted rank (gorun --max-restarts) calls it before its first step;
+    it holds no state until then.
+    """
+    w = _core.world()
+    state = {"step": step, "extra": extra}
+    if model is not None:
+        state["model"] = model.state_dict()
+    if optimizer is not None:
+        state["optimizer"] = optimizer.state_dict()
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    got = torch.load(io.BytesIO(w.resync(buf.getvalue(), timeout)))
+    if model is not None:
+        model.load_state_dict(got["model"])
+    if optimizer is not None:
+        optimizer.load_state_dict(got["optimizer"])
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    init(timedelta(seconds=timeout))
+    return got["step"], got["extra"]
+
+
+def _at_exit():
+    # Destroy torch's groups while the interpreter is whole (a Python
+    # process group torn down at interpreter exit can abort the process),
+    # then leave the job.
+    try:
+        if dist.is_initialized() and isinstance(dist.distributed_c10d._get_default_group(), ProcessGroupGorun):
+            dist.destroy_process_group()
+    except Exception:
+        pass
+    if _core._world is not None:
+        _core._world.close()
+
+
+atexit.register(_at_exit)
