@@ -81,9 +81,16 @@ def _reducible(dtype):
 
 
 def _flat(t):
-    """A contiguous 1-D tensor with t's elements, sharing t's memory when it can."""
-    c = t if t.is_contiguous() else t.contiguous()
-    return c.reshape(-1)
+    """A 1-D tensor of stride 1 with t's elements, sharing t's memory when it can."""
+    f = (t if t.is_contiguous() else t.contiguous()).reshape(-1)
+    if f.numel() > 0 and f.stride(0) != 1:  # one element, strided: "contiguous" to torch
+        f = torch.empty(f.numel(), dtype=f.dtype).copy_(f)  # (clone keeps the stride)
+    return f
+
+
+def _copied(t, f):
+    """Whether f (from _flat or _bytes) is a copy of t rather than t's memory."""
+    return t.numel() > 0 and f.data_ptr() != t.data_ptr()
 
 
 def _bytes(t):
@@ -103,13 +110,18 @@ def _addr(t):
 
 
 class _Pending:
-    """Operations that together complete one Work's future."""
+    """Operations that together complete one Work's future.
+
+    The future completes when every added operation is done and the
+    builder has sealed it (work()): an operation that finishes before the
+    next is added, or before finish is set, cannot complete it early.
+    """
 
     def __init__(self, result, finish=None):
         self.fut = torch.futures.Future()
         self.result = result
         self.finish = finish
-        self.left = 0
+        self.left = 1  # the builder's own share, released by work()
         self.err = None
         self.keep = []
         self.lock = threading.Lock()
@@ -142,13 +154,9 @@ class _Pending:
             self.fut.set_result(self.result)
 
     def work(self):
+        """Seal: no more operations; the Work completes when they are done."""
+        self._done(0, "")
         return _create_work_from_future(self.fut)
-
-
-def _done_work(result):
-    fut = torch.futures.Future()
-    fut.set_result(result)
-    return _create_work_from_future(fut)
 
 
 def _failed_work(err):
@@ -209,7 +217,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
                 buf = _flat(t).to(wide)
             else:
                 buf = _flat(t)
-            if buf.data_ptr() != t.data_ptr() or wide is not None or not t.is_contiguous():
+            if wide is not None or _copied(t, buf):
                 copies.append((t, buf))
             pend.add(self.comm, kind, _NATIVE[buf.dtype], code, root, 0, buf, None, timeout=timeout)
 
@@ -220,8 +228,6 @@ class ProcessGroupGorun(dist.ProcessGroup):
                 else:
                     t.copy_(buf.view(t.shape))
         pend.finish = finish
-        if not tensors:
-            return _done_work(tensors)
         return pend.work()
 
     def allreduce(self, tensors, opts=None):
@@ -290,7 +296,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
             for t in tensors:
                 _check(t)
                 b = _bytes(t)
-                if not t.is_contiguous():
+                if _copied(t, b):
                     copies.append((t, b))
                 pend.add(self.comm, _core.BROADCAST, _core.UINT8, 0, root, 0, b, None, timeout=_timeout(opts))
 
@@ -298,7 +304,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
                 for t, b in copies:
                     t.copy_(b.view(t.dtype).view(t.shape))
             pend.finish = finish
-            return pend.work() if tensors else _done_work(tensors)
+            return pend.work()
         return self._run(build)
 
     def _allgather_into(self, flat_out, t, timeout, finish=None, result=None):
@@ -336,10 +342,11 @@ class ProcessGroupGorun(dist.ProcessGroup):
 
         def build():
             _check(output)
-            if output.is_contiguous():
-                return self._allgather_into(_bytes(output), input, _timeout(opts), None, [output])
-            recv = torch.empty(output.numel(), dtype=output.dtype)
-            return self._allgather_into(_bytes(recv), input, _timeout(opts), lambda: output.copy_(recv.view(output.shape)), [output])
+            recv = _bytes(output)
+            if not _copied(output, recv):
+                return self._allgather_into(recv, input, _timeout(opts), None, [output])
+            return self._allgather_into(recv, input, _timeout(opts),
+                                        lambda: output.copy_(recv.view(output.dtype).view(output.shape)), [output])
         return self._run(build)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
@@ -365,9 +372,10 @@ class ProcessGroupGorun(dist.ProcessGroup):
                                  f"{tuple(input.shape)} / output {tuple(output.shape)}")
             size = input.element_size()
             counts = [s * row_in * size for s in isz] + [s * row_out * size for s in osz]
-            recv = output if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype)
-            pend = _Pending([output], None if recv is output else (lambda: output.copy_(recv)))
-            pend.add(self.comm, _core.ALLTOALLV, _core.UINT8, 0, 0, 0, _bytes(input), _bytes(recv), counts,
+            recv = _bytes(output)
+            pend = _Pending([output], (lambda: output.copy_(recv.view(output.dtype).view(output.shape)))
+                            if _copied(output, recv) else None)
+            pend.add(self.comm, _core.ALLTOALLV, _core.UINT8, 0, 0, 0, _bytes(input), recv, counts,
                      _timeout(opts))
             return pend.work()
         return self._run(build)
@@ -429,9 +437,9 @@ class ProcessGroupGorun(dist.ProcessGroup):
                 send = torch.cat([_bytes(t) for t in ins])
             else:
                 send = torch.empty(0, dtype=torch.uint8)
-            recv = _bytes(out) if out.is_contiguous() else torch.empty(_bytes(out).numel(), dtype=torch.uint8)
-            pend = _Pending(output_tensors, None if out.is_contiguous() else
-                            (lambda: out.copy_(recv.view(out.dtype).view(out.shape))))
+            recv = _bytes(out)
+            pend = _Pending(output_tensors, (lambda: out.copy_(recv.view(out.dtype).view(out.shape)))
+                            if _copied(out, recv) else None)
             pend.add(self.comm, _core.SCATTER, _core.UINT8, 0, root, 0, send, recv, timeout=_timeout(opts))
             return pend.work()
         return self._run(build)
@@ -450,7 +458,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
             t = tensors[0]
             _check(t)
             pend = _Pending(tensors)
-            pend.add(self.comm, _core.SEND, _core.UINT8, 0, peer, tag, _bytes(t).clone() if not t.is_contiguous() else _bytes(t), None)
+            pend.add(self.comm, _core.SEND, _core.UINT8, 0, peer, tag, _bytes(t), None)
             return pend.work()
         return self._run(build)
 
@@ -460,8 +468,8 @@ class ProcessGroupGorun(dist.ProcessGroup):
         def build():
             t = tensors[0]
             _check(t)
-            recv = _bytes(t) if t.is_contiguous() else torch.empty(_bytes(t).numel(), dtype=torch.uint8)
-            pend = _Pending(tensors, None if t.is_contiguous() else (lambda: t.copy_(recv.view(t.dtype).view(t.shape))))
+            recv = _bytes(t)
+            pend = _Pending(tensors, (lambda: t.copy_(recv.view(t.dtype).view(t.shape))) if _copied(t, recv) else None)
             pend.add(self.comm, _core.RECV, _core.UINT8, 0, peer, tag, None, recv)
             return pend.work()
         return self._run(build)

@@ -1,0 +1,264 @@
+"""Every torch.distributed operation through the gorun backend against the
+result PyTorch defines, computed here from every rank's inputs (each rank
+makes all ranks' inputs from one seed). Run under gorun:
+
+    gorun -np N /usr/bin/python3 python/tests/ops.py [--seed S] [--init env|gorun]
+
+Prints "gorun-ops-ok rank=R checks=K" and exits 0 when every check passed;
+a failed check raises, naming the operation, dtype, size and rank.
+"""
+
+import argparse
+import sys
+
+import torch
+import torch.distributed as dist
+
+import gorun.torch as gt
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--seed", type=int, default=1)
+ap.add_argument("--init", choices=["env", "gorun"], default="gorun")
+args = ap.parse_args()
+
+if args.init == "env":
+    dist.init_process_group("gorun")
+else:
+    gt.init()
+R, N = dist.get_rank(), dist.get_world_size()
+SIZES = sorted({0, 1, 2, 3, 5, 7, 13, 31, 1000, max(N - 1, 0), N + 1})
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+          torch.int32, torch.int64, torch.bool]
+OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX,
+       "product": dist.ReduceOp.PRODUCT, "avg": dist.ReduceOp.AVG}
+checks = 0
+case = 0
+
+
+def gen(dtype, n, rank, op="sum"):
+    """Rank rank's input for the current case (the same on every rank)."""
+    g = torch.Generator().manual_seed(args.seed * 1_000_003 + case * 101 + rank)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g).to(torch.bool)
+    if dtype.is_floating_point:
+        x = torch.rand(n, generator=g, dtype=torch.float64)
+        x = 0.5 + x if op == "product" else x * 20 - 10
+        return x.to(dtype)
+    lo, hi = (0, 4) if dtype == torch.uint8 or op == "product" else (-100, 100)
+    if dtype == torch.int8 and op != "product":
+        lo, hi = -100, 100
+    return torch.randint(lo, hi, (n,), generator=g).to(dtype)
+
+
+def reference(dtype, op, inputs):
+    """What PyTorch defines: the reduction in a wide type, cast back once."""
+    if dtype == torch.bool:
+        x = torch.stack([t.to(torch.int64) for t in inputs])
+        r = {"sum": x.sum(0), "max": x.max(0).values, "min": x.min(0).values, "product": x.prod(0)}[op]
+        return r != 0
+    wide = torch.float64 if dtype.is_floating_point else torch.int64
+    x = torch.stack([t.to(wide) for t in inputs])
+    if op == "sum" or op == "avg":
+        r = x.sum(0)
+    elif op == "min":
+        r = x.min(0).values
+    elif op == "max":
+        r = x.max(0).values
+    else:
+        r = x.prod(0)
+    if op == "avg":
+        r = r / len(inputs)
+    if dtype.is_floating_point:
+        return r.to(dtype)
+    # Integer sums and products wrap around in the tensor's own width.
+    bits = torch.iinfo(dtype).bits
+    r = r & ((1 << bits) - 1) if bits < 64 else r
+    if dtype in (torch.int8, torch.int32) :
+        r = torch.where(r >= (1 << (bits - 1)), r - (1 << bits), r)
+    return r.to(dtype)
+
+
+def same(what, got, want, dtype):
+    global checks
+    checks += 1
+    if got.dtype != want.dtype or got.shape != want.shape:
+        raise AssertionError(f"rank {R}/{N} {what}: got {got.dtype} {tuple(got.shape)}, want {want.dtype} {tuple(want.shape)}")
+    if dtype.is_floating_point:
+        tol = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-5, torch.float64: 1e-12}[dtype]
+        ok = torch.allclose(got.to(torch.float64), want.to(torch.float64), rtol=tol, atol=tol)
+    else:
+        ok = torch.equal(got, want)
+    if not ok:
+        bad = (got.to(torch.float64) - want.to(torch.float64)).abs().argmax().item() if got.numel() else 0
+        raise AssertionError(f"rank {R}/{N} {what}: element {bad}: got {got.reshape(-1)[bad].item()}, "
+                             f"want {want.reshape(-1)[bad].item()}")
+
+
+def noncontig(t):
+    """A non-contiguous view holding t's elements (in t's order)."""
+    n = t.numel()
+    big = torch.zeros(n, 2, dtype=t.dtype)
+    big[:, 0] = t
+    v = big[:, 0]
+    assert not v.is_contiguous() or n <= 1
+    return v
+
+
+def layouts(t):
+    yield "contiguous", t.clone()
+    yield "strided", noncontig(t)
+
+
+# all_reduce, reduce: every op, dtype, size, layout; async handles too.
+for dtype in DTYPES:
+    for opname, op in OPS.items():
+        if opname == "avg" and not dtype.is_floating_point:
+            continue
+        for n in SIZES:
+            case += 1
+            ins = [gen(dtype, n, r, opname) for r in range(N)]
+            want = reference(dtype, opname, ins)
+            for lay, t in layouts(ins[R]):
+                w = dist.all_reduce(t, op=op, async_op=True)
+                w.wait()
+                same(f"all_reduce {opname} {dtype} n={n} {lay}", t.clone(), want, dtype)
+            root = case % N
+            t = ins[R].clone()
+            dist.reduce(t, dst=root, op=op)
+            if R == root:
+                same(f"reduce {opname} {dtype} n={n} root={root}", t, want, dtype)
+
+# Several tensors in one call (the process group's list form), one of them
+# widened and one strided: the Work completes only when all are done.
+case += 1
+ins = [[gen(dt, n, r * 3 + k) for k, (dt, n) in enumerate([(torch.float32, 1000), (torch.float16, 5), (torch.int64, 3)])]
+       for r in range(N)]
+ts = [ins[R][0].clone(), ins[R][1].clone(), noncontig(ins[R][2])]
+dist.distributed_c10d._get_default_group().allreduce(ts).wait()
+for k, t in enumerate(ts):
+    same(f"allreduce of 3 tensors: tensor {k}", t.clone(), reference(t.dtype, "sum", [ins[r][k] for r in range(N)]), t.dtype)
+
+# AVG on integers is refused with a clear error.
+try:
+    dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.AVG)
+    raise AssertionError("AVG on int32 was accepted")
+except ValueError as e:
+    assert "floating-point" in str(e), e
+    checks += 1
+# A tensor that is not on the CPU is refused, naming its device.
+try:
+    dist.all_reduce(torch.empty(3, device="meta"))
+    raise AssertionError("a meta tensor was accepted")
+except ValueError as e:
+    assert "CPU" in str(e) and "meta" in str(e), e
+    checks += 1
+
+# broadcast, all_gather (list and tensor forms), gather, scatter, every dtype.
+for dtype in DTYPES + [torch.complex64]:
+    for n in SIZES:
+        case += 1
+        ins = [gen(dtype if dtype != torch.complex64 else torch.float32, 2 * n, r).view(torch.complex64)
+               if dtype == torch.complex64 else gen(dtype, n, r) for r in range(N)]
+        root = case % N
+        for lay, t in layouts(ins[R]):
+            dist.broadcast(t, src=root)
+            same(f"broadcast {dtype} n={n} root={root} {lay}", t.clone(), ins[root], dtype)
+        outs = [torch.zeros_like(ins[R]) for _ in range(N)]
+        dist.all_gather(outs, ins[R])
+        for q in range(N):
+            same(f"all_gather {dtype} n={n} block {q}", outs[q], ins[q], dtype)
+        flat = torch.zeros(N * ins[R].numel(), dtype=ins[R].dtype)
+        dist.all_gather_into_tensor(flat, ins[R])
+        same(f"all_gather_into_tensor {dtype} n={n}", flat, torch.cat(ins), dtype)
+        gl = [torch.zeros_like(ins[R]) for _ in range(N)] if R == root else None
+        dist.gather(ins[R], gather_list=gl, dst=root)
+        if R == root:
+            for q in range(N):
+                same(f"gather {dtype} n={n} root={root} block {q}", gl[q], ins[q], dtype)
+        out = torch.zeros_like(ins[R])
+        sl = [gen(dtype, n, 1000 + q) for q in range(N)] if dtype != torch.complex64 else None
+        if sl is not None:
+            dist.scatter(out, scatter_list=sl if R == root else None, src=root)
+            same(f"scatter {dtype} n={n} root={root}", out, [gen(dtype, n, 1000 + q) for q in range(N)][R], dtype)
+
+# reduce_scatter (list and tensor forms), every op and dtype.
+for dtype in DTYPES:
+    for opname, op in OPS.items():
+        if opname == "avg" and not dtype.is_floating_point:
+            continue
+        for n in [0, 1, 3, 17]:
+            case += 1
+            ins = [[gen(dtype, n, r * N + q, opname) for q in range(N)] for r in range(N)]
+            want = reference(dtype, opname, [ins[r][R] for r in range(N)])
+            out = torch.zeros(n, dtype=dtype)
+            dist.reduce_scatter(out, [t.clone() for t in ins[R]], op=op)
+            same(f"reduce_scatter {opname} {dtype} n={n}", out, want, dtype)
+            out = torch.zeros(n, dtype=dtype)
+            dist.reduce_scatter_tensor(out, torch.cat(ins[R]), op=op)
+            same(f"reduce_scatter_tensor {opname} {dtype} n={n}", out, want, dtype)
+
+# all_to_all_single with uneven splits (rows of 3 elements), equal splits,
+# and the list form.
+for dtype in [torch.float32, torch.int64, torch.float16, torch.bool, torch.uint8]:
+    for trial in range(3):
+        case += 1
+        g = torch.Generator().manual_seed(args.seed * 7 + case)
+        rows = torch.randint(0, 4, (N, N), generator=g).tolist()  # rows[i][j]: rank i to rank j
+        if trial == 0:
+            rows = [[0] * N for _ in range(N)]  # nothing at all
+        data = {(i, j): gen(dtype, rows[i][j] * 3, i * 100 + j).reshape(rows[i][j], 3) for i in range(N) for j in range(N)}
+        inp = torch.cat([data[(R, j)] for j in range(N)])
+        out = torch.zeros(sum(rows[i][R] for i in range(N)), 3, dtype=dtype)
+        dist.all_to_all_single(out, inp, output_split_sizes=[rows[i][R] for i in range(N)],
+                               input_split_sizes=rows[R])
+        same(f"all_to_all_single {dtype} splits {rows}", out, torch.cat([data[(i, R)] for i in range(N)]), dtype)
+    case += 1
+    data = {(i, j): gen(dtype, 2, i * 100 + j) for i in range(N) for j in range(N)}
+    out = torch.zeros(2 * N, dtype=dtype)
+    dist.all_to_all_single(out, torch.cat([data[(R, j)] for j in range(N)]))
+    same(f"all_to_all_single equal {dtype}", out, torch.cat([data[(i, R)] for i in range(N)]), dtype)
+    outs = [torch.zeros(j + 1, dtype=dtype) for j in range(N)]
+    data = {(i, j): gen(dtype, i + 1, i * 100 + j) for i in range(N) for j in range(N)}
+    dist.all_to_all(outs, [data[(R, j)] for j in range(N)])
+    for j in range(N):
+        same(f"all_to_all {dtype} from {j}", outs[j], data[(j, R)], dtype)
+
+# send and recv around the ring, with tags, blocking and not.
+if N > 1:
+    for dtype in [torch.float32, torch.int8, torch.bfloat16]:
+        for n in [0, 1, 7, 100000]:
+            case += 1
+            nxt, prv = (R + 1) % N, (R - 1) % N
+            got = torch.zeros(n, dtype=dtype)
+            got2 = noncontig(torch.zeros(n, dtype=dtype))
+            reqs = [dist.isend(gen(dtype, n, R), dst=nxt, tag=1), dist.isend(gen(dtype, n, R + 50), dst=nxt, tag=2),
+                    dist.irecv(got2, src=prv, tag=2)]
+            dist.recv(got, src=prv, tag=1)
+            for q in reqs:
+                q.wait()
+            same(f"send/recv {dtype} n={n} tag 1", got, gen(dtype, n, prv), dtype)
+            same(f"send/recv {dtype} n={n} tag 2 strided", got2.clone(), gen(dtype, n, prv + 50), dtype)
+
+# A group of the even ranks (new_group: every rank calls it, members use it).
+case += 1
+evens = list(range(0, N, 2))
+grp = dist.new_group(evens)
+odds = dist.new_group(list(range(1, N, 2))) if N > 1 else None
+if R in evens:
+    t = gen(torch.float64, 9, R)
+    dist.all_reduce(t, group=grp)
+    same(f"new_group {evens} all_reduce", t, reference(torch.float64, "sum", [gen(torch.float64, 9, r) for r in evens]),
+         torch.float64)
+    b = torch.tensor([float(R)])
+    dist.broadcast(b, src=evens[-1], group=grp)
+    same(f"new_group {evens} broadcast from {evens[-1]}", b, torch.tensor([float(evens[-1])]), torch.float32)
+elif odds is not None:
+    t = gen(torch.int32, 4, R)
+    dist.all_reduce(t, group=odds)
+    same("new_group odds all_reduce", t, reference(torch.int32, "sum", [gen(torch.int32, 4, r) for r in range(1, N, 2)]),
+         torch.int32)
+
+dist.barrier()
+print(f"gorun-ops-ok rank={R} checks={checks}", flush=True)
+dist.destroy_process_group()
+sys.exit(0)
