@@ -24,11 +24,12 @@ model in DDP again, and go on (docs/pytorch.md shows the loop).
 import atexit
 import io
 import threading
+import time
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import ReduceOp, _create_work_from_future
+from torch._C._distributed_c10d import ReduceOp
 
 from . import _core
 from ._core import (Aborted, Closed, GorunError, Mismatch, PeerLost,  # noqa: F401 (re-exported)
@@ -109,22 +110,97 @@ def _addr(t):
     return t.data_ptr() if t.numel() else None
 
 
-class _Pending:
-    """Operations that together complete one Work's future.
+def _relay(fut):
+    """The value of a finished operation, or its error raised, so that the
+    future then() returns carries a real error that C++ (DDP) sees."""
+    v = fut.value()
+    if isinstance(v, BaseException):
+        raise v
+    return v
 
-    The future completes when every added operation is done and the
-    builder has sealed it (work()): an operation that finishes before the
-    next is added, or before finish is set, cannot complete it early.
+
+class _Work(dist.Work):
+    """The Work of a gorun operation.
+
+    wait() raises the operation's own error (PeerLost, ViewChanged, ...);
+    get_future() gives torch (DDP's reducer) a future that fails with it.
+    PyTorch calls these overrides from C++ only while this Python object
+    lives, and it does not keep it alive itself, so each one is kept in
+    _alive until well after it completed (_KEEP seconds).
+    """
+
+    def __init__(self, pending):
+        super().__init__()
+        self._p = pending
+
+    def wait(self, timeout=None):
+        v = self._p.src.wait()
+        if isinstance(v, BaseException):
+            raise v
+        return True
+
+    def get_future(self):
+        return self._p.out
+
+    def is_completed(self):
+        return self._p.src.done()
+
+    def is_success(self):
+        return self._p.src.done() and not isinstance(self._p.src.value(), BaseException)
+
+    def exception(self):
+        v = self._p.src.value() if self._p.src.done() else None
+        return v if isinstance(v, BaseException) else None
+
+    def result(self):
+        v = self._p.src.wait()
+        if isinstance(v, BaseException):
+            raise v
+        return v
+
+
+_KEEP = 60.0
+_alive = {}  # id -> [work, finished at (monotonic) or None]
+_alive_lock = threading.Lock()
+_alive_made = 0
+
+
+def _keep(work):
+    global _alive_made
+    now = time.monotonic()
+    with _alive_lock:
+        _alive[id(work)] = [work, None]
+        _alive_made += 1
+        if _alive_made % 256 == 0:
+            for k in [k for k, (_, t) in _alive.items() if t is not None and now - t > _KEEP]:
+                del _alive[k]
+
+
+def _finished(work):
+    with _alive_lock:
+        e = _alive.get(id(work))
+        if e is not None:
+            e[1] = time.monotonic()
+
+
+class _Pending:
+    """Operations that together complete one Work.
+
+    The Work completes when every added operation is done and the builder
+    has sealed it (work()): an operation that finishes before the next is
+    added, or before finish is set, cannot complete it early.
     """
 
     def __init__(self, result, finish=None):
-        self.fut = torch.futures.Future()
+        self.src = torch.futures.Future()  # completed with the result or the error object
+        self.out = self.src.then(_relay)
         self.result = result
         self.finish = finish
         self.left = 1  # the builder's own share, released by work()
         self.err = None
         self.keep = []
         self.lock = threading.Lock()
+        self.w = None
 
     def add(self, comm, kind, dtype, op, root, tag, send, recv, counts=None, timeout=None):
         self.keep += [send, recv]
@@ -148,21 +224,21 @@ class _Pending:
             except Exception as e:
                 self.err = e
         self.keep = None
-        if self.err is not None:
-            self.fut.set_exception(self.err)
-        else:
-            self.fut.set_result(self.result)
+        self.src.set_result(self.err if self.err is not None else self.result)
+        _finished(self.w)
 
     def work(self):
         """Seal: no more operations; the Work completes when they are done."""
+        self.w = _Work(self)
+        _keep(self.w)
         self._done(0, "")
-        return _create_work_from_future(self.fut)
+        return self.w
 
 
 def _failed_work(err):
-    fut = torch.futures.Future()
-    fut.set_exception(err)
-    return _create_work_from_future(fut)
+    p = _Pending(None)
+    p.err = err
+    return p.work()
 
 
 def _timeout(opts):
