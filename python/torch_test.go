@@ -1,0 +1,232 @@
+// Package python_test runs the gorun backend for torch.distributed
+// (python/gorun, over capi's library) in real processes under gorun, on
+// Debian's PyTorch at /usr/bin/python3 (package python3-torch; `make deps`
+// installs it). Without it these tests fail, naming the package.
+package python_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/internal/proctest"
+)
+
+const python = "/usr/bin/python3"
+
+var (
+	once     sync.Once
+	dir      string
+	setupErr error
+)
+
+// setup builds gorun and libgorun.so once, and checks for PyTorch.
+func setup(t *testing.T) {
+	t.Helper()
+	proctest.SkipShort(t)
+	once.Do(func() {
+		if out, err := exec.Command(python, "-c", "import torch").CombinedOutput(); err != nil {
+			setupErr = fmt.Errorf("Debian's PyTorch is needed at %s: apt-get install python3-torch (or bash scripts/testdeps.sh): %v\n%s", python, err, out)
+			return
+		}
+		d, err := os.MkdirTemp("", "gorun-python-test-")
+		if err != nil {
+			setupErr = err
+			return
+		}
+		dir = d
+		for _, b := range []struct {
+			out, pkg string
+			env     []string
+			args    []string
+		}{
+			{"gorun", "../cmd/gorun", []string{"CGO_ENABLED=0"}, nil},
+			{"libgorun.so", "../capi", []string{"CGO_ENABLED=1"}, []string{"-buildmode=c-shared"}},
+		} {
+			args := append(append([]string{"build"}, b.args...), "-o", filepath.Join(dir, b.out), b.pkg)
+			cmd := exec.Command("go", args...)
+			cmd.Env = append(os.Environ(), b.env...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				setupErr = fmt.Errorf("building %s: %v\n%s", b.out, err, out)
+				return
+			}
+		}
+	})
+	if setupErr != nil {
+		t.Fatal(setupErr)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}
+
+// job runs script under gorun with np ranks and returns its output and
+// exit code.
+func job(t *testing.T, np int, gorunArgs []string, script string, args ...string) (string, int) {
+	t.Helper()
+	here, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	argv := append(append([]string{"-np", fmt.Sprint(np)}, gorunArgs...), python, script)
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "gorun"), append(argv, args...)...)
+	cmd.Env = append(os.Environ(), "GORUN_LIBRARY="+filepath.Join(dir, "libgorun.so"), "PYTHONPATH="+here, "OMP_NUM_THREADS=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("gorun %s: still running after 4 minutes:\n%s", strings.Join(argv, " "), out.String())
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), code
+}
+
+// lines returns, per rank, the first line that matches re (its submatches).
+func lines(out string, re *regexp.Regexp) map[string][]string {
+	got := map[string][]string{}
+	for _, m := range re.FindAllStringSubmatch(out, -1) {
+		if _, ok := got[m[1]]; !ok {
+			got[m[1]] = m
+		}
+	}
+	return got
+}
+
+// everyRank fails unless every rank 0..np-1 printed a line matching re.
+func everyRank(t *testing.T, out string, np int, re *regexp.Regexp) map[string][]string {
+	t.Helper()
+	got := lines(out, re)
+	for r := range np {
+		if _, ok := got[fmt.Sprint(r)]; !ok {
+			t.Fatalf("rank %d printed no line matching %s:\n%s", r, re, out)
+		}
+	}
+	return got
+}
+
+// TestOps: every operation and dtype against PyTorch's definition, on 1,
+// 2, 3, 5 and 9 ranks, and through ParamHub with torch's own env://
+// rendezvous.
+func TestOps(t *testing.T) {
+	setup(t)
+	okRE := regexp.MustCompile(`gorun-ops-ok rank=(\d+) checks=(\d+)`)
+	for _, c := range []struct {
+		np    int
+		gorun []string
+		args  []string
+	}{
+		{1, nil, nil}, {2, nil, nil}, {3, nil, nil}, {5, nil, nil}, {9, nil, []string{"--seed", "9"}},
+		{4, []string{"--strategy", "hub"}, []string{"--init", "env", "--seed", "4"}},
+	} {
+		t.Run(fmt.Sprintf("np=%d%s", c.np, strings.Join(c.gorun, "")), func(t *testing.T) {
+			out, code := job(t, c.np, c.gorun, "tests/ops.py", append([]string{"--seed", fmt.Sprint(c.np)}, c.args...)...)
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+			for r, m := range everyRank(t, out, c.np, okRE) {
+				if m[2] == "0" {
+					t.Fatalf("rank %s checked nothing", r)
+				}
+			}
+		})
+	}
+}
+
+// TestDDP: DDP over the ring and over ParamHub (colocated and dedicated
+// hubs) equals one process training on the whole batch.
+func TestDDP(t *testing.T) {
+	setup(t)
+	okRE := regexp.MustCompile(`gorun-ddp-ok rank=(\d+) size=(\d+) .* hub=(\w+)`)
+	for _, c := range []struct {
+		np    int
+		gorun []string
+		hub   string
+	}{
+		{1, nil, "False"}, {2, nil, "False"}, {3, nil, "False"}, {5, nil, "False"},
+		{3, []string{"--strategy", "hub"}, "True"}, {2, []string{"--strategy", "hub", "--hubs", "1"}, "True"},
+	} {
+		t.Run(fmt.Sprintf("np=%d%s", c.np, strings.Join(c.gorun, "")), func(t *testing.T) {
+			out, code := job(t, c.np, c.gorun, "tests/ddp.py")
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+			for r, m := range everyRank(t, out, c.np, okRE) {
+				if m[2] != fmt.Sprint(c.np) || m[3] != c.hub {
+					t.Fatalf("rank %s: size %s hub %s, want %d and %s", r, m[2], m[3], c.np, c.hub)
+				}
+			}
+		})
+	}
+}
+
+// TestKill: a rank SIGKILLed with Works outstanding makes every other
+// rank's pending Work raise PeerLost naming it; gorun exits non-zero and
+// no rank is left.
+func TestKill(t *testing.T) {
+	setup(t)
+	// A copy under a name of its own, to look for leftovers by.
+	script := filepath.Join(t.TempDir(), "kill-drill.py")
+	src, err := os.ReadFile("tests/kill.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(script, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := job(t, 4, nil, script, "--victim", "2", "--at", "10")
+	if code == 0 {
+		t.Fatalf("gorun exited 0:\n%s", out)
+	}
+	seen := lines(out, regexp.MustCompile(`gorun-kill-seen rank=(\d+) after=([0-9.]+) error=(\w+): (.*)`))
+	for _, r := range []string{"0", "1", "3"} {
+		m, ok := seen[r]
+		if !ok {
+			t.Fatalf("rank %s reported no failure:\n%s", r, out)
+		}
+		if m[3] != "PeerLost" || !strings.Contains(m[4], "rank 2") {
+			t.Fatalf("rank %s: %s: %s, want PeerLost naming rank 2", r, m[3], m[4])
+		}
+		t.Logf("rank %s saw the loss %ss after reaching the step: %s", r, m[2], m[4])
+	}
+	if _, ok := seen["2"]; ok {
+		t.Fatalf("the victim reported a failure:\n%s", out)
+	}
+	if left, _ := exec.Command("pgrep", "-f", script).Output(); len(left) > 0 {
+		t.Fatalf("processes left behind: %s", left)
+	}
+}
+
+// TestMismatch: ranks whose tensors disagree in length all raise
+// Mismatch, naming a rank they disagree with.
+func TestMismatch(t *testing.T) {
+	setup(t)
+	out, code := job(t, 3, nil, "tests/mismatch.py")
+	if code == 0 {
+		t.Fatalf("gorun exited 0:\n%s", out)
+	}
+	for r, m := range everyRank(t, out, 3, regexp.MustCompile(`gorun-mismatch-seen rank=(\d+) error=(\w+): (.*)`)) {
+		if m[2] != "Mismatch" || !regexp.MustCompile(`rank \d disagrees on buffer length`).MatchString(m[3]) {
+			t.Fatalf("rank %s: %s: %s", r, m[2], m[3])
+		}
+	}
+}
