@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 	"unsafe"
@@ -75,12 +76,21 @@ type registry struct {
 	mu    sync.Mutex
 	next  int64
 	comms map[int64]*collective.Comm
-	works map[int64]error // finished, not yet collected
+	works map[int64]*work // started, not yet collected
 	done  []int64         // finished, not yet returned by gorun_next
 	wake  chan struct{}   // a token when done is not empty
 }
 
-var reg = registry{comms: map[int64]*collective.Comm{}, works: map[int64]error{}, wake: make(chan struct{}, 1)}
+// work is an operation's outcome: err is set before done is closed.
+// While a thread waits for it in gorun_wait, it is not queued for
+// gorun_next when it finishes: the waiter takes it.
+type work struct {
+	done    chan struct{}
+	err     error
+	waiters int
+}
+
+var reg = registry{comms: map[int64]*collective.Comm{}, works: map[int64]*work{}, wake: make(chan struct{}, 1)}
 
 func (r *registry) id() int64 {
 	r.next++
@@ -105,10 +115,17 @@ func (r *registry) comm(id int64) (*collective.Comm, error) {
 	return c, nil
 }
 
-// finish queues an operation's outcome.
+// finish records an operation's outcome, wakes its waiter and queues it
+// for gorun_next.
 func (r *registry) finish(id int64, err error) {
 	r.mu.Lock()
-	r.works[id] = err
+	w := r.works[id]
+	w.err = err
+	close(w.done)
+	if w.waiters > 0 {
+		r.mu.Unlock()
+		return
+	}
 	r.done = append(r.done, id)
 	r.mu.Unlock()
 	select {
@@ -267,6 +284,7 @@ func gorun_start(comm C.int64_t, kind, dtype, redop, root, tag C.int, send unsaf
 	reg.mu.Lock()
 	id := reg.id()
 	c := reg.comms[int64(comm)]
+	reg.works[id] = &work{done: make(chan struct{})}
 	reg.mu.Unlock()
 	o := op{kind: int(kind), dtype: int(dtype), redop: int(redop), root: int(root), tag: int(tag), send: send, recv: recv, nsend: int(nsend), nrecv: int(nrecv)}
 	if ncounts > 0 {
@@ -407,6 +425,64 @@ func gorun_next(timeoutMs C.int64_t) C.int64_t {
 	}
 }
 
+// spinWait is how long gorun_wait polls before it parks.
+const spinWait = 50 * time.Microsecond
+
+// gorun_wait waits up to timeoutMs (forever if negative) for one
+// operation. It returns 2 when the operation finished while this thread
+// waited: it is then this thread's, and gorun_next will not return it; 1
+// when it had finished before (gorun_next returns it, or did), or was
+// collected already; 0 if it is not done yet. It does not collect it. A
+// thread that waits for its own operation this way is woken directly,
+// without a hand-off through the thread that calls gorun_next.
+//
+//export gorun_wait
+func gorun_wait(id C.int64_t, timeoutMs C.int64_t) C.int {
+	reg.mu.Lock()
+	w, ok := reg.works[int64(id)]
+	if !ok {
+		reg.mu.Unlock()
+		return 1
+	}
+	select {
+	case <-w.done:
+		reg.mu.Unlock()
+		return 1
+	default:
+	}
+	w.waiters++
+	reg.mu.Unlock()
+	// A small operation is often done within microseconds: look for that
+	// before parking this thread (a park and wake cost tens of them).
+	for spin := time.Now(); time.Since(spin) < spinWait; runtime.Gosched() {
+		select {
+		case <-w.done:
+			return 2
+		default:
+		}
+	}
+	var timeout <-chan time.Time
+	if timeoutMs >= 0 {
+		timer := time.NewTimer(time.Duration(timeoutMs) * time.Millisecond)
+		defer timer.Stop()
+		timeout = timer.C
+	}
+	select {
+	case <-w.done:
+		return 2
+	case <-timeout:
+	}
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	select {
+	case <-w.done: // finished as the wait ended: still this thread's
+		return 2
+	default:
+	}
+	w.waiters--
+	return 0
+}
+
 // gorun_result returns a finished operation's result code (0: success),
 // writes its error message into errbuf, and forgets it. An id that is not
 // finished, or was already collected, gives -1.
@@ -414,15 +490,22 @@ func gorun_next(timeoutMs C.int64_t) C.int64_t {
 //export gorun_result
 func gorun_result(id C.int64_t, errbuf *C.char, errlen C.int) C.int {
 	reg.mu.Lock()
-	err, ok := reg.works[int64(id)]
-	delete(reg.works, int64(id))
+	w, ok := reg.works[int64(id)]
+	if ok {
+		select {
+		case <-w.done:
+			delete(reg.works, int64(id))
+		default:
+			ok = false
+		}
+	}
 	reg.mu.Unlock()
 	if !ok {
 		setErr(errbuf, errlen, fmt.Errorf("gorun: operation %d is not finished, or was collected already", id))
 		return -1
 	}
-	setErr(errbuf, errlen, err)
-	return C.int(codeOf(err))
+	setErr(errbuf, errlen, w.err)
+	return C.int(codeOf(w.err))
 }
 
 // gorun_resync gives every rank of the view the state of its first rank

@@ -101,6 +101,7 @@ def _load():
         "gorun_close": (i32, [i64]),
         "gorun_start": (i64, [i64, i32, i32, i32, i32, i32, p, i64, p, i64, ctypes.POINTER(i64), i32, i64]),
         "gorun_next": (i64, [i64]),
+        "gorun_wait": (i32, [i64, i64]),
         "gorun_result": (i32, [i64, s, i32]),
         "gorun_resync": (i32, [i64, p, i64, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(i64), i64, s, i32]),
         "gorun_free": (None, [p]),
@@ -119,12 +120,15 @@ def _errbuf():
 
 
 class _Completions:
-    """The thread that collects finished operations and runs their callbacks."""
+    """Runs each finished operation's callback once: in the thread that
+    collects finished operations (gorun_next), or in a thread that waits
+    for the operation itself (wait), whichever claims it first."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._callbacks = {}
         self._early = {}  # finished before their callback was registered
+        self._claimed = set()  # completed by a waiter; gorun_next has yet to return them
         self._thread = None
 
     def register(self, op_id, callback):
@@ -138,24 +142,47 @@ class _Completions:
                 return
         callback(*early)
 
+    def wait(self, op_id):
+        """Wait for op_id in this thread and run its callback here, unless
+        the collecting thread has it already (then the caller waits on the
+        operation's own future)."""
+        while True:
+            got = _lib.gorun_wait(op_id, 200)
+            if got != 0:
+                break
+        with self._lock:
+            cb = self._callbacks.pop(op_id, None)
+            if cb is None:
+                return
+            if got == 1:  # gorun_next returns it too: skip it there
+                self._claimed.add(op_id)
+        cb(*_result(op_id))
+
     def _run(self):
         while True:
             op_id = _lib.gorun_next(500)
             if op_id <= 0:
                 continue
-            buf = _errbuf()
-            code = _lib.gorun_result(op_id, buf, _ERRLEN)
-            msg = buf.value.decode(errors="replace")
             with self._lock:
-                cb = self._callbacks.pop(op_id, None)
-                if cb is None:
-                    self._early[op_id] = (code, msg)
+                if op_id in self._claimed:
+                    self._claimed.discard(op_id)
                     continue
+                cb = self._callbacks.pop(op_id, None)
+                if cb is None:  # under the lock, so that register() sees it
+                    self._early[op_id] = _result(op_id)
+                    continue
+            res = _result(op_id)
             try:
-                cb(code, msg)
+                cb(*res)
             except BaseException as e:  # a callback must not end the thread
                 import sys
                 print(f"gorun: a completion callback failed: {e!r}", file=sys.stderr)
+
+
+def _result(op_id):
+    buf = _errbuf()
+    code = _lib.gorun_result(op_id, buf, _ERRLEN)
+    return code, buf.value.decode(errors="replace")
 
 
 _completions = _Completions()
@@ -232,7 +259,8 @@ class Comm:
     def start(self, kind, dtype, op, root, tag, send, nsend, recv, nrecv, counts, timeout, callback):
         """Start an operation on memory at the given addresses; callback(code, msg) runs when it is done.
 
-        The caller keeps the memory alive and untouched until then.
+        The caller keeps the memory alive and untouched until then. Returns
+        the operation's id, for wait().
         """
         carr = None
         if counts:
@@ -240,6 +268,13 @@ class Comm:
         op_id = _lib.gorun_start(self._h, kind, dtype, op, root, tag, send or None, nsend, recv or None, nrecv,
                                  carr, len(counts) if counts else 0, int(timeout * 1000) if timeout else 0)
         _completions.register(op_id, callback)
+        return op_id
+
+    @staticmethod
+    def wait(op_id):
+        """Wait for a started operation in this thread; its callback has run when this returns,
+        unless the collecting thread is running it."""
+        _completions.wait(op_id)
 
     def resync(self, state, timeout=600.0):
         """Every rank gets the bytes of the view's first rank that holds the state (collective.ResyncBytes)."""

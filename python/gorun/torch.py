@@ -134,6 +134,11 @@ class _Work(dist.Work):
         self._p = pending
 
     def wait(self, timeout=None):
+        # Wait in this thread (no hand-off through the collecting thread).
+        for op_id in self._p.ids:
+            if self._p.src.done():
+                break
+            _core.Comm.wait(op_id)
         v = self._p.src.wait()
         if isinstance(v, BaseException):
             raise v
@@ -201,14 +206,15 @@ class _Pending:
         self.keep = []
         self.lock = threading.Lock()
         self.w = None
+        self.ids = []
 
     def add(self, comm, kind, dtype, op, root, tag, send, recv, counts=None, timeout=None):
         self.keep += [send, recv]
         with self.lock:
             self.left += 1
-        comm.start(kind, dtype, op, root, tag, _addr(send) if send is not None else None,
-                   send.numel() if send is not None else 0, _addr(recv) if recv is not None else None,
-                   recv.numel() if recv is not None else 0, counts, timeout, self._done)
+        self.ids.append(comm.start(kind, dtype, op, root, tag, _addr(send) if send is not None else None,
+                                   send.numel() if send is not None else 0, _addr(recv) if recv is not None else None,
+                                   recv.numel() if recv is not None else 0, counts, timeout, self._done))
 
     def _done(self, code, msg):
         with self.lock:

@@ -1,0 +1,48 @@
+"""torch.distributed.all_reduce timed through a backend, for side-by-side runs.
+
+    gorun -np N /usr/bin/python3 bench/torch/allreduce.py --backend gorun|gloo [--sizes 4096,1048576] [--iters K]
+
+Each size (bytes of float32) is warmed up, then timed over K calls (a
+barrier before each, so that every call starts together); rank 0 prints one
+line per size: "size=B backend=X np=N median_us=... p10_us=... busbw_GBps=..."
+(bus bandwidth as nccl-tests defines it: 2(N-1)/N x bytes / time).
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--backend", choices=["gorun", "gloo"], required=True)
+ap.add_argument("--sizes", default="4096,65536,1048576,16777216,67108864")
+ap.add_argument("--iters", type=int, default=30)
+args = ap.parse_args()
+
+torch.set_num_threads(1)
+if args.backend == "gorun":
+    import gorun.torch as gt
+    gt.init()
+else:
+    dist.init_process_group("gloo")
+R, N = dist.get_rank(), dist.get_world_size()
+for size in [int(s) for s in args.sizes.split(",")]:
+    t = torch.ones(size // 4)
+    iters = args.iters if size <= (1 << 20) else max(5, args.iters // 4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    times = []
+    for _ in range(iters):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(t)
+        times.append(time.perf_counter() - t0)
+    if R == 0:
+        med = statistics.median(times)
+        p10 = sorted(times)[len(times) // 10]
+        busbw = 2 * (N - 1) / N * size / med / 1e9 if N > 1 else 0.0
+        print(f"size={size} backend={args.backend} np={N} median_us={med * 1e6:.1f} p10_us={p10 * 1e6:.1f} "
+              f"busbw_GBps={busbw:.3f}", flush=True)
+dist.destroy_process_group()
