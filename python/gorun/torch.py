@@ -35,7 +35,7 @@ from . import _core
 from ._core import (Aborted, Closed, GorunError, Mismatch, PeerLost,  # noqa: F401 (re-exported)
                     Timeout, ViewChanged)
 
-__all__ = ["ProcessGroupGorun", "init", "resync", "world", "GorunError", "PeerLost", "ViewChanged",
+__all__ = ["ProcessGroupGorun", "init", "resync", "is_view_changed", "world", "GorunError", "PeerLost", "ViewChanged",
            "Mismatch", "Closed", "Aborted", "Timeout"]
 
 _NATIVE = {
@@ -609,12 +609,16 @@ class _Store(dist.Store):
 
     def add(self, key, value):
         if "store_based_barrier" in key and value == 1:
-            ev = threading.Event()
             res = []
-            self.comm.start(_core.BARRIER, _core.INT64, 0, 0, 0, None, 0, None, 0, None, None,
-                            lambda code, msg: (res.append((code, msg)), ev.set()))
-            ev.wait()
-            if res[0][0] != 0:
+            op = self.comm.start(_core.BARRIER, _core.INT64, 0, 0, 0, None, 0, None, 0, None, None,
+                                 lambda code, msg: res.append((code, msg)))
+            self.comm.wait(op)
+            while not res:  # the collecting thread is running the callback
+                time.sleep(0.001)
+            # A view change here (a restarted rank's first collective
+            # returns one) is the program's to handle at its next
+            # operation, after which it resyncs; anything else fails init.
+            if res[0][0] not in (0, ViewChanged.code):
                 raise _core.error(*res[0])
             n = len(self.comm.view())
             self.kv[key] = n
@@ -644,6 +648,12 @@ def init(timeout=timedelta(minutes=30)):
     w = _core.world(timeout.total_seconds())
     pg = _group_of(w)
     dist.init_process_group("gorun", store=_Store(w), rank=pg.rank(), world_size=pg.size(), timeout=timeout)
+
+
+def is_view_changed(err):
+    """Whether err (a ViewChanged, or the RuntimeError that DDP makes of
+    one) means that an elastic job's membership changed: resync and go on."""
+    return isinstance(err, ViewChanged) or "the job's membership changed" in str(err)
 
 
 def resync(model=None, optimizer=None, step=0, extra=None, timeout=600.0):
