@@ -271,3 +271,32 @@ func TestElastic(t *testing.T) {
 		}
 	})
 }
+
+// TestTrainer: the Fashion-MNIST DDP trainer (examples/torch_fmnist) on
+// gorun's collectives and on Gloo learns the same (the same data, order
+// and arithmetic), and its elastic drill (a rank killed, restarted, back
+// in) finishes.
+func TestTrainer(t *testing.T) {
+	setup(t)
+	finalRE := regexp.MustCompile(`final backend=(\w+) np=(\d+) .* test_acc=([0-9.]+)`)
+	acc := map[string]float64{}
+	for _, b := range []string{"gorun", "gloo"} {
+		out, code := job(t, 3, nil, "../examples/torch_fmnist/train.py", "--backend", b, "--epochs", "1", "--train", "3000", "--test", "1000")
+		m := finalRE.FindStringSubmatch(out)
+		if code != 0 || m == nil || m[1] != b || m[2] != "3" {
+			t.Fatalf("%s: exit %d:\n%s", b, code, out)
+		}
+		var a float64
+		fmt.Sscan(m[3], &a)
+		acc[b] = a
+	}
+	if acc["gorun"] < 0.5 || acc["gorun"]-acc["gloo"] > 0.02 || acc["gloo"]-acc["gorun"] > 0.02 {
+		t.Fatalf("test accuracy: gorun %.4f, gloo %.4f: want both above 0.5 and within 0.02", acc["gorun"], acc["gloo"])
+	}
+	out, code := job(t, 3, []string{"--elastic", "--max-restarts", "1"}, "../examples/torch_fmnist/train.py",
+		"--epochs", "2", "--train", "2000", "--test", "500", "--kill-rank", "1", "--kill-step", "5")
+	m := finalRE.FindStringSubmatch(out)
+	if code != 0 || m == nil || !strings.Contains(out, "view changed") {
+		t.Fatalf("elastic drill: exit %d:\n%s", code, out)
+	}
+}
