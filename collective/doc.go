@@ -101,7 +101,10 @@
 // parent runs the hub one. Close releases a child. A failure in a child
 // breaks the job's transport as in the parent; on an elastic job a view
 // change invalidates every child with ErrViewChanged: split again after
-// the Resync.
+// the Resync. Comm.CreateGroup(ctx, ranks, tag) makes one child that only
+// its members call, each with the same ranks and tag (MPI_Comm_create_group;
+// torch.distributed's new_group goes through it); members that disagree
+// fail with ErrSizeMismatch.
 //
 // # Exchanges and point-to-point
 //
@@ -170,7 +173,8 @@
 //	}
 //
 // Resync is a Broadcast from the view's first rank that holds the state,
-// repeated if the view changes again under it.
+// repeated if the view changes again under it. ResyncBytes does the same
+// for state whose length only its holder knows (a serialized checkpoint).
 //
 // With gorun --max-restarts a lost rank is started again, with the same
 // rank number and Restarts() = k on its k-th restart. Its Join waits for
