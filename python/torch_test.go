@@ -45,8 +45,8 @@ func setup(t *testing.T) {
 		dir = d
 		for _, b := range []struct {
 			out, pkg string
-			env     []string
-			args    []string
+			env      []string
+			args     []string
 		}{
 			{"gorun", "../cmd/gorun", []string{"CGO_ENABLED=0"}, nil},
 			{"libgorun.so", "../capi", []string{"CGO_ENABLED=1"}, []string{"-buildmode=c-shared"}},
