@@ -218,7 +218,7 @@ func gorun_view(comm C.int64_t, out *C.int64_t, n C.int) C.int {
 		return -1
 	}
 	ranks := c.View().Ranks
-	if out != nil {
+	if out != nil && n > 0 {
 		dst := unsafe.Slice((*int64)(unsafe.Pointer(out)), int(n))
 		for i := 0; i < len(ranks) && i < len(dst); i++ {
 			dst[i] = int64(ranks[i])
@@ -235,6 +235,10 @@ func gorun_create_group(comm C.int64_t, ranks *C.int64_t, n C.int, tag C.int64_t
 	c, err := reg.comm(int64(comm))
 	if err != nil {
 		setErr(errbuf, errlen, err)
+		return -1
+	}
+	if n < 0 || (n > 0 && ranks == nil) {
+		setErr(errbuf, errlen, fmt.Errorf("gorun: create group: %d ranks at %p", n, ranks))
 		return -1
 	}
 	rs := make([]int, n)
@@ -287,7 +291,7 @@ func gorun_start(comm C.int64_t, kind, dtype, redop, root, tag C.int, send unsaf
 	reg.works[id] = &work{done: make(chan struct{})}
 	reg.mu.Unlock()
 	o := op{kind: int(kind), dtype: int(dtype), redop: int(redop), root: int(root), tag: int(tag), send: send, recv: recv, nsend: int(nsend), nrecv: int(nrecv)}
-	if ncounts > 0 {
+	if ncounts > 0 && counts != nil {
 		for _, x := range unsafe.Slice((*int64)(unsafe.Pointer(counts)), int(ncounts)) {
 			o.counts = append(o.counts, int(x))
 		}
@@ -361,12 +365,17 @@ func start[T collective.Number](ctx context.Context, c *collective.Comm, o op) (
 		if o.nsend != o.nrecv*c.Size() {
 			return nil, fmt.Errorf("gorun: reduce-scatter of %d elements into %d, want %d ranks x %d", o.nsend, o.nrecv, c.Size(), o.nrecv)
 		}
+		// This rank's share, from the view the collective starts in (a
+		// view change fails it with ErrViewChanged).
+		idx := c.View().Index(c.Rank())
+		if idx < 0 {
+			return nil, fmt.Errorf("gorun: reduce-scatter: rank %d is not in the view: %w", c.Rank(), collective.ErrViewChanged)
+		}
 		h = collective.StartReduceScatter(ctx, c, send, redop)
 		return func() error {
-			if err := h.Wait(ctx); err != nil {
+			if err := wait(h); err != nil {
 				return err
 			}
-			idx := c.View().Index(c.Rank())
 			copy(recv, send[idx*o.nrecv:(idx+1)*o.nrecv])
 			return nil
 		}, nil
@@ -385,13 +394,60 @@ func start[T collective.Number](ctx context.Context, c *collective.Comm, o op) (
 	case opBarrier:
 		h = c.StartBarrier(ctx)
 	case opSend:
-		return func() error { return collective.Send(ctx, c, send, o.root, o.tag) }, nil
+		return p2p.after(c, o.root, o.tag, true, func() error { return collective.Send(ctx, c, send, o.root, o.tag) }), nil
 	case opRecv:
-		return func() error { return collective.Recv(ctx, c, recv, o.root, o.tag) }, nil
+		return p2p.after(c, o.root, o.tag, false, func() error { return collective.Recv(ctx, c, recv, o.root, o.tag) }), nil
 	default:
 		return nil, fmt.Errorf("gorun: unknown operation %d", o.kind)
 	}
-	return func() error { return h.Wait(ctx) }, nil
+	return func() error { return wait(h) }, nil
+}
+
+// wait waits until h is done, however it ends: a Wait whose context
+// ended would return while the collective still used the caller's memory.
+// The collective's own context (the operation's timeout) ends it.
+func wait(h *collective.Handle) error { return h.Wait(context.Background()) }
+
+// p2pOrder runs the sends (and the receives) of one communicator, peer
+// and tag one after another, in the order they were started, as the
+// collective package's order guarantee needs: each in its own goroutine
+// they could overtake each other.
+type p2pOrder struct {
+	mu   sync.Mutex
+	last map[p2pKey]chan struct{} // the latest operation's end
+}
+
+type p2pKey struct {
+	c         *collective.Comm
+	peer, tag int
+	send      bool
+}
+
+var p2p = p2pOrder{last: map[p2pKey]chan struct{}{}}
+
+// after returns run, made to start once the previous operation of its
+// key has ended.
+func (q *p2pOrder) after(c *collective.Comm, peer, tag int, send bool, run func() error) func() error {
+	k := p2pKey{c, peer, tag, send}
+	mine := make(chan struct{})
+	q.mu.Lock()
+	prev := q.last[k]
+	q.last[k] = mine
+	q.mu.Unlock()
+	return func() error {
+		if prev != nil {
+			<-prev
+		}
+		defer func() {
+			q.mu.Lock()
+			if q.last[k] == mine {
+				delete(q.last, k)
+			}
+			q.mu.Unlock()
+			close(mine)
+		}()
+		return run()
+	}
 }
 
 // gorun_next waits up to timeoutMs for an operation to finish and returns

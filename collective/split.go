@@ -127,10 +127,10 @@ const MaxGroupTag = 1<<30 - 1 // groupBase + MaxGroupTag < transport.ChanP2P
 // CreateGroup makes the child of c that holds the given ranks of c, in
 // that order, as MPI_Comm_create_group does: only those ranks call it,
 // each with the same ranks and tag, and c's other ranks take no part.
-// The tag names the group among c's groups: two groups made from one
-// parent need different tags (a library that names its groups with a
-// counter every rank advances alike, as torch.distributed's new_group
-// does, can use that). It returns once every member has called it. As
+// The tag names the group among the job's groups: two groups made by
+// CreateGroup, from any parents, need different tags while both are open
+// (a library that names its groups with a counter every rank advances
+// alike, as torch.distributed's new_group does, can use that). It returns once every member has called it. As
 // with Split, the child runs over c's connections and shared memory, and
 // a view change invalidates it.
 func (c *Comm) CreateGroup(ctx context.Context, ranks []int, tag int) (*Comm, error) {

@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -164,6 +165,15 @@ func Start(cfg Config, ev Events) (*Member, error) {
 		return max(1, len(m.peers))
 	}}
 	ml, err := memberlist.Create(mc)
+	if err != nil && cfg.BindPort != 0 && (errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")) {
+		// The launcher reserved the port, but another socket took it
+		// before this rank bound it (ports are checked, not held). The
+		// port is only where peers first look: listen on one the kernel
+		// picks and let gossip tell them, as this rank joins them.
+		logger.Warn("gossip port taken; listening on another", "rank", cfg.Rank, "port", cfg.BindPort, "err", err)
+		mc.BindPort, mc.AdvertisePort = 0, 0
+		ml, err = memberlist.Create(mc)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("membership: rank %d: %w", cfg.Rank, err)
 	}

@@ -316,3 +316,50 @@ func TestRestartedElsewhere(t *testing.T) {
 		return g.ms[0].peers[1].Data == "127.0.0.1:29999"
 	}, "rank 0 takes the restarted rank's new address")
 }
+
+// TestGossipPortTaken: a rank whose reserved gossip port another socket
+// took before it bound it listens on a port the kernel picks and still
+// joins: the others learn its address by gossip, though their seed for it
+// is the reserved port.
+func TestGossipPortTaken(t *testing.T) {
+	const n = 3
+	ports := make([]int, n)
+	for r := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[r] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	thief, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(ports[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer thief.Close()
+	var seeds []string
+	for _, p := range ports {
+		seeds = append(seeds, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+	}
+	var ms []*Member
+	for r := range n {
+		c := testConfig("job-taken", r, n, "secret-secret-secret")
+		c.BindPort, c.Seeds = ports[r], seeds
+		m, err := Start(c, Events{})
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		defer m.Close()
+		ms = append(ms, m)
+	}
+	if ms[1].Port() == ports[1] || ms[1].Port() == 0 {
+		t.Fatalf("rank 1 listens on %d (its taken port %d)", ms[1].Port(), ports[1])
+	}
+	g := &group{ms: ms}
+	_, errs := g.waitAll(20 * time.Second)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}

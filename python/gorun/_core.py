@@ -241,11 +241,14 @@ class Comm:
     def view(self):
         """The current view's job ranks, in order."""
         n = _lib.gorun_view(self._h, None, 0)
-        if n < 0:
-            raise Closed(f"gorun: communicator {self._h} is closed")
-        out = (ctypes.c_int64 * n)()
-        _lib.gorun_view(self._h, out, n)
-        return list(out)
+        while True:
+            if n < 0:
+                raise Closed(f"gorun: communicator {self._h} is closed")
+            out = (ctypes.c_int64 * n)()
+            m = _lib.gorun_view(self._h, out, n)
+            if m == n:  # else the view changed between the two calls
+                return list(out)
+            n = m
 
     def create_group(self, ranks, tag, timeout=600.0):
         """The group of the given places in this communicator, made by its members only."""

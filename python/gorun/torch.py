@@ -247,11 +247,11 @@ def _failed_work(err):
     return p.work()
 
 
-def _timeout(opts):
+def _timeout(opts, default=None):
     t = getattr(opts, "timeout", None)
     if isinstance(t, timedelta) and t.total_seconds() > 0:
         return t.total_seconds()
-    return None
+    return default
 
 
 class ProcessGroupGorun(dist.ProcessGroup):
@@ -262,14 +262,21 @@ class ProcessGroupGorun(dist.ProcessGroup):
     then fails with ViewChanged) and resync() makes the next one.
     """
 
-    def __init__(self, comm, rank, size, ranks=None):
+    def __init__(self, comm, rank, size, ranks=None, timeout=None):
         super().__init__(rank, size)
         self.comm = comm
+        self._default_timeout = timeout  # seconds: init_process_group's, for calls that set none
         self._ranks = ranks  # group rank -> the communicator's rank for roots and peers (elastic views)
         self._lock = threading.Lock()  # operations start in call order
 
     def getBackendName(self):
         return "gorun"
+
+    def _place(self, r):
+        """A group rank as Send and Recv take it: a place in the communicator."""
+        if not 0 <= r < self.size():
+            raise ValueError(f"gorun: rank {r} is not in this group of {self.size()}")
+        return r
 
     def _peer(self, r):
         if not 0 <= r < self.size():
@@ -288,11 +295,13 @@ class ProcessGroupGorun(dist.ProcessGroup):
     # -- reductions ---------------------------------------------------
 
     def _reduce(self, tensors, op, kind, root, timeout):
+        for t in tensors:  # every tensor checked before any operation starts
+            _check(t)
+            _reducible(t.dtype)
+            _op_code(op, t.dtype)
         pend = _Pending(tensors)
         copies = []
         for t in tensors:
-            _check(t)
-            _reducible(t.dtype)
             code = _op_code(op, t.dtype)
             wide = _WIDE.get(t.dtype)
             if wide is not None:
@@ -316,14 +325,14 @@ class ProcessGroupGorun(dist.ProcessGroup):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         op = opts.reduceOp if opts is not None and hasattr(opts, "reduceOp") else (opts or dist.ReduceOp.SUM)
-        return self._run(lambda: self._reduce(tensors, op, _core.ALLREDUCE, 0, _timeout(opts)))
+        return self._run(lambda: self._reduce(tensors, op, _core.ALLREDUCE, 0, _timeout(opts, self._default_timeout)))
 
     def allreduce_coalesced(self, tensors, opts=None):
         return self.allreduce(tensors, opts)
 
     def reduce(self, tensors, opts):
         root = self._peer(opts.rootRank)
-        return self._run(lambda: self._reduce(tensors, opts.reduceOp, _core.REDUCE, root, _timeout(opts)))
+        return self._run(lambda: self._reduce(tensors, opts.reduceOp, _core.REDUCE, root, _timeout(opts, self._default_timeout)))
 
     def _reduce_scatter(self, out, inputs, op, timeout):
         _check(out)
@@ -356,14 +365,14 @@ class ProcessGroupGorun(dist.ProcessGroup):
         ins = input_tensors[0]
         if len(ins) != self.size():
             raise ValueError(f"gorun: reduce_scatter: {len(ins)} inputs for {self.size()} ranks")
-        return self._run(lambda: self._reduce_scatter(output_tensors[0], ins, op, _timeout(opts)))
+        return self._run(lambda: self._reduce_scatter(output_tensors[0], ins, op, _timeout(opts, self._default_timeout)))
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         if input.numel() != output.numel() * self.size():
             raise ValueError(f"gorun: reduce_scatter: input of {input.numel()} elements, want "
                              f"{self.size()} x {output.numel()}")
-        return self._run(lambda: self._reduce_scatter(output, list(_flat(input).chunk(self.size())) if self.size() > 0 and output.numel() > 0 else [torch.empty(0, dtype=output.dtype)] * self.size(), op, _timeout(opts)))
+        return self._run(lambda: self._reduce_scatter(output, list(_flat(input).chunk(self.size())) if self.size() > 0 and output.numel() > 0 else [torch.empty(0, dtype=output.dtype)] * self.size(), op, _timeout(opts, self._default_timeout)))
 
     # -- data movement --------------------------------------------------
 
@@ -373,14 +382,15 @@ class ProcessGroupGorun(dist.ProcessGroup):
         root = self._peer(opts.rootRank)
 
         def build():
+            for t in tensors:
+                _check(t)
             pend = _Pending(tensors)
             copies = []
             for t in tensors:
-                _check(t)
                 b = _bytes(t)
                 if _copied(t, b):
                     copies.append((t, b))
-                pend.add(self.comm, _core.BROADCAST, _core.UINT8, 0, root, 0, b, None, timeout=_timeout(opts))
+                pend.add(self.comm, _core.BROADCAST, _core.UINT8, 0, root, 0, b, None, timeout=_timeout(opts, self._default_timeout))
 
             def finish():
                 for t, b in copies:
@@ -414,7 +424,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
             def finish():
                 for i, o in enumerate(outs):
                     o.copy_(recv[i * nbytes:(i + 1) * nbytes].view(o.dtype).view(o.shape))
-            return self._allgather_into(recv, t, _timeout(opts), finish, output_tensors)
+            return self._allgather_into(recv, t, _timeout(opts, self._default_timeout), finish, output_tensors)
         return self._run(build)
 
     def _allgather_base(self, output, input, opts=None):
@@ -426,8 +436,8 @@ class ProcessGroupGorun(dist.ProcessGroup):
             _check(output)
             recv = _bytes(output)
             if not _copied(output, recv):
-                return self._allgather_into(recv, input, _timeout(opts), None, [output])
-            return self._allgather_into(recv, input, _timeout(opts),
+                return self._allgather_into(recv, input, _timeout(opts, self._default_timeout), None, [output])
+            return self._allgather_into(recv, input, _timeout(opts, self._default_timeout),
                                         lambda: output.copy_(recv.view(output.dtype).view(output.shape)), [output])
         return self._run(build)
 
@@ -458,7 +468,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
             pend = _Pending([output], (lambda: output.copy_(recv.view(output.dtype).view(output.shape)))
                             if _copied(output, recv) else None)
             pend.add(self.comm, _core.ALLTOALLV, _core.UINT8, 0, 0, 0, _bytes(input), recv, counts,
-                     _timeout(opts))
+                     _timeout(opts, self._default_timeout))
             return pend.work()
         return self._run(build)
 
@@ -480,7 +490,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
                     o.copy_(recv[off:off + s].view(o.dtype).view(o.shape))
                     off += s
             pend = _Pending(output_tensors, finish)
-            pend.add(self.comm, _core.ALLTOALLV, _core.UINT8, 0, 0, 0, send, recv, counts, _timeout(opts))
+            pend.add(self.comm, _core.ALLTOALLV, _core.UINT8, 0, 0, 0, send, recv, counts, _timeout(opts, self._default_timeout))
             return pend.work()
         return self._run(build)
 
@@ -501,7 +511,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
                 for i, o in enumerate(outs):
                     o.copy_(recv[i * k:(i + 1) * k].view(o.dtype).view(o.shape))
             pend = _Pending(output_tensors, finish)
-            pend.add(self.comm, _core.GATHER, _core.UINT8, 0, root, 0, send, recv, timeout=_timeout(opts))
+            pend.add(self.comm, _core.GATHER, _core.UINT8, 0, root, 0, send, recv, timeout=_timeout(opts, self._default_timeout))
             return pend.work()
         return self._run(build)
 
@@ -522,37 +532,37 @@ class ProcessGroupGorun(dist.ProcessGroup):
             recv = _bytes(out)
             pend = _Pending(output_tensors, (lambda: out.copy_(recv.view(out.dtype).view(out.shape)))
                             if _copied(out, recv) else None)
-            pend.add(self.comm, _core.SCATTER, _core.UINT8, 0, root, 0, send, recv, timeout=_timeout(opts))
+            pend.add(self.comm, _core.SCATTER, _core.UINT8, 0, root, 0, send, recv, timeout=_timeout(opts, self._default_timeout))
             return pend.work()
         return self._run(build)
 
     def barrier(self, opts=None):
         def build():
             pend = _Pending([])
-            pend.add(self.comm, _core.BARRIER, _core.INT64, 0, 0, 0, None, None, timeout=_timeout(opts))
+            pend.add(self.comm, _core.BARRIER, _core.INT64, 0, 0, 0, None, None, timeout=_timeout(opts, self._default_timeout))
             return pend.work()
         return self._run(build)
 
     def send(self, tensors, dst, tag):
-        peer = self._peer(dst)
+        peer = self._place(dst)
 
         def build():
             t = tensors[0]
             _check(t)
             pend = _Pending(tensors)
-            pend.add(self.comm, _core.SEND, _core.UINT8, 0, peer, tag, _bytes(t), None)
+            pend.add(self.comm, _core.SEND, _core.UINT8, 0, peer, tag, _bytes(t), None, timeout=self._default_timeout)
             return pend.work()
         return self._run(build)
 
     def recv(self, tensors, src, tag):
-        peer = self._peer(src)
+        peer = self._place(src)
 
         def build():
             t = tensors[0]
             _check(t)
             recv = _bytes(t)
             pend = _Pending(tensors, (lambda: t.copy_(recv.view(t.dtype).view(t.shape))) if _copied(t, recv) else None)
-            pend.add(self.comm, _core.RECV, _core.UINT8, 0, peer, tag, None, recv)
+            pend.add(self.comm, _core.RECV, _core.UINT8, 0, peer, tag, None, recv, timeout=self._default_timeout)
             return pend.work()
         return self._run(build)
 
@@ -560,12 +570,13 @@ class ProcessGroupGorun(dist.ProcessGroup):
         raise NotImplementedError("gorun: receiving from any source is not supported; name the source rank")
 
 
-def _group_of(comm):
+def _group_of(comm, timeout=None):
     """The process group over comm's current view (the job's comm) or comm itself (a group)."""
     if comm.parent is None and comm.elastic:
         ranks = comm.view()
-        return ProcessGroupGorun(comm, ranks.index(comm.rank), len(ranks), ranks)
-    return ProcessGroupGorun(comm, comm.rank if comm.parent is not None else comm.index, comm.size)
+        return ProcessGroupGorun(comm, ranks.index(comm.rank), len(ranks), ranks, timeout=timeout)
+    return ProcessGroupGorun(comm, comm.rank if comm.parent is not None else comm.index, comm.size,
+                             timeout=timeout)
 
 
 def _create(opts, pg_options=None):
@@ -574,7 +585,7 @@ def _create(opts, pg_options=None):
     w = _core.world(timeout)
     ranks = list(opts.global_ranks_in_group)
     if not ranks:  # the default group
-        pg = _group_of(w)
+        pg = _group_of(w, timeout)
         if opts.group_size != pg.size() or opts.group_rank != pg.rank():
             raise ValueError(f"gorun: init_process_group(rank={opts.group_rank}, world_size={opts.group_size}) "
                              f"does not match gorun's job, where this is rank {pg.rank()} of {pg.size()}: "
@@ -584,7 +595,7 @@ def _create(opts, pg_options=None):
     default = dist.distributed_c10d._get_default_group()
     base = default.comm if isinstance(default, ProcessGroupGorun) else w
     child = base.create_group(ranks, _core.group_tag(opts.group_id), timeout)
-    return ProcessGroupGorun(child, child.rank, child.size)
+    return ProcessGroupGorun(child, child.rank, child.size, timeout=timeout)
 
 
 dist.Backend.register_backend("gorun", _create, extended_api=True)
@@ -594,9 +605,11 @@ class _Store(dist.Store):
     """The store init() gives torch: it answers torch's start-up barrier
     with a gorun barrier, so that no rank needs a TCP store on rank 0."""
 
-    def __init__(self, comm):
+    def __init__(self, comm, size, timeout):
         super().__init__()
         self.comm = comm
+        self.size = size
+        self.op_timeout = timeout
         self.kv = {}
 
     def set(self, key, value):
@@ -610,7 +623,7 @@ class _Store(dist.Store):
     def add(self, key, value):
         if "store_based_barrier" in key and value == 1:
             res = []
-            op = self.comm.start(_core.BARRIER, _core.INT64, 0, 0, 0, None, 0, None, 0, None, None,
+            op = self.comm.start(_core.BARRIER, _core.INT64, 0, 0, 0, None, 0, None, 0, None, self.op_timeout,
                                  lambda code, msg: res.append((code, msg)))
             self.comm.wait(op)
             while not res:  # the collecting thread is running the callback
@@ -620,9 +633,8 @@ class _Store(dist.Store):
             # operation, after which it resyncs; anything else fails init.
             if res[0][0] not in (0, ViewChanged.code):
                 raise _core.error(*res[0])
-            n = len(self.comm.view())
-            self.kv[key] = n
-            return n
+            self.kv[key] = self.size  # what torch compares with: the group's size
+            return self.size
         self.kv[key] = int(self.kv.get(key, 0)) + value
         return self.kv[key]
 
@@ -647,7 +659,8 @@ def init(timeout=timedelta(minutes=30)):
     jobs need it: rank 0 may be the rank that is lost."""
     w = _core.world(timeout.total_seconds())
     pg = _group_of(w)
-    dist.init_process_group("gorun", store=_Store(w), rank=pg.rank(), world_size=pg.size(), timeout=timeout)
+    dist.init_process_group("gorun", store=_Store(w, pg.size(), timeout.total_seconds()), rank=pg.rank(),
+                            world_size=pg.size(), timeout=timeout)
 
 
 def is_view_changed(err):

@@ -239,6 +239,20 @@ if N > 1:
             same(f"send/recv {dtype} n={n} tag 1", got, gen(dtype, n, prv), dtype)
             same(f"send/recv {dtype} n={n} tag 2 strided", got2.clone(), gen(dtype, n, prv + 50), dtype)
 
+# Several messages to one peer with one tag, started together: they arrive
+# in the order sent (one is over gorun's 4 MiB piece size).
+if N > 1:
+    case += 1
+    nxt, prv = (R + 1) % N, (R - 1) % N
+    sizes = [5, 1_500_000, 0, 3]
+    got = [torch.zeros(n) for n in sizes]
+    reqs = [dist.isend(gen(torch.float32, n, R * 10 + k), dst=nxt, tag=7) for k, n in enumerate(sizes)]
+    reqs += [dist.irecv(got[k], src=prv, tag=7) for k in range(len(sizes))]
+    for q in reqs:
+        q.wait()
+    for k, n in enumerate(sizes):
+        same(f"isend/irecv in order: message {k} of {n}", got[k], gen(torch.float32, n, prv * 10 + k), torch.float32)
+
 # A group of the even ranks (new_group: every rank calls it, members use it).
 case += 1
 evens = list(range(0, N, 2))
