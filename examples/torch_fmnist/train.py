@@ -8,13 +8,14 @@ The data is Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist).
 Every rank takes the same seeded shuffle of the first --train samples and
 trains on its shard of each global batch, so runs with either backend see the
 same data in the same order. Rank 0 prints one line per epoch and a summary:
-"final backend=... np=... epochs=... test_acc=... seconds_per_epoch=...".
+"final backend=... np=... epochs=... test_acc=... seconds_per_epoch=...
+longest_stall_s=..." (the longest time between two of its completed steps).
 
 On an elastic gorun job (gorun --elastic [--max-restarts R], --backend gorun)
 a lost rank makes the survivors resync (model, optimizer, position in the
 epoch) and train on; a restarted rank takes their state and comes back in.
---kill-rank/--kill-step make the drill: that rank SIGKILLs itself at that
-global step (once: a restarted process does not).
+--kill-rank/--kill-step make the drill: that rank (of the job) SIGKILLs
+itself at that global step (once: a restarted process does not).
 """
 
 import argparse
@@ -89,9 +90,11 @@ if args.backend == "gorun":
     import gorun.torch as gt
     gt.init()
     elastic, restarts = gt.world().elastic, gt.world().restarts
+    job_rank = gt.world().rank  # on an elastic job dist.get_rank() is the place in the current view
 else:
     dist.init_process_group("gloo")
     elastic, restarts = False, 0
+    job_rank = dist.get_rank()
 
 xtr, ytr = load("train", args.train)
 xte, yte = load("t10k", args.test)
@@ -114,11 +117,12 @@ def accuracy():
 
 
 t_start = time.perf_counter()
+last_step_at, longest_stall = None, 0.0  # the longest time between two completed steps (after the first)
 epoch_times = []
 t_epoch = time.perf_counter()
 while step < args.epochs * steps_per_epoch:
     epoch, pos = divmod(step, steps_per_epoch)
-    if step == args.kill_step and dist.get_rank() == args.kill_rank and restarts == 0:
+    if step == args.kill_step and job_rank == args.kill_rank and restarts == 0:
         os.kill(os.getpid(), signal.SIGKILL)
     try:
         if ddp is None:
@@ -132,6 +136,10 @@ while step < args.epochs * steps_per_epoch:
         loss.backward()
         opt.step()
         step += 1
+        now = time.perf_counter()
+        if last_step_at is not None:
+            longest_stall = max(longest_stall, now - last_step_at)
+        last_step_at = now
     except Exception as e:
         if not (elastic and gt.is_view_changed(e)):
             raise
@@ -147,10 +155,11 @@ while step < args.epochs * steps_per_epoch:
             print(f"epoch {step // steps_per_epoch} seconds={now - t_epoch:.2f} loss={loss.item():.4f} "
                   f"test_acc={accuracy():.4f}", flush=True)
         t_epoch = time.perf_counter()
+        last_step_at = None  # the test evaluation is not a stall
 
 if dist.get_rank() == 0:
     per_epoch = sum(epoch_times) / max(len(epoch_times), 1)
     print(f"final backend={args.backend} np={dist.get_world_size()} model={args.model} epochs={args.epochs} "
           f"test_acc={accuracy():.4f} seconds_per_epoch={per_epoch:.2f} "
-          f"total_seconds={time.perf_counter() - t_start:.2f}", flush=True)
+          f"total_seconds={time.perf_counter() - t_start:.2f} longest_stall_s={longest_stall:.3f}", flush=True)
 dist.destroy_process_group()
