@@ -173,3 +173,63 @@ func TestMalformedHostfile(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", res.code, res.stderr)
 	}
 }
+
+// forkingRanks is a rank that starts two children of its own and waits,
+// as a PyTorch DataLoader's workers are started.
+const forkingRanks = `sh -c 'while :; do sleep 1; done' & sh -c 'while :; do sleep 1; done' & echo up; wait`
+
+// TestSSHDropForking: TestSSHDrop with ranks that started children: the
+// host's agent ends them all.
+func TestSSHDropForking(t *testing.T) {
+	r := needRig(t)
+	hf := r.hostfile(t, 2, 2)
+	cmd, out, errb := r.cmd("-hostfile", hf, "--grace", "1s", "sh", "-c", forkingRanks)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	proctest.WaitFor(t, 30*time.Second, func() bool { return strings.Count(out.String(), "up") == 4 }, "4 ranks")
+	pids, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid), "-f", r.hosts[1]).Output()
+	pid, err := strconv.Atoi(strings.TrimSpace(string(pids)))
+	if err != nil {
+		t.Fatalf("no ssh client for %s: %q", r.hosts[1], pids)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code == 0 {
+		t.Fatalf("exit 0 after a dropped session: %s", errb)
+	}
+	r.noLeftovers(t)
+}
+
+// TestAgentKilledOverSSH: one host's agent is SIGKILLed while its ranks'
+// children run: its sentinel ends their process groups, so nothing stays
+// on the host; gorun fails, naming the host and what happened.
+func TestAgentKilledOverSSH(t *testing.T) {
+	r := needRig(t)
+	hf := r.hostfile(t, 2, 2)
+	cmd, out, errb := r.cmd("-hostfile", hf, "--grace", "1s", "sh", "-c", forkingRanks)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	proctest.WaitFor(t, 30*time.Second, func() bool { return strings.Count(out.String(), "up") == 4 }, "4 ranks")
+	var agent int
+	for _, p := range r.hostProcs(1) {
+		if f := strings.Fields(p); len(f) > 2 && strings.HasSuffix(f[2], "__agent") {
+			agent, _ = strconv.Atoi(f[0])
+		}
+	}
+	if agent == 0 {
+		t.Fatalf("no agent on %s: %v", r.hosts[1], r.hostProcs(1))
+	}
+	if err := syscall.Kill(agent, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code == 0 {
+		t.Fatalf("exit 0 after an agent was killed: %s", errb)
+	}
+	if !strings.Contains(errb.String(), r.hosts[1]) {
+		t.Fatalf("stderr does not name %s: %s", r.hosts[1], errb)
+	}
+	r.noLeftovers(t)
+}

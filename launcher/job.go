@@ -295,7 +295,8 @@ func (j *job) read(a *agentProc, spec *proto.HostSpec) {
 	// If the agent is gone already, reading says why.
 	_ = a.conn.Send(&proto.Message{Kind: proto.MsgSpec, Spec: spec})
 	noise, err := proto.SkipBanner(a.out)
-	if err == nil {
+	greeted := err == nil
+	if greeted {
 		noise = nil // a remote shell's chatter, not an error message
 	}
 	for err == nil {
@@ -305,7 +306,7 @@ func (j *job) read(a *agentProc, spec *proto.HostSpec) {
 		}
 	}
 	werr := a.cmd.Wait()
-	j.deliver(agentEvent{agent: a.index, why: a.describeFailure(werr, noise)})
+	j.deliver(agentEvent{agent: a.index, why: a.describeFailure(werr, noise, greeted)})
 }
 
 // deliver passes ev on, or drops it once the job is shutting down.
@@ -439,8 +440,8 @@ func (a *agentProc) kill() {
 }
 
 // describeFailure explains why an agent's stream ended: ssh's own
-// message, or the agent's exit status.
-func (a *agentProc) describeFailure(waitErr error, noise []string) string {
+// message, or the agent's exit status, and whether the agent had begun.
+func (a *agentProc) describeFailure(waitErr error, noise []string, greeted bool) string {
 	lines := a.stderr.lines()
 	if len(lines) == 0 {
 		lines = noise
@@ -448,6 +449,9 @@ func (a *agentProc) describeFailure(waitErr error, noise []string) string {
 	msg := strings.TrimSpace(strings.Join(lines, "; "))
 	if msg == "" {
 		msg = "agent exited before greeting"
+		if greeted {
+			msg = "agent ended while running the job (killed, or its session dropped)"
+		}
 		if waitErr != nil {
 			msg += " (" + waitErr.Error() + ")"
 		}

@@ -75,6 +75,10 @@ func isLocal(host string) bool {
 	return err == nil && host == name
 }
 
+// SentinelCommandName is the hidden subcommand of gorun that runs an
+// agent's sentinel (package agent's Sentinel).
+const SentinelCommandName = proto.SentinelCommandName
+
 // HubCommandName is the hidden subcommand of gorun that runs a dedicated
 // ParamHub (an agent starts it for Config.Hubs).
 const HubCommandName = proto.HubCommandName

@@ -68,6 +68,11 @@ func newApp() *cli.App {
 				Action: hub,
 			},
 			{
+				Name:   launcher.SentinelCommandName,
+				Hidden: true,
+				Action: func(*cli.Context) error { return agent.Sentinel(os.Stdin) },
+			},
+			{
 				Name:      "bench",
 				Usage:     "time all-reduce through the ring and through ParamHub on the same job",
 				UsageText: "gorun bench [launch flags] [--hubs K | --colocated-hubs K] [--sizes 4KiB,16MiB] [--target 1s] [--format table|csv]",
@@ -354,7 +359,11 @@ func runAgent(c *cli.Context) error {
 	}()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	err := agent.Run(ctx, agent.Config{In: os.Stdin, Out: os.Stdout, Environ: os.Environ()})
+	cfg := agent.Config{In: os.Stdin, Out: os.Stdout, Environ: os.Environ()}
+	if exe, err := os.Executable(); err == nil {
+		cfg.Sentinel = []string{exe, launcher.SentinelCommandName}
+	}
+	err := agent.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gorun agent: %v\n", err)
 		return exitError{1}

@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == elasticRankArg {
 		os.Exit(elasticRank(os.Args[2:]))
 	}
-	if os.Getenv("GORUN_TEST_AS_GORUN") == "1" || len(os.Args) > 1 && (os.Args[1] == launcher.AgentCommandName || os.Args[1] == launcher.HubCommandName) {
+	if os.Getenv("GORUN_TEST_AS_GORUN") == "1" || len(os.Args) > 1 && (os.Args[1] == launcher.AgentCommandName || os.Args[1] == launcher.HubCommandName || os.Args[1] == launcher.SentinelCommandName) {
 		os.Exit(run(os.Args))
 	}
 	os.Exit(m.Run())
@@ -477,4 +477,53 @@ func TestOOMLabel(t *testing.T) {
 	if !strings.Contains(errb.String(), "(by the kernel's OOM killer: the memory cgroup counted an oom_kill)") {
 		t.Fatalf("exit %d, no OOM label:\n%s", cmd.ProcessState.ExitCode(), errb)
 	}
+}
+
+// TestAgentKilled: the agent of a job whose ranks started children of
+// their own (as a DataLoader's workers are) is SIGKILLed. Its sentinel
+// ends the ranks' process groups, so no child outlives it; gorun exits
+// non-zero and says the agent ended while running the job.
+func TestAgentKilled(t *testing.T) {
+	mark := marker(t)
+	loop := `sh -c 'while :; do sleep 1; done # ` + mark + `'`
+	cmd, out, errb := gorunCmd(t, "-np", "2", "--grace", "1s", "sh", "-c", loop+" & "+loop+" & echo up $GORUN_JOB_ID; wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	proctest.WaitFor(t, 20*time.Second, func() bool { return strings.Count(out.String(), "up") == 2 }, "ranks to start")
+	// gorun, the two ranks and their four children hold the mark.
+	if n := len(leftovers(mark)); n != 7 {
+		t.Fatalf("%d processes with the mark, want 7:\n%s", n, strings.Join(leftovers(mark), "\n"))
+	}
+	pids, err := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid), "-f", launcher.AgentCommandName).Output()
+	agents := strings.Fields(string(pids))
+	if err != nil || len(agents) != 1 {
+		t.Fatalf("the agent: %q %v", pids, err)
+	}
+	pid, _ := strconv.Atoi(agents[0])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("gorun exited 0 after its agent was killed:\n%s", errb.String())
+		}
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("gorun still running 30 s after its agent was killed:\n%s", errb.String())
+	}
+	if !strings.Contains(errb.String(), "agent ended while running the job") {
+		t.Fatalf("gorun did not say what happened:\n%s", errb.String())
+	}
+	noLeftovers(t, mark)
+	// The job's files on this host (status pages, Open MPI's session
+	// directory) went with it too.
+	job := regexp.MustCompile(`up (\S+)`).FindStringSubmatch(out.String())[1]
+	proctest.WaitFor(t, 5*time.Second, func() bool {
+		left, _ := filepath.Glob(transport.ShmSegmentPattern(transport.DefaultShmDir, job))
+		return len(left) == 0
+	}, "the sentinel to remove the job's files")
 }

@@ -40,6 +40,10 @@ type Config struct {
 	Out     io.Writer // messages to the launcher (the agent's stdout)
 	Environ []string  // the agent's own environment, the base for every rank
 	Logger  *slog.Logger
+	// Sentinel is the command of the agent's sentinel (gorun
+	// __sentinel), which ends the ranks' process groups if the agent dies
+	// before it could; nil: none.
+	Sentinel []string
 }
 
 // closeWait bounds how long Run waits, once the ranks are gone, for the
@@ -65,6 +69,15 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	a := &agent{conn: c, spec: spec, log: log, environ: cfg.Environ, stopBg: make(chan struct{})}
+	if len(cfg.Sentinel) > 0 {
+		s, err := startSentinel(cfg.Sentinel)
+		if err != nil {
+			return fail(c, err)
+		}
+		defer s.close()
+		a.sentinel = s
+		s.removeGlob(transport.ShmSegmentPattern(transport.DefaultShmDir, spec.JobID))
+	}
 	ready, err := a.preflight()
 	if err != nil {
 		return fail(c, err)
@@ -336,6 +349,8 @@ type agent struct {
 
 	bg     sync.WaitGroup // background goroutines (see background)
 	stopBg chan struct{}
+	// sentinel learns every rank's process group (nil: no sentinel).
+	sentinel *sentinel
 
 	stdinCond *sync.Cond
 	stdinQ    [][]byte

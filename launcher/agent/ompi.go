@@ -50,6 +50,7 @@ func (a *agent) openMPIRoute() (*ompiRoute, error) {
 	if err != nil {
 		return nil, fmt.Errorf("directory for Open MPI's session files: %w", err)
 	}
+	a.sentinel.removeAll(dir)
 	r := &ompiRoute{dir: dir}
 	r.env = []string{
 		"FLUX_JOB_ID=" + strconv.FormatUint(uint64(ompiJobNumber(a.spec.JobID)), 10),

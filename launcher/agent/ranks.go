@@ -330,6 +330,7 @@ func (a *agent) startOne(p *rankProc, prog string, args, env []string, extra []*
 		return fmt.Errorf("starting %s: %w", prog, err)
 	}
 	p.cmd, p.alive = cmd, true
+	a.sentinel.add(cmd.Process.Pid)
 	a.live++
 	_ = a.conn.Send(&proto.Message{Kind: proto.MsgStarted, Rank: p.spec.Rank, Pid: cmd.Process.Pid})
 	pumps := new(sync.WaitGroup)
@@ -350,6 +351,7 @@ func (a *agent) waitRank(p *rankProc, pumps *sync.WaitGroup) {
 	pid := cmd.Process.Pid
 	// Whatever the rank left behind in its group goes with it.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	a.sentinel.done(pid)
 	pumps.Wait()
 	ex := &proto.Exit{Pid: pid, Code: cmd.ProcessState.ExitCode()}
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {

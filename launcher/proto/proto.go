@@ -45,6 +45,8 @@ const (
 	AgentCommandName = "__agent"
 	// HubCommandName runs a dedicated ParamHub (started by an agent).
 	HubCommandName = "__hub"
+	// SentinelCommandName runs an agent's sentinel (started by the agent).
+	SentinelCommandName = "__sentinel"
 )
 
 // Kind is a message's type.
