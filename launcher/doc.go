@@ -20,7 +20,11 @@
 // links): the launcher and the agents are not on the data path. Each rank
 // runs in a process group of its own with SIGKILL as its parent-death
 // signal, so no rank outlives its agent; a local agent gets SIGTERM when
-// the launcher dies, a remote one sees its stream end.
+// the launcher dies, a remote one sees its stream end. What a rank starts
+// stays in its group; should the agent be killed outright (SIGKILL, the
+// OOM killer), its sentinel (gorun __sentinel, started by the agent in a
+// group of its own, told every rank's group over a pipe) sees the pipe
+// close and kills those groups and removes the job's files on the host.
 //
 // # Protocol
 //
