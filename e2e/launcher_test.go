@@ -100,29 +100,34 @@ func TestRemoteInterrupt(t *testing.T) {
 }
 
 // TestSSHDrop kills the ssh client of one host; that host's agent must kill
-// its ranks, and the job must fail naming the host.
+// its ranks, and the job must fail naming the host. Ranks that started
+// children of their own (forkingRanks) leave nothing either.
 func TestSSHDrop(t *testing.T) {
-	r := needRig(t)
-	hf := r.hostfile(t, 2, 2)
-	cmd, out, errb := r.cmd("-hostfile", hf, "--grace", "1s", "sh", "-c", `echo up; sleep 300`)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	for name, rank := range map[string]string{"sleeping": `echo up; sleep 300`, "forking": forkingRanks} {
+		t.Run(name, func(t *testing.T) {
+			r := needRig(t)
+			hf := r.hostfile(t, 2, 2)
+			cmd, out, errb := r.cmd("-hostfile", hf, "--grace", "1s", "sh", "-c", rank)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			proctest.WaitFor(t, 30*time.Second, func() bool { return strings.Count(out.String(), "up") == 4 }, "4 ranks")
+			pids, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid), "-f", r.hosts[1]).Output()
+			pid, err := strconv.Atoi(strings.TrimSpace(string(pids)))
+			if err != nil {
+				t.Fatalf("no ssh client for %s: %q", r.hosts[1], pids)
+			}
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+			if code := cmd.ProcessState.ExitCode(); code != 255 {
+				t.Fatalf("exit %d, want 255: %s", code, errb)
+			}
+			if !strings.Contains(errb.String(), "lost the agent on "+r.hosts[1]) {
+				t.Fatalf("stderr does not name %s: %s", r.hosts[1], errb)
+			}
+			r.noLeftovers(t)
+		})
 	}
-	proctest.WaitFor(t, 30*time.Second, func() bool { return strings.Count(out.String(), "up") == 4 }, "4 ranks")
-	pids, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid), "-f", r.hosts[1]).Output()
-	pid, err := strconv.Atoi(strings.TrimSpace(string(pids)))
-	if err != nil {
-		t.Fatalf("no ssh client for %s: %q", r.hosts[1], pids)
-	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	_ = cmd.Wait()
-	if code := cmd.ProcessState.ExitCode(); code != 255 {
-		t.Fatalf("exit %d, want 255: %s", code, errb)
-	}
-	if !strings.Contains(errb.String(), "lost the agent on "+r.hosts[1]) {
-		t.Fatalf("stderr does not name %s: %s", r.hosts[1], errb)
-	}
-	r.noLeftovers(t)
 }
 
 func TestUnreachableHost(t *testing.T) {
@@ -177,29 +182,6 @@ func TestMalformedHostfile(t *testing.T) {
 // forkingRanks is a rank that starts two children of its own and waits,
 // as a PyTorch DataLoader's workers are started.
 const forkingRanks = `sh -c 'while :; do sleep 1; done' & sh -c 'while :; do sleep 1; done' & echo up; wait`
-
-// TestSSHDropForking: TestSSHDrop with ranks that started children: the
-// host's agent ends them all.
-func TestSSHDropForking(t *testing.T) {
-	r := needRig(t)
-	hf := r.hostfile(t, 2, 2)
-	cmd, out, errb := r.cmd("-hostfile", hf, "--grace", "1s", "sh", "-c", forkingRanks)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	proctest.WaitFor(t, 30*time.Second, func() bool { return strings.Count(out.String(), "up") == 4 }, "4 ranks")
-	pids, _ := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid), "-f", r.hosts[1]).Output()
-	pid, err := strconv.Atoi(strings.TrimSpace(string(pids)))
-	if err != nil {
-		t.Fatalf("no ssh client for %s: %q", r.hosts[1], pids)
-	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	_ = cmd.Wait()
-	if code := cmd.ProcessState.ExitCode(); code == 0 {
-		t.Fatalf("exit 0 after a dropped session: %s", errb)
-	}
-	r.noLeftovers(t)
-}
 
 // TestAgentKilledOverSSH: one host's agent is SIGKILLed while its ranks'
 // children run: its sentinel ends their process groups, so nothing stays
