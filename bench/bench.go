@@ -1,5 +1,5 @@
-// Package bench measures collectives the way nccl-tests and the peer
-// harnesses in ../shared/peers do, so that the figures compare: per size,
+// Package bench measures collectives the way nccl-tests and the project's
+// MPI harness (bench/mpi/allreduce_mpi.c) do, so that the figures compare: per size,
 // batches of operations of about 50 ms each, a batch's time per op maxed
 // over ranks, and the median over batches.
 //

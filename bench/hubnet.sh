@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ParamHub against the ring on 4 test hosts with 1 Gbit/s links (one rank
 # per host), for K = 1, 2 and 4 dedicated hubs placed beside the ranks (hub
-# h on host h), with `gorun bench`. Needs root and ../shared/testnet; brings
+# h on host h), with `gorun bench`. Needs root (scripts/testhosts.sh); brings
 # the hosts up and takes them down. Usage: bench/hubnet.sh [SIZES] [TARGET]
 #   HUBS="1 2 4"  the hub counts, in this order
 #   RATE=1gbit    the hosts' link rate
@@ -11,7 +11,7 @@
 #                 (alternated, to compare builds on a noisy machine)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-tn=${TESTNET:-$repo/../shared/testnet/testnet.sh}
+tn=${TESTNET:-$repo/scripts/testhosts.sh}
 sizes=${1:-4MiB,16MiB}
 target=${2:-3s}
 export TESTNET_DIR=${TESTNET_DIR:-/tmp/gorun-hub-bench}

@@ -12,7 +12,7 @@
 #   ompi-tcp       Open MPI over TCP only (--mca btl tcp,self)
 #   mpich-default  MPICH's mpiexec with no flags
 # Needs openmpi-bin libopenmpi-dev mpich libmpich-dev and
-# ../shared/peers/mpi_allreduce.c. Set ONLY="gorun ompi-default" for a subset.
+# bench/mpi/allreduce_mpi.c. Set ONLY="gorun ompi-default" for a subset.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-3}
@@ -22,9 +22,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 make -C "$repo" build >/dev/null
 go build -o "$work/allreduce" "$repo/examples/allreduce"
-mpicc.openmpi -O2 -o "$work/mpi_ompi" "$repo/../shared/peers/mpi_allreduce.c"
+mpicc.openmpi -O2 -o "$work/mpi_ompi" "$repo/bench/mpi/allreduce_mpi.c"
 if command -v mpicc.mpich >/dev/null; then
-    mpicc.mpich -O2 -o "$work/mpi_mpich" "$repo/../shared/peers/mpi_allreduce.c"
+    mpicc.mpich -O2 -o "$work/mpi_mpich" "$repo/bench/mpi/allreduce_mpi.c"
 fi
 export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
 want=${SIZES:-"4KiB 1MiB 16MiB 64MiB"}
@@ -41,21 +41,21 @@ gorun_run() { # N [extra gorun flags]
     "$repo/bin/gorun" --tag-output=false -np "$n" "$@" "$work/allreduce" -sizes "$gsizes" -target 1s |
         awk '/^ *4KiB/ {printf "4KiB %s ", $2} /^ *(1|16|64)MiB/ {printf "%s %s ", $1, $5} END {print ""}'
 }
-mpi_run() { # launcher... ; the harness prints bytes ... time_us ... busbw
+mpi_run() { # launcher... ; the harness prints "bytes time_us busbw_GBps"
     # shellcheck disable=SC2068
-    $@ 2>/dev/null | awk '/^ *[0-9]/ {
-        if ($1 == 4096) printf "4KiB %s ", $4; else printf "%dMiB %s ", $1 / 1048576, $7 } END {print ""}'
+    $@ 2>/dev/null | awk '/^[0-9]/ {
+        if ($1 == 4096) printf "4KiB %s ", $2; else printf "%dMiB %s ", $1 / 1048576, $3 } END {print ""}'
 }
 run() { # name N
     case $1 in
     gorun) gorun_run "$2" ;;
     gorun-tcp) gorun_run "$2" -x GORUN_SHM=0 ;;
     # shellcheck disable=SC2086
-    ompi-default) mpi_run mpirun --allow-run-as-root --oversubscribe -np "$2" "$work/mpi_ompi" 1.0 $sizes ;;
+    ompi-default) mpi_run mpirun --allow-run-as-root --oversubscribe -np "$2" "$work/mpi_ompi" "$gsizes" 1.0 ;;
     # shellcheck disable=SC2086
-    ompi-tcp) mpi_run mpirun --allow-run-as-root --oversubscribe -np "$2" --mca pml ob1 --mca btl tcp,self "$work/mpi_ompi" 1.0 $sizes ;;
+    ompi-tcp) mpi_run mpirun --allow-run-as-root --oversubscribe -np "$2" --mca pml ob1 --mca btl tcp,self "$work/mpi_ompi" "$gsizes" 1.0 ;;
     # shellcheck disable=SC2086
-    mpich-default) [ -x "$work/mpi_mpich" ] && mpi_run mpiexec.mpich -n "$2" "$work/mpi_mpich" 1.0 $sizes ;;
+    mpich-default) [ -x "$work/mpi_mpich" ] && mpi_run mpiexec.mpich -n "$2" "$work/mpi_mpich" "$gsizes" 1.0 ;;
     esac
 }
 log="$work/log"

@@ -2,10 +2,10 @@
 # Launch latency: time from starting the launcher until every one of 6 ranks
 # on 3 test hosts (2 slots each) runs, median of RUNS (default 5), for gorun
 # and, if installed, Open MPI's mpirun with the same ssh command.
-# Needs root and ../shared/testnet; brings 3 hosts up and takes them down.
+# Needs root (scripts/testhosts.sh); brings 3 hosts up and takes them down.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-tn=${TESTNET:-$repo/../shared/testnet/testnet.sh}
+tn=${TESTNET:-$repo/scripts/testhosts.sh}
 runs=${RUNS:-5}
 export TESTNET_DIR=${TESTNET_DIR:-/tmp/gorun-launch-bench}
 make -C "$repo" build >/dev/null

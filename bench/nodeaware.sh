@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Node-aware against flat ring on 2 test hosts x 2 ranks with 1 Gbit/s
-# links (../shared/testnet), interleaved run by run. Prints busbw per run
+# links (scripts/testhosts.sh), interleaved run by run. Prints busbw per run
 # and the ratio node-aware / flat from the same round.
 #   bash bench/nodeaware.sh [ROUNDS] [SIZES]     (defaults: 3, 16MiB)
 #   COLL=reducescatter|allgather|broadcast picks the collective (all-reduce
@@ -8,7 +8,7 @@
 # Needs root; brings the hosts up and takes them down.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-tn=${TESTNET:-$repo/../shared/testnet/testnet.sh}
+tn=${TESTNET:-$repo/scripts/testhosts.sh}
 rounds=${1:-3}
 sizes=${2:-16MiB}
 export TESTNET_DIR=${TESTNET_DIR:-/tmp/gorun-nodeaware-bench}

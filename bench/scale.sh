@@ -13,7 +13,7 @@
 #   MODE local: SIZES = rank counts on this machine (default "2 4 8 16 32")
 #   MODE hosts: SIZES = test host counts H (default "4 8 16 32"); each H
 #               brings up H hosts with SLOTS slots (default 2;
-#               ../shared/testnet, needs root) and runs N = SLOTS*H ranks
+#               scripts/testhosts.sh, needs root) and runs N = SLOTS*H ranks
 # Prints a table per size (median and min-max per runner; gorun/hydra and
 # gorun/mpirun per round) and writes every run to OUT (default
 # results/scale-<date>.tsv), the tables to OUT's .txt and a chart of wall
@@ -23,7 +23,7 @@
 # Needs openmpi-bin libopenmpi-dev mpich libmpich-dev.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-tn=${TESTNET:-$repo/../shared/testnet/testnet.sh}
+tn=${TESTNET:-$repo/scripts/testhosts.sh}
 rounds=${1:-3}
 mode=${2:-local}
 case $mode in

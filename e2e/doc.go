@@ -1,5 +1,5 @@
 // Package e2e holds gorun's end-to-end tests over real SSH: the tests bring
-// up several hosts in network namespaces with ../shared/testnet/testnet.sh,
+// up several hosts in network namespaces with scripts/testhosts.sh,
 // start gorun against them and check what happens inside the hosts.
 //
 // They need root, sshd and iproute2 (`make test` installs them with

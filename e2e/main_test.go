@@ -18,7 +18,7 @@ import (
 
 // rig describes the running test hosts.
 type rig struct {
-	dir      string   // TESTNET_DIR
+	dir      string   // TESTNET_DIR: scripts/testhosts.sh's state
 	hosts    []string // host addresses, h1 first
 	ssh      string   // the ssh command for --ssh
 	gorun    string   // the gorun binary under test
@@ -59,12 +59,8 @@ func repoRoot() string {
 	return filepath.Dir(filepath.Dir(file))
 }
 
-func testnetScript() string {
-	if p := os.Getenv("GORUN_TESTNET_SCRIPT"); p != "" {
-		return p
-	}
-	return filepath.Join(repoRoot(), "..", "shared", "testnet", "testnet.sh")
-}
+// testnetScript is the project's own test-host harness.
+func testnetScript() string { return filepath.Join(repoRoot(), "scripts", "testhosts.sh") }
 
 func setup() (*rig, func(), error) {
 	nop := func() {}
@@ -168,7 +164,7 @@ func (r *rig) run(t *testing.T, args ...string) result {
 // hostProcs lists the processes inside host i's namespace other than its
 // sshd listener.
 func (r *rig) hostProcs(i int) []string {
-	ns := fmt.Sprintf("gtn-h%d", i+1)
+	ns := fmt.Sprintf("gr-h%d", i+1)
 	out, _ := exec.Command("ip", "netns", "pids", ns).Output()
 	listener, _ := os.ReadFile(filepath.Join(r.dir, fmt.Sprintf("h%d", i+1), "sshd.pid"))
 	var procs []string

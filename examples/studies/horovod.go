@@ -66,7 +66,7 @@ func horovod(o options) (string, error) {
 	rep.f("%d samples per rank per iteration (global batch %d·N, as Horovod scales), ring all-reduce of the float64 gradient (%d parameters) every iteration, SGD with momentum. ", perRank, perRank, mlpParams)
 	rep.f("Local runs: N ranks on this machine (%s). ", machine(o))
 	if len(remote) > 0 {
-		rep.f("Test hosts: N hosts of `../shared/testnet` with 1 Gbit/s links (`%s`), one rank each; they are network namespaces on this same machine, so they share its cores too. ", joinWords(o.hosts))
+		rep.f("Test hosts: N hosts of `scripts/testhosts.sh` with 1 Gbit/s links (`%s`), one rank each; they are network namespaces on this same machine, so they share its cores too. ", joinWords(o.hosts))
 	} else {
 		rep.f("(No test hosts in this run: pass -hosts with their gorun flags.) ")
 	}

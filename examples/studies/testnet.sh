@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs a study that needs test hosts: brings up HOSTS (default 4) hosts of
-# ../shared/testnet with one slot each and RATE (default 1gbit) links,
+# scripts/testhosts.sh with one slot each and RATE (default 1gbit) links,
 # builds gorun, the trainer and the studies, runs
 #   bin/studies -hosts '--ssh ... -hostfile ...' [FLAGS...] STUDY
 # and takes the hosts down. Needs root.
 #   bash examples/studies/testnet.sh horovod
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-tn=${TESTNET:-$repo/../shared/testnet/testnet.sh}
+tn=${TESTNET:-$repo/scripts/testhosts.sh}
 export TESTNET_DIR=${TESTNET_DIR:-/tmp/gorun-studies-testnet}
 cd "$repo"
 make build >/dev/null

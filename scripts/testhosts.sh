@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# testhosts.sh: several SSH-reachable test hosts on this one Linux machine,
+# for gorun's end-to-end tests and benchmarks, and for trying a multi-host
+# job without a cluster. Needs root, iproute2 and openssh-server.
+#
+#   bash scripts/testhosts.sh up N [--slots S] [--rate RATE]   (RATE: e.g. 1gbit, 100mbit)
+#   bash scripts/testhosts.sh down
+#   bash scripts/testhosts.sh status                           (exit 0 up, 3 down)
+#   bash scripts/testhosts.sh exec I CMD...                    (run CMD inside host I)
+#
+# Host I (1..N) is network namespace gr-hI with its own sshd, hostname hI and
+# address 198.18.0.(10+I) (RFC 2544's benchmarking range; nothing else is
+# used). Every host's veth joins bridge gr-br0 (198.18.0.1, this machine's
+# side). With --rate each host's link is limited to RATE in both directions
+# (tc tbf), like a switch port. State lives in $TESTNET_DIR (default
+# /tmp/gorun-testhosts):
+#   hostfile    "198.18.0.11 slots=S" per host, for gorun -hostfile
+#   ssh_config  for ssh -F (its own keys and known_hosts; ~/.ssh is not read)
+#   bin/ssh     ssh with that config, for gorun --ssh
+#   env         shell variables: TESTNET_HOSTFILE, TESTNET_SSH, TESTNET_HOSTS, ...
+#   hI/         host I's sshd config, pid file and log
+#
+# Many hosts that all talk to each other need many neighbour (ARP) entries,
+# and the kernel's table is shared by every namespace: `up` raises
+# net.ipv4.neigh.default.gc_thresh1..3 so that 64+ hosts do not overflow it
+# (an overflow drops packets, which looks like dial timeouts).
+set -euo pipefail
+
+DIR=${TESTNET_DIR:-/tmp/gorun-testhosts}
+DIR=${DIR%/}
+PFX=gr
+BR=$PFX-br0
+NET=198.18.0
+SSHD=/usr/sbin/sshd
+MARK=.gorun-testhosts # a directory holding it is ours to delete
+
+die() { echo "testhosts: $*" >&2; exit 1; }
+ns() { echo "$PFX-h$1"; }
+addr() { echo "$NET.$((10 + $1))"; }
+
+need() {
+    [ "$(id -u)" = 0 ] || die "must run as root"
+    local t
+    for t in ip tc ssh ssh-keygen unshare flock "$SSHD"; do
+        command -v "$t" >/dev/null 2>&1 || die "missing $t: apt-get install -y iproute2 openssh-server openssh-client util-linux"
+    done
+}
+
+# One rig per machine (kernel names are global): serialise on this script.
+lock() {
+    exec 9<"$0"
+    flock -w 120 9 || die "another testhosts.sh is still running"
+}
+
+down() {
+    local f pid n
+    for f in "$DIR"/h*/sshd.pid; do
+        [ -f "$f" ] || continue
+        pid=$(cat "$f" 2>/dev/null || true)
+        [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+    done
+    for n in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$PFX-h[0-9]*$" || true); do
+        # Whatever still runs in the host (ranks, agents) goes with it.
+        ip netns pids "$n" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+        ip netns del "$n" 2>/dev/null || true
+        rm -rf "/etc/netns/$n"
+    done
+    ip link del "$BR" 2>/dev/null || true
+    if [ -f "$DIR/$MARK" ]; then
+        rm -rf "$DIR"
+    fi
+}
+
+raise_neigh_limits() {
+    local n=$1 k cur want
+    for k in 1 2 3; do
+        want=$(( (n + 8) * 64 * k ))
+        cur=$(cat /proc/sys/net/ipv4/neigh/default/gc_thresh$k)
+        [ "$cur" -ge "$want" ] || echo "$want" > /proc/sys/net/ipv4/neigh/default/gc_thresh$k
+    done
+}
+
+# shape DEV [NETNS]: a tbf of RATE on DEV's egress, 1 ms of burst (at least
+# 128 KiB) and 5 ms of queue at line rate.
+shape() {
+    local dev=$1 netns=${2:-} bits bytes burst limit
+    bits=$(rate_bits "$RATE")
+    bytes=$((bits / 8))
+    burst=$((bytes / 1000)); [ "$burst" -ge 131072 ] || burst=131072
+    limit=$((bytes / 200)); [ "$limit" -ge $((2 * burst)) ] || limit=$((2 * burst))
+    if [ -n "$netns" ]; then
+        ip netns exec "$netns" tc qdisc replace dev "$dev" root tbf rate "$RATE" burst "$burst" limit "$limit"
+    else
+        tc qdisc replace dev "$dev" root tbf rate "$RATE" burst "$burst" limit "$limit"
+    fi
+}
+
+rate_bits() {
+    local r=${1,,} n
+    n=${r%%[a-z]*}
+    case "${r#"$n"}" in
+        gbit) echo $((n * 1000000000)) ;;
+        mbit) echo $((n * 1000000)) ;;
+        kbit) echo $((n * 1000)) ;;
+        bit | "") echo "$n" ;;
+        *) die "rate $1: use NNNgbit, NNNmbit or NNNkbit" ;;
+    esac
+}
+
+up() {
+    local n=$1 i h a key
+    [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "up: N must be 1..200, not $n"
+    down
+    mkdir -p "$DIR/bin" && touch "$DIR/$MARK"
+    raise_neigh_limits "$n"
+    mkdir -p /run/sshd
+
+    ssh-keygen -q -t ed25519 -N '' -f "$DIR/host_key" -C gorun-testhosts
+    ssh-keygen -q -t ed25519 -N '' -f "$DIR/client_key" -C gorun-testhosts
+    cp "$DIR/client_key.pub" "$DIR/authorized_keys"
+    chmod 600 "$DIR/authorized_keys"
+    key=$(cut -d' ' -f1,2 "$DIR/host_key.pub")
+
+    ip link add "$BR" type bridge
+    ip addr add "$NET.1/24" dev "$BR"
+    sysctl -qw "net.ipv6.conf.$BR.disable_ipv6=1" 2>/dev/null || true
+    ip link set "$BR" up
+
+    : > "$DIR/hostfile"
+    : > "$DIR/known_hosts"
+    {
+        echo "Host *"
+        echo "    User root"
+        echo "    IdentityFile $DIR/client_key"
+        echo "    IdentitiesOnly yes"
+        echo "    UserKnownHostsFile $DIR/known_hosts"
+        echo "    StrictHostKeyChecking yes"
+        echo "    BatchMode yes"
+        echo "    LogLevel ERROR"
+        echo "    ConnectTimeout 10"
+    } > "$DIR/ssh_config"
+    local hosts=""
+    for i in $(seq 1 "$n"); do
+        h=$(ns "$i")
+        a=$(addr "$i")
+        ip netns add "$h"
+        ip link add "$h" type veth peer name eth0 netns "$h"
+        ip link set "$h" master "$BR"
+        sysctl -qw "net.ipv6.conf.$h.disable_ipv6=1" 2>/dev/null || true
+        ip link set "$h" up
+        ip netns exec "$h" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null || true
+        ip netns exec "$h" ip addr add "$a/24" dev eth0
+        ip netns exec "$h" ip link set eth0 up
+        ip netns exec "$h" ip link set lo up
+        if [ -n "$RATE" ]; then
+            shape eth0 "$h"
+            shape "$h"
+        fi
+        mkdir -p "/etc/netns/$h" "$DIR/h$i"
+        {
+            echo "127.0.0.1 localhost"
+            echo "$NET.1 launcher"
+            for j in $(seq 1 "$n"); do echo "$(addr "$j") h$j"; done
+        } > "/etc/netns/$h/hosts"
+        cat > "$DIR/h$i/sshd_config" <<EOF
+ListenAddress $a
+HostKey $DIR/host_key
+AuthorizedKeysFile $DIR/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PidFile $DIR/h$i/sshd.pid
+MaxStartups 200:30:400
+MaxSessions 200
+AcceptEnv LANG LC_*
+EOF
+        # Its own hostname (a UTS namespace); sshd daemonizes inside it. The
+        # lock's descriptor is not handed on.
+        ip netns exec "$h" unshare --uts sh -c "hostname h$i && exec $SSHD -f '$DIR/h$i/sshd_config' -E '$DIR/h$i/sshd.log'" 9<&-
+        echo "$a,h$i $key" >> "$DIR/known_hosts"
+        printf 'Host h%s\n    HostName %s\n' "$i" "$a" >> "$DIR/ssh_config"
+        echo "$a slots=$SLOTS" >> "$DIR/hostfile"
+        hosts+="${hosts:+ }$a"
+    done
+    printf '#!/bin/sh\nexec ssh -F %s "$@"\n' "$DIR/ssh_config" > "$DIR/bin/ssh"
+    chmod +x "$DIR/bin/ssh"
+    cat > "$DIR/env" <<EOF
+TESTNET_DIR='$DIR'
+TESTNET_N=$n
+TESTNET_HOSTS='$hosts'
+TESTNET_HOSTFILE='$DIR/hostfile'
+TESTNET_SSH='ssh -F $DIR/ssh_config'
+TESTNET_RATE='$RATE'
+EOF
+    # Every sshd answers before up returns.
+    for i in $(seq 1 "$n"); do
+        local ok=0
+        for _ in $(seq 1 100); do
+            if ssh -F "$DIR/ssh_config" "$(addr "$i")" true 2>/dev/null; then ok=1; break; fi
+            sleep 0.1
+        done
+        [ "$ok" = 1 ] || die "host h$i ($(addr "$i")) does not answer ssh; see $DIR/h$i/sshd.log"
+    done
+    echo "testhosts: $n hosts up (${RATE:-unlimited}); hostfile $DIR/hostfile, ssh $DIR/bin/ssh" >&2
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+    up)
+        [ $# -ge 1 ] || die "usage: up N [--slots S] [--rate RATE]"
+        N=$1; shift
+        SLOTS=1 RATE=""
+        while [ $# -gt 0 ]; do
+            case "$1" in
+                --slots) SLOTS=${2:?}; shift 2 ;;
+                --rate) RATE=${2:?}; shift 2 ;;
+                *) die "up: unknown option $1" ;;
+            esac
+        done
+        [[ "$SLOTS" =~ ^[0-9]+$ ]] && [ "$SLOTS" -ge 1 ] || die "up: --slots must be a positive number"
+        [ -z "$RATE" ] || rate_bits "$RATE" >/dev/null
+        need; lock; up "$N" ;;
+    down) need; lock; down ;;
+    status)
+        if ip netns list 2>/dev/null | grep -q "^$PFX-h1\b"; then echo up; exit 0; fi
+        echo down; exit 3 ;;
+    exec)
+        [ $# -ge 2 ] || die "usage: exec I CMD..."
+        i=$1; shift
+        exec ip netns exec "$(ns "$i")" "$@" ;;
+    *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+esac
