@@ -104,7 +104,15 @@ opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.5)
 steps_per_epoch = args.train // args.batch
 step = 0  # global step: epoch * steps_per_epoch + position
 if restarts > 0:
-    step, _ = gt.resync(model, opt, step)
+    try:
+        step, _ = gt.resync(model, opt, step)
+    except gt.GorunError as e:
+        # Restarted after the others had finished: there is nothing to
+        # resume, and no state to take.
+        if "holds the training state" not in str(e):
+            raise
+        print(f"rank {job_rank}: restarted after the other ranks finished; nothing to resume", flush=True)
+        raise SystemExit(0)
 ddp = None
 
 
