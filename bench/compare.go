@@ -105,7 +105,7 @@ func ModelRatio(n int, s, lmax int64) float64 {
 func ModelHubBytes(n int, lmax int64) int64 { return 2 * int64(n) * lmax }
 
 // The model's costs that are not bandwidth, measured on the test hosts
-// (results/hub-timing-2026-11-24.md, section 3 and 5).
+// (results/hub/2026-11-24-da098e7.md, section 3 and 5).
 const (
 	// ModelPartitionCost is a hub's cost per partition (events, frames,
 	// system calls): 64 against 256 KiB partitions at one hub.

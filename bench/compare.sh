@@ -2,7 +2,7 @@
 # Compare gorun's all-reduce with Open MPI (TCP only) and PyTorch's Gloo on
 # this machine, in one sitting, so that only ratios are read.
 #
-#   bash bench/compare.sh [OUT]      (default results/compare-<date>.md)
+#   bash bench/compare.sh [OUT]      (default results/compare/<date>-<commit>.md)
 #
 # Needs: openmpi-bin libopenmpi-dev python3-torch gcc (Debian). gorun runs
 # examples/allreduce; Open MPI runs bench/mpi/allreduce_mpi.c (the same
@@ -10,7 +10,9 @@
 # torch.distributed. Takes a few minutes.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-out=$(realpath -m "${1:-$repo/results/compare-$(date -u +%Y%m%d-%H%M).md}")
+commit=$(git -C "$repo" rev-parse --short HEAD)
+out=$(realpath -m "${1:-$repo/results/compare/$(date -u +%F)-$commit.md}")
+mkdir -p "$(dirname "$out")"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 make -C "$repo" -s build >/dev/null

@@ -16,7 +16,7 @@
 #               scripts/testhosts.sh, needs root) and runs N = SLOTS*H ranks
 # Prints a table per size (median and min-max per runner; gorun/hydra and
 # gorun/mpirun per round) and writes every run to OUT (default
-# results/scale-<date>.tsv), the tables to OUT's .txt and a chart of wall
+# results/scale/<date>-<commit>.tsv), the tables to OUT's .txt and a chart of wall
 # time against N to OUT's .png. A failed run is a row FAIL with its exit
 # code (124: it took longer than TIMEOUT, default 300 s).
 # ONLY="gorun hydra" runs a subset of gorun, mpirun and hydra.
@@ -37,7 +37,7 @@ esac
 only=${ONLY:-"gorun mpirun hydra"}
 limit=${TIMEOUT:-300}
 slots=${SLOTS:-2}
-out=${OUT:-$repo/results/scale-$(date +%Y%m%d-%H%M%S).tsv}
+out=${OUT:-$repo/results/scale/$(date +%F)-$(git -C "$repo" rev-parse --short HEAD).tsv}
 mkdir -p "$(dirname "$out")"
 work=$(mktemp -d)
 cleanup() {

@@ -41,7 +41,7 @@ type Collective struct {
 // took 1.4× as long in 64 KiB partitions as in 512 KiB ones, over
 // loopback TCP 1.6×). Over the network the finer cut wins (1 MiB through
 // one hub on 1 Gbit/s: 28 ms against 44), and collective sets the spread
-// to 0 for a job on more than one host (results/hub-shm-2026-11-25.md).
+// to 0 for a job on more than one host (results/hub/2026-11-25-b591681.md).
 const (
 	MinRoundPartitionBytes = 64 << 10
 	RoundSpreadBytes       = 512 << 10

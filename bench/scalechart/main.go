@@ -3,8 +3,8 @@
 // the number of ranks, one line per runner (and mode, when the file holds
 // both).
 //
-//	go run ./bench/scalechart -in results/scale-X.tsv -out results/scale-X.png
-//	go run ./bench/scalechart -in results/scale-X.tsv -out join.png -metric join_ms_max
+//	go run ./bench/scalechart -in results/scale/DATE-COMMIT.tsv -out results/scale/DATE-COMMIT.png
+//	go run ./bench/scalechart -in results/scale/DATE-COMMIT.tsv -out join.png -metric join_ms_max
 package main
 
 import (

@@ -21,8 +21,14 @@
 // hosts'. Build first (make build; go build -o bin/fmnist ./examples/fmnist;
 // go build -o bin/studies ./examples/studies), then for example
 //
-//	bin/studies paramhub                      # results/paramhub-DATE.md
-//	bin/studies -np 4 orchestration
+//	bin/studies -np 4 -out results/studies/paramhub paramhub
+//	bin/studies -np 4 -out results/studies/orchestration orchestration
+//
+// Each writes STUDY-DATE.md and its charts in STUDY-DATE/ under -out
+// (default results). results/studies/STUDY/ keeps each study's runs,
+// named DATE-COMMIT.md (the commit that added the run) with their charts
+// in DATE-COMMIT/: rename a new run, and its chart links, to that form
+// when you keep it.
 package main
 
 import (
