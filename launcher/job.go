@@ -53,7 +53,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{ExitCode: ExitLaunchFailed}, err
 	}
-	j := &job{cfg: cfg, hosts: hosts, places: places, t0: t0}
+	j := &job{cfg: cfg, hosts: hosts, places: places, t0: t0, stdin: newStdinFlow()}
 	return j.run(ctx)
 }
 
@@ -83,6 +83,7 @@ type rankState struct {
 }
 
 type job struct {
+	stdin  *stdinFlow // rank 0's stdin bytes its agent has not acknowledged
 	jobID  string
 	np     int // ranks; hubs follow them in ranks
 	cfg    Config

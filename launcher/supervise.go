@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -204,6 +205,8 @@ func (s *session) translate(a *agentProc, m *proto.Message, now time.Time) event
 		s.timelines[m.Rank] = appendTimeline(s.timelines[m.Rank], m.Data)
 	case m.Kind == proto.MsgClock:
 		ev.kind, ev.clock = evClock, m.Clock
+	case m.Kind == proto.MsgStdinAck:
+		j.stdin.release(m.Count)
 	case m.Kind == proto.MsgDone:
 		ev.kind = evDone
 	case m.Kind == proto.MsgError:
@@ -374,8 +377,62 @@ func (j *job) describeExit(rank int, ex *proto.Exit) string {
 }
 
 // stdinBacklog bounds the stdin messages (32 KiB each) queued for rank 0's
-// agent.
-const stdinBacklog = 32
+// agent, and stdinWindow the bytes sent to it that it has not yet written
+// to rank 0 (MsgStdinAck): past it, gorun stops reading its stdin until
+// rank 0 reads, as a pipe would make a writer wait.
+const (
+	stdinBacklog = 32
+	stdinWindow  = 1 << 20
+)
+
+// stdinFlow counts the stdin bytes rank 0's agent has not acknowledged.
+type stdinFlow struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	inflight int
+	closed   bool
+}
+
+func newStdinFlow() *stdinFlow {
+	f := &stdinFlow{}
+	f.cond = sync.NewCond(&f.mu)
+	return f
+}
+
+// acquire waits until n more bytes fit in the window; false once closed.
+func (f *stdinFlow) acquire(n int) bool {
+	if f == nil {
+		return true
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.inflight > 0 && f.inflight+n > stdinWindow && !f.closed {
+		f.cond.Wait()
+	}
+	f.inflight += n
+	return !f.closed
+}
+
+// release returns n acknowledged bytes to the window.
+func (f *stdinFlow) release(n int) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inflight = max(0, f.inflight-n)
+	f.cond.Broadcast()
+}
+
+func (f *stdinFlow) close() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	f.cond.Broadcast()
+}
 
 // forwardStdin copies Config.Stdin to rank 0 until it ends, and returns
 // how to stop the copy. stop waits for the copier when its read can be
@@ -398,7 +455,7 @@ func (j *job) forwardStdin() (stop func()) {
 				return
 			default:
 			}
-			if n > 0 && !target.outbox.putWait(&proto.Message{Kind: proto.MsgStdin, Data: append([]byte(nil), buf[:n]...)}, stdinBacklog) {
+			if n > 0 && (!j.stdin.acquire(n) || !target.outbox.putWait(&proto.Message{Kind: proto.MsgStdin, Data: append([]byte(nil), buf[:n]...)}, stdinBacklog)) {
 				return
 			}
 			if err != nil {
@@ -409,6 +466,7 @@ func (j *job) forwardStdin() (stop func()) {
 	}()
 	return func() {
 		close(quit)
+		j.stdin.close()
 		d, ok := j.cfg.Stdin.(interface{ SetReadDeadline(time.Time) error })
 		if !ok || d.SetReadDeadline(time.Now()) != nil {
 			return

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -282,6 +283,48 @@ func TestStdinGoesToRankZero(t *testing.T) {
 	}
 	if got != want {
 		t.Fatalf("rank 0 read %q, want %q", got, want)
+	}
+}
+
+// countingReader is an endless stdin that counts what was read of it.
+type countingReader struct{ n atomic.Int64 }
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'y'
+	}
+	c.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// TestStdinFlowControl: rank 0 does not read its stdin for a while; gorun
+// stops reading its own stdin once a window of bytes waits for rank 0,
+// instead of the agent queueing all of it. Then rank 0 reads everything
+// it reads arrives whole, and the job ends with it.
+func TestStdinFlowControl(t *testing.T) {
+	src := &countingReader{}
+	cmd, out, errb := gorunCmd(t, "-np", "1", "sh", "-c", `sleep 2; head -c 3000000 | wc -c`)
+	cmd.Stdin = src
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	time.Sleep(1500 * time.Millisecond)
+	if n := src.n.Load(); n > 4<<20 {
+		t.Fatalf("gorun read %d bytes of stdin for a rank that reads none yet (window 1 MiB)", n)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%v: %s", err, errb)
+		}
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("still running: %s", errb)
+	}
+	if !strings.Contains(out.String(), "[0] 3000000") {
+		t.Fatalf("rank 0 read %q, want 3000000 bytes", out.String())
 	}
 }
 

@@ -3,6 +3,8 @@ package agent
 import (
 	"io"
 	"sync"
+
+	"github.com/gorun/gorun/launcher/proto"
 )
 
 // writeStdin queues bytes for rank 0's stdin; a feeder goroutine writes
@@ -29,7 +31,10 @@ func (a *agent) queueStdin(b []byte, eof bool) {
 
 // feedStdin writes the queue to rank 0's stdin until closeStdin. A write
 // blocked on a rank that does not read ends when the rank exits: its
-// stdin pipe is closed then.
+// stdin pipe is closed then. Each chunk written (or dropped, when rank 0
+// has no stdin or is gone) is acknowledged to the launcher, which sends
+// no more than a window of unacknowledged bytes: a rank that never reads
+// cannot make the agent hold more.
 func (a *agent) feedStdin() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -51,13 +56,20 @@ func (a *agent) feedStdin() {
 		}
 		b := a.stdinQ[0]
 		a.stdinQ = a.stdinQ[1:]
+		done := len(b)
 		if w != nil {
 			a.mu.Unlock()
 			_, err := w.Write(b)
 			a.mu.Lock()
 			if err != nil {
+				for _, q := range a.stdinQ {
+					done += len(q)
+				}
 				a.stdinQ, a.stdinEOF = nil, true
 			}
 		}
+		a.mu.Unlock()
+		_ = a.conn.Send(&proto.Message{Kind: proto.MsgStdinAck, Count: done})
+		a.mu.Lock()
 	}
 }

@@ -77,6 +77,7 @@ const (
 	MsgSignalRank                 // launcher -> agent: send Signal to Rank alone (SIGKILL: the launcher fences it)
 	MsgRestart                    // launcher -> agent: start Rank again, its Count-th restart; its control channel gets view Epoch (Live) first; RankSpec if it moves there
 	MsgJoin                       // agent -> launcher: restarted Rank says join: its data address Addr and host key Host
+	MsgStdinAck                   // agent -> launcher: Count bytes of stdin were written to rank 0 (or dropped: it is gone)
 )
 
 // Streams of MsgOutput.
@@ -175,7 +176,7 @@ type Message struct {
 	Target int   // MsgSuspect: the rank suspected
 	// Joined (MsgView): the restarted ranks that join in this view.
 	Joined []control.Joiner
-	Count  int      // MsgRestart: the restart's number, from 1 (GORUN_RESTART_COUNT)
+	Count  int      // MsgRestart: the restart's number, from 1 (GORUN_RESTART_COUNT); MsgStdinAck: bytes
 	Addr   string   // MsgJoin: where the rank's transport listens
 	Host   string   // MsgJoin: the rank's host key
 	Puts   []pmi.KV // MsgPMIFence, MsgPMIRelease
