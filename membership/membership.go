@@ -202,6 +202,7 @@ func (m *Member) WaitAll(ctx context.Context) ([]Peer, error) { return m.WaitFor
 // has an entry for every rank of the job, empty for those not waited
 // for; seeds are picked among the ranks waited for.
 func (m *Member) WaitFor(ctx context.Context, ranks []int) ([]Peer, error) {
+	rejoin := ranks != nil // WaitAll is the job's start; WaitFor a restart's
 	if ranks == nil {
 		ranks = make([]int, m.cfg.Size)
 		for r := range ranks {
@@ -221,7 +222,7 @@ func (m *Member) WaitFor(ctx context.Context, ranks []int) ([]Peer, error) {
 		if peers, ok := m.all(ranks); ok {
 			return peers, nil
 		}
-		if seeds := m.seedsFor(ranks, round, joined); len(seeds) > 0 && m.ml.NumMembers() < len(ranks) {
+		if seeds := m.seedsFor(ranks, round, joined, rejoin); len(seeds) > 0 && m.ml.NumMembers() < len(ranks) {
 			if n, err := m.ml.Join(seeds); err != nil {
 				lastErr = err
 			} else if n > 0 {
@@ -257,17 +258,36 @@ func (m *Member) WaitFor(ctx context.Context, ranks []int) ([]Peer, error) {
 // every 200 ms): with a seed per rank, the first rank waited for and the
 // tree parent (if waited for) until a join has succeeded, then, every
 // fifth round (a second), two ranks that gossip has not brought yet;
-// otherwise all of them.
-func (m *Member) seedsFor(ranks []int, round int, joined bool) []string {
+// otherwise all of them. At a job's start rank 0 is the root that the
+// others join; a restarted rank (rejoin) joins the first other rank of
+// the view instead, rank 0 too (else a restarted rank 0 joined no one,
+// and no one knew its new address: it never came back), and while no
+// join has succeeded it also tries two others of the view every second
+// (the first may be gone).
+func (m *Member) seedsFor(ranks []int, round int, joined, rejoin bool) []string {
 	seeds, r := m.cfg.Seeds, m.cfg.Rank
 	if len(seeds) != m.cfg.Size {
 		return seeds
 	}
 	var pick []int
 	if !joined {
-		pick = []int{ranks[0]}
+		first := ranks[0]
+		if rejoin {
+			for _, q := range ranks {
+				if q != r {
+					first = q
+					break
+				}
+			}
+		}
+		pick = []int{first}
 		if parent := (r - 1) / 2; slices.Contains(ranks, parent) {
 			pick = append(pick, parent)
+		}
+		if rejoin && round > 0 && round%5 == 0 {
+			others := slices.DeleteFunc(slices.Clone(ranks), func(q int) bool { return q == r })
+			rand.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+			pick = append(pick, others[:min(2, len(others))]...)
 		}
 	} else if round%5 == 0 {
 		missing := m.missing(ranks)

@@ -122,7 +122,7 @@ func TestJoinAll(t *testing.T) {
 func TestSeedsByRank(t *testing.T) {
 	all8 := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	m := &Member{cfg: Config{Rank: 5, Size: 8, Seeds: []string{"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"}}, peers: map[int]Peer{}}
-	if got := m.seedsFor(all8, 0, false); !slices.Equal(got, []string{"s0", "s2"}) {
+	if got := m.seedsFor(all8, 0, false, false); !slices.Equal(got, []string{"s0", "s2"}) {
 		t.Fatalf("first seeds %v, want s0 s2", got)
 	}
 	for r := range 8 {
@@ -131,7 +131,7 @@ func TestSeedsByRank(t *testing.T) {
 		}
 	}
 	for round := range 10 {
-		got := m.seedsFor(all8, round, true)
+		got := m.seedsFor(all8, round, true, false)
 		switch {
 		case round%5 != 0 && len(got) != 0:
 			t.Fatalf("round %d joins %v between repairs", round, got)
@@ -140,22 +140,33 @@ func TestSeedsByRank(t *testing.T) {
 		}
 	}
 	m0 := &Member{cfg: Config{Rank: 0, Size: 2, Seeds: []string{"s0", "s1"}}, peers: map[int]Peer{}}
-	if got := m0.seedsFor([]int{0, 1}, 0, false); len(got) != 0 {
+	if got := m0.seedsFor([]int{0, 1}, 0, false, false); len(got) != 0 {
 		t.Fatalf("rank 0 joins %v, want no one (it is the root)", got)
 	}
 	other := &Member{cfg: Config{Rank: 0, Size: 4, Seeds: []string{"a", "b"}}}
-	if got := other.seedsFor([]int{0, 1, 2, 3}, 3, true); !slices.Equal(got, []string{"a", "b"}) {
+	if got := other.seedsFor([]int{0, 1, 2, 3}, 3, true, false); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("seeds not one per rank: %v, want all", got)
 	}
 	// A restarted rank 5 waits for the view's ranks 1, 3 and 5: it joins
 	// the first of them (its tree parent, 2, was lost), and repairs only
 	// with ranks of the view.
 	back := &Member{cfg: m.cfg, peers: map[int]Peer{5: {}}}
-	if got := back.seedsFor([]int{1, 3, 5}, 0, false); !slices.Equal(got, []string{"s1"}) {
+	if got := back.seedsFor([]int{1, 3, 5}, 0, false, true); !slices.Equal(got, []string{"s1"}) {
 		t.Fatalf("restarted rank's first seeds %v, want s1", got)
 	}
-	if got := back.seedsFor([]int{1, 3, 5}, 5, true); len(got) != 2 || !slices.Contains(got, "s1") || !slices.Contains(got, "s3") {
+	if got := back.seedsFor([]int{1, 3, 5}, 5, true, true); len(got) != 2 || !slices.Contains(got, "s1") || !slices.Contains(got, "s3") {
 		t.Fatalf("restarted rank repairs with %v, want s1 and s3", got)
+	}
+	// A restarted rank 0 is no root: it joins the view's first other rank
+	// (before, it joined no one and never came back), and while that
+	// fails, two others of the view every second.
+	back0 := &Member{cfg: Config{Rank: 0, Size: 8, Seeds: m.cfg.Seeds}, peers: map[int]Peer{}}
+	if got := back0.seedsFor([]int{0, 2, 4, 6}, 0, false, true); !slices.Equal(got, []string{"s2"}) {
+		t.Fatalf("restarted rank 0's first seeds %v, want s2", got)
+	}
+	got := back0.seedsFor([]int{0, 2, 4, 6}, 5, false, true)
+	if len(got) < 2 || got[0] != "s2" || slices.Contains(got, "s0") {
+		t.Fatalf("restarted rank 0's seeds while unjoined %v, want s2 and others of the view, never itself", got)
 	}
 }
 

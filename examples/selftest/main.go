@@ -33,6 +33,7 @@ func main() {
 	mib := flag.Int("mib", 64, "all-reduce size of the drill, MiB")
 	pause := flag.Duration("pause", 0, "under gorun --elastic, the drill's pause before each step")
 	rejoin := flag.Bool("rejoin", false, "under gorun --elastic --max-restarts, the drill goes on until the victim is back")
+	steps := flag.Int("steps", 30, "the drill's steps (with -pause, a soak for faults from outside)")
 	late := flag.Duration("late", 0, "after the check, one more all-reduce that the last rank enters this late (gorun --timeline shows the others waiting)")
 	flag.Parse()
 	ctx := context.Background()
@@ -54,7 +55,7 @@ func main() {
 		if os.Getenv("GORUN_ELASTIC") == "1" {
 			// gorun --elastic: the survivors go on without the victim
 			// (with -drill outside, whatever the test strikes).
-			if err := conformance.ElasticDrill(ctx, c, conformance.ElasticOptions{How: sig, Pause: *pause, Rejoin: *rejoin}, func(s string) { fmt.Println(s) }); err != nil {
+			if err := conformance.ElasticDrill(ctx, c, conformance.ElasticOptions{How: sig, Pause: *pause, Rejoin: *rejoin, Steps: *steps}, func(s string) { fmt.Println(s) }); err != nil {
 				fmt.Fprintf(os.Stderr, "rank %d: FAIL: %v\n", c.Rank(), err)
 				os.Exit(1)
 			}

@@ -29,10 +29,13 @@ type ElasticOptions struct {
 	// a joiner lost (or frozen) during its state transfer.
 	DieOnRestart int
 	DieHow       syscall.Signal
+	// Steps is how many steps the drill runs (30 if 0): many, with a
+	// Pause, make a soak that faults from outside can strike for a while.
+	Steps int
 }
 
 // ElasticDrill is the rank program of the elastic ring drills (gorun
-// --elastic): 30 steps of 256 KiB all-reduces, each checked exactly
+// --elastic): 30 steps (o.Steps) of 256 KiB all-reduces, each checked exactly
 // against the ranks of the current view, with the strike and pauses of
 // o. A rank that gets ErrViewChanged takes the step from the view (Resync,
 // the documented pattern) and goes on.
@@ -48,7 +51,8 @@ func ElasticDrill(ctx context.Context, c *collective.Comm, o ElasticOptions, rep
 	whole := c.Size()
 	changes, resumed := 0, false
 	var stallFrom time.Time // the start of a step a view change interrupted
-	for step := 0; step < 30 || o.Rejoin && c.Size() < whole && step < 3000; step++ {
+	steps := cmp.Or(o.Steps, 30)
+	for step := 0; step < steps || o.Rejoin && c.Size() < whole && step < steps+3000; step++ {
 		buf := make([]float64, 32<<10)
 		for i := range buf {
 			buf[i] = float64((c.Rank()+1)*100 + step)
