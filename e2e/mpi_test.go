@@ -2,12 +2,9 @@ package e2e
 
 import (
 	"math/rand/v2"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gorun/gorun/internal/mpitest"
 )
@@ -24,18 +21,7 @@ func TestMPICHOverSSH(t *testing.T) { checkMPIOverSSH(t, mpitest.MPICH) }
 // within a host, TCP across); Open MPI's files are not left behind either.
 func TestOpenMPIOverSSH(t *testing.T) {
 	checkMPIOverSSH(t, mpitest.OpenMPI)
-	// The test hosts share this machine's /dev/shm, where other packages'
-	// tests may be running Open MPI jobs of their own right now: a job's
-	// directory that is still there 10 s later is a leak, one that goes
-	// was a running job's.
-	left, _ := filepath.Glob("/dev/shm/gorun-*-ompi-*")
-	for deadline := time.Now().Add(10 * time.Second); len(left) > 0 && time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
-		now, _ := filepath.Glob("/dev/shm/gorun-*-ompi-*")
-		left = slices.DeleteFunc(left, func(d string) bool { return !slices.Contains(now, d) })
-	}
-	if len(left) > 0 {
-		t.Fatalf("Open MPI files left behind: %v", left)
-	}
+	mpitest.NoFilesLeft(t, "/dev/shm/gorun-*-ompi-*")
 }
 
 func checkMPIOverSSH(t *testing.T, mpi mpitest.MPI) {

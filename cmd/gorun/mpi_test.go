@@ -184,11 +184,7 @@ func TestUnservedMPI(t *testing.T) {
 // places.
 func noOpenMPIFiles(t *testing.T) {
 	t.Helper()
-	for _, pat := range []string{"/dev/shm/gorun-*-ompi-*", "/dev/shm/vader_segment.*", filepath.Join(os.TempDir(), "gorun-*-ompi-*")} {
-		if m, _ := filepath.Glob(pat); len(m) > 0 {
-			t.Fatalf("left behind: %v", m)
-		}
-	}
+	mpitest.NoFilesLeft(t, "/dev/shm/gorun-*-ompi-*", "/dev/shm/vader_segment.*", filepath.Join(os.TempDir(), "gorun-*-ompi-*"))
 }
 
 // TestPMIGarbage: a rank that writes garbage to its PMI socket is failed

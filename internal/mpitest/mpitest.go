@@ -9,8 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Programs: name -> C source. Every program prints with the rank first.
@@ -296,5 +298,29 @@ func Check(t testing.TB, stdout string, size int, seed int64, counts []int) {
 				t.Fatalf("rank %d, line %d:\n got %s\nwant %s", r, i, have[i], want[i])
 			}
 		}
+	}
+}
+
+// NoFilesLeft fails t if files matching the patterns stay. Other
+// packages' tests may be running Open MPI jobs on this machine right now
+// (the test hosts share its /dev/shm), so a file that goes within a while
+// was a running job's; one still there 10 s later is a leak.
+func NoFilesLeft(t testing.TB, patterns ...string) {
+	t.Helper()
+	glob := func() []string {
+		var all []string
+		for _, p := range patterns {
+			m, _ := filepath.Glob(p)
+			all = append(all, m...)
+		}
+		return all
+	}
+	left := glob()
+	for deadline := time.Now().Add(10 * time.Second); len(left) > 0 && time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		now := glob()
+		left = slices.DeleteFunc(left, func(f string) bool { return !slices.Contains(now, f) })
+	}
+	if len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
 	}
 }
