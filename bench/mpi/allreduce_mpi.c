@@ -14,36 +14,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "timing.h"
 
-static long parse_size(const char *s) {
-    char *end;
-    long n = strtol(s, &end, 10);
-    if (!strncmp(end, "KiB", 3)) n <<= 10;
-    else if (!strncmp(end, "MiB", 3)) n <<= 20;
-    return n;
-}
+struct args {
+    float *s, *r;
+    int count;
+};
 
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* batch runs n calls after a barrier; the slowest rank's time. */
-static double batch(float *s, float *r, int count, int n) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = now();
-    for (int i = 0; i < n; i++)
-        MPI_Allreduce(s, r, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    double el = now() - t0, max;
-    MPI_Allreduce(&el, &max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return max;
+static void call(void *p) {
+    struct args *a = p;
+    MPI_Allreduce(a->s, a->r, a->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
 
 int main(int argc, char **argv) {
@@ -64,20 +45,10 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "rank %d: [%ld] = %g, want %g\n", rank, i, r[i], (double)((long)size * (size + 1) / 2 * (i % 101)));
                 MPI_Abort(MPI_COMM_WORLD, 1);
             }
-        for (int i = 0; i < 2; i++) batch(s, r, count, 1);
-        int n = 1;
-        double d;
-        while ((d = batch(s, r, count, n)) < 0.05 && n < (1 << 16)) n *= 2;
-        int batches = (int)(target / (d > 0 ? d : 1e-3));
-        if (batches < 3) batches = 3;
-        if (batches > 200) batches = 200;
-        double *t = malloc(sizeof(double) * batches);
-        for (int b = 0; b < batches; b++) t[b] = batch(s, r, count, n) / n;
-        qsort(t, batches, sizeof(double), cmp);
-        double med = t[batches / 2];
+        struct args arg = {s, r, count};
+        double med = median_per_call(call, &arg, target);
         if (rank == 0)
             printf("%ld %.2f %.3f\n", bytes, med * 1e6, size > 1 ? 2.0 * (size - 1) / size * bytes / med / 1e9 : 0.0);
-        free(t);
         free(s);
         free(r);
     }

@@ -14,36 +14,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "timing.h"
 
-static long parse_size(const char *s) {
-    char *end;
-    long n = strtol(s, &end, 10);
-    if (!strncmp(end, "KiB", 3)) n <<= 10;
-    else if (!strncmp(end, "MiB", 3)) n <<= 20;
-    return n;
-}
+struct args {
+    float *s, *r;
+    int per;
+};
 
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* batch runs n calls after a barrier; the slowest rank's time. */
-static double batch(float *s, float *r, int per, int n) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = now();
-    for (int i = 0; i < n; i++)
-        MPI_Alltoall(s, per, MPI_FLOAT, r, per, MPI_FLOAT, MPI_COMM_WORLD);
-    double el = now() - t0, max;
-    MPI_Allreduce(&el, &max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return max;
+static void call(void *p) {
+    struct args *a = p;
+    MPI_Alltoall(a->s, a->per, MPI_FLOAT, a->r, a->per, MPI_FLOAT, MPI_COMM_WORLD);
 }
 
 int main(int argc, char **argv) {
@@ -65,18 +46,9 @@ int main(int argc, char **argv) {
                     fprintf(stderr, "rank %d: block %d [%d] wrong\n", rank, q, i);
                     MPI_Abort(MPI_COMM_WORLD, 1);
                 }
-        for (int i = 0; i < 2; i++) batch(s, r, per, 1);
-        int n = 1;
-        double d;
-        while ((d = batch(s, r, per, n)) < 0.05 && n < (1 << 16)) n *= 2;
-        int batches = (int)(target / (d > 0 ? d : 1e-3));
-        if (batches < 3) batches = 3;
-        if (batches > 200) batches = 200;
-        double *t = malloc(sizeof(double) * batches);
-        for (int b = 0; b < batches; b++) t[b] = batch(s, r, per, n) / n;
-        qsort(t, batches, sizeof(double), cmp);
-        if (rank == 0) printf("%ld %.2f\n", bytes, t[batches / 2] * 1e6);
-        free(t);
+        struct args arg = {s, r, per};
+        double med = median_per_call(call, &arg, target);
+        if (rank == 0) printf("%ld %.2f\n", bytes, med * 1e6);
         free(s);
         free(r);
     }
