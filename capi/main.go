@@ -110,7 +110,7 @@ func (r *registry) comm(id int64) (*collective.Comm, error) {
 	defer r.mu.Unlock()
 	c, ok := r.comms[id]
 	if !ok {
-		return nil, fmt.Errorf("gorun: no communicator %d (closed, or never made)", id)
+		return nil, fmt.Errorf("gorun: no communicator %d (closed, or never made): %w", id, collective.ErrClosed)
 	}
 	return c, nil
 }
@@ -287,17 +287,17 @@ type op struct {
 func gorun_start(comm C.int64_t, kind, dtype, redop, root, tag C.int, send unsafe.Pointer, nsend C.int64_t, recv unsafe.Pointer, nrecv C.int64_t, counts *C.int64_t, ncounts C.int, timeoutMs C.int64_t) C.int64_t {
 	reg.mu.Lock()
 	id := reg.id()
-	c := reg.comms[int64(comm)]
 	reg.works[id] = &work{done: make(chan struct{})}
 	reg.mu.Unlock()
+	c, err := reg.comm(int64(comm))
 	o := op{kind: int(kind), dtype: int(dtype), redop: int(redop), root: int(root), tag: int(tag), send: send, recv: recv, nsend: int(nsend), nrecv: int(nrecv)}
 	if ncounts > 0 && counts != nil {
 		for _, x := range unsafe.Slice((*int64)(unsafe.Pointer(counts)), int(ncounts)) {
 			o.counts = append(o.counts, int(x))
 		}
 	}
-	if c == nil {
-		reg.finish(id, fmt.Errorf("gorun: no communicator %d (closed, or never made): %w", comm, collective.ErrClosed))
+	if err != nil {
+		reg.finish(id, err)
 		return C.int64_t(id)
 	}
 	ctx, cancel := context.Background(), context.CancelFunc(func() {})
@@ -305,7 +305,6 @@ func gorun_start(comm C.int64_t, kind, dtype, redop, root, tag C.int, send unsaf
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(timeoutMs)*time.Millisecond)
 	}
 	var wait func() error
-	var err error
 	switch uint8(o.dtype) {
 	case reduce.Float32:
 		wait, err = start[float32](ctx, c, o)

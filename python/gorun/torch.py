@@ -106,6 +106,21 @@ def _bytes(t):
     return f.view(torch.uint8)
 
 
+def _unbytes(t, b):
+    """Copy b (t's elements as bytes, from _bytes) into t."""
+    t.copy_(b.view(t.dtype).view(t.shape))
+
+
+def _copy_back(t, b):
+    """A finish that copies b into t when b is a copy of t's memory (else None)."""
+    return (lambda: _unbytes(t, b)) if _copied(t, b) else None
+
+
+def _narrow(t, buf):
+    """Copy a reduction's result (t's elements, perhaps in a wider type) into t."""
+    t.copy_((buf != 0).view(t.shape) if t.dtype == torch.bool else buf.view(t.shape))
+
+
 def _addr(t):
     return t.data_ptr() if t.numel() else None
 
@@ -272,6 +287,10 @@ class ProcessGroupGorun(dist.ProcessGroup):
     def getBackendName(self):
         return "gorun"
 
+    def _t(self, opts):
+        """An operation's timeout in seconds: its own, or the group's."""
+        return _timeout(opts, self._default_timeout)
+
     def _place(self, r):
         """A group rank as Send and Recv take it: a place in the communicator."""
         if not 0 <= r < self.size():
@@ -314,10 +333,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
 
         def finish():
             for t, buf in copies:
-                if t.dtype == torch.bool:
-                    t.copy_((buf != 0).view(t.shape))
-                else:
-                    t.copy_(buf.view(t.shape))
+                _narrow(t, buf)
         pend.finish = finish
         return pend.work()
 
@@ -325,14 +341,14 @@ class ProcessGroupGorun(dist.ProcessGroup):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         op = opts.reduceOp if opts is not None and hasattr(opts, "reduceOp") else (opts or dist.ReduceOp.SUM)
-        return self._run(lambda: self._reduce(tensors, op, _core.ALLREDUCE, 0, _timeout(opts, self._default_timeout)))
+        return self._run(lambda: self._reduce(tensors, op, _core.ALLREDUCE, 0, self._t(opts)))
 
     def allreduce_coalesced(self, tensors, opts=None):
         return self.allreduce(tensors, opts)
 
     def reduce(self, tensors, opts):
         root = self._peer(opts.rootRank)
-        return self._run(lambda: self._reduce(tensors, opts.reduceOp, _core.REDUCE, root, _timeout(opts, self._default_timeout)))
+        return self._run(lambda: self._reduce(tensors, opts.reduceOp, _core.REDUCE, root, self._t(opts)))
 
     def _reduce_scatter(self, out, inputs, op, timeout):
         _check(out)
@@ -347,14 +363,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
         wide = _WIDE.get(out.dtype, out.dtype)
         send = torch.cat([_flat(t).to(wide) for t in inputs]) if inputs else torch.empty(0, dtype=wide)
         recv = torch.empty(n, dtype=wide)
-        pend = _Pending([out])
-
-        def finish():
-            if out.dtype == torch.bool:
-                out.copy_((recv != 0).view(out.shape))
-            else:
-                out.copy_(recv.view(out.shape))
-        pend.finish = finish
+        pend = _Pending([out], lambda: _narrow(out, recv))
         pend.add(self.comm, _core.REDUCE_SCATTER, _NATIVE[wide], code, 0, 0, send, recv, timeout=timeout)
         return pend.work()
 
@@ -365,14 +374,14 @@ class ProcessGroupGorun(dist.ProcessGroup):
         ins = input_tensors[0]
         if len(ins) != self.size():
             raise ValueError(f"gorun: reduce_scatter: {len(ins)} inputs for {self.size()} ranks")
-        return self._run(lambda: self._reduce_scatter(output_tensors[0], ins, op, _timeout(opts, self._default_timeout)))
+        return self._run(lambda: self._reduce_scatter(output_tensors[0], ins, op, self._t(opts)))
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         if input.numel() != output.numel() * self.size():
             raise ValueError(f"gorun: reduce_scatter: input of {input.numel()} elements, want "
                              f"{self.size()} x {output.numel()}")
-        return self._run(lambda: self._reduce_scatter(output, list(_flat(input).chunk(self.size())) if self.size() > 0 and output.numel() > 0 else [torch.empty(0, dtype=output.dtype)] * self.size(), op, _timeout(opts, self._default_timeout)))
+        return self._run(lambda: self._reduce_scatter(output, list(_flat(input).chunk(self.size())) if self.size() > 0 and output.numel() > 0 else [torch.empty(0, dtype=output.dtype)] * self.size(), op, self._t(opts)))
 
     # -- data movement --------------------------------------------------
 
@@ -390,11 +399,11 @@ class ProcessGroupGorun(dist.ProcessGroup):
                 b = _bytes(t)
                 if _copied(t, b):
                     copies.append((t, b))
-                pend.add(self.comm, _core.BROADCAST, _core.UINT8, 0, root, 0, b, None, timeout=_timeout(opts, self._default_timeout))
+                pend.add(self.comm, _core.BROADCAST, _core.UINT8, 0, root, 0, b, None, timeout=self._t(opts))
 
             def finish():
                 for t, b in copies:
-                    t.copy_(b.view(t.dtype).view(t.shape))
+                    _unbytes(t, b)
             pend.finish = finish
             return pend.work()
         return self._run(build)
@@ -423,8 +432,8 @@ class ProcessGroupGorun(dist.ProcessGroup):
 
             def finish():
                 for i, o in enumerate(outs):
-                    o.copy_(recv[i * nbytes:(i + 1) * nbytes].view(o.dtype).view(o.shape))
-            return self._allgather_into(recv, t, _timeout(opts, self._default_timeout), finish, output_tensors)
+                    _unbytes(o, recv[i * nbytes:(i + 1) * nbytes])
+            return self._allgather_into(recv, t, self._t(opts), finish, output_tensors)
         return self._run(build)
 
     def _allgather_base(self, output, input, opts=None):
@@ -435,10 +444,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
         def build():
             _check(output)
             recv = _bytes(output)
-            if not _copied(output, recv):
-                return self._allgather_into(recv, input, _timeout(opts, self._default_timeout), None, [output])
-            return self._allgather_into(recv, input, _timeout(opts, self._default_timeout),
-                                        lambda: output.copy_(recv.view(output.dtype).view(output.shape)), [output])
+            return self._allgather_into(recv, input, self._t(opts), _copy_back(output, recv), [output])
         return self._run(build)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
@@ -465,10 +471,9 @@ class ProcessGroupGorun(dist.ProcessGroup):
             size = input.element_size()
             counts = [s * row_in * size for s in isz] + [s * row_out * size for s in osz]
             recv = _bytes(output)
-            pend = _Pending([output], (lambda: output.copy_(recv.view(output.dtype).view(output.shape)))
-                            if _copied(output, recv) else None)
+            pend = _Pending([output], _copy_back(output, recv))
             pend.add(self.comm, _core.ALLTOALLV, _core.UINT8, 0, 0, 0, _bytes(input), recv, counts,
-                     _timeout(opts, self._default_timeout))
+                     self._t(opts))
             return pend.work()
         return self._run(build)
 
@@ -487,10 +492,10 @@ class ProcessGroupGorun(dist.ProcessGroup):
             def finish():
                 off = 0
                 for o, s in zip(output_tensors, sizes):
-                    o.copy_(recv[off:off + s].view(o.dtype).view(o.shape))
+                    _unbytes(o, recv[off:off + s])
                     off += s
             pend = _Pending(output_tensors, finish)
-            pend.add(self.comm, _core.ALLTOALLV, _core.UINT8, 0, 0, 0, send, recv, counts, _timeout(opts, self._default_timeout))
+            pend.add(self.comm, _core.ALLTOALLV, _core.UINT8, 0, 0, 0, send, recv, counts, self._t(opts))
             return pend.work()
         return self._run(build)
 
@@ -509,9 +514,9 @@ class ProcessGroupGorun(dist.ProcessGroup):
             def finish():
                 k = send.numel()
                 for i, o in enumerate(outs):
-                    o.copy_(recv[i * k:(i + 1) * k].view(o.dtype).view(o.shape))
+                    _unbytes(o, recv[i * k:(i + 1) * k])
             pend = _Pending(output_tensors, finish)
-            pend.add(self.comm, _core.GATHER, _core.UINT8, 0, root, 0, send, recv, timeout=_timeout(opts, self._default_timeout))
+            pend.add(self.comm, _core.GATHER, _core.UINT8, 0, root, 0, send, recv, timeout=self._t(opts))
             return pend.work()
         return self._run(build)
 
@@ -530,16 +535,15 @@ class ProcessGroupGorun(dist.ProcessGroup):
             else:
                 send = torch.empty(0, dtype=torch.uint8)
             recv = _bytes(out)
-            pend = _Pending(output_tensors, (lambda: out.copy_(recv.view(out.dtype).view(out.shape)))
-                            if _copied(out, recv) else None)
-            pend.add(self.comm, _core.SCATTER, _core.UINT8, 0, root, 0, send, recv, timeout=_timeout(opts, self._default_timeout))
+            pend = _Pending(output_tensors, _copy_back(out, recv))
+            pend.add(self.comm, _core.SCATTER, _core.UINT8, 0, root, 0, send, recv, timeout=self._t(opts))
             return pend.work()
         return self._run(build)
 
     def barrier(self, opts=None):
         def build():
             pend = _Pending([])
-            pend.add(self.comm, _core.BARRIER, _core.INT64, 0, 0, 0, None, None, timeout=_timeout(opts, self._default_timeout))
+            pend.add(self.comm, _core.BARRIER, _core.INT64, 0, 0, 0, None, None, timeout=self._t(opts))
             return pend.work()
         return self._run(build)
 
@@ -561,7 +565,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
             t = tensors[0]
             _check(t)
             recv = _bytes(t)
-            pend = _Pending(tensors, (lambda: t.copy_(recv.view(t.dtype).view(t.shape))) if _copied(t, recv) else None)
+            pend = _Pending(tensors, _copy_back(t, recv))
             pend.add(self.comm, _core.RECV, _core.UINT8, 0, peer, tag, None, recv, timeout=self._default_timeout)
             return pend.work()
         return self._run(build)
