@@ -70,11 +70,13 @@ type Config struct {
 	// failed rank may leave; below it the job fails. 0 means 1.
 	MinNP int
 	// MaxRestarts, with Elastic and the ring strategy, is how often each
-	// lost rank (a failed exit, a kill, a fence) is started again, on its
-	// own host, with the same rank and environment plus
+	// lost rank (a failed exit, a kill, a fence, its host's agent lost) is
+	// started again, with the same rank and environment plus
 	// GORUN_RESTART_COUNT=k and a fresh control channel whose first line
-	// is the current view; once it says join, the next view holds it. A
-	// rank whose host's agent is gone is not restarted. 0: none.
+	// is the current view; once it says join, the next view holds it. It
+	// restarts on its own host while that host's agent is there, else on
+	// the live host with the most free slots; with no free slot anywhere
+	// it is lost for good (see the package doc, Supervision). 0: none.
 	MaxRestarts int
 	// PMI is PMIOn ("pmi1", also ""): every rank gets a PMI-1 socket
 	// (PMI_FD), so MPICH programs find their peers; or PMIOff ("none").

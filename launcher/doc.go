@@ -63,7 +63,7 @@
 // an agent finished, went away or went silent, a signal, --timeout, a
 // stall, the caller's context, time passing), actions out (tell the agents
 // to signal or dump their ranks, ping or kill an agent, print a line). The
-// loop in supervise.go only turns channel receives into events and
+// driver's loop (driver.go) only turns channel receives into events and
 // performs the actions. The rules, in short:
 //
 //   - The first failure wins: a rank's nonzero exit (128+N for signal N),

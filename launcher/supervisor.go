@@ -16,8 +16,9 @@ import (
 // take (tell the agents to signal their ranks, print a line, kill a host's
 // session, ...). It reads no clock (every event carries the time) and does
 // no I/O, so each of its rules has a table test (supervisor_test.go).
-// job.supervise turns channel receives into events and performs the
-// actions; policy, inside the supervisor, decides the exit code.
+// The driver (driver.go, job.supervise) turns channel receives into events
+// and performs the actions; policy, inside the supervisor, decides the
+// exit code.
 //
 // The rules, besides policy's:
 //   - --timeout and a --stall-abort first ask the Go ranks for goroutine
@@ -137,7 +138,8 @@ type supervisorConfig struct {
 	Elastic  elasticity
 	MinNP    int // with Elastic: the fewest running ranks the job goes on with (0: 1)
 	// MaxRestarts, with Elastic (ring): how often each lost rank is
-	// restarted on its host.
+	// restarted (on its host, or on another with a free slot if its
+	// host's agent is gone).
 	MaxRestarts int
 	Timeout     time.Duration // 0: none
 	DumpWait    time.Duration

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gorun/gorun/internal/proctest"
 	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/launcher/agent"
 	"github.com/gorun/gorun/ps"
 )
 
@@ -35,7 +36,7 @@ func Dispatch(w io.Writer) (code int, ok bool) {
 	var err error
 	switch os.Args[1] {
 	case launcher.AgentCommandName:
-		err = launcher.RunAgent(context.Background(), launcher.AgentConfig{In: os.Stdin, Out: os.Stdout, Environ: os.Environ()})
+		err = agent.Run(context.Background(), agent.Config{In: os.Stdin, Out: os.Stdout, Environ: os.Environ()})
 	case launcher.HubCommandName:
 		var cfg ps.HubConfig
 		if cfg, err = ps.HubConfigFromEnv(os.LookupEnv); err == nil {
@@ -95,7 +96,7 @@ func Launch(t testing.TB, np int, args []string, set func(*launcher.Config)) (la
 }
 
 // LoopbackAddrs reserves n loopback "host:port" addresses below the
-// ephemeral range, as the launcher does for ranks (launcher.FreePort): a
+// ephemeral range, as the launcher does for ranks (agent.FreePort): a
 // port picked with :0 can be taken by another test's outgoing connection
 // before the rank binds it.
 func LoopbackAddrs(t testing.TB, n int) []string {
@@ -103,7 +104,7 @@ func LoopbackAddrs(t testing.TB, n int) []string {
 	var taken []int
 	addrs := make([]string, 0, n)
 	for len(addrs) < n {
-		p, err := launcher.FreePort(taken)
+		p, err := agent.FreePort(taken)
 		if err != nil {
 			t.Fatal(err)
 		}

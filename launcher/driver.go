@@ -15,10 +15,11 @@ import (
 	"github.com/gorun/gorun/launcher/proto"
 )
 
-// session is supervise's state: the supervisor (pure) and what performs
-// its actions and shows the job (output, status line, stall inspector,
-// timelines, the PMI relay).
-type session struct {
+// driver runs the supervisor (supervisor.go, pure) for job.supervise:
+// it turns what happens into the supervisor's events, performs the
+// actions the supervisor returns, and shows the job (output, status line,
+// stall inspector, timelines, the PMI relay).
+type driver struct {
 	j         *job
 	sv        *supervisor
 	relay     *pmiRelay
@@ -40,25 +41,25 @@ func (j *job) supervise(ctx context.Context) Result {
 		j.shutdown(true)
 		return Result{ExitCode: ExitLaunchFailed, Failure: err.Error()}
 	}
-	s := &session{j: j, sv: newSupervisor(j.supervisorConfig(), j.t0), relay: relay, ins: newInspector(j, j.cfg), timelines: map[int][]byte{}}
-	defer s.ins.stop()
+	d := &driver{j: j, sv: newSupervisor(j.supervisorConfig(), j.t0), relay: relay, ins: newInspector(j, j.cfg), timelines: map[int][]byte{}}
+	defer d.ins.stop()
 	start := &proto.Message{Kind: proto.MsgStart, Env: j.startEnv()}
 	for _, a := range j.agents {
 		a.outbox.put(start) // if the agent is gone, its reader says so
 	}
-	s.perform(s.sv.step(event{kind: evStart, now: time.Now()}))
+	d.perform(d.sv.step(event{kind: evStart, now: time.Now()}))
 	for _, ev := range j.backlog {
-		s.agentEvent(ev)
+		d.agentEvent(ev)
 	}
 	j.backlog = nil
 	stopStdin := j.forwardStdin()
-	s.loop(ctx)
+	d.loop(ctx)
 	for _, a := range j.agents {
 		a.outbox.close() // every agent is done: this also ends the stdin copy
 	}
 	stopStdin()
 	j.shutdown(false)
-	return s.finish()
+	return d.finish()
 }
 
 // supervisorConfig is the job as the supervisor sees it.
@@ -98,79 +99,79 @@ func (j *job) startEnv() []string {
 }
 
 // loop runs until every agent is done.
-func (s *session) loop(ctx context.Context) {
-	cfg := s.j.cfg
-	s.wake = time.NewTimer(time.Hour)
-	s.wake.Stop()
-	defer s.wake.Stop()
+func (d *driver) loop(ctx context.Context) {
+	cfg := d.j.cfg
+	d.wake = time.NewTimer(time.Hour)
+	d.wake.Stop()
+	defer d.wake.Stop()
 	var statusTick <-chan time.Time
 	if cfg.StatusLine {
-		s.status = &statusLine{w: cfg.Stderr, start: time.Now()}
+		d.status = &statusLine{w: cfg.Stderr, start: time.Now()}
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		statusTick = t.C
-		defer s.status.clear()
+		defer d.status.clear()
 	}
 	ctxDone := ctx.Done()
-	for !s.sv.finished() {
-		s.arm()
+	for !d.sv.finished() {
+		d.arm()
 		select {
 		case now := <-statusTick:
-			if now.Sub(s.status.start) >= statusAfter {
-				s.status.draw(statusText(s.j.ranks, s.ins.views, s.status, now))
+			if now.Sub(d.status.start) >= statusAfter {
+				d.status.draw(statusText(d.j.ranks, d.ins.views, d.status, now))
 			}
-		case now := <-s.ins.tick:
-			warn, abort := s.ins.check(now)
+		case now := <-d.ins.tick:
+			warn, abort := d.ins.check(now)
 			if warn != "" {
-				s.perform(s.sv.step(event{kind: evStall, now: now, text: warn}))
+				d.perform(d.sv.step(event{kind: evStall, now: now, text: warn}))
 			}
 			if abort != "" {
-				s.perform(s.sv.step(event{kind: evStall, now: now, text: abort, abort: true}))
+				d.perform(d.sv.step(event{kind: evStall, now: now, text: abort, abort: true}))
 			}
-		case now := <-s.wake.C:
-			s.armed = time.Time{}
-			s.perform(s.sv.step(event{kind: evTick, now: now}))
-		case ev := <-s.j.events:
-			s.agentEvent(ev)
+		case now := <-d.wake.C:
+			d.armed = time.Time{}
+			d.perform(d.sv.step(event{kind: evTick, now: now}))
+		case ev := <-d.j.events:
+			d.agentEvent(ev)
 		case sig := <-cfg.Signals:
-			s.perform(s.sv.step(event{kind: evSignal, now: time.Now(), sig: asSignal(sig)}))
+			d.perform(d.sv.step(event{kind: evSignal, now: time.Now(), sig: asSignal(sig)}))
 		case <-ctxDone:
 			ctxDone = nil // the job is stopping; once is enough
-			s.perform(s.sv.step(event{kind: evCancelled, now: time.Now(), text: ctx.Err().Error()}))
+			d.perform(d.sv.step(event{kind: evCancelled, now: time.Now(), text: ctx.Err().Error()}))
 		}
 	}
 }
 
 // arm sets the wake-up timer for the supervisor's next deadline.
-func (s *session) arm() {
-	next := s.sv.next()
-	if next.Equal(s.armed) {
+func (d *driver) arm() {
+	next := d.sv.next()
+	if next.Equal(d.armed) {
 		return
 	}
-	s.armed = next
+	d.armed = next
 	if next.IsZero() {
-		s.wake.Stop()
+		d.wake.Stop()
 		return
 	}
-	s.wake.Reset(time.Until(next))
+	d.wake.Reset(time.Until(next))
 }
 
 // agentEvent feeds one message of an agent, or the end of its stream, to
 // the supervisor.
-func (s *session) agentEvent(ev agentEvent) {
+func (d *driver) agentEvent(ev agentEvent) {
 	now := time.Now()
-	a := s.j.agents[ev.agent]
+	a := d.j.agents[ev.agent]
 	if ev.m == nil {
-		s.perform(s.sv.step(event{kind: evLost, now: now, agent: a.index, text: fmt.Sprintf("lost the agent on %s: %s", a.name, ev.why)}))
+		d.perform(d.sv.step(event{kind: evLost, now: now, agent: a.index, text: fmt.Sprintf("lost the agent on %s: %s", a.name, ev.why)}))
 		return
 	}
-	s.perform(s.sv.step(s.translate(a, ev.m, now)))
+	d.perform(d.sv.step(d.translate(a, ev.m, now)))
 }
 
 // translate does what a message needs besides supervision (output, the
 // ranks' states, timelines, the PMI relay) and returns its event.
-func (s *session) translate(a *agentProc, m *proto.Message, now time.Time) event {
-	j := s.j
+func (d *driver) translate(a *agentProc, m *proto.Message, now time.Time) event {
+	j := d.j
 	ev := event{kind: evHeard, now: now, agent: a.index, rank: m.Rank}
 	ours := m.Rank >= 0 && m.Rank < len(j.ranks) && j.ranks[m.Rank].agent == a.index
 	switch {
@@ -179,7 +180,7 @@ func (s *session) translate(a *agentProc, m *proto.Message, now time.Time) event
 		// and status page.
 		rs := &j.ranks[m.Rank]
 		rs.pid, rs.exited, rs.stderr = m.Pid, false, newTail(10)
-		s.ins.restarted(m.Rank)
+		d.ins.restarted(m.Rank)
 	case m.Kind == proto.MsgStarted && ours:
 		rs := &j.ranks[m.Rank]
 		rs.pid, rs.started = m.Pid, true
@@ -190,19 +191,19 @@ func (s *session) translate(a *agentProc, m *proto.Message, now time.Time) event
 			ex = &proto.Exit{Code: 1, Failure: "(its agent sent no exit status)"}
 		}
 		j.ranks[m.Rank].exited = true
-		s.ins.exited(m.Rank)
+		d.ins.exited(m.Rank)
 		ev.kind, ev.exit, ev.text = evExited, ex, j.describeExit(m.Rank, ex)
 	case m.Kind == proto.MsgOutput && ours:
-		s.output(m)
+		d.output(m)
 	case m.Kind == proto.MsgSuspect && ours:
 		ev.kind, ev.target, ev.text = evSuspect, m.Target, m.Err
 	case m.Kind == proto.MsgJoin && ours:
 		ev.kind, ev.joiner = evJoin, control.Joiner{Rank: m.Rank, Addr: m.Addr, Host: m.Host}
 	case m.Kind == proto.MsgStatus && ours && m.Status != nil:
-		s.ins.update(m.Rank, m.Status, now)
+		d.ins.update(m.Rank, m.Status, now)
 		ev.kind, ev.declared = evStatus, m.Status.State.Declared
 	case m.Kind == proto.MsgTimeline && ours:
-		s.timelines[m.Rank] = appendTimeline(s.timelines[m.Rank], m.Data)
+		d.timelines[m.Rank] = appendTimeline(d.timelines[m.Rank], m.Data)
 	case m.Kind == proto.MsgClock:
 		ev.kind, ev.clock = evClock, m.Clock
 	case m.Kind == proto.MsgStdinAck:
@@ -212,7 +213,7 @@ func (s *session) translate(a *agentProc, m *proto.Message, now time.Time) event
 	case m.Kind == proto.MsgError:
 		ev.kind, ev.text = evAgentError, fmt.Sprintf("%s: agent: %s", a.name, m.Err)
 	case m.Kind == proto.MsgPMIFence:
-		if err := s.fence(a, m); err != nil {
+		if err := d.fence(a, m); err != nil {
 			ev.kind, ev.code, ev.text = evFailed, ExitLaunchFailed, err.Error()
 		}
 	case m.Kind == proto.MsgPMIAbort:
@@ -240,31 +241,31 @@ func appendTimeline(old, b []byte) []byte {
 
 // output passes on a line of a rank's output (or keeps a line of its
 // goroutine dump).
-func (s *session) output(m *proto.Message) {
+func (d *driver) output(m *proto.Message) {
 	switch m.Stream {
 	case proto.StreamDump:
-		s.ins.dumpLine(m.Rank, m.Data)
+		d.ins.dumpLine(m.Rank, m.Data)
 		return
 	case proto.StreamStderr:
-		s.j.ranks[m.Rank].stderr.add(string(m.Data))
+		d.j.ranks[m.Rank].stderr.add(string(m.Data))
 	case proto.StreamStdout:
 	default:
 		return
 	}
-	s.status.clear()
-	s.j.out.line(m.Rank, m.Stream, m.Data)
+	d.status.clear()
+	d.j.out.line(m.Rank, m.Stream, m.Data)
 }
 
 // fence enters a's PMI barrier, and releases every host when it was the
 // last.
-func (s *session) fence(a *agentProc, m *proto.Message) error {
-	puts, complete, err := s.relay.enter(a, m)
+func (d *driver) fence(a *agentProc, m *proto.Message) error {
+	puts, complete, err := d.relay.enter(a, m)
 	if err != nil || !complete {
 		return err
 	}
 	rel := &proto.Message{Kind: proto.MsgPMIRelease, Epoch: m.Epoch, Puts: puts}
-	for _, b := range s.relay.agents {
-		if !s.sv.done(b.index) {
+	for _, b := range d.relay.agents {
+		if !d.sv.done(b.index) {
 			b.outbox.put(rel)
 		}
 	}
@@ -272,12 +273,12 @@ func (s *session) fence(a *agentProc, m *proto.Message) error {
 }
 
 // perform carries out the supervisor's actions.
-func (s *session) perform(acts []action) {
-	j := s.j
+func (d *driver) perform(acts []action) {
+	j := d.j
 	for _, act := range acts {
 		switch act.kind {
 		case actPrint:
-			s.status.clear()
+			d.status.clear()
 			fmt.Fprintf(j.cfg.Stderr, "gorun: %s\n", act.text)
 		case actTerminate:
 			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgTerminate, Signal: int(act.sig)})
@@ -302,33 +303,33 @@ func (s *session) perform(acts []action) {
 		case actSignalRank:
 			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgSignalRank, Rank: act.rank, Signal: int(act.sig)})
 		case actLaunched:
-			j.cfg.Logger.Info("all ranks started", "ranks", len(j.ranks), "elapsed", s.sv.launch)
+			j.cfg.Logger.Info("all ranks started", "ranks", len(j.ranks), "elapsed", d.sv.launch)
 		}
 	}
 }
 
 // finish prints the job's summary, its goroutine dumps and its timeline,
 // and returns its result.
-func (s *session) finish() Result {
-	cfg := s.j.cfg
-	res := Result{LaunchTime: s.sv.launch}
+func (d *driver) finish() Result {
+	cfg := d.j.cfg
+	res := Result{LaunchTime: d.sv.launch}
 	var note string
-	res.ExitCode, res.Failure, note = s.sv.result()
+	res.ExitCode, res.Failure, note = d.sv.result()
 	if note != "" {
 		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", note)
 	}
 	if res.Failure != "" {
 		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", res.Failure)
 	}
-	if d := s.ins.writeDumps(s.j.jobID); d != "" {
-		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", d)
+	if dumps := d.ins.writeDumps(d.j.jobID); dumps != "" {
+		fmt.Fprintf(cfg.Stderr, "gorun: %s\n", dumps)
 	}
 	if cfg.Timeline != "" {
-		probes := make([]clockProbe, len(s.sv.agents))
-		for i, a := range s.sv.agents {
+		probes := make([]clockProbe, len(d.sv.agents))
+		for i, a := range d.sv.agents {
 			probes[i] = a.probe
 		}
-		if note, err := s.j.writeTimeline(cfg.Timeline, s.timelines, probes); err != nil {
+		if note, err := d.j.writeTimeline(cfg.Timeline, d.timelines, probes); err != nil {
 			fmt.Fprintf(cfg.Stderr, "gorun: --timeline: %v\n", err)
 		} else {
 			fmt.Fprintf(cfg.Stderr, "gorun: %s\n", note)
