@@ -94,19 +94,21 @@ type Config struct {
 	Hubs          []string
 	ColocatedHubs int
 	// HubPartitionBytes is the largest piece of a buffer one hub handles
-	// in one message; partitions are spread over the hubs.
+	// in one message; partitions are spread over the hubs
+	// (ps.ClientConfig.PartitionBytes).
 	HubPartitionBytes int
 	// HubRoundPartitions is about how many partitions per hub a
 	// collective round is cut into, none larger than HubPartitionBytes
-	// (ps.ClientConfig.RoundPartitionsPerHub; default 32); 0 cuts every
-	// round into partitions of exactly HubPartitionBytes. HubWindow is how
-	// many of a round's partitions a rank has outstanding on one hub
-	// reached over the network (ps.ClientConfig.RoundWindow; default 4); 0
-	// sends them all at once.
+	// (ps.ClientConfig.RoundPartitionsPerHub); 0 cuts every round into
+	// partitions of exactly HubPartitionBytes. HubWindow is how many of a
+	// round's partitions a rank has outstanding on one hub reached over
+	// the network (ps.ClientConfig.RoundWindow); 0 sends them all at once.
 	HubRoundPartitions int
 	HubWindow          int
 	// HubTimeout: a hub that stays silent this long while owing an answer
-	// is lost.
+	// is lost (ps.ClientConfig.HubTimeout).
+	//
+	// DefaultConfig takes these four from ps.DefaultClientConfig.
 	HubTimeout time.Duration
 	// HubElastic (GORUN_HUB_ELASTIC=1, gorun --hub-elastic): colocated
 	// hubs finish BSP rounds without a lost rank, and a lost rank does not
@@ -197,14 +199,14 @@ const OversubscribedSpinTime = 5 * time.Millisecond
 
 // DefaultConfig returns the defaults for everything but the job's identity.
 func DefaultConfig() Config {
-	gossip := membership.DefaultConfig()
+	gossip, hub := membership.DefaultConfig(), ps.DefaultClientConfig()
 	return Config{
 		Strategy:           StrategyRing,
 		ColocatedHubs:      1,
-		HubPartitionBytes:  4 << 20,
-		HubRoundPartitions: ps.DefaultClientConfig().RoundPartitionsPerHub,
-		HubWindow:          ps.DefaultClientConfig().RoundWindow,
-		HubTimeout:         3 * time.Second,
+		HubPartitionBytes:  hub.PartitionBytes,
+		HubRoundPartitions: hub.RoundPartitionsPerHub,
+		HubWindow:          hub.RoundWindow,
+		HubTimeout:         hub.HubTimeout,
 		AdvertiseAddr:      "127.0.0.1",
 		DataListen:         "0.0.0.0:0",
 		JoinTimeout:        60 * time.Second,

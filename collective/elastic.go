@@ -273,19 +273,11 @@ func (e *elastic) readViews() {
 	}
 }
 
-// ParseView parses a line of the control channel, "view EPOCH R,R,...
+// parseView parses a line of the control channel, "view EPOCH R,R,...
 // [+R ADDRESS HOST]...", for a job of size ranks: an epoch from 1 to
 // 4095, live ranks of the job in increasing order, and the restarted ones
-// among them that join in this view.
-func ParseView(line string, size int) (View, error) {
-	cv, err := parseView(line, size)
-	if err != nil {
-		return View{}, err
-	}
-	return viewOf(cv), nil
-}
-
-// parseView is ParseView with the joiners' addresses.
+// among them that join in this view, with their addresses (viewOf gives
+// the View a Comm reports).
 func parseView(line string, size int) (control.View, error) {
 	cv, err := control.ParseView(line)
 	if err != nil {

@@ -291,6 +291,16 @@ func TestHubRankGivesUp(t *testing.T) {
 	}
 }
 
+// TestDefaultConfigHub: the hub client's defaults are ps's, not copies.
+func TestDefaultConfigHub(t *testing.T) {
+	c, p := DefaultConfig(), ps.DefaultClientConfig()
+	got := [4]any{c.HubPartitionBytes, c.HubRoundPartitions, c.HubWindow, c.HubTimeout}
+	want := [4]any{p.PartitionBytes, p.RoundPartitionsPerHub, p.RoundWindow, p.HubTimeout}
+	if got != want {
+		t.Fatalf("DefaultConfig's hub partition bytes, round partitions, window and timeout are %v, want ps.DefaultClientConfig's %v", got, want)
+	}
+}
+
 func TestHubConfig(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Size, cfg.Strategy, cfg.ColocatedHubs = 1, StrategyHub, 2

@@ -561,5 +561,5 @@ func (t *TCP) dialHello(ctx context.Context, addr string, peer int, handshakeTim
 // on its host, or whose host it did not know).
 func (t *TCP) offerCount() int { return int(t.offers.Load()) }
 
-// ConnectedPeers lists the peers this rank holds a connection to.
-func (t *TCP) ConnectedPeers() []int { return t.peersWhere(func(*peerConn) bool { return true }) }
+// connectedPeers lists the peers this rank holds a connection to.
+func (t *TCP) connectedPeers() []int { return t.peersWhere(func(*peerConn) bool { return true }) }

@@ -41,7 +41,7 @@ func lazyMesh(t *testing.T, n int, host []string, tweak func(r int, c *Config)) 
 	return ts
 }
 
-func connected(tr *TCP) []int { return tr.ConnectedPeers() }
+func connected(tr *TCP) []int { return tr.connectedPeers() }
 
 // ringPass sends one frame from every rank to its right neighbour and
 // checks that each rank receives its left neighbour's.
@@ -106,7 +106,7 @@ func TestConnectOnFirstUse(t *testing.T) {
 			}
 		}
 		slices.Sort(wantShm)
-		if got := tr.SharedMemoryPeers(); !slices.Equal(got, wantShm) {
+		if got := tr.sharedMemoryPeers(); !slices.Equal(got, wantShm) {
 			t.Fatalf("rank %d shares memory with %v, want %v", r, got, wantShm)
 		}
 		var wantLocal []int
@@ -178,7 +178,7 @@ func TestShmOfferTimesOut(t *testing.T) {
 		t.Fatalf("got %q, %v", f.Payload, err)
 	}
 	f.Release()
-	if got := ts[0].SharedMemoryPeers(); len(got) != 0 {
+	if got := ts[0].sharedMemoryPeers(); len(got) != 0 {
 		t.Fatalf("rank 0 shares memory with %v after its offer timed out", got)
 	}
 	if n := strings.Count(logs.String(), "shared memory offer timed out"); n != 1 {
@@ -327,7 +327,7 @@ func TestRevive(t *testing.T) {
 	}
 	ts := lazyMesh(t, n, host, tweak)
 	ringPass(t, ts, 1)
-	if sp := ts[0].SharedMemoryPeers(); !slices.Equal(sp, []int{1}) {
+	if sp := ts[0].sharedMemoryPeers(); !slices.Equal(sp, []int{1}) {
 		t.Fatalf("rank 0 shares memory with %v, want [1]", sp)
 	}
 	old := ts[1]
@@ -373,7 +373,7 @@ func TestRevive(t *testing.T) {
 	for seq := uint32(2); seq < 6; seq++ {
 		ringPass(t, ts, seq)
 	}
-	if sp := ts[0].SharedMemoryPeers(); !slices.Equal(sp, []int{1}) {
+	if sp := ts[0].sharedMemoryPeers(); !slices.Equal(sp, []int{1}) {
 		t.Fatalf("rank 0 shares memory with %v after the revival, want [1]", sp)
 	}
 	old.Close()
@@ -417,7 +417,7 @@ func TestReviveKeepsSuccessor(t *testing.T) {
 	if err := nb.Send(ctx, 0, Header{Seq: 7}, []byte("early")); err != nil {
 		t.Fatal(err)
 	}
-	proctest.WaitFor(t, 5*time.Second, func() bool { return slices.Equal(ts[0].ConnectedPeers(), []int{1}) }, "rank 0 accepts the successor")
+	proctest.WaitFor(t, 5*time.Second, func() bool { return slices.Equal(ts[0].connectedPeers(), []int{1}) }, "rank 0 accepts the successor")
 	first := ts[0].conns[1].Load()
 	if err := ts[0].Revive(1, peers[1]); err != nil {
 		t.Fatal(err)

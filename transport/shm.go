@@ -434,9 +434,9 @@ func (t *TCP) attach(pc *peerConn, sp *shmPeer) {
 	pc.shm.Store(sp)
 }
 
-// SharedMemoryPeers lists the peers this rank reaches through shared
+// sharedMemoryPeers lists the peers this rank reaches through shared
 // memory.
-func (t *TCP) SharedMemoryPeers() []int {
+func (t *TCP) sharedMemoryPeers() []int {
 	return t.peersWhere(func(pc *peerConn) bool { return pc.shm.Load() != nil })
 }
 

@@ -104,7 +104,7 @@ func TestShmExchange(t *testing.T) {
 		ts := mesh(t, 3, func(r int, c *Config) { c.ShmRingBytes = ring })
 		for _, tr := range ts {
 			want := slices.DeleteFunc([]int{0, 1, 2}, func(p int) bool { return p == tr.Rank() })
-			if got := tr.SharedMemoryPeers(); !slices.Equal(got, want) {
+			if got := tr.sharedMemoryPeers(); !slices.Equal(got, want) {
 				t.Fatalf("ring %d: rank %d shares memory with %v, want %v", ring, tr.Rank(), got, want)
 			}
 		}
@@ -126,15 +126,15 @@ func TestShmExchange(t *testing.T) {
 func TestShmOnlyOnOneHost(t *testing.T) {
 	shmDir(t)
 	ts := mesh(t, 3, func(r int, c *Config) { c.HostKey = []string{"a", "a", "b"}[r] })
-	if got := ts[0].SharedMemoryPeers(); !slices.Equal(got, []int{1}) {
+	if got := ts[0].sharedMemoryPeers(); !slices.Equal(got, []int{1}) {
 		t.Fatalf("rank 0 shares memory with %v, want [1] (rank 2 is on host b)", got)
 	}
-	if got := ts[2].SharedMemoryPeers(); len(got) != 0 {
+	if got := ts[2].sharedMemoryPeers(); len(got) != 0 {
 		t.Fatalf("rank 2 shares memory with %v", got)
 	}
 	exchange(t, ts, randomMsgs(2, 0, 10, 1<<20))
 	ts = mesh(t, 2, func(r int, c *Config) { c.Shm = r != 1 })
-	if got := ts[0].SharedMemoryPeers(); len(got) != 0 {
+	if got := ts[0].sharedMemoryPeers(); len(got) != 0 {
 		t.Fatalf("shared memory with a rank that turned it off: %v", got)
 	}
 	exchange(t, ts, randomMsgs(3, 0, 10, 1<<20))
@@ -159,7 +159,7 @@ func TestShmFullFallsBack(t *testing.T) {
 		c.shmReserve = func(int, int64) error { return syscall.ENOSPC }
 	})
 	for _, tr := range ts {
-		if got := tr.SharedMemoryPeers(); len(got) != 0 {
+		if got := tr.sharedMemoryPeers(); len(got) != 0 {
 			t.Fatalf("rank %d shares memory with %v without space for it", tr.Rank(), got)
 		}
 	}
@@ -184,7 +184,7 @@ func TestShmFullTmpfs(t *testing.T) {
 	}
 	defer exec.Command("umount", dir).Run()
 	ts := mesh(t, 2, func(r int, c *Config) { c.ShmDir = dir })
-	if got := ts[0].SharedMemoryPeers(); len(got) != 0 {
+	if got := ts[0].sharedMemoryPeers(); len(got) != 0 {
 		t.Fatalf("shared memory in a 64 KiB tmpfs: %v", got)
 	}
 	exchange(t, ts, randomMsgs(5, 1, 1<<20))
