@@ -54,6 +54,7 @@ test-short:
 
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	@! git grep -nE '\.\./shar[e]d' -- . || { echo "check: the tracked files above refer to the repository's sibling folder (shared, one level up), which clones do not have"; exit 1; }
 	$(GO) vet $(PKGS)
 	GOARCH=386 $(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)

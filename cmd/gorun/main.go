@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -54,7 +55,7 @@ func newApp() *cli.App {
 		UsageText:                 "gorun [flags] PROGRAM [ARGS...]\n   gorun bench [flags]",
 		HideHelpCommand:           true,
 		DisableSliceFlagSeparator: true,
-		Flags:                     launchFlags(),
+		Flags:                     append(launchFlags(), &cli.BoolFlag{Name: "version", Usage: "print gorun's version and exit"}),
 		Action:                    launch,
 		Commands: []*cli.Command{
 			{
@@ -113,7 +114,7 @@ func launchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "hub-elastic", Usage: "hubs finish BSP rounds without a lost rank instead of failing (--elastic with --strategy hub)"},
 		&cli.BoolFlag{Name: "elastic", Usage: "a lost rank does not end the job while --min-np ranks run: gorun fences ranks others suspect and sends the rest each new membership on GORUN_CONTROL_FD (ring); with --strategy hub, --hub-elastic"},
 		&cli.IntFlag{Name: "min-np", Value: 1, Usage: "with --elastic or --hub-elastic: fail the job when a lost rank leaves fewer than `M` ranks running"},
-		&cli.IntFlag{Name: "max-restarts", Usage: "with --elastic (ring): restart a lost rank on its host up to `R` times (GORUN_RESTART_COUNT=k); it joins the next view once it says join"},
+		&cli.IntFlag{Name: "max-restarts", Usage: "with --elastic (ring): restart a lost rank up to `R` times (GORUN_RESTART_COUNT=k), on its host or, if that host is gone, on one with a free slot; it joins the next view once it says join"},
 		&cli.StringFlag{Name: "pmi", Value: launcher.PMIOn, Usage: "process-manager interface for MPICH programs: pmi1 (PMI_FD for every rank) or none"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no live status line on the terminal"},
 		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log launcher progress to stderr"},
@@ -121,6 +122,11 @@ func launchFlags() []cli.Flag {
 }
 
 func launch(c *cli.Context) error {
+	if c.Bool("version") {
+		bi, _ := debug.ReadBuildInfo()
+		_, err := fmt.Fprintln(c.App.Writer, versionLine(bi))
+		return err
+	}
 	if c.NArg() == 0 {
 		return cli.ShowAppHelp(c)
 	}
