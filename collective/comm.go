@@ -197,7 +197,10 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	if restarted {
 		// A restarted rank joins a running job: it waits for the ranks of
 		// the sequencer's current view only.
-		el.Store(c.newElastic(nil))
+		// Its hosts start empty: a view announced before it has joined
+		// names the ranks that join in it with their hosts, which gossip
+		// may not have yet.
+		el.Store(c.newElastic(make([]string, cfg.Size)))
 		found, err = c.el.rejoinPeers(ctx, member)
 	} else {
 		found, err = member.WaitAll(ctx)

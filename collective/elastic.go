@@ -226,7 +226,7 @@ func (e *elastic) rejoinPeers(ctx context.Context, m *membership.Member) ([]memb
 // then returns ErrViewChanged.
 func (e *elastic) rejoin(ctx context.Context, hosts []string, addr, host string) error {
 	e.mu.Lock()
-	e.hosts = hosts
+	e.hosts = joinHosts(hosts, e.hosts)
 	e.mu.Unlock()
 	e.wmu.Lock()
 	_, err := io.WriteString(e.ctl, control.Join{Addr: addr, Host: host}.String()+"\n")
@@ -249,6 +249,23 @@ func (e *elastic) rejoin(ctx context.Context, hosts []string, addr, host string)
 			return fmt.Errorf("restarted rank: said join, but no view with it came from gorun (last: epoch %d, ranks %v): %w", v.Epoch, v.Ranks, context.Cause(ctx))
 		}
 	}
+}
+
+// joinHosts is a restarted rank's host of every rank: what gossip gave
+// (found), except the ranks that joined in views announced meanwhile
+// (announced, "" where none did), whose hosts are newer and which gossip
+// may not have brought at all. Without them the rank would place such a
+// rank on no host, plan its collectives on another layout than the ranks
+// that know, and fail them on a step layout mismatch (a soak found it:
+// two ranks of one host restarted together).
+func joinHosts(found, announced []string) []string {
+	out := slices.Clone(found)
+	for r, h := range announced {
+		if h != "" && r < len(out) {
+			out[r] = h
+		}
+	}
+	return out
 }
 
 // readViews takes the sequencer's views from the control channel until

@@ -583,3 +583,24 @@ func TestEpochFrames(t *testing.T) {
 		f.Release()
 	}
 }
+
+// TestJoinHosts: a restarted rank places every rank on the host gossip
+// gave it, except the ranks that joined in views announced while it
+// joined, which it places where their join said (gossip may not have
+// them, or have them where their old process ran).
+func TestJoinHosts(t *testing.T) {
+	for _, c := range []struct{ found, announced, want []string }{
+		{[]string{"a", "a", "b", "b"}, []string{"", "", "", ""}, []string{"a", "a", "b", "b"}},
+		// Rank 2 joined meanwhile: gossip did not wait for it.
+		{[]string{"a", "a", "", "b"}, []string{"", "", "b", ""}, []string{"a", "a", "b", "b"}},
+		// Rank 1 moved to host c.
+		{[]string{"a", "a", "b", "b"}, []string{"", "c", "", ""}, []string{"a", "c", "b", "b"}},
+		{[]string{"a", "b"}, nil, []string{"a", "b"}},
+	} {
+		found := slices.Clone(c.found)
+		got := joinHosts(found, c.announced)
+		if !slices.Equal(got, c.want) || !slices.Equal(found, c.found) {
+			t.Errorf("joinHosts(%q, %q) = %q (found now %q), want %q", c.found, c.announced, got, found, c.want)
+		}
+	}
+}

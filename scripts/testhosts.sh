@@ -65,6 +65,12 @@ down() {
         ip netns del "$n" 2>/dev/null || true
         rm -rf "/etc/netns/$n"
     done
+    # A namespace that a dying process still holds keeps its veth pair
+    # for a moment after `ip netns del`: delete this machine's ends (and
+    # with them their peers), or the next `up` finds them taken.
+    for n in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^$PFX-h[0-9]*$" || true); do
+        ip link del "$n" 2>/dev/null || true
+    done
     ip link del "$BR" 2>/dev/null || true
     if [ -f "$DIR/$MARK" ]; then
         rm -rf "$DIR"

@@ -9,7 +9,8 @@
 // under gorun --elastic they go on without it and check every result on
 // the new view (gorun --elastic -np 4 ./selftest -drill kill exits 0);
 // -drill outside -pause 100ms strikes nobody and leaves the strike (a
-// host's loss, say) to the test.
+// host's loss, say) to the test; with -until it is a soak that goes on
+// until a given time and until every rank is back (bench/soak strikes it).
 package main
 
 import (
@@ -34,6 +35,7 @@ func main() {
 	pause := flag.Duration("pause", 0, "under gorun --elastic, the drill's pause before each step")
 	rejoin := flag.Bool("rejoin", false, "under gorun --elastic --max-restarts, the drill goes on until the victim is back")
 	steps := flag.Int("steps", 30, "the drill's steps (with -pause, a soak for faults from outside)")
+	until := flag.Int64("until", 0, "under gorun --elastic -drill outside, a soak: step until this time (Unix nanoseconds) and until the view holds every rank, instead of -steps")
 	late := flag.Duration("late", 0, "after the check, one more all-reduce that the last rank enters this late (gorun --timeline shows the others waiting)")
 	flag.Parse()
 	ctx := context.Background()
@@ -55,7 +57,7 @@ func main() {
 		if os.Getenv("GORUN_ELASTIC") == "1" {
 			// gorun --elastic: the survivors go on without the victim
 			// (with -drill outside, whatever the test strikes).
-			if err := conformance.ElasticDrill(ctx, c, conformance.ElasticOptions{How: sig, Pause: *pause, Rejoin: *rejoin, Steps: *steps}, func(s string) { fmt.Println(s) }); err != nil {
+			if err := conformance.ElasticDrill(ctx, c, conformance.ElasticOptions{How: sig, Pause: *pause, Rejoin: *rejoin, Steps: *steps, Until: unixNano(*until)}, func(s string) { fmt.Println(s) }); err != nil {
 				fmt.Fprintf(os.Stderr, "rank %d: FAIL: %v\n", c.Rank(), err)
 				os.Exit(1)
 			}
@@ -84,4 +86,12 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("rank %d of %d: %d rounds OK in %v (hosts %v)\n", c.Rank(), c.Size(), *rounds, time.Since(start).Round(time.Millisecond), c.Hosts())
+}
+
+// unixNano is the time t Unix nanoseconds, or the zero time for 0.
+func unixNano(t int64) time.Time {
+	if t == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, t)
 }

@@ -32,7 +32,17 @@ type ElasticOptions struct {
 	// Steps is how many steps the drill runs (30 if 0): many, with a
 	// Pause, make a soak that faults from outside can strike for a while.
 	Steps int
+	// Until, if set, replaces Steps: a soak. The ranks step until this
+	// time has passed and the view holds every rank of the job, then stop
+	// together (each step's all-reduce carries how many of them would
+	// stop, so every rank of a view ends at the same step). A view that
+	// is still short MaxOut after Until ends the soak with an error.
+	Until time.Time
 }
+
+// MaxOut is how long after ElasticOptions.Until a soak waits for the
+// view to hold every rank again.
+const MaxOut = 60 * time.Second
 
 // ElasticDrill is the rank program of the elastic ring drills (gorun
 // --elastic): 30 steps (o.Steps) of 256 KiB all-reduces, each checked exactly
@@ -45,17 +55,27 @@ type ElasticOptions struct {
 // the step it interrupted is done on the new view (stall: from that
 // step's start), "RESUMED ns" once (the first collective completed on a
 // new view), "BACK ns" (a restarted rank, its first Resync done) and, at
-// the end, "DONE changes=N view={E [ranks]} size=S".
+// the end, "DONE changes=N view={E [ranks]} size=S" (a soak adds
+// " steps=N", the steps the job completed).
 func ElasticDrill(ctx context.Context, c *collective.Comm, o ElasticOptions, report func(string)) error {
-	victim := c.Size() - 1
-	whole := c.Size()
+	victim := c.JobSize() - 1
+	whole := c.JobSize()
 	changes, resumed := 0, false
 	var stallFrom time.Time // the start of a step a view change interrupted
 	steps := cmp.Or(o.Steps, 30)
-	for step := 0; step < steps || o.Rejoin && c.Size() < whole && step < steps+3000; step++ {
-		buf := make([]float64, 32<<10)
+	soak := !o.Until.IsZero()
+	const n = 32 << 10
+	step := 0
+	for ; soak || step < steps || o.Rejoin && c.Size() < whole && step < steps+3000; step++ {
+		buf := make([]float64, n, n+1)
 		for i := range buf {
 			buf[i] = float64((c.Rank()+1)*100 + step)
+		}
+		if soak {
+			// The last element counts the ranks that would stop here.
+			now := time.Now()
+			stop := now.After(o.Until) && c.Size() == whole || now.After(o.Until.Add(MaxOut))
+			buf = append(buf, float64(b2i(stop)))
 		}
 		if c.Rank() == victim && step == 10 && o.How != 0 && c.Restarts() == 0 {
 			go func() {
@@ -110,16 +130,31 @@ func ElasticDrill(ctx context.Context, c *collective.Comm, o ElasticOptions, rep
 		for _, r := range c.View().Ranks {
 			want += float64((r+1)*100 + step)
 		}
-		for i, x := range buf {
+		for i, x := range buf[:n] {
 			if x != want {
 				return fmt.Errorf("step %d, view %v: [%d] = %v, want %v", step, c.View(), i, x, want)
 			}
 		}
+		if soak && buf[n] > 0 {
+			step++
+			break
+		}
 	}
-	if o.Rejoin && c.Size() < whole {
+	if (o.Rejoin || soak) && c.Size() < whole {
 		return fmt.Errorf("the view never held every rank again: %v", c.View())
 	}
 	v := c.View()
-	report(fmt.Sprintf("DONE changes=%d view={%d %v} size=%d", changes, v.Epoch, v.Ranks, c.Size()))
+	done := fmt.Sprintf("DONE changes=%d view={%d %v} size=%d", changes, v.Epoch, v.Ranks, c.Size())
+	if soak {
+		done += fmt.Sprintf(" steps=%d", step)
+	}
+	report(done)
 	return nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
