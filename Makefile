@@ -4,7 +4,7 @@ PKGS := ./...
 .PHONY: build python install-python pmilib deps test test-short check fuzz bench integ demo clean
 
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/gorun ./cmd/gorun
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=auto -o bin/gorun ./cmd/gorun
 
 # The Python package's library, python/gorun/libgorun.so: gorun's collectives
 # behind a C ABI (capi/), which gorun.torch loads. Needs gcc (cgo); the gorun
