@@ -1,7 +1,8 @@
 // Command scalechart draws bench/scale.sh's results: the median over the
 // successful runs of one column of its TSV (wall time by default) against
 // the number of ranks, one line per runner (and mode, when the file holds
-// both).
+// both), as PNG with the same chart as SVG beside it (or as SVG alone when
+// -out ends in .svg).
 //
 //	go run ./bench/scalechart -in results/scale/DATE-COMMIT.tsv -out results/scale/DATE-COMMIT.png
 //	go run ./bench/scalechart -in results/scale/DATE-COMMIT.tsv -out join.png -metric join_ms_max
@@ -32,7 +33,7 @@ var labels = map[string][2]string{
 
 func main() {
 	in := flag.String("in", "", "the TSV bench/scale.sh wrote")
-	out := flag.String("out", "", "the PNG to write")
+	out := flag.String("out", "", "the PNG to write (and the same chart as SVG beside it), or an SVG")
 	metric := flag.String("metric", "wall_s", "the column to draw: wall_s, join_ms_max, shm_peak_kib, rss_kib_max, sockets_max, sockets_mean or exit_ms")
 	flag.Parse()
 	if *in == "" || *out == "" || labels[*metric][0] == "" {
@@ -116,7 +117,16 @@ func run(in, out, metric string) error {
 		}
 		c.Series = append(c.Series, sr)
 	}
-	return chart.WriteFile(out, c)
+	paths := []string{out}
+	if strings.HasSuffix(out, ".png") {
+		paths = append(paths, strings.TrimSuffix(out, ".png")+".svg")
+	}
+	for _, p := range paths {
+		if err := chart.WriteFile(p, c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func median(v []float64) float64 {

@@ -3,8 +3,10 @@ package main
 import (
 	"encoding/csv"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorun/gorun/internal/chart"
@@ -88,12 +90,26 @@ func writeCurve(prefix string, pts []curvePoint) error {
 	return f.Close()
 }
 
-// plotCurve draws test loss and accuracy against time for -plot.
+// plotCurve draws test loss and accuracy against time for -plot into
+// path (.png or .svg), and for a .png the same chart as SVG beside it.
+// A loss that is not a finite number (a run that diverged) is left out.
 func plotCurve(path, title string, pts []curvePoint) error {
-	var t, loss, acc []float64
+	loss, acc := chart.Series{Name: "test loss"}, chart.Series{Name: "test accuracy"}
 	for _, p := range pts {
-		t, loss, acc = append(t, p.t.Seconds()), append(loss, p.loss), append(acc, p.accuracy)
+		if !math.IsNaN(p.loss) && !math.IsInf(p.loss, 0) {
+			loss.X, loss.Y = append(loss.X, p.t.Seconds()), append(loss.Y, p.loss)
+		}
+		acc.X, acc.Y = append(acc.X, p.t.Seconds()), append(acc.Y, p.accuracy)
 	}
-	return chart.WriteFile(path, &chart.Line{Title: title, XLabel: "seconds", YLabel: "test loss / test accuracy",
-		Series: []chart.Series{{Name: "test loss", X: t, Y: loss}, {Name: "test accuracy", X: t, Y: acc}}})
+	c := &chart.Line{Title: title, XLabel: "seconds", YLabel: "test loss / test accuracy", Series: []chart.Series{loss, acc}}
+	paths := []string{path}
+	if strings.HasSuffix(path, ".png") {
+		paths = append(paths, strings.TrimSuffix(path, ".png")+".svg")
+	}
+	for _, p := range paths {
+		if err := chart.WriteFile(p, c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -58,7 +58,7 @@ func accuracy(o options) (string, error) {
 		}
 		acc.Series = append(acc.Series, chart.Series{Name: r.model, X: x, Y: y})
 	}
-	if err := chart.WriteFile(filepath.Join(rep.dir, "accuracy.png"), acc); err != nil {
+	if err := rep.writeChart("accuracy.png", acc); err != nil {
 		return "", err
 	}
 	rep.f("\n![accuracy against time](%s/accuracy.png)\n\n", rep.name)

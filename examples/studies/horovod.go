@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 	"strconv"
 
 	"github.com/gorun/gorun/internal/chart"
@@ -100,7 +99,7 @@ func horovod(o options) (string, error) {
 		series = append(series, chartR, chartRP)
 	}
 	c := &chart.Line{Title: fmt.Sprintf("Time for %g epochs against ranks", epochs), XLabel: "ranks (N)", YLabel: "seconds", Series: series}
-	if err := chart.WriteFile(filepath.Join(rep.dir, "time.png"), c); err != nil {
+	if err := rep.writeChart("time.png", c); err != nil {
 		return "", err
 	}
 	rep.f("\n![time for the epochs](%s/time.png)\n\n", rep.name)

@@ -1,5 +1,6 @@
 // Command studies runs the studies behind gorun on the real Fashion-MNIST
-// and writes each as a Markdown report with tables and PNG charts:
+// and writes each as a Markdown report with tables and PNG charts (each
+// with an SVG copy beside it):
 //
 //	studies paramhub        ParamHub paper, Fig. 4: training time and test
 //	                        accuracy against training-set size, for one
@@ -45,6 +46,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gorun/gorun/internal/chart"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -278,6 +281,17 @@ func newReport(o options, study string) (*report, error) {
 }
 
 func (r *report) f(format string, args ...any) { fmt.Fprintf(&r.b, format, args...) }
+
+// writeChart draws p into the report's directory as name, a .png the
+// report links, and as an SVG beside it.
+func (r *report) writeChart(name string, p chart.Plot) error {
+	for _, n := range []string{name, strings.TrimSuffix(name, ".png") + ".svg"} {
+		if err := chart.WriteFile(filepath.Join(r.dir, n), p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // machine describes where the study ran.
 func machine(o options) string {

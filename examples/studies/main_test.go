@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/xml"
 	"image/png"
 	"os"
 	"os/exec"
@@ -43,7 +44,8 @@ func TestParse(t *testing.T) {
 
 // TestStudiesQuick runs both studies in their small versions with real
 // jobs (2 ranks, the real Fashion-MNIST): each writes its report, whose
-// table holds what the jobs printed, and charts that are PNG images.
+// table holds what the jobs printed, and charts that are PNG images with
+// an SVG beside each.
 func TestStudiesQuick(t *testing.T) {
 	proctest.SkipShort(t)
 	if _, err := os.Stat("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); err != nil {
@@ -115,6 +117,17 @@ func TestStudiesQuick(t *testing.T) {
 				t.Fatalf("%s: %v", img[1], err)
 			}
 			f.Close()
+			svg := strings.TrimSuffix(img[1], ".png") + ".svg"
+			b, err := os.ReadFile(filepath.Join(out, svg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc struct {
+				XMLName xml.Name `xml:"svg"`
+			}
+			if err := xml.Unmarshal(b, &doc); err != nil {
+				t.Fatalf("%s: %v", svg, err)
+			}
 		}
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -79,7 +78,7 @@ func orchestration(o options) (string, error) {
 		}
 		for kind, p := range map[string]chart.Plot{"loss": loss, "rmse": rmse} {
 			name := fmt.Sprintf("%s-F%g.png", kind, f)
-			if err := chart.WriteFile(filepath.Join(rep.dir, name), p); err != nil {
+			if err := rep.writeChart(name, p); err != nil {
 				return "", err
 			}
 		}
@@ -105,7 +104,7 @@ func orchestration(o options) (string, error) {
 		sd.Values = append(sd.Values, v)
 	}
 	for name, p := range map[string]chart.Plot{"idle.png": idle, "iteration-sd.png": sd} {
-		if err := chart.WriteFile(filepath.Join(rep.dir, name), p); err != nil {
+		if err := rep.writeChart(name, p); err != nil {
 			return "", err
 		}
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"math"
-	"path/filepath"
 	"strconv"
 
 	"github.com/gorun/gorun/bench"
@@ -78,7 +77,7 @@ func paramHub(o options) (string, error) {
 		accChart.Series = append(accChart.Series, chart.Series{Name: c.name, X: x, Y: a})
 	}
 	for name, p := range map[string]chart.Plot{"time.png": timeChart, "accuracy.png": accChart} {
-		if err := chart.WriteFile(filepath.Join(rep.dir, name), p); err != nil {
+		if err := rep.writeChart(name, p); err != nil {
 			return "", err
 		}
 	}

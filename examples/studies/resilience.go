@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"math"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -289,11 +288,7 @@ func resilience(o options, rep *report, base []string) error {
 		}
 		var x, y []float64
 		for _, p := range runs[key(d)].r.Curve {
-			v := p.Accuracy
-			if v < ylo {
-				v = math.NaN() // below the chart
-			}
-			x, y = append(x, p.T), append(y, v)
+			x, y = append(x, p.T), append(y, p.Accuracy) // what is below ylo is clipped
 		}
 		acc.Series = append(acc.Series, chart.Series{Name: name, X: x, Y: y})
 	}
@@ -322,7 +317,7 @@ func resilience(o options, rep *report, base []string) error {
 		bar.Values = append(bar.Values, vs)
 	}
 	for name, p := range map[string]chart.Plot{"resilience-accuracy.png": acc, "resilience-stall.png": bar} {
-		if err := chart.WriteFile(filepath.Join(rep.dir, name), p); err != nil {
+		if err := rep.writeChart(name, p); err != nil {
 			return err
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -79,7 +78,7 @@ func ringTMP(o options) (string, error) {
 		lossIter.Series = append(lossIter.Series, chart.Series{Name: s.name, X: x, Y: y})
 	}
 	for name, p := range map[string]chart.Plot{"idle.png": bar, "loss-per-iteration.png": lossIter} {
-		if err := chart.WriteFile(filepath.Join(rep.dir, name), p); err != nil {
+		if err := rep.writeChart(name, p); err != nil {
 			return "", err
 		}
 	}

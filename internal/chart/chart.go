@@ -1,29 +1,34 @@
-// Package chart draws the studies' charts as PNG files with the standard
-// library alone: line charts (one line per series, optional log x axis)
-// and grouped bar charts, with axes, "nice" ticks, a title, axis labels
-// and a legend in a small built-in bitmap font.
+// Package chart draws the studies' and benchmarks' charts with
+// gonum.org/v1/plot: line charts (one line per series, optional log x
+// axis) and grouped bar charts, with a title, axis labels and a legend
+// beside the plot, in the Liberation Sans font that gonum/plot embeds.
+// WriteFile writes a chart as PNG or SVG, as the file name says.
 package chart
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"image"
 	"image/color"
-	"image/png"
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
-// Palette is the series colours, in order.
-var Palette = []color.RGBA{
-	{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {214, 39, 40, 255},
-	{148, 103, 189, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {127, 127, 127, 255},
-}
-
-// Series is one line: points (X[i], Y[i]) joined in order. NaN values
-// leave a gap.
+// Series is one line: points (X[i], Y[i]) joined in order. Every value
+// must be a finite number; on a Line with fixed YMin and YMax, what lies
+// outside is clipped.
 type Series struct {
 	Name string
 	X, Y []float64
@@ -45,275 +50,279 @@ type Bar struct {
 	Title, YLabel string
 	Categories    []string    // along the x axis
 	Groups        []string    // the legend
-	Values        [][]float64 // Values[group][category]
+	Values        [][]float64 // Values[group][category], finite and >= 0
 }
 
-// Plot is anything this package draws.
+// Plot is a chart this package draws: a *Line or a *Bar.
 type Plot interface {
-	Draw(width, height int) (*image.RGBA, error)
+	figure() (*figure, error)
 }
 
-// WritePNG draws p and writes it as PNG.
-func WritePNG(w io.Writer, p Plot, width, height int) error {
-	img, err := p.Draw(width, height)
-	if err != nil {
-		return err
-	}
-	return png.Encode(w, img)
-}
-
-// WriteFile draws p at 800x480 into a PNG file.
-func WriteFile(path string, p Plot) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := WritePNG(f, p, 800, 480); err != nil {
-		f.Close()
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return f.Close()
-}
-
-// canvas is an image with the plot area's mapping.
-type canvas struct {
-	img                    *image.RGBA
-	left, top, right, bott int // the plot area in pixels
-}
-
-var (
-	black = color.RGBA{0, 0, 0, 255}
-	grey  = color.RGBA{225, 225, 225, 255}
+// The size of every chart: pixels of a PNG, CSS pixels of an SVG.
+const (
+	width, height = 800, 480
+	dpi           = 96
 )
 
-func newCanvas(w, h, legendW int) *canvas {
-	img := image.NewRGBA(image.Rect(0, 0, w, h))
-	for i := range img.Pix {
-		img.Pix[i] = 255
+// WriteFile draws p into path in the format its extension names: .png
+// (800x480 pixels) or .svg (the same size). Nothing is written when p
+// cannot be drawn.
+func WriteFile(path string, p Plot) error {
+	var buf bytes.Buffer
+	if err := render(&buf, p, strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	return &canvas{img: img, left: 70, top: 34, right: w - 16 - legendW, bott: h - 46}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
 }
 
-func (c *canvas) set(x, y int, col color.RGBA) {
-	if image.Pt(x, y).In(c.img.Rect) {
-		c.img.SetRGBA(x, y, col)
+// render draws p as "png" or "svg" into w.
+func render(w io.Writer, p Plot, format string) error {
+	if format != "png" && format != "svg" {
+		return fmt.Errorf("chart: format %q: want png or svg", format)
+	}
+	if p == nil {
+		return errors.New("chart: no chart to draw")
+	}
+	f, err := p.figure()
+	if err != nil {
+		return err
+	}
+	wd, ht := vg.Length(width)*vg.Inch/dpi, vg.Length(height)*vg.Inch/dpi
+	var c vg.CanvasWriterTo
+	if format == "png" {
+		c = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(wd, ht), vgimg.UseDPI(dpi))}
+	} else {
+		c = vgsvg.New(wd, ht)
+	}
+	if err := f.drawTo(draw.New(c)); err != nil {
+		return err
+	}
+	if format == "png" {
+		_, err = c.WriteTo(w)
+		return err
+	}
+	var buf bytes.Buffer
+	if _, err := c.WriteTo(&buf); err != nil {
+		return err
+	}
+	// The SVG names the font without embedding it (that would add over
+	// 500 KB a file): give viewers without Liberation Sans its metric
+	// twins.
+	_, err = w.Write(bytes.ReplaceAll(buf.Bytes(), []byte("font-family:Liberation Sans;"),
+		[]byte("font-family:'Liberation Sans',Arimo,Arial,Helvetica,sans-serif;")))
+	return err
+}
+
+// palette is the series colours, in order.
+var palette = []color.RGBA{
+	{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {214, 39, 40, 255},
+	{148, 103, 189, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {127, 127, 127, 255},
+}
+
+// maxMarked is the most points a series may have to get a marker on
+// each: more would blur into a thick line.
+const maxMarked = 40
+
+var (
+	sans     = font.Font{Typeface: "Liberation", Variant: "Sans"}
+	gridGrey = color.RGBA{215, 215, 215, 255}
+)
+
+// figure is a gonum plot with its legend, which is drawn to the right
+// of the plot rather than over its data.
+type figure struct {
+	title   string
+	p       *plot.Plot
+	legend  plot.Legend
+	entries int
+}
+
+func newFigure(title, xlabel, ylabel string) *figure {
+	p := plot.New()
+	p.X.Label.Text, p.Y.Label.Text = xlabel, ylabel
+	for _, a := range []*plot.Axis{&p.X, &p.Y} {
+		a.Label.TextStyle.Font = font.From(sans, 12)
+		a.Tick.Label.Font = font.From(sans, 10)
+		a.Label.Padding = vg.Points(4)
+	}
+	p.X.Tick.Marker, p.Y.Tick.Marker = niceTicks{8}, niceTicks{6}
+	p.Title.TextStyle.Font = font.From(sans, 14)
+	grid := plotter.NewGrid()
+	grid.Vertical.Color = nil
+	grid.Horizontal.Color, grid.Horizontal.Width = gridGrey, vg.Points(0.6)
+	p.Add(grid)
+	f := &figure{title: title, p: p, legend: plot.NewLegend()}
+	f.legend.TextStyle.Font = font.From(sans, 11)
+	f.legend.Top, f.legend.Left = true, true
+	f.legend.Padding = vg.Points(3)
+	f.legend.ThumbnailWidth = vg.Points(24)
+	return f
+}
+
+func (f *figure) addLegend(name string, thumbs ...plot.Thumbnailer) {
+	if name != "" {
+		f.legend.Add(name, thumbs...)
+		f.entries++
 	}
 }
 
-// line draws from (x0, y0) to (x1, y1), thick pixels wide; dash > 0
-// leaves gaps of dash pixels every 2*dash.
-func (c *canvas) line(x0, y0, x1, y1 float64, col color.RGBA, thick, dash int) {
-	n := int(math.Max(math.Abs(x1-x0), math.Abs(y1-y0))) + 1
-	for i := 0; i <= n; i++ {
-		if dash > 0 && (i/dash)%2 == 1 {
-			continue
+// drawTo draws the figure on c: the title across the top, the legend at
+// the right and the plot in the rest. gonum/plot panics on some input
+// the figures' checks should have turned away; such a panic is
+// returned as an error.
+func (f *figure) drawTo(c draw.Canvas) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("chart: gonum/plot: %v", r)
 		}
-		t := float64(i) / float64(n)
-		x, y := int(math.Round(x0+t*(x1-x0))), int(math.Round(y0+t*(y1-y0)))
-		for dy := range thick {
-			for dx := range thick {
-				c.set(x+dx-thick/2, y+dy-thick/2, col)
+	}()
+	c.SetColor(color.White)
+	c.Fill(c.Rectangle.Path())
+	margin := vg.Points(8)
+	c = draw.Crop(c, margin, -margin, margin/2, -margin)
+	if f.title != "" {
+		sty := f.p.Title.TextStyle
+		c.FillText(sty, vg.Point{X: c.Center().X, Y: c.Max.Y + sty.FontExtents().Descent}, f.title)
+		c.Max.Y -= sty.Rectangle(f.title).Size().Y + vg.Points(8)
+	}
+	if f.entries > 0 {
+		r := f.legend.Rectangle(c)
+		lw := r.Max.X - r.Min.X
+		f.legend.Draw(draw.Crop(c, c.Max.X-c.Min.X-lw, 0, 0, -vg.Points(4)))
+		c.Max.X -= lw + vg.Points(14)
+	}
+	f.p.Draw(c)
+	return nil
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+func (l *Line) figure() (*figure, error) {
+	if len(l.Series) == 0 {
+		return nil, errors.New("chart: a line chart with no series")
+	}
+	f := newFigure(l.Title, l.XLabel, l.YLabel)
+	points := 0
+	for i, s := range l.Series {
+		if len(s.X) != len(s.Y) {
+			return nil, fmt.Errorf("chart: series %q has %d x and %d y values", s.Name, len(s.X), len(s.Y))
+		}
+		xys := make(plotter.XYs, len(s.X))
+		for j := range s.X {
+			x, y := s.X[j], s.Y[j]
+			if !finite(x) || !finite(y) {
+				return nil, fmt.Errorf("chart: series %q: point %d is (%v, %v), want finite numbers", s.Name, j, x, y)
 			}
-		}
-	}
-}
-
-func (c *canvas) rect(x0, y0, x1, y1 int, col color.RGBA) {
-	for y := min(y0, y1); y <= max(y0, y1); y++ {
-		for x := min(x0, x1); x <= max(x0, x1); x++ {
-			c.set(x, y, col)
-		}
-	}
-}
-
-// text draws s with its top-left corner at (x, y); vertical turns it a
-// quarter anticlockwise (reading upwards), with (x, y) its bottom-left.
-func (c *canvas) text(s string, x, y int, col color.RGBA, vertical bool) {
-	for i, r := range []rune(s) {
-		g := glyph(r)
-		for gy := range glyphH {
-			for gx := range glyphW {
-				if g[gy]&(1<<(glyphW-1-gx)) == 0 {
-					continue
-				}
-				if vertical {
-					c.set(x+gy, y-i*advance-gx, col)
-				} else {
-					c.set(x+i*advance+gx, y+gy, col)
-				}
+			if l.LogX && x <= 0 {
+				return nil, fmt.Errorf("chart: series %q: x = %v on a log axis", s.Name, x)
 			}
+			xys[j] = plotter.XY{X: x, Y: y}
+		}
+		points += len(xys)
+		col := palette[i%len(palette)]
+		line := &plotter.Line{XYs: xys, LineStyle: draw.LineStyle{Color: col, Width: vg.Points(1.5)}}
+		if s.Dashed {
+			line.Dashes = []vg.Length{vg.Points(6), vg.Points(4)}
+		}
+		f.p.Add(line)
+		thumbs := []plot.Thumbnailer{line}
+		if len(xys) <= maxMarked {
+			dots := &plotter.Scatter{XYs: xys, GlyphStyle: draw.GlyphStyle{Color: col, Radius: vg.Points(2.5), Shape: draw.CircleGlyph{}}}
+			f.p.Add(dots)
+			thumbs = append(thumbs, dots)
+		}
+		f.addLegend(s.Name, thumbs...)
+	}
+	if points == 0 {
+		return nil, errors.New("chart: no points to draw")
+	}
+	x, y := &f.p.X, &f.p.Y
+	if l.LogX {
+		x.Scale, x.Tick.Marker = plot.LogScale{}, logTicks{}
+		if x.Min == x.Max {
+			x.Min, x.Max = x.Min/2, x.Max*2
 		}
 	}
+	if l.YMax > l.YMin {
+		y.Min, y.Max = l.YMin, l.YMax
+	} else if y.Min == y.Max {
+		pad := math.Max(math.Abs(y.Max)*0.1, 1e-9)
+		if y.Max == 0 {
+			pad = 1
+		}
+		y.Min, y.Max = y.Min-pad, y.Max+pad
+	}
+	return f, nil
 }
 
-// ticks returns about n "nice" values (1, 2 or 5 times a power of ten)
-// spanning [lo, hi].
-func ticks(lo, hi float64, n int) []float64 {
+// niceTicks labels about n values, 1, 2 or 5 times a power of ten
+// apart, written with the decimals that step needs.
+type niceTicks struct{ n int }
+
+func (t niceTicks) Ticks(lo, hi float64) []plot.Tick {
 	if !(hi > lo) {
-		return []float64{lo}
+		return []plot.Tick{{Value: lo, Label: strconv.FormatFloat(lo, 'g', 4, 64)}}
 	}
-	raw := (hi - lo) / float64(n)
-	p := math.Pow(10, math.Floor(math.Log10(raw)))
-	step := p
+	raw := (hi - lo) / float64(t.n)
+	e := math.Floor(math.Log10(raw))
+	step := math.Pow(10, e)
 	for _, m := range []float64{2, 5, 10} {
 		if step >= raw {
 			break
 		}
-		step = m * p
+		step = m * math.Pow(10, e)
 	}
-	var out []float64
-	for v := math.Ceil(lo/step) * step; v <= hi+step*1e-9; v += step {
-		out = append(out, v)
+	decimals := max(0, -int(math.Floor(math.Log10(step)+1e-9)))
+	var out []plot.Tick
+	for k := math.Ceil(lo/step - 1e-9); k*step <= hi+step*1e-9; k++ {
+		v := k * step
+		if v == 0 {
+			v = 0 // not -0
+		}
+		out = append(out, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', decimals, 64)})
 	}
 	return out
 }
 
-// label formats a tick value compactly.
-func label(v float64) string {
-	a := math.Abs(v)
-	switch {
-	case v == 0:
-		return "0"
-	case a >= 1e6 || a < 1e-3:
-		return strconv.FormatFloat(v, 'g', 3, 64)
-	case a >= 100:
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	}
-	return strconv.FormatFloat(v, 'g', 4, 64)
-}
+// logTicks labels 1, 2 and 5 times the powers of ten on a log axis, or
+// every integer multiple when that gives fewer than two labels.
+type logTicks struct{}
 
-func (c *canvas) frame(title, xlabel, ylabel string) {
-	c.text(title, (c.left+c.right-textWidth(title))/2, 10, black, false)
-	c.text(xlabel, (c.left+c.right-textWidth(xlabel))/2, c.bott+30, black, false)
-	c.text(ylabel, 8, (c.top+c.bott+textWidth(ylabel))/2, black, true)
-	c.line(float64(c.left), float64(c.bott), float64(c.right), float64(c.bott), black, 1, 0)
-	c.line(float64(c.left), float64(c.top), float64(c.left), float64(c.bott), black, 1, 0)
-}
-
-func (c *canvas) legend(names []string, dashed func(i int) bool) {
-	x := c.right + 12
-	for i, n := range names {
-		y := c.top + 4 + i*14
-		col := Palette[i%len(Palette)]
-		d := 0
-		if dashed != nil && dashed(i) {
-			d = 3
-		}
-		c.line(float64(x), float64(y+3), float64(x+16), float64(y+3), col, 3, d)
-		c.text(n, x+22, y, black, false)
-	}
-}
-
-func legendWidth(names []string) int {
-	w := 0
-	for _, n := range names {
-		w = max(w, textWidth(n))
-	}
-	if w == 0 {
-		return 0
-	}
-	return w + 40
-}
-
-// Draw implements Plot.
-func (l *Line) Draw(w, h int) (*image.RGBA, error) {
-	xlo, xhi, ylo, yhi := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
-	var names []string
-	for _, s := range l.Series {
-		if len(s.X) != len(s.Y) {
-			return nil, fmt.Errorf("chart: series %q has %d x and %d y values", s.Name, len(s.X), len(s.Y))
-		}
-		names = append(names, s.Name)
-		for i := range s.X {
-			x, y := s.X[i], s.Y[i]
-			if math.IsNaN(x) || math.IsNaN(y) || math.IsInf(x, 0) || math.IsInf(y, 0) {
+func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+	var major, all []plot.Tick
+	for e := math.Floor(math.Log10(lo)); e <= math.Ceil(math.Log10(hi)); e++ {
+		for m := 1.0; m < 10; m++ {
+			v := m * math.Pow(10, e)
+			if v < lo*(1-1e-9) || v > hi*(1+1e-9) {
 				continue
 			}
-			if l.LogX {
-				if x <= 0 {
-					return nil, fmt.Errorf("chart: series %q: x = %v on a log axis", s.Name, x)
-				}
-				x = math.Log10(x)
-			}
-			xlo, xhi, ylo, yhi = math.Min(xlo, x), math.Max(xhi, x), math.Min(ylo, y), math.Max(yhi, y)
-		}
-	}
-	if math.IsInf(xlo, 0) {
-		return nil, errors.New("chart: no points to draw")
-	}
-	if l.YMax > l.YMin {
-		ylo, yhi = l.YMin, l.YMax
-	} else {
-		pad := (yhi - ylo) * 0.05
-		if pad == 0 {
-			pad = math.Max(math.Abs(yhi)*0.1, 1)
-		}
-		ylo, yhi = ylo-pad, yhi+pad
-	}
-	if xhi == xlo {
-		xlo, xhi = xlo-1, xhi+1
-	}
-	c := newCanvas(w, h, legendWidth(names))
-	px := func(x float64) float64 {
-		if l.LogX {
-			x = math.Log10(x)
-		}
-		return float64(c.left) + (x-xlo)/(xhi-xlo)*float64(c.right-c.left)
-	}
-	py := func(y float64) float64 { return float64(c.bott) - (y-ylo)/(yhi-ylo)*float64(c.bott-c.top) }
-	for _, t := range ticks(ylo, yhi, 6) {
-		y := py(t)
-		c.line(float64(c.left), y, float64(c.right), y, grey, 1, 0)
-		s := label(t)
-		c.text(s, c.left-6-textWidth(s), int(y)-3, black, false)
-	}
-	var xt []float64
-	if l.LogX {
-		for e := math.Floor(xlo); e <= math.Ceil(xhi); e++ {
-			for _, m := range []float64{1, 2, 5} {
-				if v := math.Log10(m) + e; v >= xlo-1e-9 && v <= xhi+1e-9 {
-					xt = append(xt, m*math.Pow(10, e))
-				}
+			t := plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)}
+			all = append(all, t)
+			if m == 1 || m == 2 || m == 5 {
+				major = append(major, t)
+			} else {
+				major = append(major, plot.Tick{Value: v})
 			}
 		}
-	} else {
-		xt = ticks(xlo, xhi, 8)
 	}
-	for _, t := range xt {
-		x := px(t)
-		c.line(x, float64(c.bott), x, float64(c.bott+4), black, 1, 0)
-		s := label(t)
-		c.text(s, int(x)-textWidth(s)/2, c.bott+8, black, false)
-	}
-	c.frame(l.Title, l.XLabel, l.YLabel)
-	for i, s := range l.Series {
-		col := Palette[i%len(Palette)]
-		dash := 0
-		if s.Dashed {
-			dash = 4
-		}
-		prev := -1
-		for j := range s.X {
-			if math.IsNaN(s.X[j]) || math.IsNaN(s.Y[j]) {
-				prev = -1
-				continue
-			}
-			x, y := px(s.X[j]), py(s.Y[j])
-			c.rect(int(x)-2, int(y)-2, int(x)+2, int(y)+2, col)
-			if prev >= 0 {
-				c.line(px(s.X[prev]), py(s.Y[prev]), x, y, col, 2, dash)
-			}
-			prev = j
+	labelled := 0
+	for _, t := range major {
+		if t.Label != "" {
+			labelled++
 		}
 	}
-	c.legend(names, func(i int) bool { return l.Series[i].Dashed })
-	return c.img, nil
+	if labelled < 2 {
+		return all
+	}
+	return major
 }
 
-// Draw implements Plot.
-func (b *Bar) Draw(w, h int) (*image.RGBA, error) {
+func (b *Bar) figure() (*figure, error) {
 	if len(b.Values) != len(b.Groups) {
 		return nil, fmt.Errorf("chart: %d groups of values for %d group names", len(b.Values), len(b.Groups))
+	}
+	if len(b.Groups) == 0 || len(b.Categories) == 0 {
+		return nil, fmt.Errorf("chart: a bar chart with %d groups and %d categories", len(b.Groups), len(b.Categories))
 	}
 	hi := 0.0
 	for g, vs := range b.Values {
@@ -321,8 +330,8 @@ func (b *Bar) Draw(w, h int) (*image.RGBA, error) {
 			return nil, fmt.Errorf("chart: group %q has %d values for %d categories", b.Groups[g], len(vs), len(b.Categories))
 		}
 		for _, v := range vs {
-			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-				return nil, fmt.Errorf("chart: bar value %v (bars start at 0)", v)
+			if !finite(v) || v < 0 {
+				return nil, fmt.Errorf("chart: group %q: bar value %v, want a finite number >= 0", b.Groups[g], v)
 			}
 			hi = math.Max(hi, v)
 		}
@@ -330,28 +339,54 @@ func (b *Bar) Draw(w, h int) (*image.RGBA, error) {
 	if hi == 0 {
 		hi = 1
 	}
-	hi *= 1.08
-	c := newCanvas(w, h, legendWidth(b.Groups))
-	py := func(y float64) int { return c.bott - int(y/hi*float64(c.bott-c.top)) }
-	for _, t := range ticks(0, hi, 6) {
-		y := py(t)
-		c.line(float64(c.left), float64(y), float64(c.right), float64(y), grey, 1, 0)
-		s := label(t)
-		c.text(s, c.left-6-textWidth(s), y-3, black, false)
+	f := newFigure(b.Title, "", b.YLabel)
+	for g, name := range b.Groups {
+		bs := &bars{values: b.Values[g], index: g, groups: len(b.Groups), color: palette[g%len(palette)]}
+		f.p.Add(bs)
+		f.addLegend(name, bs)
 	}
-	nc := max(1, len(b.Categories))
-	slot := float64(c.right-c.left) / float64(nc)
-	bw := int(slot * 0.8 / float64(max(1, len(b.Groups))))
-	for ci, cat := range b.Categories {
-		x0 := float64(c.left) + slot*float64(ci) + slot*0.1
-		for g := range b.Groups {
-			x := int(x0) + g*bw
-			c.rect(x, py(b.Values[g][ci]), x+bw-2, c.bott-1, Palette[g%len(Palette)])
-		}
-		mid := int(x0 + slot*0.4)
-		c.text(cat, mid-textWidth(cat)/2, c.bott+8, black, false)
+	f.p.NominalX(b.Categories...)
+	f.p.X.LineStyle.Width = vg.Points(0.5) // the bars' baseline
+	f.p.X.Padding, f.p.Y.Padding = 0, 0
+	f.p.X.Min, f.p.X.Max = -0.5, float64(len(b.Categories))-0.5
+	f.p.Y.Min, f.p.Y.Max = 0, hi*1.08
+	return f, nil
+}
+
+// barSpan is the share of a category's slot its bars take.
+const barSpan = 0.8
+
+// bars is one group of a grouped bar chart: its bar in category i stands
+// in the index-th of groups slices of the span around x = i.
+type bars struct {
+	values        []float64
+	index, groups int
+	color         color.Color
+}
+
+func (b *bars) Plot(c draw.Canvas, p *plot.Plot) {
+	trX, trY := p.Transforms(&c)
+	w := barSpan / float64(b.groups)
+	for i, v := range b.values {
+		x0 := float64(i) - barSpan/2 + float64(b.index)*w
+		left, right := trX(x0), trX(x0+w)-vg.Points(1)
+		bottom, top := trY(0), trY(v)
+		c.FillPolygon(b.color, c.ClipPolygonXY([]vg.Point{{X: left, Y: bottom}, {X: left, Y: top}, {X: right, Y: top}, {X: right, Y: bottom}}))
 	}
-	c.frame(b.Title, "", b.YLabel)
-	c.legend(b.Groups, nil)
-	return c.img, nil
+}
+
+func (b *bars) DataRange() (xmin, xmax, ymin, ymax float64) {
+	ymax = 0
+	for _, v := range b.values {
+		ymax = math.Max(ymax, v)
+	}
+	return -0.5, float64(len(b.values)) - 0.5, 0, ymax
+}
+
+// Thumbnail draws the legend's swatch.
+func (b *bars) Thumbnail(c *draw.Canvas) {
+	mid := (c.Min.Y + c.Max.Y) / 2
+	h := (c.Max.Y - c.Min.Y) * 0.4
+	x1 := c.Min.X + (c.Max.X-c.Min.X)*0.75
+	c.FillPolygon(b.color, []vg.Point{{X: c.Min.X, Y: mid - h}, {X: c.Min.X, Y: mid + h}, {X: x1, Y: mid + h}, {X: x1, Y: mid - h}})
 }
