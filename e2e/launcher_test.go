@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -213,5 +214,44 @@ func TestAgentKilledOverSSH(t *testing.T) {
 	if !strings.Contains(errb.String(), r.hosts[1]) {
 		t.Fatalf("stderr does not name %s: %s", r.hosts[1], errb)
 	}
+	r.noLeftovers(t)
+}
+
+// TestDelayedLinks: the harness's delay shaping (testhosts.sh delay, an
+// NFQUEUE delay line in every host) holds each packet a host receives for
+// 20 ms: a connection from this machine to a host's sshd takes at least
+// that (the SYN waits), a job of reference-checked collectives still
+// passes over the delayed links, and with the delay taken away no delay
+// line is left running in any host.
+func TestDelayedLinks(t *testing.T) {
+	r := needRig(t)
+	shape := func(d string) {
+		t.Helper()
+		cmd := exec.Command("bash", testnetScript(), "delay", d)
+		cmd.Env = append(os.Environ(), "TESTNET_DIR="+r.dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("testhosts.sh delay %s: %v\n%s", d, err, out)
+		}
+	}
+	shape("20ms")
+	t.Cleanup(func() { shape("0") })
+	fastest := time.Hour
+	for range 5 {
+		start := time.Now()
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(r.hosts[1], "22"), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fastest = min(fastest, time.Since(start))
+		conn.Close()
+	}
+	if fastest < 20*time.Millisecond {
+		t.Fatalf("the fastest of 5 connections took %v through a 20 ms delay", fastest)
+	}
+	res := r.run(t, "-hostfile", r.hostfile(t, 2, 2), r.selftest(t), "-rounds", "20", "-seed", "5")
+	if res.code != 0 || strings.Count(res.stdout, "20 rounds OK") != 4 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.stdout, res.stderr)
+	}
+	shape("0")
 	r.noLeftovers(t)
 }

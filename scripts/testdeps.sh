@@ -16,14 +16,15 @@ set -euo pipefail
 
 # openssh-server, openssh-client, iproute2, util-linux, procps: the SSH
 #   end-to-end tests' hosts (scripts/testhosts.sh: sshd in network
-#   namespaces, tc for their links);
+#   namespaces, tc for their links); iptables: their delay shaping
+#   (testhosts.sh --delay queues packets to scripts/delayline);
 # dataset-fashion-mnist: the real Fashion-MNIST the trainers' tests learn;
 # mpich, libmpich-dev: MPICH programs run under gorun's PMI-1;
 # openmpi-bin, libopenmpi-dev: Open MPI 4 programs, through gorun's PMI-1
 #   library; libpmix-dev: the PMIx client that stands in for Open MPI 5;
 # python3-torch: Debian's PyTorch (at /usr/bin/python3), which the gorun
 #   backend's tests (python/) run DDP and every operation on.
-pkgs=(openssh-server openssh-client iproute2 util-linux procps
+pkgs=(openssh-server openssh-client iproute2 iptables util-linux procps
     dataset-fashion-mnist mpich libmpich-dev openmpi-bin libopenmpi-dev
     libpmix-dev python3-torch)
 # shellcheck disable=SC2206 # split on purpose: a space-separated list

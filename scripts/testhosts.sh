@@ -3,7 +3,9 @@
 # for gorun's end-to-end tests and benchmarks, and for trying a multi-host
 # job without a cluster. Needs root, iproute2 and openssh-server.
 #
-#   bash scripts/testhosts.sh up N [--slots S] [--rate RATE]   (RATE: e.g. 1gbit, 100mbit)
+#   bash scripts/testhosts.sh up N [--slots S] [--rate RATE] [--delay D]
+#                                   (RATE: e.g. 1gbit, 100mbit; D: e.g. 5ms)
+#   bash scripts/testhosts.sh delay D                          (change it while up; 0: none)
 #   bash scripts/testhosts.sh down
 #   bash scripts/testhosts.sh status                           (exit 0 up, 3 down)
 #   bash scripts/testhosts.sh exec I CMD...                    (run CMD inside host I)
@@ -12,7 +14,10 @@
 # address 198.18.0.(10+I) (RFC 2544's benchmarking range; nothing else is
 # used). Every host's veth joins bridge gr-br0 (198.18.0.1, this machine's
 # side). With --rate each host's link is limited to RATE in both directions
-# (tc tbf), like a switch port. State lives in $TESTNET_DIR (default
+# (tc tbf), like a switch port. With --delay every packet a host receives
+# waits D first (one way D between hosts, a round trip 2D): an iptables
+# NFQUEUE rule and scripts/delayline in the host, built with go, as this
+# kernel may have no netem. State lives in $TESTNET_DIR (default
 # /tmp/gorun-testhosts):
 #   hostfile    "198.18.0.11 slots=S" per host, for gorun -hostfile
 #   ssh_config  for ssh -F (its own keys and known_hosts; ~/.ssh is not read)
@@ -32,6 +37,7 @@ PFX=gr
 BR=$PFX-br0
 NET=198.18.0
 SSHD=/usr/sbin/sshd
+REPO=$(cd "$(dirname "$0")/.." && pwd)
 MARK=.gorun-testhosts # a directory holding it is ours to delete
 
 die() { echo "testhosts: $*" >&2; exit 1; }
@@ -113,11 +119,43 @@ rate_bits() {
     esac
 }
 
+# The delay line's binary, built once per rig.
+build_delayline() {
+    command -v iptables >/dev/null 2>&1 || die "--delay needs iptables: apt-get install -y iptables"
+    command -v go >/dev/null 2>&1 || die "--delay needs go, to build scripts/delayline"
+    [ -x "$DIR/bin/delayline" ] || (cd "$REPO" && go build -o "$DIR/bin/delayline" ./scripts/delayline) ||
+        die "building scripts/delayline failed"
+}
+
+# set_delay I D: host I's received packets wait D (0: not at all).
+set_delay() {
+    local i=$1 d=$2 h pid
+    h=$(ns "$i")
+    if [ -f "$DIR/h$i/delayline.pid" ]; then
+        pid=$(cat "$DIR/h$i/delayline.pid")
+        kill "$pid" 2>/dev/null || true
+        rm -f "$DIR/h$i/delayline.pid"
+    fi
+    ip netns exec "$h" iptables -t mangle -D PREROUTING -i eth0 -j NFQUEUE --queue-num 0 2>/dev/null || true
+    [ "$d" != 0 ] || return 0
+    # The line first, then the rule: packets never wait for a reader.
+    ip netns exec "$h" "$DIR/bin/delayline" -queue 0 -delay "$d" > "$DIR/h$i/delayline.log" 2>&1 9<&- &
+    echo $! > "$DIR/h$i/delayline.pid"
+    sleep 0.1
+    kill -0 "$(cat "$DIR/h$i/delayline.pid")" 2>/dev/null || die "host h$i: delayline did not start: $(cat "$DIR/h$i/delayline.log")"
+    ip netns exec "$h" iptables -t mangle -A PREROUTING -i eth0 -j NFQUEUE --queue-num 0
+}
+
+valid_delay() {
+    [[ "$1" == 0 || "$1" =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] || die "delay $1: use e.g. 500us, 5ms or 0.1s"
+}
+
 up() {
     local n=$1 i h a key
     [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "up: N must be 1..200, not $n"
     down
     mkdir -p "$DIR/bin" && touch "$DIR/$MARK"
+    [ "$DELAY" = 0 ] || build_delayline
     raise_neigh_limits "$n"
     mkdir -p /run/sshd
 
@@ -162,6 +200,10 @@ up() {
             shape eth0 "$h"
             shape "$h"
         fi
+        if [ "$DELAY" != 0 ]; then
+            mkdir -p "$DIR/h$i"
+            set_delay "$i" "$DELAY"
+        fi
         mkdir -p "/etc/netns/$h" "$DIR/h$i"
         {
             echo "127.0.0.1 localhost"
@@ -199,6 +241,7 @@ TESTNET_HOSTS='$hosts'
 TESTNET_HOSTFILE='$DIR/hostfile'
 TESTNET_SSH='ssh -F $DIR/ssh_config'
 TESTNET_RATE='$RATE'
+TESTNET_DELAY='$DELAY'
 EOF
     # Every sshd answers before up returns.
     for i in $(seq 1 "$n"); do
@@ -209,7 +252,7 @@ EOF
         done
         [ "$ok" = 1 ] || die "host h$i ($(addr "$i")) does not answer ssh; see $DIR/h$i/sshd.log"
     done
-    echo "testhosts: $n hosts up (${RATE:-unlimited}); hostfile $DIR/hostfile, ssh $DIR/bin/ssh" >&2
+    echo "testhosts: $n hosts up (${RATE:-unlimited}, delay $DELAY); hostfile $DIR/hostfile, ssh $DIR/bin/ssh" >&2
 }
 
 cmd=${1:-}
@@ -218,17 +261,29 @@ case "$cmd" in
     up)
         [ $# -ge 1 ] || die "usage: up N [--slots S] [--rate RATE]"
         N=$1; shift
-        SLOTS=1 RATE=""
+        SLOTS=1 RATE="" DELAY=0
         while [ $# -gt 0 ]; do
             case "$1" in
                 --slots) SLOTS=${2:?}; shift 2 ;;
                 --rate) RATE=${2:?}; shift 2 ;;
+                --delay) DELAY=${2:?}; valid_delay "$DELAY"; shift 2 ;;
                 *) die "up: unknown option $1" ;;
             esac
         done
         [[ "$SLOTS" =~ ^[0-9]+$ ]] && [ "$SLOTS" -ge 1 ] || die "up: --slots must be a positive number"
         [ -z "$RATE" ] || rate_bits "$RATE" >/dev/null
         need; lock; up "$N" ;;
+    delay)
+        [ $# -eq 1 ] || die "usage: delay D (0: none)"
+        valid_delay "$1"
+        need; lock
+        [ -f "$DIR/env" ] || die "no test hosts are up in $DIR"
+        # shellcheck disable=SC1091
+        . "$DIR/env"
+        [ "$1" = 0 ] || build_delayline
+        for i in $(seq 1 "$TESTNET_N"); do set_delay "$i" "$1"; done
+        sed -i "s/^TESTNET_DELAY=.*/TESTNET_DELAY='$1'/" "$DIR/env"
+        echo "testhosts: delay $1 on $TESTNET_N hosts" >&2 ;;
     down) need; lock; down ;;
     status)
         if ip netns list 2>/dev/null | grep -q "^$PFX-h1\b"; then echo up; exit 0; fi
@@ -237,5 +292,5 @@ case "$cmd" in
         [ $# -ge 2 ] || die "usage: exec I CMD..."
         i=$1; shift
         exec ip netns exec "$(ns "$i")" "$@" ;;
-    *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
