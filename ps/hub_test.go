@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gorun/gorun/reduce"
@@ -45,6 +46,55 @@ func startHubsShm(t testing.TB, k, n int, elastic bool, shm transport.ShmOptions
 		addrs = append(addrs, h.Addr().String())
 	}
 	return hubs, addrs
+}
+
+// startMemHubs starts k hubs for n workers on in-memory listeners, for
+// tests in a synctest bubble (a socket does not block durably, a pipe
+// does), and returns the dial function that reaches them by address.
+func startMemHubs(t testing.TB, k, n int, elastic bool) ([]*Hub, []string, transport.DialFunc) {
+	t.Helper()
+	var hubs []*Hub
+	var addrs []string
+	lns := map[string]*transport.MemListener{}
+	for i := range k {
+		addr := fmt.Sprintf("in-memory-hub-%d", i)
+		ln := transport.NewMemListener(addr)
+		cfg := DefaultHubConfig()
+		cfg.Index, cfg.Workers, cfg.JobID, cfg.Secret = i, n, "job", []byte(testSecret)
+		cfg.Listener, cfg.Elastic = ln, elastic
+		h, err := NewHub(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		hubs, lns[addr] = append(hubs, h), ln
+		addrs = append(addrs, addr)
+	}
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		ln, ok := lns[addr]
+		if !ok {
+			return nil, fmt.Errorf("no in-memory hub at %q", addr)
+		}
+		return ln.Dial(ctx)
+	}
+	return hubs, addrs, dial
+}
+
+// dialAllMem connects n workers to in-memory hubs (startMemHubs).
+func dialAllMem(t testing.TB, n int, addrs []string, dial transport.DialFunc, partBytes int) []*Client {
+	t.Helper()
+	cs := make([]*Client, n)
+	for w := range n {
+		cfg := clientConfig(w, n, addrs, partBytes)
+		cfg.Dial = dial
+		c, err := Dial(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		cs[w] = c
+	}
+	return cs
 }
 
 func clientConfig(w, n int, addrs []string, partBytes int) ClientConfig {
@@ -289,63 +339,71 @@ func TestHubSSPBoundUnderDelays(t *testing.T) {
 	}
 }
 
-// TestHubASPStraggler: under ASP the fast workers finish all their
-// iterations while a worker 10x slower has done only a few; under BSP
-// they cannot get more than one clock ahead of it.
+// TestHubASPStraggler: worker 0 computes 7 ms per iteration, the others
+// 1 ms, on synctest's clock over in-memory hubs, so that every time is
+// exact. Under ASP the fast workers finish their 20 iterations at 20 ms,
+// when the slow one has done 2; under BSP they finish with it, at 140 ms,
+// as each of their rounds waits for its push.
 func TestHubASPStraggler(t *testing.T) {
-	for _, stale := range []int{Async, 0} {
-		const n, iters = 3, 20
-		_, addrs := startHubs(t, 1, n, false)
-		cs := dialAll(t, n, addrs, 1<<10)
-		if err := each(n, func(w int) error {
-			return cs[w].Declare(context.Background(), "w", KeyConfig{Len: 4, Update: SGD, LR: 0.01, Staleness: stale})
-		}); err != nil {
-			t.Fatal(err)
-		}
-		var slowDone sync.WaitGroup
-		slowDone.Add(1)
-		var mu sync.Mutex
-		slowIters, slowAtFastEnd := 0, -1
-		fastLeft := n - 1
-		err := each(n, func(w int) error {
-			if w == 0 {
-				defer slowDone.Done()
-			}
-			v := make([]float64, 4)
-			for range iters {
-				d := time.Millisecond
-				if w == 0 {
-					d *= 10
+	const n, iters, fast, slow = 3, 20, time.Millisecond, 7 * time.Millisecond
+	for _, mode := range []struct {
+		name    string
+		stale   int
+		fastEnd time.Duration
+	}{{"ASP", Async, iters * fast}, {"BSP", 0, iters * slow}} {
+		t.Run(mode.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				_, addrs, dial := startMemHubs(t, 1, n, false)
+				cs := dialAllMem(t, n, addrs, dial, 1<<10)
+				if err := each(n, func(w int) error {
+					return cs[w].Declare(context.Background(), "w", KeyConfig{Len: 4, Update: SGD, LR: 0.01, Staleness: mode.stale})
+				}); err != nil {
+					t.Fatal(err)
 				}
-				time.Sleep(d)
-				if err := PushPull(cs[w], "w", []float64{1, 1, 1, 1}, 1, v).Wait(context.Background()); err != nil {
-					return err
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // on the bubble's clock
+				defer cancel()
+				start := time.Now()
+				var mu sync.Mutex
+				slowIters, slowAtFastEnd := 0, -1
+				end := make([]time.Duration, n)
+				err := each(n, func(w int) error {
+					v := make([]float64, 4)
+					for range iters {
+						if w == 0 {
+							time.Sleep(slow)
+						} else {
+							time.Sleep(fast)
+						}
+						if err := PushPull(cs[w], "w", []float64{1, 1, 1, 1}, 1, v).Wait(ctx); err != nil {
+							return err
+						}
+						if w == 0 {
+							mu.Lock()
+							slowIters++
+							mu.Unlock()
+						}
+					}
+					end[w] = time.Since(start)
+					if w != 0 {
+						mu.Lock()
+						slowAtFastEnd = slowIters
+						mu.Unlock()
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
 				}
-				if w == 0 {
-					mu.Lock()
-					slowIters++
-					mu.Unlock()
+				if end[0] != iters*slow || end[1] != mode.fastEnd || end[2] != mode.fastEnd {
+					t.Fatalf("workers finished at %v, want %v for the slow one and %v for the fast ones", end, iters*slow, mode.fastEnd)
 				}
-			}
-			if w != 0 {
-				mu.Lock()
-				fastLeft--
-				if fastLeft == 0 {
-					slowAtFastEnd = slowIters
+				// (Under BSP the slow worker's last answer and the fast ones'
+				// come at one instant: its count may or may not have moved.)
+				if want := int(iters * fast / slow); mode.stale == Async && slowAtFastEnd != want {
+					t.Fatalf("the slow worker had done %d of %d iterations when the fast ones finished, want %d", slowAtFastEnd, iters, want)
 				}
-				mu.Unlock()
-			}
-			return nil
+			})
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if stale == Async && slowAtFastEnd > iters/2 {
-			t.Errorf("ASP: the slow worker had done %d of %d iterations when the fast ones finished; they were held back", slowAtFastEnd, iters)
-		}
-		if stale == 0 && slowAtFastEnd < iters-1 {
-			t.Errorf("BSP: the fast workers finished when the slow one had done only %d of %d", slowAtFastEnd, iters)
-		}
 	}
 }
 
@@ -451,8 +509,8 @@ func TestHubLostWorker(t *testing.T) {
 	}
 }
 
-// TestHubLost: a hub that dies, or freezes, is reported by every worker
-// waiting on it, by number and address.
+// TestHubLost: a hub that dies is reported by every worker waiting on
+// it, by number and address (a frozen one: TestHubFrozen).
 func TestHubLost(t *testing.T) {
 	const n = 3
 	hubs, addrs := startHubs(t, 2, n, false)
@@ -475,37 +533,44 @@ func TestHubLost(t *testing.T) {
 	if err == nil || strings.Count(err.Error(), "hub 1 at "+addrs[1]+" lost") != 2 || !errors.Is(err, ErrHubLost) {
 		t.Fatalf("got %v, want both waiting workers to name hub 1", err)
 	}
+}
 
-	// A hub that accepts and then never answers.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
+// TestHubFrozen: a hub that accepts and then never answers is lost when
+// it has been silent for HubTimeout with a request outstanding. On
+// synctest's clock the watchdog's ticks (every HubTimeout/6) are exact:
+// the loss comes at the first past HubTimeout, the seventh.
+func TestHubFrozen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := transport.NewMemListener("frozen-hub")
+		thaw := make(chan struct{})
+		served := make(chan struct{})
+		defer func() { ln.Close(); close(thaw); <-served }()
+		go func() {
+			defer close(served)
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			go func() {
-				_ = fakeHubAccept(c)
-				time.Sleep(5 * time.Second)
-				c.Close()
-			}()
+			defer c.Close()
+			if fakeHubAccept(c) == nil {
+				<-thaw // reads nothing, says nothing
+			}
+		}()
+		cfg := clientConfig(0, 1, []string{ln.Addr().String()}, 64)
+		cfg.Dial = func(ctx context.Context, _ string) (net.Conn, error) { return ln.Dial(ctx) }
+		c, err := Dial(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	c, err := Dial(context.Background(), clientConfig(0, 1, []string{ln.Addr().String()}, 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	t0 := time.Now()
-	err = c.Declare(ctx, "x", KeyConfig{Len: 1})
-	if !errors.Is(err, ErrHubLost) || !strings.Contains(err.Error(), "no answer") {
-		t.Fatalf("frozen hub: got %v", err)
-	}
-	t.Logf("frozen hub detected after %v", time.Since(t0).Round(time.Millisecond))
+		defer c.Close()
+		t0 := time.Now()
+		err = c.Declare(context.Background(), "x", KeyConfig{Len: 1})
+		took := time.Since(t0)
+		want := 7 * (cfg.HubTimeout / 6)
+		if !errors.Is(err, ErrHubLost) || !strings.Contains(err.Error(), "no answer for "+want.Round(time.Millisecond).String()) || took != want {
+			t.Fatalf("frozen hub: %v after %v, want ErrHubLost after %v", err, took, want)
+		}
+	})
 }
 
 // rawClient is an authenticated connection that sends hand-made frames.
@@ -709,41 +774,48 @@ func TestClientRejectsBadReplies(t *testing.T) {
 
 // TestReportLost: a worker that is silent but still connected (frozen)
 // holds a BSP round until another worker reports it lost; an elastic hub
-// then finishes the round without it.
+// then finishes the round without it. In a synctest bubble over
+// in-memory hubs, "holds" is exact: once every goroutine waits, the
+// hubs have taken both pushes and the round is still open.
 func TestReportLost(t *testing.T) {
-	const n = 3
-	_, addrs := startHubs(t, 2, n, true)
-	cs := dialAll(t, n, addrs, 16)
-	if err := each(n, func(w int) error { return cs[w].Declare(context.Background(), "w", KeyConfig{Len: 4}) }); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	got := make([][]float64, n)
-	hs := make([]*Handle, n)
-	for _, w := range []int{0, 1} { // worker 2 never pushes
-		got[w] = make([]float64, 4)
-		hs[w] = PushPull(cs[w], "w", []float64{1, 1, 1, 1}, 1, got[w])
-	}
-	select {
-	case <-hs[0].Done():
-		t.Fatal("the round completed without worker 2 and before any report")
-	case <-time.After(100 * time.Millisecond):
-	}
-	if err := cs[0].ReportLost(ctx, 2, "gossip: no answer"); err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range []int{0, 1} {
-		if err := hs[w].Wait(ctx); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 3
+		_, addrs, dial := startMemHubs(t, 2, n, true)
+		cs := dialAllMem(t, n, addrs, dial, 16)
+		if err := each(n, func(w int) error { return cs[w].Declare(context.Background(), "w", KeyConfig{Len: 4}) }); err != nil {
 			t.Fatal(err)
 		}
-		if got[w][0] != 2 {
-			t.Fatalf("worker %d: %v, want the sum of the two survivors", w, got[w])
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // on the bubble's clock
+		defer cancel()
+		got := make([][]float64, n)
+		hs := make([]*Handle, n)
+		for _, w := range []int{0, 1} { // worker 2 never pushes
+			got[w] = make([]float64, 4)
+			hs[w] = PushPull(cs[w], "w", []float64{1, 1, 1, 1}, 1, got[w])
 		}
-	}
-	if err := cs[0].ReportLost(ctx, 0, "self"); !errors.Is(err, ErrBadRequest) {
-		t.Fatalf("reporting itself: %v", err)
-	}
+		synctest.Wait()
+		for _, w := range []int{0, 1} {
+			select {
+			case <-hs[w].Done():
+				t.Fatalf("worker %d's round completed without worker 2 and before any report", w)
+			default:
+			}
+		}
+		if err := cs[0].ReportLost(ctx, 2, "gossip: no answer"); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []int{0, 1} {
+			if err := hs[w].Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got[w][0] != 2 {
+				t.Fatalf("worker %d: %v, want the sum of the two survivors", w, got[w])
+			}
+		}
+		if err := cs[0].ReportLost(ctx, 0, "self"); !errors.Is(err, ErrBadRequest) {
+			t.Fatalf("reporting itself: %v", err)
+		}
+	})
 }
 
 // TestHubPostHandlesEveryEvent: events posted by many readers at once,
