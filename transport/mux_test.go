@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -117,34 +118,38 @@ func TestMuxStreams(t *testing.T) {
 
 // TestMuxWakes: a Recv waiting behind another key's reader wakes when its
 // context ends and when the transport fails; Drop discards queued frames.
+// On synctest's clock the waiter's 50 ms end only once every goroutine
+// waits: by then the reader has queued key 9's frame.
 func TestMuxWakes(t *testing.T) {
-	nw := NewMemNetwork(2)
-	to, from := nw.Transport(0), nw.Transport(1)
-	mux := NewMux(to, 2)
-	ctx := context.Background()
-	if err := from.Send(ctx, 0, Header{Type: TypeData, Seq: 9}, []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	// Key 1 reads and queues key 9's frame, then waits for its own.
-	done := make(chan error, 1)
-	go func() { _, err := mux.Recv(ctx, 1, Key{Seq: 1}); done <- err }()
-	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	if _, err := mux.Recv(wctx, 1, Key{Seq: 2}); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("waiter with an ended context: %v", err)
-	}
-	for mux.queued() != 1 {
-		time.Sleep(time.Millisecond)
-	}
-	mux.Drop(func(k Key) bool { return k.Seq != 9 })
-	if mux.queued() != 0 {
-		t.Fatal("Drop kept the frame")
-	}
-	nw.Kill(1)
-	if err := <-done; !errors.Is(err, ErrPeerLost) {
-		t.Fatalf("reader after the peer died: %v", err)
-	}
-	if _, err := mux.Recv(ctx, 1, Key{Seq: 3}); !errors.Is(err, ErrPeerLost) {
-		t.Fatalf("a later reader: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		nw := NewMemNetwork(2)
+		to, from := nw.Transport(0), nw.Transport(1)
+		mux := NewMux(to, 2)
+		ctx := context.Background()
+		if err := from.Send(ctx, 0, Header{Type: TypeData, Seq: 9}, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		// Key 1 reads and queues key 9's frame, then waits for its own.
+		done := make(chan error, 1)
+		go func() { _, err := mux.Recv(ctx, 1, Key{Seq: 1}); done <- err }()
+		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		if _, err := mux.Recv(wctx, 1, Key{Seq: 2}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("waiter with an ended context: %v", err)
+		}
+		if n := mux.queued(); n != 1 {
+			t.Fatalf("%d frames queued, want key 9's", n)
+		}
+		mux.Drop(func(k Key) bool { return k.Seq != 9 })
+		if mux.queued() != 0 {
+			t.Fatal("Drop kept the frame")
+		}
+		nw.Kill(1)
+		if err := <-done; !errors.Is(err, ErrPeerLost) {
+			t.Fatalf("reader after the peer died: %v", err)
+		}
+		if _, err := mux.Recv(ctx, 1, Key{Seq: 3}); !errors.Is(err, ErrPeerLost) {
+			t.Fatalf("a later reader: %v", err)
+		}
+	})
 }
