@@ -3,11 +3,13 @@ package ring
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gorun/gorun/transport"
@@ -166,32 +168,44 @@ func TestReduceScatterAllGatherBroadcast(t *testing.T) {
 }
 
 // TestBarrierWaitsForAll: no rank leaves the barrier before the last rank
-// has entered it.
+// has entered it. On synctest's clock the late rank's 20 ms end only once
+// every other rank waits in the barrier, and every rank leaves at 20 ms.
 func TestBarrierWaitsForAll(t *testing.T) {
+	const lateBy = 20 * time.Millisecond
 	for size := 1; size <= 9; size++ {
-		var mu sync.Mutex
-		entered := 0
-		late := rand.IntN(size)
-		errs, _ := runAll(size, func(tr *transport.Mem) error {
-			if tr.Rank() == late {
-				time.Sleep(20 * time.Millisecond)
+		synctest.Test(t, func(t *testing.T) {
+			var mu sync.Mutex
+			entered := 0
+			late := rand.IntN(size)
+			start := time.Now()
+			errs, _ := runAll(size, func(tr *transport.Mem) error {
+				if tr.Rank() == late {
+					time.Sleep(lateBy)
+				}
+				mu.Lock()
+				entered++
+				if tr.Rank() == late && entered != size {
+					mu.Unlock()
+					return fmt.Errorf("the late rank entered %d of %d: not all the others were waiting", entered, size)
+				}
+				mu.Unlock()
+				if err := Barrier(context.Background(), tr, opts(0, 0)); err != nil {
+					return err
+				}
+				if d := time.Since(start); d != lateBy {
+					return fmt.Errorf("left the barrier at %v, want %v", d, lateBy)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if entered != size {
+					return errors.New("left the barrier early")
+				}
+				return nil
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatalf("size %d: %v", size, err)
 			}
-			mu.Lock()
-			entered++
-			mu.Unlock()
-			if err := Barrier(context.Background(), tr, opts(0, 0)); err != nil {
-				return err
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if entered != size {
-				return errors.New("left the barrier early")
-			}
-			return nil
 		})
-		if err := errors.Join(errs...); err != nil {
-			t.Fatalf("size %d: %v", size, err)
-		}
 	}
 }
 
