@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gorun/gorun/transport"
@@ -140,33 +141,38 @@ func TestHandleFailures(t *testing.T) {
 			t.Fatalf("took %v", d)
 		}
 	})
+	// On synctest's clock the waiter's 50 ms end only once every
+	// goroutine waits: the collective was blocked on its peers, not slow.
 	t.Run("close", func(t *testing.T) {
-		comms, err := NewLocal(3, DefaultConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		// Rank 0 alone starts: its handles wait for peers that never come.
-		h1 := StartAllReduce(ctx, comms[0], make([]int64, 100), Sum)
-		h2 := StartAllGather(ctx, comms[0], make([]int64, 3), make([]int64, 9))
-		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		if err := h1.Wait(wctx); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("wait with an ended context: %v", err)
-		}
-		cancel()
-		if done, _ := h1.Test(); done {
-			t.Fatal("the collective ended with its waiter's context")
-		}
-		comms[0].Close()
-		for _, h := range []*Handle{h1, h2} {
-			if err := h.Wait(ctx); !errors.Is(err, ErrClosed) {
-				t.Fatalf("after Close: %v, want ErrClosed", err)
+		synctest.Test(t, func(t *testing.T) {
+			comms, err := NewLocal(3, DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if err := comms[0].StartBarrier(ctx).Wait(ctx); !errors.Is(err, ErrClosed) {
-			t.Fatalf("start after Close: %v", err)
-		}
-		closeAll(comms)
+			ctx := context.Background()
+			// Rank 0 alone starts: its handles wait for peers that never come.
+			h1 := StartAllReduce(ctx, comms[0], make([]int64, 100), Sum)
+			h2 := StartAllGather(ctx, comms[0], make([]int64, 3), make([]int64, 9))
+			wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			if err := h1.Wait(wctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("wait with an ended context: %v", err)
+			}
+			cancel()
+			synctest.Wait()
+			if done, _ := h1.Test(); done {
+				t.Fatal("the collective ended with its waiter's context")
+			}
+			comms[0].Close()
+			for _, h := range []*Handle{h1, h2} {
+				if err := h.Wait(ctx); !errors.Is(err, ErrClosed) {
+					t.Fatalf("after Close: %v, want ErrClosed", err)
+				}
+			}
+			if err := comms[0].StartBarrier(ctx).Wait(ctx); !errors.Is(err, ErrClosed) {
+				t.Fatalf("start after Close: %v", err)
+			}
+			closeAll(comms)
+		})
 	})
 	t.Run("cancel", func(t *testing.T) {
 		comms, err := NewLocal(2, DefaultConfig())

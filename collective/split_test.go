@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gorun/gorun/transport"
@@ -323,19 +324,28 @@ func TestSendRecv(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	// A Recv whose peer dies.
-	nw := transport.NewMemNetwork(2)
-	comms, err := NewLocalOn(nw, DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeAll(comms)
-	go func() { time.Sleep(50 * time.Millisecond); nw.Kill(1) }()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := Recv(ctx, comms[0], make([]int64, 1), 1, 0); !errors.Is(err, ErrPeerLost) {
-		t.Fatalf("recv from a dead peer: %v", err)
-	}
+	// A Recv whose peer dies while it waits (synctest.Wait: once it is
+	// blocked, and nothing else runs).
+	synctest.Test(t, func(t *testing.T) {
+		nw := transport.NewMemNetwork(2)
+		comms, err := NewLocalOn(nw, DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeAll(comms)
+		got := make(chan error, 1)
+		go func() { got <- Recv(context.Background(), comms[0], make([]int64, 1), 1, 0) }()
+		synctest.Wait()
+		select {
+		case err := <-got:
+			t.Fatalf("recv returned before its peer died: %v", err)
+		default:
+		}
+		nw.Kill(1)
+		if err := <-got; !errors.Is(err, ErrPeerLost) {
+			t.Fatalf("recv from a dead peer: %v", err)
+		}
+	})
 }
 
 // TestExchangeReference: AllToAll, AllToAllV, Gather, Scatter and
