@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"time"
 )
@@ -81,6 +82,15 @@ type Config struct {
 	// PMI is PMIOn ("pmi1", also ""): every rank gets a PMI-1 socket
 	// (PMI_FD), so MPICH programs find their peers; or PMIOff ("none").
 	PMI string
+	// Metrics, if not nil, is where the launcher serves the job's
+	// metrics (GET /metrics, Prometheus text format 0.0.4: ranks alive,
+	// the elastic view, each rank's restarts, collectives and payload
+	// bytes, the oldest stall; see docs/launching.md) from the start of
+	// the ranks until the job ends, when it closes it (a scrape before
+	// the start waits for it). The caller makes it (gorun --metrics
+	// ADDR), so a busy address fails before anything starts; a Run that
+	// fails before the ranks start leaves it open.
+	Metrics net.Listener
 
 	Stdin          io.Reader // forwarded to rank 0; nil = none
 	Stdout, Stderr io.Writer

@@ -28,6 +28,15 @@ type driver struct {
 	timelines map[int][]byte
 	wake      *time.Timer // the supervisor's next deadline
 	armed     time.Time   // what wake is set for (zero: nothing)
+
+	// --metrics (metrics.go): the server (nil: none), the last view
+	// (--elastic), and whether to publish the job's state at the end of
+	// this turn of the loop (a rank started, exited or restarted, a view,
+	// an agent gone) or at the next metrics tick (a status page changed).
+	metrics       *metricsServer
+	epoch, inView int
+	publishNow    bool
+	publishSoon   bool
 }
 
 // supervise starts the ranks and runs the job to its end. It only turns
@@ -41,8 +50,12 @@ func (j *job) supervise(ctx context.Context) Result {
 		j.shutdown(true)
 		return Result{ExitCode: ExitLaunchFailed, Failure: err.Error()}
 	}
-	d := &driver{j: j, sv: newSupervisor(j.supervisorConfig(), j.t0), relay: relay, ins: newInspector(j, j.cfg), timelines: map[int][]byte{}}
+	d := &driver{j: j, sv: newSupervisor(j.supervisorConfig(), j.t0), relay: relay, ins: newInspector(j, j.cfg), timelines: map[int][]byte{}, inView: j.np}
 	defer d.ins.stop()
+	if j.cfg.Metrics != nil {
+		d.metrics = serveMetrics(j.cfg.Metrics, d.metricsSnapshot(), j.cfg.Logger)
+		defer d.metrics.stop()
+	}
 	start := &proto.Message{Kind: proto.MsgStart, Env: j.startEnv()}
 	for _, a := range j.agents {
 		a.outbox.put(start) // if the agent is gone, its reader says so
@@ -52,8 +65,10 @@ func (j *job) supervise(ctx context.Context) Result {
 		d.agentEvent(ev)
 	}
 	j.backlog = nil
+	d.publish()
 	stopStdin := j.forwardStdin()
 	d.loop(ctx)
+	d.metrics.stop() // the job is over: its endpoint goes
 	for _, a := range j.agents {
 		a.outbox.close() // every agent is done: this also ends the stdin copy
 	}
@@ -112,6 +127,12 @@ func (d *driver) loop(ctx context.Context) {
 		statusTick = t.C
 		defer d.status.clear()
 	}
+	var metricsTick <-chan time.Time
+	if d.metrics != nil {
+		t := time.NewTicker(metricsEvery)
+		defer t.Stop()
+		metricsTick = t.C
+	}
 	ctxDone := ctx.Done()
 	for !d.sv.finished() {
 		d.arm()
@@ -128,9 +149,14 @@ func (d *driver) loop(ctx context.Context) {
 			if abort != "" {
 				d.perform(d.sv.step(event{kind: evStall, now: now, text: abort, abort: true}))
 			}
+		case <-metricsTick:
+			if d.publishSoon {
+				d.publish()
+			}
 		case now := <-d.wake.C:
 			d.armed = time.Time{}
 			d.perform(d.sv.step(event{kind: evTick, now: now}))
+			d.publishNow = true // an agent may have gone silent
 		case ev := <-d.j.events:
 			d.agentEvent(ev)
 		case sig := <-cfg.Signals:
@@ -138,6 +164,9 @@ func (d *driver) loop(ctx context.Context) {
 		case <-ctxDone:
 			ctxDone = nil // the job is stopping; once is enough
 			d.perform(d.sv.step(event{kind: evCancelled, now: time.Now(), text: ctx.Err().Error()}))
+		}
+		if d.publishNow {
+			d.publish()
 		}
 	}
 }
@@ -162,6 +191,7 @@ func (d *driver) agentEvent(ev agentEvent) {
 	now := time.Now()
 	a := d.j.agents[ev.agent]
 	if ev.m == nil {
+		d.publishNow = true
 		d.perform(d.sv.step(event{kind: evLost, now: now, agent: a.index, text: fmt.Sprintf("lost the agent on %s: %s", a.name, ev.why)}))
 		return
 	}
@@ -181,10 +211,12 @@ func (d *driver) translate(a *agentProc, m *proto.Message, now time.Time) event 
 		rs := &j.ranks[m.Rank]
 		rs.pid, rs.exited, rs.stderr = m.Pid, false, newTail(10)
 		d.ins.restarted(m.Rank)
+		d.publishNow = true
 	case m.Kind == proto.MsgStarted && ours:
 		rs := &j.ranks[m.Rank]
 		rs.pid, rs.started = m.Pid, true
 		ev.kind = evStarted
+		d.publishNow = true
 	case m.Kind == proto.MsgExit && ours:
 		ex := m.Exit
 		if ex == nil {
@@ -192,6 +224,7 @@ func (d *driver) translate(a *agentProc, m *proto.Message, now time.Time) event 
 		}
 		j.ranks[m.Rank].exited = true
 		d.ins.exited(m.Rank)
+		d.publishNow = true
 		ev.kind, ev.exit, ev.text = evExited, ex, j.describeExit(m.Rank, ex)
 	case m.Kind == proto.MsgOutput && ours:
 		d.output(m)
@@ -202,6 +235,7 @@ func (d *driver) translate(a *agentProc, m *proto.Message, now time.Time) event 
 	case m.Kind == proto.MsgStatus && ours && m.Status != nil:
 		d.ins.update(m.Rank, m.Status, now)
 		ev.kind, ev.declared = evStatus, m.Status.State.Declared
+		d.publishSoon = true
 	case m.Kind == proto.MsgTimeline && ours:
 		d.timelines[m.Rank] = appendTimeline(d.timelines[m.Rank], m.Data)
 	case m.Kind == proto.MsgClock:
@@ -210,6 +244,7 @@ func (d *driver) translate(a *agentProc, m *proto.Message, now time.Time) event 
 		j.stdin.release(m.Count)
 	case m.Kind == proto.MsgDone:
 		ev.kind = evDone
+		d.publishNow = true
 	case m.Kind == proto.MsgError:
 		ev.kind, ev.text = evAgentError, fmt.Sprintf("%s: agent: %s", a.name, m.Err)
 	case m.Kind == proto.MsgPMIFence:
@@ -291,8 +326,10 @@ func (d *driver) perform(acts []action) {
 		case actKill:
 			j.agents[act.agent].kill()
 		case actView:
+			d.viewed(act.view)
 			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgView, Epoch: act.view.Epoch, Live: act.view.Live, Joined: act.view.Joined})
 		case actRestart:
+			d.viewed(act.view)
 			if act.spec != nil {
 				// It moves to this agent's host: its messages come from
 				// there now.

@@ -26,6 +26,16 @@ type inspector struct {
 	next    time.Time        // when the next report is due
 	dumps   map[int]*strings.Builder
 	hosts   []string
+	// carried is, per rank, what its earlier processes (or an earlier
+	// page of its process) completed, so that its counts never go back
+	// (--metrics); restarts counts its restarts.
+	carried  []progress
+	restarts []int
+}
+
+// progress is what a rank completed: collectives and their payload bytes.
+type progress struct {
+	collectives, bytes uint64
 }
 
 func newInspector(j *job, cfg Config) *inspector {
@@ -34,6 +44,7 @@ func newInspector(j *job, cfg Config) *inspector {
 		ins.views = append(ins.views, inspect.RankView{Rank: r, Host: j.ranks[r].host})
 		ins.hosts = append(ins.hosts, j.ranks[r].host)
 	}
+	ins.carried, ins.restarts = make([]progress, j.np), make([]int, j.np)
 	if d := ins.threshold(); d > 0 {
 		ins.ticker = time.NewTicker(min(time.Second, max(100*time.Millisecond, d/4)))
 		ins.tick = ins.ticker.C
@@ -67,7 +78,19 @@ func (ins *inspector) update(rank int, st *proto.Status, now time.Time) {
 	}
 	s := st.State
 	s.Since = now.Add(-st.Age)
+	if old := ins.views[rank].State; old.Declared && (s.Pid != old.Pid || completed(s) < completed(old)) {
+		// A new page: its counts start again.
+		ins.carry(rank)
+	}
 	ins.views[rank].State = s
+}
+
+// carry adds what rank's current state says it completed to what it
+// completed before.
+func (ins *inspector) carry(rank int) {
+	s := ins.views[rank].State
+	ins.carried[rank].collectives += completed(s)
+	ins.carried[rank].bytes += s.Total
 }
 
 func (ins *inspector) exited(rank int) {
@@ -80,6 +103,8 @@ func (ins *inspector) exited(rank int) {
 // its own status page says otherwise.
 func (ins *inspector) restarted(rank int) {
 	if rank >= 0 && rank < len(ins.views) {
+		ins.carry(rank)
+		ins.restarts[rank]++
 		ins.views[rank] = inspect.RankView{Rank: rank, Host: ins.views[rank].Host}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -116,6 +117,7 @@ func launchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "min-np", Value: 1, Usage: "with --elastic or --hub-elastic: fail the job when a lost rank leaves fewer than `M` ranks running"},
 		&cli.IntFlag{Name: "max-restarts", Usage: "with --elastic (ring): restart a lost rank up to `R` times (GORUN_RESTART_COUNT=k), on its host or, if that host is gone, on one with a free slot; it joins the next view once it says join"},
 		&cli.StringFlag{Name: "pmi", Value: launcher.PMIOn, Usage: "process-manager interface for MPICH programs: pmi1 (PMI_FD for every rank) or none"},
+		&cli.StringFlag{Name: "metrics", Usage: "serve the job's metrics (Prometheus text format) at http://`ADDR`/metrics while it runs, e.g. :9400 or 127.0.0.1:9400 (-v logs the URL)"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no live status line on the terminal"},
 		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log launcher progress to stderr"},
 	}
@@ -140,12 +142,22 @@ func launch(c *cli.Context) error {
 }
 
 // launchConfig turns the launch flags into a launcher.Config (without the
-// program).
+// program). With --metrics it listens there last, so that a busy address
+// fails before anything starts (runJob closes the listener).
 func launchConfig(c *cli.Context) (launcher.Config, error) {
 	cfg := launcher.DefaultConfig()
 	cfg.NP = c.Int("np")
-	err := parseLaunchFlags(c, &cfg)
-	return cfg, err
+	if err := parseLaunchFlags(c, &cfg); err != nil {
+		return cfg, err
+	}
+	if addr := c.String("metrics"); addr != "" {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return cfg, fmt.Errorf("--metrics %s: %w", addr, err)
+		}
+		cfg.Metrics = l
+	}
+	return cfg, nil
 }
 
 func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
@@ -239,6 +251,9 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 
 // runJob runs a job with signals forwarded and exits with its code.
 func runJob(cfg launcher.Config) error {
+	if cfg.Metrics != nil {
+		defer cfg.Metrics.Close() // Run closes it too, unless it failed before the ranks started
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
