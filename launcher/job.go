@@ -63,6 +63,7 @@ type agentProc struct {
 	host   int // index into hosts
 	name   string
 	cmd    *exec.Cmd
+	stream io.Closer // instead of cmd: the stream of an agent that dialed in (Attacher)
 	conn   *proto.Conn
 	stdin  io.WriteCloser
 	out    *bufio.Reader
@@ -261,7 +262,22 @@ const agentWaitDelay = 2 * time.Second
 // startAgent starts a's process, its reader (which sends spec first) and
 // its writer.
 func (j *job) startAgent(a *agentProc, spec *proto.HostSpec) error {
-	cmd := j.spawner(a.name).AgentCommand(a.name)
+	sp := j.spawner(a.name)
+	if at, ok := sp.(Attacher); ok {
+		stream, err := at.Attach(a.name)
+		if err != nil {
+			return err
+		}
+		a.stream, a.stdin = stream, halfCloser{stream}
+		a.out = bufio.NewReader(stream)
+		a.conn = proto.NewConn(a.out, stream)
+		a.outbox = newOutbox()
+		j.streams.Add(2)
+		go j.read(a, spec)
+		go j.write(a)
+		return nil
+	}
+	cmd := sp.AgentCommand(a.name)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return err
@@ -306,7 +322,12 @@ func (j *job) read(a *agentProc, spec *proto.HostSpec) {
 			j.deliver(agentEvent{agent: a.index, m: m})
 		}
 	}
-	werr := a.cmd.Wait()
+	var werr error
+	if a.cmd != nil {
+		werr = a.cmd.Wait()
+	} else {
+		_ = a.stream.Close()
+	}
 	j.deliver(agentEvent{agent: a.index, why: a.describeFailure(werr, noise, greeted)})
 }
 
@@ -344,7 +365,7 @@ func (j *job) shutdown(kill bool) {
 	}
 	j.shut = true
 	for _, a := range j.agents {
-		if a.cmd == nil || a.cmd.Process == nil {
+		if a.stream == nil && (a.cmd == nil || a.cmd.Process == nil) {
 			continue
 		}
 		a.outbox.close()
@@ -438,6 +459,21 @@ func (a *agentProc) kill() {
 	if a.cmd != nil && a.cmd.Process != nil {
 		_ = a.cmd.Process.Kill()
 	}
+	if a.stream != nil {
+		_ = a.stream.Close() // the node's agent sees the launcher gone
+	}
+}
+
+// halfCloser is an attached stream's writing end: closing it half-closes
+// the connection, as closing an SSH session's stdin does, so that the
+// agent reads the end of the launcher's stream while its own goes on.
+type halfCloser struct{ io.ReadWriteCloser }
+
+func (h halfCloser) Close() error {
+	if cw, ok := h.ReadWriteCloser.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return h.ReadWriteCloser.Close()
 }
 
 // describeFailure explains why an agent's stream ended: ssh's own

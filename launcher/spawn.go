@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -14,6 +15,14 @@ import (
 // launcher talks to the agent over the command's stdin and stdout.
 type Spawner interface {
 	AgentCommand(host string) *exec.Cmd
+}
+
+// An Attacher is a Spawner whose agents are running already and have
+// dialed in (Rendezvous): the launcher takes a host's agent stream from
+// Attach instead of starting a command.
+type Attacher interface {
+	Spawner
+	Attach(host string) (io.ReadWriteCloser, error)
 }
 
 // LocalSpawner starts the agent as a child process on this machine.

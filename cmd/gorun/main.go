@@ -56,7 +56,7 @@ func newApp() *cli.App {
 		UsageText:                 "gorun [flags] PROGRAM [ARGS...]\n   gorun bench [flags]",
 		HideHelpCommand:           true,
 		DisableSliceFlagSeparator: true,
-		Flags:                     append(launchFlags(), &cli.BoolFlag{Name: "version", Usage: "print gorun's version and exit"}),
+		Flags:                     append(append(launchFlags(), nodeFlags()...), &cli.BoolFlag{Name: "version", Usage: "print gorun's version and exit"}),
 		Action:                    launch,
 		Commands: []*cli.Command{
 			{
@@ -131,6 +131,9 @@ func launch(c *cli.Context) error {
 	}
 	if c.NArg() == 0 {
 		return cli.ShowAppHelp(c)
+	}
+	if perNode(c) {
+		return launchNode(c)
 	}
 	cfg, err := launchConfig(c)
 	if err != nil {

@@ -44,6 +44,10 @@ type Config struct {
 	// __sentinel), which ends the ranks' process groups if the agent dies
 	// before it could; nil: none.
 	Sentinel []string
+	// Advertise is the address the host's ranks advertise when the spec
+	// names none: the one an agent that dialed the launcher dialed from
+	// ("": the one SSH came in on, else loopback).
+	Advertise string
 }
 
 // closeWait bounds how long Run waits, once the ranks are gone, for the
@@ -68,7 +72,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	a := &agent{conn: c, spec: spec, log: log, environ: cfg.Environ, stopBg: make(chan struct{})}
+	a := &agent{conn: c, spec: spec, log: log, environ: cfg.Environ, advertise: cfg.Advertise, stopBg: make(chan struct{})}
 	if len(cfg.Sentinel) > 0 {
 		s, err := startSentinel(cfg.Sentinel)
 		if err != nil {
@@ -333,10 +337,12 @@ type agent struct {
 	environ []string
 	ports   []int
 	addr    string
-	dir     string
-	prog    string
-	pmi     *pmi.Node  // nil: no PMI
-	ompi    *ompiRoute // nil: no PMI
+	// advertise is Config.Advertise.
+	advertise string
+	dir       string
+	prog      string
+	pmi       *pmi.Node  // nil: no PMI
+	ompi      *ompiRoute // nil: no PMI
 
 	mu          sync.Mutex
 	procs       []*rankProc // in spec.Ranks order; a restart takes its rank's place

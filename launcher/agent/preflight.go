@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -38,7 +39,7 @@ func (a *agent) preflight() (*proto.Ready, error) {
 		}
 		ports = append(ports, p)
 	}
-	addr := s.Advertise
+	addr := cmp.Or(s.Advertise, a.advertise)
 	if addr == "" {
 		addr = "127.0.0.1"
 		if f := strings.Fields(envValue(a.environ, "SSH_CONNECTION")); len(f) == 4 {

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestPerNodeFlags: a per-node start with a missing or bad piece fails at
+// once with an error that names it; the flags also come from the
+// environment (a pod template's), and node 0 of a one-node job runs the
+// job on this machine without a rendezvous.
+func TestPerNodeFlags(t *testing.T) {
+	t.Setenv("GORUN_JOB_SECRET", "")
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, []string{"--nnodes", "2", "--node-rank", "1", "true"}, "--nnodes needs --rendezvous"},
+		{nil, []string{"--nnodes", "2", "--node-rank", "2", "--rendezvous", "h:1", "true"}, "--node-rank 2: want 0 to 1"},
+		{nil, []string{"--nnodes", "0", "true"}, "--nnodes 0: want at least 1"},
+		{nil, []string{"--nnodes", "2", "--nproc-per-node", "0", "--rendezvous", "h:1", "true"}, "--nproc-per-node 0"},
+		{nil, []string{"--nnodes", "2", "--rendezvous", "h:1", "true"}, "needs the job's secret in GORUN_JOB_SECRET"},
+		{[]string{"GORUN_JOB_SECRET=x"}, []string{"--nnodes", "2", "--rendezvous", "h:1", "-H", "a:1", "true"}, "--H: a per-node start (--nnodes) has no host list"},
+		{[]string{"GORUN_NNODES=3", "GORUN_NODE_RANK=5"}, []string{"true"}, "--node-rank 5: want 0 to 2"},
+		{[]string{"GORUN_NNODES=2", "JOB_COMPLETION_INDEX=1", "GORUN_JOB_SECRET=x", "GORUN_RENDEZVOUS=127.0.0.1:1"}, []string{"--rendezvous-timeout", "300ms", "true"}, "node 1: no launcher at 127.0.0.1:1 within 300ms"},
+	} {
+		cmd, _, errb := gorunCmd(t, c.args...)
+		cmd.Env = append(cmd.Env, c.env...)
+		err := cmd.Run()
+		if err == nil || cmd.ProcessState.ExitCode() == 0 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v %v: %v\n%s\nwant an error saying %q", c.env, c.args, err, errb, c.want)
+		}
+	}
+	r := gorun(t, "--nnodes", "1", "--nproc-per-node", "3", "sh", "-c", "echo rank $GORUN_RANK of $GORUN_SIZE")
+	if r.code != 0 || strings.Count(r.stdout, " of 3") != 3 {
+		t.Fatalf("one node: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}
