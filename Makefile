@@ -78,6 +78,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/control
 	$(GO) test -run '^$$' -fuzz '^FuzzParseView$$' -fuzztime $(FUZZTIME) ./collective
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./scripts/delayline
+	$(GO) test -run '^$$' -fuzz '^FuzzRendezvousHandshake$$' -fuzztime $(FUZZTIME) ./launcher
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./ring ./collective ./ps

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -286,3 +287,36 @@ func TestRendezvousNoSecret(t *testing.T) {
 		t.Errorf("DialLauncher: %v", err)
 	}
 }
+
+// FuzzRendezvousHandshake: whatever a connection sends, the launcher's
+// handshake ends with an error (no input knows the nonce it has not seen
+// yet) and never panics; so does a node's, reading it as the launcher's
+// answers.
+func FuzzRendezvousHandshake(f *testing.F) {
+	cfg := meetConfig(3)
+	f.Add([]byte("gorun-node 1 1 3 2 h1 " + cfg.Program + " 00\nffff\n"))
+	f.Add([]byte("gorun-node 1 -1 3 2 h1 x y\n"))
+	f.Add([]byte(strings.Repeat("x", 2000)))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if n, err := cfg.handshake(&scriptConn{r: bytes.NewReader(in)}); err == nil {
+			t.Fatalf("%q: accepted as node %+v", in, n)
+		}
+		// The node's side, reading the same as the launcher's answers.
+		if _, err := nodeConfig("x:1", 1, 3).handshake(&scriptConn{r: bytes.NewReader(in)}); err == nil {
+			t.Fatalf("%q: taken for the launcher", in)
+		}
+	})
+}
+
+// scriptConn is a connection that reads a fixed input and drops what is
+// written to it.
+type scriptConn struct {
+	net.Conn
+	r *bytes.Reader
+}
+
+func (c *scriptConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c *scriptConn) Write(p []byte) (int, error) { return len(p), nil }
+func (c *scriptConn) SetDeadline(time.Time) error { return nil }
+func (c *scriptConn) RemoteAddr() net.Addr        { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
+func (c *scriptConn) Close() error                { return nil }
