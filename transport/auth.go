@@ -13,6 +13,8 @@ import (
 // mesh (ParamHub) use their own numbering for To.
 type Ends struct {
 	From, To, Size int
+	// Port is the port the dialer listens on for its peers (0: none).
+	Port uint16
 }
 
 // DialHandshake runs the dialer's side of the handshake on c within
@@ -21,7 +23,7 @@ type Ends struct {
 func DialHandshake(c net.Conn, jobID string, secret []byte, e Ends, timeout time.Duration) error {
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	defer c.SetDeadline(time.Time{})
-	h := hello{Version: ProtocolVersion, From: uint32(e.From), To: uint32(e.To), Size: uint32(e.Size), JobID: jobID}
+	h := hello{Version: ProtocolVersion, From: uint32(e.From), To: uint32(e.To), Size: uint32(e.Size), Port: e.Port, JobID: jobID}
 	return handshakeDial(c, secret, h)
 }
 
@@ -45,7 +47,7 @@ func AcceptHandshake(c net.Conn, jobID string, secret []byte, ok func(Ends) bool
 	if err != nil {
 		return Ends{}, fmt.Errorf("transport: from %s: %w", c.RemoteAddr(), err)
 	}
-	return Ends{From: int(h.From), To: int(h.To), Size: int(h.Size)}, nil
+	return Ends{From: int(h.From), To: int(h.To), Size: int(h.Size), Port: h.Port}, nil
 }
 
 // DialFunc opens a connection to addr.

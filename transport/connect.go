@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 )
 
@@ -200,8 +201,21 @@ func (t *TCP) successors(pc *peerConn, p Peer) bool {
 	if pc.dialed {
 		return remote.String() == p.Addr
 	}
-	host, _, err := net.SplitHostPort(p.Addr)
-	return err == nil && remote.IP.Equal(net.ParseIP(host))
+	// Accepted: from p's host, and from the process that listens at p's
+	// port (its hello said so). The host alone would take the old
+	// process's connection on the same host for the new one's while no
+	// error has shown on it yet: the next write to it fails, and the new
+	// process is suspected for the old one's death.
+	host, port, err := net.SplitHostPort(p.Addr)
+	return err == nil && remote.IP.Equal(net.ParseIP(host)) && port == strconv.Itoa(int(pc.port))
+}
+
+// port is the port this rank listens on for its peers.
+func (t *TCP) port() uint16 {
+	if a, ok := t.ln.Addr().(*net.TCPAddr); ok {
+		return uint16(a.Port)
+	}
+	return 0
 }
 
 // ConnectTo connects to the given peers now, in parallel, each under its
@@ -443,7 +457,7 @@ func (t *TCP) dialOnce(ctx context.Context, peer int) error {
 		c.Close()
 		return err
 	}
-	if !t.register(peer, c, sp, sameHost, true) {
+	if !t.register(peer, c, sp, sameHost, true, 0) {
 		sp.drop()
 		c.Close()
 		return errDuplicate
@@ -480,7 +494,7 @@ func (t *TCP) unadmit(peer int) {
 
 // acceptSetup is the acceptor's side after the handshake: an offer to
 // answer, then TypeReady, or TypeReady alone.
-func (t *TCP) acceptSetup(c net.Conn, peer int) error {
+func (t *TCP) acceptSetup(c net.Conn, peer int, port uint16) error {
 	timeout := 2*t.cfg.HandshakeTimeout + t.cfg.DialTimeout
 	h, p, err := readCtl(t.closeCtx, c, timeout)
 	if err != nil {
@@ -508,7 +522,7 @@ func (t *TCP) acceptSetup(c net.Conn, peer int) error {
 		sp.drop()
 		return &FrameError{Msg: fmt.Sprintf("frame type %d where the connection's setup was due", h.Type)}
 	}
-	if !t.register(peer, c, sp, sameHost, false) {
+	if !t.register(peer, c, sp, sameHost, false, port) {
 		sp.drop()
 		return errDuplicate
 	}
@@ -550,7 +564,7 @@ func (t *TCP) dialHello(ctx context.Context, addr string, peer int, handshakeTim
 	if err != nil {
 		return nil, err
 	}
-	if err := DialHandshake(c, t.cfg.JobID, t.cfg.Secret, Ends{From: t.cfg.Rank, To: peer, Size: t.cfg.Size}, handshakeTimeout); err != nil {
+	if err := DialHandshake(c, t.cfg.JobID, t.cfg.Secret, Ends{From: t.cfg.Rank, To: peer, Size: t.cfg.Size, Port: t.port()}, handshakeTimeout); err != nil {
 		c.Close()
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/gorun/gorun/internal/proctest"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -190,7 +191,7 @@ func TestShmOfferTimesOut(t *testing.T) {
 		}
 	}
 	time.Sleep(700 * time.Millisecond) // the acceptor's abandoned attempt ends
-	noSegments(t, dir, "job1")
+	noSegments(t, dir, testJob)
 }
 
 // TestAbortFloods: an abort reaches ranks that never talked to the rank
@@ -349,7 +350,7 @@ func TestRevive(t *testing.T) {
 	}
 	// Its successor, with the others' addresses.
 	cfg := DefaultConfig()
-	cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret, cfg.ListenAddr, cfg.HostKey = 1, n, "job1", testSecret, "127.0.0.1:0", host[1]
+	cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret, cfg.ListenAddr, cfg.HostKey = 1, n, testJob, testSecret, "127.0.0.1:0", host[1]
 	tweak(1, &cfg)
 	nb, err := Listen(cfg)
 	if err != nil {
@@ -402,7 +403,7 @@ func TestReviveKeepsSuccessor(t *testing.T) {
 	ts := lazyMesh(t, 2, []string{"a", "b"}, func(r int, c *Config) { c.Elastic = true })
 	ts[1].Close() // the first process, gone without a word to rank 0
 	cfg := DefaultConfig()
-	cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret, cfg.ListenAddr, cfg.HostKey, cfg.Elastic = 1, 2, "job1", testSecret, "127.0.0.1:0", "b", true
+	cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret, cfg.ListenAddr, cfg.HostKey, cfg.Elastic = 1, 2, testJob, testSecret, "127.0.0.1:0", "b", true
 	nb, err := Listen(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -435,5 +436,46 @@ func TestReviveKeepsSuccessor(t *testing.T) {
 	}
 	if f, err := nb.Recv(ctx, 0); err != nil || string(f.Payload) != "back" {
 		t.Fatalf("successor got %q, %v", f.Payload, err)
+	}
+}
+
+// TestSuccessorsByPort: an accepted connection from a peer's host is the
+// restarted process's only if its hello named the port the new process
+// listens on: the old process's connection on the same host, not yet
+// known broken, is not taken for it (a rejoin under load fenced the new
+// process for a write that failed on the old one's connection).
+func TestSuccessorsByPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err == nil {
+			defer c.Close()
+			time.Sleep(time.Second)
+		}
+	}()
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tr := &TCP{}
+	old := &peerConn{peer: 1, c: c, port: 40001}
+	if tr.successors(old, Peer{Addr: "127.0.0.1:40002"}) {
+		t.Fatal("the old process's connection (port 40001) was taken for the new one at port 40002")
+	}
+	fresh := &peerConn{peer: 1, c: c, port: 40002}
+	if !tr.successors(fresh, Peer{Addr: "127.0.0.1:40002"}) {
+		t.Fatal("the new process's own connection was not taken")
+	}
+	if tr.successors(fresh, Peer{Addr: "10.1.2.3:40002"}) {
+		t.Fatal("a connection from another host was taken")
+	}
+	fresh.broken.Store(true)
+	if tr.successors(fresh, Peer{Addr: "127.0.0.1:40002"}) {
+		t.Fatal("a broken connection was taken")
 	}
 }

@@ -64,18 +64,23 @@
 // a whole on both sides (by Config.HandshakeTimeout between ranks):
 //
 //	dialer   -> hello   "GORUNHS" (7 bytes), version (1 byte, ProtocolVersion),
-//	                    from, to, size (uint32 each), job id length (1 byte,
-//	                    at most 64), job id, nonceD (16 random bytes)
+//	                    from, to, size (uint32 each), port (uint16: where the
+//	                    dialer listens for its peers, 0 for none), job id
+//	                    length (1 byte, at most 64), job id, nonceD (16
+//	                    random bytes)
 //	acceptor -> reply   status (1 byte), nonceA (16 random bytes), macA (32 bytes)
 //	dialer   -> proof   macD (32 bytes)
 //	acceptor -> status  (1 byte)
 //
 // The macs are HMAC-SHA256 keyed with the job secret, over a role byte,
-// the job id, from and to (uint32 each) and both nonces, the other side's
-// first:
+// the job id, from and to (uint32 each), port (uint16) and both nonces,
+// the other side's first:
 //
-//	macA = HMAC(secret, 'A' || job || from || to || nonceD || nonceA)
-//	macD = HMAC(secret, 'D' || job || from || to || nonceA || nonceD)
+//	macA = HMAC(secret, 'A' || job || from || to || port || nonceD || nonceA)
+//	macD = HMAC(secret, 'D' || job || from || to || port || nonceA || nonceD)
+//
+// The port tells a restarted process's connection from its old process's
+// on the same host (Revive).
 //
 // So each side proves that it knows the secret without sending it, each
 // proof covers the other side's fresh nonce (a recorded handshake cannot

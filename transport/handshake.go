@@ -11,24 +11,26 @@ import (
 
 // Every connection starts with a handshake:
 //
-//	dialer   -> hello:  "GORUNHS" version from to size jobLen job nonceD
+//	dialer   -> hello:  "GORUNHS" version from to size port jobLen job nonceD
 //	acceptor -> reply:  status nonceA mac(A, job, from, to, nonceD, nonceA)
 //	dialer   -> proof:  mac(D, job, from, to, nonceA, nonceD)
 //	acceptor -> status
 //
 // Each side proves that it knows the job secret without sending it, and
 // each side's proof covers the other's fresh nonce, so a recorded handshake
-// cannot be replayed.
+// cannot be replayed. port is the port the dialer listens on for its
+// peers (0: none): it tells a restarted process's connection from its old
+// process's on the same host.
 
 // ProtocolVersion is checked in every handshake.
-const ProtocolVersion = 3
+const ProtocolVersion = 4
 
 const (
 	helloMagic  = "GORUNHS"
 	nonceSize   = 16
 	macSize     = sha256.Size
 	maxJobIDLen = 64
-	helloFixed  = len(helloMagic) + 1 + 4 + 4 + 4 + 1
+	helloFixed  = len(helloMagic) + 1 + 4 + 4 + 4 + 2 + 1
 )
 
 // Handshake status codes. ONLY APPEND TO THIS LIST.
@@ -53,6 +55,7 @@ type hello struct {
 	Version  uint8
 	From, To uint32
 	Size     uint32
+	Port     uint16
 	JobID    string
 	Nonce    [nonceSize]byte
 }
@@ -63,6 +66,7 @@ func (h *hello) append(b []byte) []byte {
 	b = binary.LittleEndian.AppendUint32(b, h.From)
 	b = binary.LittleEndian.AppendUint32(b, h.To)
 	b = binary.LittleEndian.AppendUint32(b, h.Size)
+	b = binary.LittleEndian.AppendUint16(b, h.Port)
 	b = append(b, byte(len(h.JobID)))
 	b = append(b, h.JobID...)
 	return append(b, h.Nonce[:]...)
@@ -83,8 +87,9 @@ func readHello(r io.Reader) (hello, error) {
 		From:    binary.LittleEndian.Uint32(b[1:]),
 		To:      binary.LittleEndian.Uint32(b[5:]),
 		Size:    binary.LittleEndian.Uint32(b[9:]),
+		Port:    binary.LittleEndian.Uint16(b[13:]),
 	}
-	n := int(b[13])
+	n := int(b[15])
 	if n > maxJobIDLen {
 		return hello{}, &FrameError{fmt.Sprintf("handshake: job id of %d bytes exceeds %d", n, maxJobIDLen)}
 	}
@@ -101,9 +106,10 @@ func proof(secret []byte, role byte, h *hello, first, second []byte) []byte {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte{role})
 	m.Write([]byte(h.JobID))
-	var b [8]byte
+	var b [10]byte
 	binary.LittleEndian.PutUint32(b[0:], h.From)
 	binary.LittleEndian.PutUint32(b[4:], h.To)
+	binary.LittleEndian.PutUint16(b[8:], h.Port)
 	m.Write(b[:])
 	m.Write(first)
 	m.Write(second)

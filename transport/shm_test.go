@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -108,7 +109,7 @@ func TestShmExchange(t *testing.T) {
 				t.Fatalf("ring %d: rank %d shares memory with %v, want %v", ring, tr.Rank(), got, want)
 			}
 		}
-		noSegments(t, dir, "job1")
+		noSegments(t, dir, testJob)
 		sizes := []int{0, 1, 7, 8, 33, 4095, 2048, 1 << 12, 100_000, 3 << 20}
 		for range 40 {
 			sizes = append(sizes, rand.IntN(3*ring))
@@ -117,7 +118,7 @@ func TestShmExchange(t *testing.T) {
 		for _, tr := range ts {
 			tr.Close()
 		}
-		noSegments(t, dir, "job1")
+		noSegments(t, dir, testJob)
 	}
 }
 
@@ -169,7 +170,7 @@ func TestShmFullFallsBack(t *testing.T) {
 	if n := strings.Count(logs.String(), "shared memory unavailable"); n < 1 || n > 3 || !strings.Contains(logs.String(), "no space left on device") {
 		t.Fatalf("want one warning from each creating rank naming the reason, got %d:\n%s", n, logs.String())
 	}
-	noSegments(t, dir, "job1")
+	noSegments(t, dir, testJob)
 }
 
 // TestShmFullTmpfs: the same with a real tmpfs too small for a segment.
@@ -188,7 +189,7 @@ func TestShmFullTmpfs(t *testing.T) {
 		t.Fatalf("shared memory in a 64 KiB tmpfs: %v", got)
 	}
 	exchange(t, ts, randomMsgs(5, 1, 1<<20))
-	noSegments(t, dir, "job1")
+	noSegments(t, dir, testJob)
 }
 
 // TestShmCorruptRing: a peer (here the test) that scribbles on the shared
@@ -297,3 +298,8 @@ func FuzzShmRecord(f *testing.F) {
 		}
 	})
 }
+
+// testJob is the job id of this package's test meshes: one per test
+// process, so that the segments another process's tests (another run of
+// the suite on this machine) create never look like this one's leftovers.
+var testJob = fmt.Sprintf("job%d", os.Getpid())

@@ -68,6 +68,7 @@ type peerConn struct {
 	shm      atomic.Pointer[shmPeer] // set before the connection is published, if the pair shares memory
 	sameHost bool                    // the peer's host key is this rank's
 	dialed   bool                    // this rank dialed it (its remote address is where the peer listens)
+	port     uint16                  // accepted: the port the peer listens on (its hello's)
 	broken   atomic.Bool             // an error was read or written on it
 }
 
@@ -137,7 +138,7 @@ func (t *TCP) accept(c net.Conn) {
 	stop := context.AfterFunc(t.closeCtx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
 	admitted := -1
-	_, err := handshakeAccept(c, t.cfg.Secret, func(h *hello) byte {
+	h, err := handshakeAccept(c, t.cfg.Secret, func(h *hello) byte {
 		switch {
 		case h.Version != ProtocolVersion:
 			return statusVersion
@@ -163,7 +164,7 @@ func (t *TCP) accept(c net.Conn) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
-	if err := t.acceptSetup(c, admitted); err != nil {
+	if err := t.acceptSetup(c, admitted, h.Port); err != nil {
 		t.log.Debug("dropped a connection before it was set up", "rank", admitted, "err", err)
 		c.Close()
 	}
@@ -182,7 +183,7 @@ func (t *TCP) taken(peer int) bool {
 
 // register publishes a set-up connection to peer (with its shared memory,
 // if any) and starts its reader; false if peer already has one.
-func (t *TCP) register(peer int, c net.Conn, sp *shmPeer, sameHost, dialed bool) bool {
+func (t *TCP) register(peer int, c net.Conn, sp *shmPeer, sameHost, dialed bool, port uint16) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.taken(peer) {
@@ -193,7 +194,7 @@ func (t *TCP) register(peer int, c net.Conn, sp *shmPeer, sameHost, dialed bool)
 		_ = tc.SetReadBuffer(4 << 20)
 		_ = tc.SetWriteBuffer(4 << 20)
 	}
-	pc := &peerConn{peer: peer, c: c, pong: make(chan struct{}, 1), sameHost: sameHost, dialed: dialed}
+	pc := &peerConn{peer: peer, c: c, pong: make(chan struct{}, 1), sameHost: sameHost, dialed: dialed, port: port}
 	if sp != nil {
 		t.attach(pc, sp)
 	}

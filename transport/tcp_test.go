@@ -22,7 +22,7 @@ func listenAll(t *testing.T, n int, tweak func(r int, c *Config)) []*TCP {
 	ts := make([]*TCP, n)
 	for r := range n {
 		cfg := DefaultConfig()
-		cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret, cfg.ListenAddr = r, n, "job1", testSecret, "127.0.0.1:0"
+		cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret, cfg.ListenAddr = r, n, testJob, testSecret, "127.0.0.1:0"
 		if tweak != nil {
 			tweak(r, &cfg)
 		}
@@ -95,7 +95,7 @@ func TestTCPWrongSecret(t *testing.T) {
 	ts := make([]*TCP, n)
 	for r := range n {
 		cfg := DefaultConfig()
-		cfg.Rank, cfg.Size, cfg.JobID, cfg.ListenAddr = r, n, "job1", "127.0.0.1:0"
+		cfg.Rank, cfg.Size, cfg.JobID, cfg.ListenAddr = r, n, testJob, "127.0.0.1:0"
 		cfg.Secret = testSecret
 		if r == 1 {
 			cfg.Secret = bytes.Repeat([]byte("x"), 32)
@@ -122,8 +122,8 @@ func TestTCPGarbageConnection(t *testing.T) {
 	for _, junk := range [][]byte{
 		[]byte("GET / HTTP/1.1\r\n\r\n"),
 		(&hello{Version: ProtocolVersion, From: 1, To: 0, Size: 2, JobID: "other-job"}).append(nil),
-		(&hello{Version: 99, From: 1, To: 0, Size: 2, JobID: "job1"}).append(nil),
-		(&hello{Version: ProtocolVersion, From: 1, To: 0, Size: 2, JobID: "job1"}).append(nil), // no proof follows
+		(&hello{Version: 99, From: 1, To: 0, Size: 2, JobID: testJob}).append(nil),
+		(&hello{Version: ProtocolVersion, From: 1, To: 0, Size: 2, JobID: testJob}).append(nil), // no proof follows
 	} {
 		c, err := net.Dial("tcp", ts[0].Addr().String())
 		if err != nil {
@@ -423,7 +423,7 @@ func (l *flakyListener) Accept() (net.Conn, error) {
 // returns.
 func TestAcceptSurvivesTransientErrors(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret = 0, 2, "job1", testSecret
+	cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret = 0, 2, testJob, testSecret
 	cfg.AcceptPause = 5 * time.Millisecond
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
@@ -483,7 +483,7 @@ func TestRetryPause(t *testing.T) {
 
 func TestConfigValidatesTimings(t *testing.T) {
 	base := DefaultConfig()
-	base.Rank, base.Size, base.JobID, base.Secret = 0, 2, "job1", testSecret
+	base.Rank, base.Size, base.JobID, base.Secret = 0, 2, testJob, testSecret
 	if err := base.validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
