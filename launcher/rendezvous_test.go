@@ -32,7 +32,7 @@ func nodeConfig(addr string, node, nodes int) NodeConfig {
 
 // meet runs Meet on a fresh listener while dial runs; it returns what
 // Meet returned and the warnings it gave.
-func meet(t *testing.T, cfg RendezvousConfig, dial func(addr string)) (*Rendezvous, []Node, error, []string) {
+func meet(t *testing.T, cfg RendezvousConfig, dial func(addr string)) (*Rendezvous, []Node, []string, error) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -47,7 +47,7 @@ func meet(t *testing.T, cfg RendezvousConfig, dial func(addr string)) (*Rendezvo
 	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
-	return r, nodes, err, warns
+	return r, nodes, warns, err
 }
 
 // TestRendezvous: nodes 1 and 2 dial in (in either order) and prove the
@@ -56,7 +56,7 @@ func meet(t *testing.T, cfg RendezvousConfig, dial func(addr string)) (*Rendezvo
 // both ways, once.
 func TestRendezvous(t *testing.T) {
 	streams := make([]io.ReadWriteCloser, 3)
-	r, nodes, err, warns := meet(t, meetConfig(3), func(addr string) {
+	r, nodes, warns, err := meet(t, meetConfig(3), func(addr string) {
 		var wg sync.WaitGroup
 		for _, n := range []int{2, 1} {
 			wg.Add(1)
@@ -114,7 +114,7 @@ func TestRendezvousRefusals(t *testing.T) {
 	var mu sync.Mutex
 	cfg := meetConfig(2)
 	cfg.HandshakeTimeout = 200 * time.Millisecond
-	_, nodes, err, warns := meet(t, cfg, func(addr string) {
+	_, nodes, warns, err := meet(t, cfg, func(addr string) {
 		silent, err := net.Dial("tcp", addr)
 		if err == nil {
 			defer silent.Close()
@@ -172,7 +172,7 @@ func TestRendezvousRefusals(t *testing.T) {
 // connection fails (the launcher's nonce is new).
 func TestRendezvousDuplicateAndReplay(t *testing.T) {
 	var dupErr, replayErr error
-	_, nodes, err, warns := meet(t, meetConfig(3), func(addr string) {
+	_, nodes, warns, err := meet(t, meetConfig(3), func(addr string) {
 		first, _, err := DialLauncher(context.Background(), nodeConfig(addr, 1, 3))
 		if err != nil {
 			t.Error(err)
@@ -237,7 +237,7 @@ func TestRendezvousDuplicateAndReplay(t *testing.T) {
 func TestRendezvousTimeout(t *testing.T) {
 	cfg := meetConfig(4)
 	cfg.Timeout = 500 * time.Millisecond
-	_, _, err, _ := meet(t, cfg, func(addr string) {
+	_, _, _, err := meet(t, cfg, func(addr string) {
 		s, _, err := DialLauncher(context.Background(), nodeConfig(addr, 2, 4))
 		if err == nil {
 			s.Close()
