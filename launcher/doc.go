@@ -26,6 +26,13 @@
 // group of its own, told every rank's group over a pipe) sees the pipe
 // close and kills those groups and removes the job's files on the host.
 //
+// Agents may also dial in instead of being started (a per-node start,
+// gorun --nnodes: Kubernetes pods, containers): Meet accepts them at a
+// rendezvous address once they prove the job's secret (DialLauncher is the
+// node's side), and the Rendezvous it returns, as Config.Remote, is an
+// Attacher that hands each host's connection to the launcher as that
+// host's stream. The protocol on it is the same.
+//
 // # Protocol
 //
 // One gob stream each way over the agent's stdin and stdout (proto.Conn),
