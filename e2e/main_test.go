@@ -149,16 +149,8 @@ func (r *rig) run(t *testing.T, args ...string) result {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(90 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatalf("gorun %v hung; stderr:\n%s", args, errb)
-	}
-	return result{out.String(), errb.String(), cmd.ProcessState.ExitCode(), time.Since(start)}
+	code := waitCmd(t, cmd, fmt.Sprintf("gorun %v", args), errb)
+	return result{out.String(), errb.String(), code, time.Since(start)}
 }
 
 // hostProcs lists the processes inside host i's namespace other than its

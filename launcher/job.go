@@ -269,12 +269,7 @@ func (j *job) startAgent(a *agentProc, spec *proto.HostSpec) error {
 			return err
 		}
 		a.stream, a.stdin = stream, halfCloser{stream}
-		a.out = bufio.NewReader(stream)
-		a.conn = proto.NewConn(a.out, stream)
-		a.outbox = newOutbox()
-		j.streams.Add(2)
-		go j.read(a, spec)
-		go j.write(a)
+		j.serve(a, spec, stream, stream)
 		return nil
 	}
 	cmd := sp.AgentCommand(a.name)
@@ -294,14 +289,20 @@ func (j *job) startAgent(a *agentProc, spec *proto.HostSpec) error {
 		return fmt.Errorf("%s: starting agent: %w", a.name, err)
 	}
 	a.cmd, a.stdin = cmd, stdin
+	j.serve(a, spec, stdout, stdin)
+	return nil
+}
+
+// serve starts a's reader and writer on its stream (from the agent, to
+// it).
+func (j *job) serve(a *agentProc, spec *proto.HostSpec, from io.Reader, to io.Writer) {
 	// The banner and the gob stream are read from the same buffer.
-	a.out = bufio.NewReader(stdout)
-	a.conn = proto.NewConn(a.out, stdin)
+	a.out = bufio.NewReader(from)
+	a.conn = proto.NewConn(a.out, to)
 	a.outbox = newOutbox()
 	j.streams.Add(2)
 	go j.read(a, spec)
 	go j.write(a)
-	return nil
 }
 
 // read is a's reader for the agent's whole life: it sends the spec, skips
