@@ -83,18 +83,7 @@ func startMemHubs(t testing.TB, k, n int, elastic bool) ([]*Hub, []string, trans
 // dialAllMem connects n workers to in-memory hubs (startMemHubs).
 func dialAllMem(t testing.TB, n int, addrs []string, dial transport.DialFunc, partBytes int) []*Client {
 	t.Helper()
-	cs := make([]*Client, n)
-	for w := range n {
-		cfg := clientConfig(w, n, addrs, partBytes)
-		cfg.Dial = dial
-		c, err := Dial(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		cs[w] = c
-	}
-	return cs
+	return dialAllWith(t, n, addrs, partBytes, func(cfg *ClientConfig) { cfg.Dial = dial })
 }
 
 func clientConfig(w, n int, addrs []string, partBytes int) ClientConfig {
@@ -112,10 +101,16 @@ func dialAll(t testing.TB, n int, addrs []string, partBytes int) []*Client {
 
 func dialAllShm(t testing.TB, n int, addrs []string, partBytes int, shm transport.ShmOptions) []*Client {
 	t.Helper()
+	return dialAllWith(t, n, addrs, partBytes, func(cfg *ClientConfig) { cfg.Shm = shm })
+}
+
+// dialAllWith connects n workers, each with clientConfig changed by set.
+func dialAllWith(t testing.TB, n int, addrs []string, partBytes int, set func(*ClientConfig)) []*Client {
+	t.Helper()
 	cs := make([]*Client, n)
 	for w := range n {
 		cfg := clientConfig(w, n, addrs, partBytes)
-		cfg.Shm = shm
+		set(&cfg)
 		c, err := Dial(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
