@@ -55,6 +55,9 @@ func launchNode(c *cli.Context) error {
 	case nodes > 1 && addr == "":
 		return errors.New("--nnodes needs --rendezvous HOST:PORT (node 0's address; every node the same)")
 	}
+	if np := c.Int("np"); np != 0 && np != nodes*slots {
+		return fmt.Errorf("-np %d: a per-node start runs --nproc-per-node ranks on each node: leave -np out or give %d (%d nodes x %d)", np, nodes*slots, nodes, slots)
+	}
 	for _, f := range []string{"hostfile", "H", "ssh", "remote-gorun"} {
 		if c.IsSet(f) {
 			return fmt.Errorf("--%s: a per-node start (--nnodes) has no host list: every node starts its own gorun", f)
