@@ -240,12 +240,13 @@ type NodeConfig struct {
 	Program  string // ProgramDigest of its command
 	Hostname string
 	// Timeout bounds the whole dial (node 0 may not be up yet: it is
-	// retried every RetryPause); HandshakeTimeout one handshake.
+	// retried after 100 ms, then after pauses that double up to
+	// RetryPause); HandshakeTimeout one handshake.
 	Timeout, HandshakeTimeout, RetryPause time.Duration
 	from                                  string // tests: the local address to dial from
 }
 
-// DefaultNodeConfig retries for 5 minutes, every second.
+// DefaultNodeConfig retries for 5 minutes, at most a second apart.
 func DefaultNodeConfig() NodeConfig {
 	return NodeConfig{Timeout: 5 * time.Minute, HandshakeTimeout: 10 * time.Second, RetryPause: time.Second}
 }
@@ -267,6 +268,7 @@ func DialLauncher(ctx context.Context, cfg NodeConfig) (io.ReadWriteCloser, stri
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	var last error
+	pause := min(100*time.Millisecond, cfg.RetryPause) // doubling up to RetryPause
 	for {
 		var d net.Dialer
 		if cfg.from != "" {
@@ -286,7 +288,8 @@ func DialLauncher(ctx context.Context, cfg NodeConfig) (io.ReadWriteCloser, stri
 		}
 		last = err
 		select {
-		case <-time.After(cfg.RetryPause):
+		case <-time.After(pause):
+			pause = min(2*pause, cfg.RetryPause)
 		case <-ctx.Done():
 			return nil, "", fmt.Errorf("node %d: no launcher at %s within %v: %w", cfg.Node, cfg.Launcher, cfg.Timeout, last)
 		}
