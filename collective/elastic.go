@@ -23,7 +23,7 @@ import (
 // the membership: it learns of a death from the process's exit (or fences
 // a rank that a peer suspects, by killing it) and sends every survivor the
 // new view, epoch + 1 and the live ranks, over the rank's control channel
-// (GORUN_CONTROL_FD, a line protocol: "view E r,r,..." down, "suspect R
+// (GORUN_CONTROL_FD, a line protocol: "view E r,r,..." down, "suspect R E
 // reason" up). Gossip's opinions never decide it.
 //
 // A collective that a view change interrupts returns ErrViewChanged on
@@ -511,6 +511,12 @@ func (e *elastic) suspect(rank int, reason string) {
 	if e.ctl == nil {
 		return
 	}
+	// The newest view this rank has heard of, read before the report is
+	// written (announce takes mu, then wmu): if the suspect joined in a
+	// later one, the report is about its old process, and gorun drops it.
+	e.mu.Lock()
+	epoch := e.announced.Epoch
+	e.mu.Unlock()
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
 	if e.reported[rank] {
@@ -520,7 +526,7 @@ func (e *elastic) suspect(rank int, reason string) {
 	if len(reason) > 200 {
 		reason = reason[:200]
 	}
-	if _, err := io.WriteString(e.ctl, control.Suspect{Rank: rank, Reason: reason}.String()+"\n"); err != nil {
+	if _, err := io.WriteString(e.ctl, control.Suspect{Rank: rank, Epoch: epoch, Reason: reason}.String()+"\n"); err != nil {
 		e.c.log.Warn("elastic: cannot tell gorun", "suspect", rank, "err", err)
 	}
 }

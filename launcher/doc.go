@@ -92,9 +92,10 @@
 //     order) to every running rank, unless it leaves fewer than --min-np
 //     running, which fails the job. A rank that finishes (exit 0) makes
 //     no view: it took part in every collective, and a view would only
-//     interrupt the others' last ones. A rank's "suspect R reason" line
+//     interrupt the others' last ones. A rank's "suspect R E reason" line
 //     fences rank R (SIGKILL on its host) if it is running and the
-//     reporter is too; R's exit then makes the view. A suspect of a rank
+//     reporter is too, unless R joined (restarted) in a view newer than
+//     E, the newest the reporter had heard of; R's exit then makes the view. A suspect of a rank
 //     that finished but is still in the view (it left too early) makes
 //     the view at once. The job exits 0 if every rank that was not lost
 //     finished with 0. An agent writes views through a short queue per

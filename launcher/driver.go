@@ -229,7 +229,7 @@ func (d *driver) translate(a *agentProc, m *proto.Message, now time.Time) event 
 	case m.Kind == proto.MsgOutput && ours:
 		d.output(m)
 	case m.Kind == proto.MsgSuspect && ours:
-		ev.kind, ev.target, ev.text = evSuspect, m.Target, m.Err
+		ev.kind, ev.target, ev.epoch, ev.text = evSuspect, m.Target, m.Epoch, m.Err
 	case m.Kind == proto.MsgJoin && ours:
 		ev.kind, ev.joiner = evJoin, control.Joiner{Rank: m.Rank, Addr: m.Addr, Host: m.Host}
 	case m.Kind == proto.MsgStatus && ours && m.Status != nil:

@@ -40,6 +40,7 @@ type policy struct {
 
 	exited, ok []bool
 	fenced     []bool       // ranks killed on a suspect (ringElastic)
+	joinedAt   []int        // per rank: the view it last joined (restarted) in, 0 if none
 	inView     []bool       // ranks of the last view (ringElastic)
 	epoch      int          // of the last view (ringElastic); 0 is the start
 	last       control.View // the last view (ringElastic), without its joiners
@@ -111,7 +112,7 @@ func newPolicy(np, hubs int, elastic elasticity, minNP, maxRestarts int) *policy
 		maxRestarts = 0
 	}
 	p := &policy{np: np, elastic: elastic, minNP: max(minNP, 1), maxRestarts: max(maxRestarts, 0),
-		exited: make([]bool, np+hubs), ok: make([]bool, np+hubs), fenced: make([]bool, np), inView: make([]bool, np),
+		exited: make([]bool, np+hubs), ok: make([]bool, np+hubs), fenced: make([]bool, np), joinedAt: make([]int, np), inView: make([]bool, np),
 		restarts: make([]int, np), joining: make([]bool, np), hostOf: make([]int, np)}
 	for r := range p.inView {
 		p.inView[r] = true
@@ -374,18 +375,25 @@ func (p *policy) join(rank int, addr, host string) decision {
 	}
 	p.joining[rank] = false
 	d := decision{View: p.nextView([]control.Joiner{{Rank: rank, Addr: addr, Host: host}})}
+	p.joinedAt[rank] = d.View.Epoch
 	d.Note = fmt.Sprintf("rank %d joined (restart %d, at %s); --elastic: the job goes on with %d ranks (view %d)", rank, p.restarts[rank], addr, len(d.View.Live), d.View.Epoch)
 	return d
 }
 
-// suspect: rank reporter says rank target is lost (reason). With
-// --elastic, a target that is running is fenced (killed); its exit then
-// makes the new view. A report is ignored while the job is ending, and
-// when either rank is not running, is a restarted rank that has not
-// joined, or was fenced already (a fenced rank's reports do not count),
-// or names itself.
-func (p *policy) suspect(reporter, target int, reason string) decision {
+// suspect: rank reporter says rank target is lost (reason), having heard
+// of views up to epoch. With --elastic, a target that is running is
+// fenced (killed); its exit then makes the new view. A report is ignored
+// while the job is ending, and when either rank is not running, is a
+// restarted rank that has not joined, or was fenced already (a fenced
+// rank's reports do not count), or names itself; and when the target
+// joined (restarted) in a view newer than epoch: the reporter had not
+// heard of its new process yet, and its report is about the old one (a
+// write that failed on the old process's connection fenced the new one).
+func (p *policy) suspect(reporter, target, epoch int, reason string) decision {
 	if p.elastic != ringElastic || p.stopping != 0 || p.dumping || reporter == target || !p.standing(reporter) || p.joining[reporter] {
+		return decision{}
+	}
+	if target >= 0 && target < p.np && epoch < p.joinedAt[target] {
 		return decision{}
 	}
 	if target >= 0 && target < p.np && p.exited[target] && p.ok[target] && p.inView[target] {

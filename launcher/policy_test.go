@@ -12,6 +12,7 @@ import (
 type step struct {
 	event      string // "exit", "suspect", "agent-lost", "agent-lost-after-exits", "agent-error", "signal", "timeout", ...
 	rank, code int    // suspect: rank reports rank code
+	epoch      int    // suspect: the newest view the reporter had heard of (-1: the policy's last)
 	ranks      []int  // host-lost: the ranks of rank's host that are lost (nil: rank and rank+1)
 	sig        syscall.Signal
 	wantSignal syscall.Signal
@@ -63,7 +64,11 @@ func (s step) feed(p *policy) decision {
 	case "exit":
 		return p.rankExited(s.rank, s.code, "rank exit summary")
 	case "suspect":
-		return p.suspect(s.rank, s.code, "frozen")
+		epoch := s.epoch
+		if epoch < 0 {
+			epoch = p.epoch
+		}
+		return p.suspect(s.rank, s.code, epoch, "frozen")
 	case "agent-lost": // rank's host: rank is lost with it
 		p.hostGone(p.hostOf[s.rank])
 		return p.agentLost([]int{s.rank}, "lost the agent on h2")
@@ -282,6 +287,12 @@ func TestPolicy(t *testing.T) {
 			{event: "exit", rank: 0}, {event: "exit", rank: 1},
 			{event: "exit", rank: 3, wantSignal: syscall.SIGTERM},
 		}, wantNote: "finished without 1 lost rank(s) [2] (--elastic); rank 2 restarted 1 time (--max-restarts 1)", exactNote: true},
+		{name: "restart: a report about a rank's old process (the reporter had not heard of its join) is dropped", np: 4, elastic: ringElastic, maxRestarts: 1, steps: []step{
+			{event: "exit", rank: 2, code: 7, wantView: "view 1 0,1,3", wantNote: "restarting it", wantRestart: "2 #1 view 1 0,1,3"},
+			{event: "join", rank: 2, wantNote: "joined", wantView: "view 2 0,1,2,3 +2 10.0.0.3:4021 h2/1"},
+			{event: "suspect", rank: 1, code: 2, epoch: 1}, // written before rank 1 read view 2
+			{event: "suspect", rank: 3, code: 2, epoch: 2, wantNote: "rank 3 suspects rank 2 (frozen); --elastic: fenced it", wantFence: "2"},
+		}, wantNote: "rank 2 restarted 1 time"},
 		{name: "restart: a joined rank that dies is a loss like any other; budget exhausted after", np: 4, elastic: ringElastic, maxRestarts: 1, steps: []step{
 			{event: "exit", rank: 2, code: 7, wantView: "view 1 0,1,3", wantNote: "restarting it", wantRestart: "2 #1 view 1 0,1,3"},
 			{event: "join", rank: 2, wantNote: "joined", wantView: "view 2 0,1,2,3 +2 10.0.0.3:4021 h2/1"},
@@ -381,7 +392,7 @@ func TestPolicy(t *testing.T) {
 			{event: "exit", rank: 2, code: 1, wantView: "view 1 0,1,3", wantNote: "restarting it", wantRestart: "2 #1 view 1 0,1,3"},
 			{event: "suspect", rank: 2, code: 0}, {event: "suspect", rank: 0, code: 2},
 			{event: "join", rank: 2, wantNote: "joined", wantView: "view 2 0,1,2,3 +2 10.0.0.3:4021 h2/1"},
-			{event: "suspect", rank: 0, code: 2, wantNote: "fenced it", wantFence: "2"},
+			{event: "suspect", rank: 0, code: 2, epoch: -1, wantNote: "fenced it", wantFence: "2"},
 			{event: "exit", rank: 2, code: 137, wantView: "view 3 0,1,3", wantNote: "not restarted"},
 			{event: "exit", rank: 0}, {event: "exit", rank: 1},
 			{event: "exit", rank: 3, wantSignal: syscall.SIGTERM},

@@ -85,6 +85,7 @@ type event struct {
 	agent    int // index of the agent it came from
 	rank     int
 	target   int // evSuspect: the rank suspected
+	epoch    int // evSuspect: the newest view the reporter had heard of
 	code     int
 	exit     *proto.Exit
 	sig      syscall.Signal
@@ -230,7 +231,7 @@ func (s *supervisor) step(ev event) []action {
 	case evExited:
 		s.apply(s.pol.rankExited(ev.rank, exitCode(ev.exit), ev.text), ev.now)
 	case evSuspect:
-		s.apply(s.pol.suspect(ev.rank, ev.target, ev.text), ev.now)
+		s.apply(s.pol.suspect(ev.rank, ev.target, ev.epoch, ev.text), ev.now)
 	case evJoin:
 		s.apply(s.pol.join(ev.rank, ev.joiner.Addr, ev.joiner.Host), ev.now)
 	case evStatus:

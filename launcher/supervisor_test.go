@@ -84,8 +84,11 @@ func declared(agent, rank int) event {
 	return event{kind: evStatus, agent: agent, rank: rank, declared: true}
 }
 func signal(s syscall.Signal) event { return event{kind: evSignal, sig: s} }
+
+// suspects is rank's report of target from a rank that has heard of every
+// view so far.
 func suspects(agent, rank, target int) event {
-	return event{kind: evSuspect, agent: agent, rank: rank, target: target, text: "frozen"}
+	return event{kind: evSuspect, agent: agent, rank: rank, target: target, epoch: 1 << 20, text: "frozen"}
 }
 func tick() event { return event{kind: evTick} }
 func joins(agent, rank int) event {

@@ -4,13 +4,15 @@
 // descriptor in GORUN_CONTROL_FD; the protocol is ASCII, one message a
 // line ("\n"; a "\r" before it is dropped), at most MaxLine bytes a line.
 //
-//	rank  -> agent:  suspect <rank> <reason to the end of the line>
+//	rank  -> agent:  suspect <rank> <epoch> <reason to the end of the line>
 //	rank  -> agent:  join <data address> <host key>
 //	agent -> rank:   view <epoch> <live ranks, comma-separated, increasing> [+<rank> <data address> <host key>]...
 //
 // A rank sends suspect when it believes another rank is lost (frozen or
-// unreachable); the launcher then kills that rank (fences it), unless it
-// is gone already. Whenever a rank fails while the job goes on, the
+// unreachable), with the newest view epoch it has heard of; the launcher
+// then kills that rank (fences it), unless it is gone already or it
+// joined (restarted) in a newer view than the reporter had heard of:
+// such a report is about its old process. Whenever a rank fails while the job goes on, the
 // launcher, which sequences the job's membership, bumps the epoch and
 // every rank still running gets the new view, e.g. "view 1 0,1,3". Epoch
 // 0 is the start (every rank) and is never sent. Each view is the whole
@@ -169,16 +171,19 @@ func ParseView(line string) (View, error) {
 	return v, nil
 }
 
-// Suspect is a rank's report that rank Rank is lost, and why.
+// Suspect is a rank's report that rank Rank is lost, and why. Epoch is
+// the newest view the reporting rank had heard of: a report about a rank
+// that joined (restarted) in a later view is about its old process.
 type Suspect struct {
 	Rank   int
+	Epoch  int
 	Reason string
 }
 
-// String is s's line, without the newline: "suspect 3 frozen". Control
+// String is s's line, without the newline: "suspect 3 2 frozen". Control
 // characters in the reason (a newline would end the line) become spaces.
 func (s Suspect) String() string {
-	line := "suspect " + strconv.Itoa(s.Rank)
+	line := "suspect " + strconv.Itoa(s.Rank) + " " + strconv.Itoa(s.Epoch)
 	if s.Reason != "" {
 		line += " " + clean(s.Reason)
 	}
@@ -191,14 +196,16 @@ func (s Suspect) String() string {
 func ParseSuspect(line string) (Suspect, error) {
 	rest, ok := strings.CutPrefix(line, "suspect ")
 	if !ok {
-		return Suspect{}, malformed("want suspect RANK REASON", line)
+		return Suspect{}, malformed("want suspect RANK EPOCH REASON", line)
 	}
-	num, reason, _ := strings.Cut(rest, " ")
+	num, rest, _ := strings.Cut(rest, " ")
+	ep, reason, _ := strings.Cut(rest, " ")
 	r, ok := number(num)
-	if !ok {
-		return Suspect{}, malformed("want suspect RANK REASON, RANK a number", line)
+	e, eok := number(ep)
+	if !ok || !eok {
+		return Suspect{}, malformed("want suspect RANK EPOCH REASON, RANK and EPOCH numbers", line)
 	}
-	return Suspect{Rank: r, Reason: clean(reason)}, nil
+	return Suspect{Rank: r, Epoch: e, Reason: clean(reason)}, nil
 }
 
 // number parses a rank or an epoch: decimal digits only, at most 9 of

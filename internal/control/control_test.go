@@ -38,23 +38,23 @@ func TestView(t *testing.T) {
 
 func TestSuspect(t *testing.T) {
 	for line, want := range map[string]Suspect{
-		"suspect 3 frozen":                     {3, "frozen"},
-		"suspect 0 no frames for 2s from rank": {0, "no frames for 2s from rank"},
-		"suspect 12":                           {12, ""},
-		"suspect 12 ":                          {12, ""},
-		"suspect 1 a\tb":                       {1, "a b"},
+		"suspect 3 0 frozen":                     {3, 0, "frozen"},
+		"suspect 0 7 no frames for 2s from rank": {0, 7, "no frames for 2s from rank"},
+		"suspect 12 1":                           {12, 1, ""},
+		"suspect 12 4 ":                          {12, 4, ""},
+		"suspect 1 2 a\tb":                       {1, 2, "a b"},
 	} {
 		got, err := ParseSuspect(line)
 		if err != nil || got != want {
 			t.Errorf("ParseSuspect(%q) = %+v, %v; want %+v", line, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "suspect", "suspect ", "suspect x frozen", "suspect -1 x", "suspect  3 x", "SUSPECT 3 x", "view 1 0"} {
+	for _, bad := range []string{"", "suspect", "suspect ", "suspect x frozen", "suspect -1 x", "suspect  3 x", "SUSPECT 3 x", "view 1 0", "suspect 3 frozen", "suspect 3", "suspect 3 -1 x"} {
 		if _, err := ParseSuspect(bad); !errors.Is(err, ErrMalformed) {
 			t.Errorf("ParseSuspect(%q): %v, want ErrMalformed", bad, err)
 		}
 	}
-	if got := (Suspect{Rank: 2, Reason: "a\nb"}).String(); got != "suspect 2 a b" {
+	if got := (Suspect{Rank: 2, Epoch: 5, Reason: "a\nb"}).String(); got != "suspect 2 5 a b" {
 		t.Fatalf("a newline in the reason must not end the line: %q", got)
 	}
 }

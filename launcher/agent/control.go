@@ -97,7 +97,7 @@ func (a *agent) readControl(p *rankProc, s *controlSession) {
 		if len(reason) > maxReason {
 			reason = reason[:maxReason] + "..."
 		}
-		_ = a.conn.Send(&proto.Message{Kind: proto.MsgSuspect, Rank: p.spec.Rank, Target: sus.Rank, Err: reason})
+		_ = a.conn.Send(&proto.Message{Kind: proto.MsgSuspect, Rank: p.spec.Rank, Target: sus.Rank, Epoch: sus.Epoch, Err: reason})
 	}
 }
 

@@ -32,7 +32,7 @@ func TestControlChannel(t *testing.T) {
 				if [ "$GORUN_RANK" = 0 ]; then
 					echo hello >&$fd
 					head -c 70000 /dev/zero | tr '\0' x >&$fd; echo >&$fd
-					echo "suspect 2 frozen for 3s" >&$fd
+					echo "suspect 2 4 frozen for 3s" >&$fd
 				fi
 				read -r line <&$fd; echo "got $line"`
 			l := startAgent(t, context.Background(), script, 3, tc.opts...)
@@ -48,7 +48,7 @@ func TestControlChannel(t *testing.T) {
 				if m.Kind == proto.MsgOutput && strings.HasPrefix(string(m.Data), "fd ") {
 					fds[m.Rank] = string(m.Data)
 				}
-				if m.Kind == proto.MsgSuspect && (m.Rank != 0 || m.Target != 2 || m.Err != "frozen for 3s") {
+				if m.Kind == proto.MsgSuspect && (m.Rank != 0 || m.Target != 2 || m.Epoch != 4 || m.Err != "frozen for 3s") {
 					t.Fatalf("suspect %+v", m)
 				}
 			}

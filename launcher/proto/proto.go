@@ -171,7 +171,7 @@ type Message struct {
 	Exit   *Exit
 	Signal int
 	Err    string
-	Epoch  int   // MsgPMIFence, MsgPMIRelease, MsgView, MsgRestart
+	Epoch  int   // MsgPMIFence, MsgPMIRelease, MsgView, MsgRestart; MsgSuspect: the newest view the reporting rank had heard of
 	Live   []int // MsgView, MsgRestart: the live ranks, in increasing order
 	Target int   // MsgSuspect: the rank suspected
 	// Joined (MsgView): the restarted ranks that join in this view.
