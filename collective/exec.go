@@ -1,6 +1,7 @@
 package collective
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -254,6 +255,13 @@ func (c *Comm) wake() {
 	c.mu.Unlock()
 }
 
+// isUnordered reports whether giveUp broke the order.
+func (c *Comm) isUnordered() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.unordered
+}
+
 // giveUp breaks the order for good: collectives no longer wait for those
 // before them.
 func (c *Comm) giveUp() {
@@ -275,6 +283,15 @@ func (c *Comm) run(ctx context.Context, op *Handle, f func(ctx context.Context, 
 	}
 	if op.serial && !c.waitFor(ctx, op.idx) {
 		op.err = c.gaveUp(ctx, op)
+		c.done(op)
+		c.finished(op.idx)
+		return
+	}
+	if op.serial && c.isUnordered() {
+		// A collective before it gave up: the order is broken (and the
+		// Comm with it). Serial collectives share the Comm's sequence and
+		// view, so none may run beside another: it fails instead.
+		op.err = fmt.Errorf("collective: rank %d: %s: a collective before it gave up waiting, which broke the Comm: %w", c.cfg.Rank, kindName[op.kind], cmp.Or(c.tr.Err(), ErrClosed))
 		c.done(op)
 		c.finished(op.idx)
 		return

@@ -53,7 +53,7 @@ func elasticRank(args []string) int {
 		return 0
 	case args[0] == "freeze" && rank == 1:
 		time.Sleep(200 * time.Millisecond)
-		if _, err := fmt.Fprintf(ctl, "suspect 3 frozen\n"); err != nil {
+		if _, err := fmt.Fprintf(ctl, "suspect 3 0 frozen\n"); err != nil {
 			fmt.Fprintf(os.Stderr, "elastic rank 1: %v\n", err)
 			return 2
 		}
@@ -124,7 +124,7 @@ func rejoinRank(args []string, rank int, ctl net.Conn) int {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		if _, err := fmt.Fprintf(ctl, "suspect 2 frozen\n"); err != nil {
+		if _, err := fmt.Fprintf(ctl, "suspect 2 0 frozen\n"); err != nil {
 			fmt.Fprintf(os.Stderr, "rank 1: %v\n", err)
 			return 2
 		}
