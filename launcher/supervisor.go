@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"syscall"
@@ -146,8 +147,13 @@ type supervisorConfig struct {
 	DumpWait    time.Duration
 	Grace       time.Duration
 	AgentWait   time.Duration // 0: no bound (the hard stop only)
-	Timeline    bool
-	Agents      []supervisedAgent
+	// JoinWait bounds how long a restarted rank may take to say join: one
+	// that has not (frozen before it joined: it is in no view, so no rank
+	// suspects it) is killed, and its exit restarts it again while it has
+	// restarts left. 0: joinWait.
+	JoinWait time.Duration
+	Timeline bool
+	Agents   []supervisedAgent
 }
 
 // agentState is the supervisor's view of one agent.
@@ -183,9 +189,19 @@ type supervisor struct {
 	dumpEnd  time.Time
 	silentAt time.Time
 	hardStop time.Time
+	joinBy   map[int]joinDeadline // restarted ranks that have not joined
 
 	acts []action
 }
+
+// joinDeadline is when a rank's count-th restart must have joined.
+type joinDeadline struct {
+	at    time.Time
+	count int
+}
+
+// joinWait is supervisorConfig.JoinWait's default.
+const joinWait = 30 * time.Second
 
 func newSupervisor(cfg supervisorConfig, t0 time.Time) *supervisor {
 	s := &supervisor{cfg: cfg, t0: t0, pol: newPolicy(cfg.NP, cfg.Hubs, cfg.Elastic, cfg.MinNP, cfg.MaxRestarts), declared: make([]bool, cfg.NP)}
@@ -345,6 +361,10 @@ func (s *supervisor) apply(d decision, now time.Time) {
 		}
 		if i := s.owner[r.Rank]; !s.agents[i].done {
 			s.emit(action{kind: actRestart, agent: i, rank: r.Rank, count: r.Count, view: r.View, spec: r.Spec})
+			if s.joinBy == nil {
+				s.joinBy = map[int]joinDeadline{}
+			}
+			s.joinBy[r.Rank] = joinDeadline{now.Add(cmp.Or(s.cfg.JoinWait, joinWait)), r.Count}
 		}
 	}
 	if d.Signal != 0 {
@@ -441,6 +461,17 @@ func (s *supervisor) tick(now time.Time) {
 		s.silentAt = time.Time{}
 		s.silent(now)
 	}
+	for rank, jd := range s.joinBy {
+		if !due(jd.at, now) {
+			continue
+		}
+		delete(s.joinBy, rank)
+		i := s.owner[rank]
+		if s.pol.joining[rank] && s.pol.restarts[rank] == jd.count && !s.pol.exited[rank] && s.pol.stopping == 0 && !s.agents[i].done {
+			s.emit(action{kind: actPrint, text: fmt.Sprintf("rank %d has not joined %v after its restart %d (frozen?); --elastic: killed it", rank, cmp.Or(s.cfg.JoinWait, joinWait), jd.count)})
+			s.emit(action{kind: actSignalRank, agent: i, rank: rank, sig: syscall.SIGKILL})
+		}
+	}
 	if due(s.hardStop, now) {
 		s.hardStop = time.Time{}
 		// Agents that do not finish after the grace period plus a
@@ -504,6 +535,11 @@ func (s *supervisor) next() time.Time {
 	for _, d := range []time.Time{s.timeout, s.dumpEnd, s.silentAt, s.hardStop} {
 		if !d.IsZero() && (t.IsZero() || d.Before(t)) {
 			t = d
+		}
+	}
+	for _, jd := range s.joinBy {
+		if t.IsZero() || jd.at.Before(t) {
+			t = jd.at
 		}
 	}
 	return t

@@ -306,6 +306,18 @@ func TestSupervisor(t *testing.T) {
 			{ev: exited(0, 0, 0)}, {ev: exited(0, 1, 0), want: []string{"terminate 0 TERM", "clock 0"}},
 			{ev: doneEv(0), want: []string{"close 0"}},
 		}},
+		{name: "restart: a restarted rank that has not joined within JoinWait (frozen: no rank suspects it) is killed, and restarted again", cfg: restarts(1, 2), steps: []sstep{
+			{ev: exited(1, 2, 7), want: []string{"print: rank 2 exited", "tell 0 view 1 0,1,3", "tell 1 view 1 0,1,3", "restart 1 rank 2 #1 view 1 0,1,3"}},
+			{at: 29 * time.Second, ev: tick()},
+			{at: 30 * time.Second, ev: tick(), want: []string{"print: rank 2 has not joined 30s after its restart 1 (frozen?); --elastic: killed it", "signal 1 rank 2 KILL"}},
+			{at: 30 * time.Second, ev: event{kind: evExited, agent: 1, rank: 2, exit: &proto.Exit{Code: -1, Signal: 9}, text: "rank 2 was killed by signal 9"},
+				want: []string{"print: rank 2 was killed by signal 9; --elastic: it had not joined (restart 1); restarting it (restart 2 of 2)", "restart 1 rank 2 #2 view 1 0,1,3"}},
+			{at: 31 * time.Second, ev: joins(1, 2), want: []string{"print: rank 2 joined", "tell 0 view 2 0,1,2,3 +2 10.0.0.3:4021 h2/1", "tell 1 view 2 0,1,2,3 +2 10.0.0.3:4021 h2/1"}},
+			{at: 70 * time.Second, ev: tick()}, // joined: no kill
+			{at: 70 * time.Second, ev: exited(0, 0, 0)}, {at: 70 * time.Second, ev: exited(0, 1, 0)}, {at: 70 * time.Second, ev: exited(1, 2, 0)},
+			{at: 70 * time.Second, ev: exited(1, 3, 0), want: bothStop},
+			{at: 70 * time.Second, ev: doneEv(0), want: []string{"close 0"}}, {at: 70 * time.Second, ev: doneEv(1), want: []string{"close 1"}},
+		}},
 		{name: "restart: once the others finished, a rank waiting to join is stopped", cfg: restarts(1, 1), steps: []sstep{
 			{ev: exited(1, 2, 7), want: []string{"print: rank 2 exited", "tell 0 view 1 0,1,3", "tell 1 view 1 0,1,3", "restart 1 rank 2 #1 view 1 0,1,3"}},
 			{ev: exited(0, 0, 0)}, {ev: exited(0, 1, 0)},
