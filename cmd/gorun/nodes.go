@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 
 	"github.com/gorun/gorun/launcher"
@@ -129,7 +128,7 @@ func runNodeAgent(c *cli.Context, nodes, node, slots int, addr, secret, digest s
 		cfg.Sentinel = []string{exe, launcher.SentinelCommandName}
 	}
 	if err := agent.Run(ctx, cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "gorun node %s: %v\n", strconv.Itoa(node), err)
+		fmt.Fprintf(os.Stderr, "gorun node %d: %v\n", node, err)
 		return exitError{1}
 	}
 	return nil

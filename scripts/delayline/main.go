@@ -183,6 +183,12 @@ type message struct {
 
 // send writes one nfnetlink_queue message.
 func send(fd int, msg uint8, queue uint16, flags uint16, as []attr) error {
+	return unix.Sendto(fd, encode(subsysQueue<<8|uint16(msg), unix.NLM_F_REQUEST|flags, queue, as), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+}
+
+// encode is one nfnetlink message of type typ: the netlink header, the
+// nfgenmsg header (for queue) and the attributes, each padded to 4 bytes.
+func encode(typ, flags, queue uint16, as []attr) []byte {
 	b := make([]byte, 16, 64)
 	b = append(b, unix.AF_UNSPEC, 0 /* NFNETLINK_V0 */, byte(queue>>8), byte(queue))
 	for _, a := range as {
@@ -194,9 +200,9 @@ func send(fd int, msg uint8, queue uint16, flags uint16, as []attr) error {
 		}
 	}
 	binary.LittleEndian.PutUint32(b[0:], uint32(len(b)))
-	binary.LittleEndian.PutUint16(b[4:], subsysQueue<<8|uint16(msg))
-	binary.LittleEndian.PutUint16(b[6:], unix.NLM_F_REQUEST|flags)
-	return unix.Sendto(fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+	binary.LittleEndian.PutUint16(b[4:], typ)
+	binary.LittleEndian.PutUint16(b[6:], flags)
+	return b
 }
 
 // ack reads the kernel's answer to a request sent with NLM_F_ACK.

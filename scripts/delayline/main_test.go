@@ -6,21 +6,8 @@ import (
 )
 
 // nlmsg builds one netlink message of type typ around an nfgenmsg header
-// and the given attributes.
-func nlmsg(typ uint16, as ...attr) []byte {
-	b := make([]byte, 20)
-	for _, a := range as {
-		b = binary.LittleEndian.AppendUint16(b, uint16(4+len(a.data)))
-		b = binary.LittleEndian.AppendUint16(b, a.typ)
-		b = append(b, a.data...)
-		for len(b)%4 != 0 {
-			b = append(b, 0)
-		}
-	}
-	binary.LittleEndian.PutUint32(b, uint32(len(b)))
-	binary.LittleEndian.PutUint16(b[4:], typ)
-	return b
-}
+// and the given attributes, as the kernel sends them.
+func nlmsg(typ uint16, as ...attr) []byte { return encode(typ, 0, 0, as) }
 
 // TestParse: a datagram of two packet notifications gives both packets'
 // ids; a truncated one gives what is whole.
