@@ -13,8 +13,8 @@
 // rank stayed out (from the strike to gorun's "rank R joined").
 //
 // The harness runs on the machine that holds the test hosts
-// (scripts/testhosts.sh): it finds the ranks' processes by their
-// executable in /proc, and cuts a host by setting its network namespace's
+// (scripts/testhosts.sh): it finds the ranks' processes in /proc by a mark
+// of the run in their environment (gorun -x), and cuts a host by setting its network namespace's
 // link down. It needs root.
 package soak
 
@@ -54,8 +54,8 @@ type Config struct {
 	// Gorun is gorun's command up to the program: the binary and its
 	// flags (--elastic --max-restarts R, -hostfile, --ssh ...).
 	Gorun []string
-	// Program is examples/selftest's binary, by absolute path (its
-	// processes are found by it); Run adds -drill outside -until T and
+	// Program is examples/selftest's binary, by absolute path (every
+	// test host runs it from there); Run adds -drill outside -until T and
 	// ProgramArgs.
 	Program     string
 	ProgramArgs []string
@@ -132,8 +132,9 @@ var (
 
 // run is one run's state shared by the strikes and the output readers.
 type run struct {
-	cfg Config
-	rng *rand.Rand
+	cfg     Config
+	rng     *rand.Rand
+	envMark string // KEY=VALUE in every rank's environment (gorun -x)
 
 	mu       sync.Mutex
 	outSince map[int]time.Time
@@ -161,9 +162,6 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if len(cfg.Kinds) == 0 {
 		cfg.Kinds = Kinds
 	}
-	if p, err := filepath.EvalSymlinks(cfg.Program); err == nil {
-		cfg.Program = p
-	}
 	if len(cfg.Hosts) == 0 {
 		cfg.Kinds = slices.DeleteFunc(slices.Clone(cfg.Kinds), func(k string) bool { return k == Cut })
 	}
@@ -175,7 +173,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x50a4)), outSince: map[int]time.Time{}, started: make(chan struct{})}
 	start := time.Now()
 	until := start.Add(cfg.For + cfg.Settle)
-	args := append(slices.Clone(cfg.Gorun[1:]), cfg.Program, "-drill", "outside", "-until", strconv.FormatInt(until.UnixNano(), 10))
+	// The ranks carry a mark of this run in their environment, by which
+	// procs finds them (their executable's path is not enough: inside a
+	// chroot, /proc shows it from another root).
+	r.envMark = fmt.Sprintf("GORUN_SOAK_RUN=%d-%x", os.Getpid(), r.rng.Uint64())
+	args := append(slices.Clone(cfg.Gorun[1:]), "-x", r.envMark, cfg.Program, "-drill", "outside", "-until", strconv.FormatInt(until.UnixNano(), 10))
 	args = append(args, cfg.ProgramArgs...)
 	cmd := exec.Command(cfg.Gorun[0], args...)
 	cmd.Dir = cfg.Dir
@@ -407,7 +409,8 @@ type proc struct {
 	stopped   bool
 }
 
-// procs lists the running processes of r.cfg.Program and their ranks.
+// procs lists the running rank processes of this run (by their mark) and
+// their ranks.
 func (r *run) procs() []proc {
 	ents, _ := os.ReadDir("/proc")
 	var ps []proc
@@ -417,11 +420,8 @@ func (r *run) procs() []proc {
 			continue
 		}
 		dir := "/proc/" + e.Name()
-		if exe, err := os.Readlink(dir + "/exe"); err != nil || exe != r.cfg.Program {
-			continue
-		}
 		env, err := os.ReadFile(dir + "/environ")
-		if err != nil {
+		if err != nil || !slices.ContainsFunc(bytes.Split(env, []byte{0}), func(kv []byte) bool { return string(kv) == r.envMark }) {
 			continue
 		}
 		rank := -1
