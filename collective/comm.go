@@ -98,6 +98,8 @@ func newComm(cfg Config, log *slog.Logger, tr transport.Transport) *Comm {
 		p, err := inspect.OpenPage(cfg.StatusFile)
 		if err != nil {
 			log.Warn("no status page: gorun cannot see this rank's collectives", "err", err)
+		} else {
+			inspect.CatchQuit()
 		}
 		c.page = p
 	}
