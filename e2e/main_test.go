@@ -154,16 +154,17 @@ func (r *rig) run(t *testing.T, args ...string) result {
 }
 
 // hostProcs lists the processes inside host i's namespace other than its
-// sshd listener.
+// daemons: its sshd listener and, with Slurm up, its slurmd.
 func (r *rig) hostProcs(i int) []string {
 	ns := fmt.Sprintf("gr-h%d", i+1)
 	out, _ := exec.Command("ip", "netns", "pids", ns).Output()
 	listener, _ := os.ReadFile(filepath.Join(r.dir, fmt.Sprintf("h%d", i+1), "sshd.pid"))
+	slurmd, _ := os.ReadFile(filepath.Join(r.dir, "slurm", fmt.Sprintf("slurmd-h%d.pid", i+1)))
 	var procs []string
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		pid := strings.TrimSpace(sc.Text())
-		if pid == "" || pid == strings.TrimSpace(string(listener)) {
+		if pid == "" || pid == strings.TrimSpace(string(listener)) || pid == strings.TrimSpace(string(slurmd)) {
 			continue
 		}
 		cmdline, err := os.ReadFile("/proc/" + pid + "/cmdline")

@@ -48,7 +48,19 @@ type RendezvousConfig struct {
 	// Timeout bounds the wait for every node; HandshakeTimeout a single
 	// node's handshake.
 	Timeout, HandshakeTimeout time.Duration
-	loopback                  bool // tests: nodes may dial from this machine
+	// allDial: every node, 0 included, dials in (an srun step's agents;
+	// the launcher runs no agent of its own), and nodes are known by the
+	// hostname they send (their Slurm node names), not their address.
+	allDial  bool
+	loopback bool // tests: nodes may dial from this machine
+}
+
+// first is the lowest index of a node that dials in.
+func (cfg RendezvousConfig) first() int {
+	if cfg.allDial {
+		return 0
+	}
+	return 1
 }
 
 // DefaultRendezvousConfig waits 5 minutes for the nodes (pods may be
@@ -70,7 +82,7 @@ type Node struct {
 // to the launcher as its agent (it is the launcher's Remote spawner).
 type Rendezvous struct {
 	mu    sync.Mutex
-	nodes map[string]*Node // by Addr
+	nodes map[string]*Node // by Addr (by Hostname when every node dialed in)
 }
 
 // ProgramDigest is what a node's handshake says of the command it was
@@ -84,7 +96,8 @@ func ProgramDigest(program string, args []string) string {
 }
 
 // Meet accepts nodes on l until nodes 1..Nodes-1 have each dialed in and
-// proved the secret, and returns them in node order. Connections that
+// proved the secret, and returns them in node order. If ctx ends first,
+// the error names the nodes missing and ctx's cause. Connections that
 // fail the handshake are refused and logged through warn (nil: dropped);
 // the wait ends with an error naming the nodes that never came.
 func Meet(ctx context.Context, l net.Listener, cfg RendezvousConfig, warn func(string)) (*Rendezvous, []Node, error) {
@@ -132,7 +145,7 @@ func Meet(ctx context.Context, l net.Listener, cfg RendezvousConfig, warn func(s
 			n.stream.Close()
 		}
 	}
-	for len(got) < cfg.Nodes-1 {
+	for len(got) < cfg.Nodes-cfg.first() {
 		select {
 		case a := <-arrivals:
 			if a.err == nil {
@@ -155,25 +168,33 @@ func Meet(ctx context.Context, l net.Listener, cfg RendezvousConfig, warn func(s
 		case <-ctx.Done():
 			closeAll()
 			var missing []int
-			for i := 1; i < cfg.Nodes; i++ {
+			for i := cfg.first(); i < cfg.Nodes; i++ {
 				if _, ok := got[i]; !ok {
 					missing = append(missing, i)
 				}
 			}
-			return nil, nil, fmt.Errorf("rendezvous at %s: nodes %v never dialed in within %v", l.Addr(), missing, cfg.Timeout)
+			why := fmt.Sprintf("within %v", cfg.Timeout)
+			if cause := context.Cause(ctx); !errors.Is(cause, context.DeadlineExceeded) {
+				why = "(" + cause.Error() + ")"
+			}
+			return nil, nil, fmt.Errorf("rendezvous at %s: nodes %v never dialed in %s", l.Addr(), missing, why)
 		}
 	}
 	stop()
 	_ = l.Close()
 	r := &Rendezvous{nodes: map[string]*Node{}}
 	nodes := make([]Node, 0, len(got))
-	for i := 1; i < cfg.Nodes; i++ {
+	for i := cfg.first(); i < cfg.Nodes; i++ {
 		n := got[i]
-		if _, same := r.nodes[n.Addr]; same {
-			closeAll()
-			return nil, nil, fmt.Errorf("rendezvous: nodes %d and %d dialed from the same address %s: one gorun per node", r.nodes[n.Addr].Index, n.Index, n.Addr)
+		key, what := n.Addr, "dialed from the same address"
+		if cfg.allDial {
+			key, what = n.Hostname, "have the same name"
 		}
-		r.nodes[n.Addr] = &n
+		if _, same := r.nodes[key]; same {
+			closeAll()
+			return nil, nil, fmt.Errorf("rendezvous: nodes %d and %d %s %s: one gorun per node", r.nodes[key].Index, n.Index, what, key)
+		}
+		r.nodes[key] = &n
 		nodes = append(nodes, n)
 	}
 	return r, nodes, nil
@@ -197,7 +218,7 @@ func (cfg RendezvousConfig) handshake(c net.Conn) (Node, error) {
 	idx, err1 := strconv.Atoi(f[2])
 	nodes, err2 := strconv.Atoi(f[3])
 	slots, err3 := strconv.Atoi(f[4])
-	if err := errors.Join(err1, err2, err3); err != nil || idx < 1 || slots < 1 {
+	if err := errors.Join(err1, err2, err3); err != nil || idx < cfg.first() || slots < 1 {
 		return Node{}, fmt.Errorf("bad handshake %.80q", line)
 	}
 	nonceL, err := nonce()
@@ -232,7 +253,10 @@ func (cfg RendezvousConfig) handshake(c net.Conn) (Node, error) {
 
 // NodeConfig is a node's side of the rendezvous.
 type NodeConfig struct {
-	Launcher string // the rendezvous address, HOST:PORT
+	// Launcher is the rendezvous address, HOST:PORT, or several separated
+	// by commas (one per interface of the launcher's machine: each is
+	// tried in turn, 3 s at most each, until one answers).
+	Launcher string
 	Secret   string
 	Node     int // this node's index, 1..Nodes-1
 	Nodes    int
@@ -269,24 +293,30 @@ func DialLauncher(ctx context.Context, cfg NodeConfig) (io.ReadWriteCloser, stri
 	defer cancel()
 	var last error
 	pause := min(100*time.Millisecond, cfg.RetryPause) // doubling up to RetryPause
+	addrs := strings.Split(cfg.Launcher, ",")
 	for {
-		var d net.Dialer
-		if cfg.from != "" {
-			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(cfg.from)}
-		}
-		c, err := d.DialContext(ctx, "tcp", cfg.Launcher)
-		if err == nil {
-			s, err := cfg.handshake(c)
+		for _, addr := range addrs {
+			var d net.Dialer
+			if len(addrs) > 1 {
+				d.Timeout = 3 * time.Second
+			}
+			if cfg.from != "" {
+				d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(cfg.from)}
+			}
+			c, err := d.DialContext(ctx, "tcp", addr)
 			if err == nil {
-				local, _, _ := net.SplitHostPort(c.LocalAddr().String())
-				return s, local, nil
+				s, err := cfg.handshake(c)
+				if err == nil {
+					local, _, _ := net.SplitHostPort(c.LocalAddr().String())
+					return s, local, nil
+				}
+				c.Close()
+				if errors.Is(err, ErrRefused) || errors.Is(err, errWrongSecret) {
+					return nil, "", err
+				}
 			}
-			c.Close()
-			if errors.Is(err, ErrRefused) || errors.Is(err, errWrongSecret) {
-				return nil, "", err
-			}
+			last = err
 		}
-		last = err
 		select {
 		case <-time.After(pause):
 			pause = min(2*pause, cfg.RetryPause)
@@ -397,7 +427,8 @@ func (b bufferedConn) CloseWrite() error {
 func (r *Rendezvous) AgentCommand(host string) *exec.Cmd { return nil }
 
 // Attach implements Attacher: the stream of the node that dialed from
-// host. Each is handed out once.
+// host (or, in an srun step, of the node named host). Each is handed out
+// once.
 func (r *Rendezvous) Attach(host string) (io.ReadWriteCloser, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

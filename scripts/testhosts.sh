@@ -9,6 +9,7 @@
 #   bash scripts/testhosts.sh down
 #   bash scripts/testhosts.sh status                           (exit 0 up, 3 down)
 #   bash scripts/testhosts.sh exec I CMD...                    (run CMD inside host I)
+#   bash scripts/testhosts.sh slurm                            (a Slurm cluster on the hosts that are up)
 #
 # Host I (1..N) is network namespace gr-hI with its own sshd, hostname hI and
 # address 198.18.0.(10+I) (RFC 2544's benchmarking range; nothing else is
@@ -29,6 +30,15 @@
 # and the kernel's table is shared by every namespace: `up` raises
 # net.ipv4.neigh.default.gc_thresh1..3 so that 64+ hosts do not overflow it
 # (an overflow drops packets, which looks like dial timeouts).
+#
+# `slurm` makes the hosts that are up a Slurm cluster (Debian's slurmctld,
+# slurmd, slurm-client and munge): one munged and slurmctld on this machine
+# at the bridge's address, one slurmd per host started in its network
+# namespace (nsenter: under `ip netns exec` slurmd finds no cgroup file
+# system), node hI with S CPUs in partition `test`, proctrack/linuxproc and
+# task/none. Its config is $DIR/slurm/slurm.conf: set SLURM_CONF to it (the
+# env file has TESTNET_SLURM_CONF) and salloc, sbatch, srun, squeue and
+# scancel run jobs on the hosts. `down` stops it with the hosts.
 set -euo pipefail
 
 DIR=${TESTNET_DIR:-/tmp/gorun-testhosts}
@@ -60,6 +70,7 @@ lock() {
 
 down() {
     local f pid n
+    slurm_down
     for f in "$DIR"/h*/sshd.pid; do
         [ -f "$f" ] || continue
         pid=$(cat "$f" 2>/dev/null || true)
@@ -81,6 +92,96 @@ down() {
     if [ -f "$DIR/$MARK" ]; then
         rm -rf "$DIR"
     fi
+}
+
+slurm_down() {
+    local f pid
+    [ -d "$DIR/slurm" ] || return 0
+    for f in "$DIR"/slurm/*.pid; do
+        [ -f "$f" ] || continue
+        pid=$(cat "$f" 2>/dev/null || true)
+        [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+    done
+    sleep 0.2
+    for f in "$DIR"/slurm/*.pid; do
+        [ -f "$f" ] || continue
+        pid=$(cat "$f" 2>/dev/null || true)
+        [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+    done
+    rm -rf "$DIR/slurm"
+    [ ! -f "$DIR/env" ] || sed -i '/^TESTNET_SLURM_CONF=/d' "$DIR/env"
+}
+
+# slurm: a Slurm cluster of the hosts that are up (see the top).
+slurm_up() {
+    local d=$DIR/slurm i t ok state cpus
+    for t in munged slurmctld slurmd sinfo srun nsenter; do
+        command -v "$t" >/dev/null 2>&1 || die "missing $t: apt-get install -y munge slurmctld slurmd slurm-client"
+    done
+    [ -f "$DIR/env" ] || die "slurm: no test hosts are up in $DIR"
+    # shellcheck disable=SC1091
+    . "$DIR/env"
+    slurm_down
+    mkdir -p "$d/ctld"
+    dd if=/dev/urandom of="$d/munge.key" bs=1024 count=1 2>/dev/null
+    chmod 600 "$d/munge.key"
+    munged -f --key-file="$d/munge.key" --socket="$d/munge.sock" --pid-file="$d/munged.pid" \
+        --log-file="$d/munged.log" --seed-file="$d/munged.seed" 9<&- || die "munged did not start; see $d/munged.log"
+    cpus=${TESTNET_SLOTS:-1}
+    {
+        echo "# Written by scripts/testhosts.sh slurm: a test cluster of $TESTNET_N hosts."
+        echo "ClusterName=gorun"
+        echo "SlurmctldHost=$(hostname -s)($NET.1)"
+        echo "SlurmUser=root"
+        echo "SlurmdUser=root"
+        echo "AuthType=auth/munge"
+        echo "AuthInfo=socket=$d/munge.sock"
+        echo "CredType=cred/munge"
+        echo "StateSaveLocation=$d/ctld"
+        echo "SlurmdSpoolDir=$d/spool-%n"
+        echo "SlurmctldPidFile=$d/slurmctld.pid"
+        echo "SlurmdPidFile=$d/slurmd-%n.pid"
+        echo "SlurmctldLogFile=$d/slurmctld.log"
+        echo "SlurmdLogFile=$d/slurmd-%n.log"
+        echo "SlurmctldPort=6817"
+        echo "SlurmdPort=6818"
+        echo "SlurmdParameters=config_overrides"
+        echo "ProctrackType=proctrack/linuxproc"
+        echo "TaskPlugin=task/none"
+        echo "SwitchType=switch/none"
+        echo "MpiDefault=none"
+        echo "SchedulerType=sched/backfill"
+        echo "SelectType=select/cons_tres"
+        echo "SelectTypeParameters=CR_CPU"
+        echo "ReturnToService=2"
+        echo "AccountingStorageType=accounting_storage/none"
+        echo "JobAcctGatherType=jobacct_gather/none"
+        echo "JobCompType=jobcomp/none"
+        echo "InactiveLimit=0"
+        echo "KillWait=5"
+        echo "MinJobAge=10"
+        echo "SlurmctldTimeout=120"
+        echo "SlurmdTimeout=120"
+        for i in $(seq 1 "$TESTNET_N"); do
+            echo "NodeName=h$i NodeAddr=$(addr "$i") CPUs=$cpus RealMemory=1000 State=UNKNOWN"
+        done
+        echo "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+    } > "$d/slurm.conf"
+    slurmctld -f "$d/slurm.conf" 9<&- || die "slurmctld did not start; see $d/slurmctld.log"
+    for i in $(seq 1 "$TESTNET_N"); do
+        nsenter --net="/run/netns/$(ns "$i")" slurmd -f "$d/slurm.conf" -N "h$i" 9<&- ||
+            die "slurmd of h$i did not start; see $d/slurmd-h$i.log"
+    done
+    echo "TESTNET_SLURM_CONF='$d/slurm.conf'" >> "$DIR/env"
+    # Every node idle before slurm returns.
+    ok=0
+    for _ in $(seq 1 300); do
+        state=$(SLURM_CONF="$d/slurm.conf" sinfo -h -N -o '%T' 2>/dev/null | sort -u | tr '\n' ' ') || true
+        if [ "$state" = "idle " ]; then ok=1; break; fi
+        sleep 0.2
+    done
+    [ "$ok" = 1 ] || die "slurm: nodes not idle after 60 s (${state:-no answer}); see $d/*.log"
+    echo "testhosts: Slurm up on $TESTNET_N hosts ($cpus CPUs each); SLURM_CONF=$d/slurm.conf" >&2
 }
 
 raise_neigh_limits() {
@@ -242,6 +343,7 @@ TESTNET_HOSTFILE='$DIR/hostfile'
 TESTNET_SSH='ssh -F $DIR/ssh_config'
 TESTNET_RATE='$RATE'
 TESTNET_DELAY='$DELAY'
+TESTNET_SLOTS=$SLOTS
 EOF
     # Every sshd answers before up returns.
     for i in $(seq 1 "$n"); do
@@ -285,6 +387,7 @@ case "$cmd" in
         sed -i "s/^TESTNET_DELAY=.*/TESTNET_DELAY='$1'/" "$DIR/env"
         echo "testhosts: delay $1 on $TESTNET_N hosts" >&2 ;;
     down) need; lock; down ;;
+    slurm) need; lock; slurm_up ;;
     status)
         if ip netns list 2>/dev/null | grep -q "^$PFX-h1\b"; then echo up; exit 0; fi
         echo down; exit 3 ;;
@@ -292,5 +395,5 @@ case "$cmd" in
         [ $# -ge 2 ] || die "usage: exec I CMD..."
         i=$1; shift
         exec ip netns exec "$(ns "$i")" "$@" ;;
-    *) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

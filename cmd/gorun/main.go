@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"runtime/debug"
 	"strconv"
@@ -56,13 +57,18 @@ func newApp() *cli.App {
 		UsageText:                 "gorun [flags] PROGRAM [ARGS...]\n   gorun bench [flags]",
 		HideHelpCommand:           true,
 		DisableSliceFlagSeparator: true,
-		Flags:                     append(append(launchFlags(), nodeFlags()...), &cli.BoolFlag{Name: "version", Usage: "print gorun's version and exit"}),
+		Flags:                     append(append(append(launchFlags(), launcherFlags()...), nodeFlags()...), &cli.BoolFlag{Name: "version", Usage: "print gorun's version and exit"}),
 		Action:                    launch,
 		Commands: []*cli.Command{
 			{
 				Name:   launcher.AgentCommandName,
 				Hidden: true,
 				Action: runAgent,
+			},
+			{
+				Name:   launcher.SrunAgentCommandName,
+				Hidden: true,
+				Action: runSrunAgent,
 			},
 			{
 				Name:   launcher.HubCommandName,
@@ -141,6 +147,22 @@ func launch(c *cli.Context) error {
 	}
 	cfg.Program = c.Args().First()
 	cfg.Args = c.Args().Tail()
+	mode, why, err := chooseLauncher(c.String("launcher"), c.IsSet("hostfile") || c.IsSet("H"), os.LookupEnv, exec.LookPath)
+	if err != nil {
+		closeMetrics(cfg)
+		return err
+	}
+	if cfg.Logger != nil {
+		cfg.Logger.Info("launcher", "mode", mode, "why", why)
+	}
+	if mode == modeSrun {
+		end, err := useSrun(c, &cfg)
+		if err != nil {
+			closeMetrics(cfg)
+			return err
+		}
+		defer end()
+	}
 	return runJob(cfg)
 }
 
@@ -250,6 +272,12 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 		cfg.Env = append(cfg.Env, jobenv.HubStatsVar+"=1") // hubs report their traffic
 	}
 	return nil
+}
+
+func closeMetrics(cfg launcher.Config) {
+	if cfg.Metrics != nil {
+		_ = cfg.Metrics.Close()
+	}
 }
 
 // runJob runs a job with signals forwarded and exits with its code.

@@ -57,7 +57,7 @@ func launchNode(c *cli.Context) error {
 	if np := c.Int("np"); np != 0 && np != nodes*slots {
 		return fmt.Errorf("-np %d: a per-node start runs --nproc-per-node ranks on each node: leave -np out or give %d (%d nodes x %d)", np, nodes*slots, nodes, slots)
 	}
-	for _, f := range []string{"hostfile", "H", "ssh", "remote-gorun"} {
+	for _, f := range []string{"hostfile", "H", "ssh", "remote-gorun", "launcher"} {
 		if c.IsSet(f) {
 			return fmt.Errorf("--%s: a per-node start (--nnodes) has no host list: every node starts its own gorun", f)
 		}
@@ -112,23 +112,38 @@ func launchNode(c *cli.Context) error {
 // runNodeAgent is a node other than 0: it dials node 0 and runs this
 // host's agent over the connection until the job ends.
 func runNodeAgent(c *cli.Context, nodes, node, slots int, addr, secret, digest string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	nc := launcher.DefaultNodeConfig()
 	nc.Launcher, nc.Secret, nc.Node, nc.Nodes, nc.Slots, nc.Program = addr, secret, node, nodes, slots, digest
 	nc.Timeout = c.Duration("rendezvous-timeout")
 	nc.Hostname, _ = os.Hostname()
+	return dialAndServe(nc, fmt.Sprintf("gorun node %d", node))
+}
+
+// dialAndServe dials the launcher as nc says and runs this host's agent
+// over the connection until the job ends; SIGTERM or SIGINT (scancel, a
+// pod's deletion) end the ranks, then the agent. Its errors start with
+// label.
+func dialAndServe(nc launcher.NodeConfig, label string) error {
+	drop := make(chan os.Signal, 8) // caught, not ignored: the ranks would inherit an ignored signal
+	signal.Notify(drop, syscall.SIGHUP, syscall.SIGPIPE)
+	defer signal.Stop(drop)
+	go func() {
+		for range drop {
+		}
+	}()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
 	stream, local, err := launcher.DialLauncher(ctx, nc)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", label, err)
 	}
 	defer stream.Close()
-	cfg := agent.Config{In: stream, Out: stream, Environ: os.Environ(), Advertise: local}
+	cfg := agent.Config{In: stream, Out: stream, Environ: launcher.AgentEnviron(os.Environ()), Advertise: local}
 	if exe, err := os.Executable(); err == nil {
 		cfg.Sentinel = []string{exe, launcher.SentinelCommandName}
 	}
 	if err := agent.Run(ctx, cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "gorun node %d: %v\n", node, err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", label, err)
 		return exitError{1}
 	}
 	return nil
