@@ -14,6 +14,11 @@
 #   MODE hosts: SIZES = test host counts H (default "4 8 16 32"); each H
 #               brings up H hosts with SLOTS slots (default 2;
 #               scripts/testhosts.sh, needs root) and runs N = SLOTS*H ranks
+#   MODE slurm: the same hosts made a Slurm cluster (testhosts.sh slurm);
+#               every run is one `salloc -N H --ntasks-per-node=SLOTS`, and
+#               its wall time is taken inside the allocation: gorun starts
+#               its agents with srun, mpiexec.hydra with -launcher slurm,
+#               Open MPI's mpirun with its plm slurm (default "4 16 32")
 # Prints a table per size (median and min-max per runner; gorun/hydra and
 # gorun/mpirun per round) and writes every run to OUT (default
 # results/scale/<date>-<commit>.tsv), the tables to OUT's .txt and a chart of wall
@@ -29,8 +34,9 @@ mode=${2:-local}
 case $mode in
 local) sizes=${3:-"2 4 8 16 32"} ;;
 hosts) sizes=${3:-"4 8 16 32"} ;;
+slurm) sizes=${3:-"4 16 32"} ;;
 *)
-    echo "usage: bash bench/scale.sh [ROUNDS] [local|hosts] [SIZES]" >&2
+    echo "usage: bash bench/scale.sh [ROUNDS] [local|hosts|slurm] [SIZES]" >&2
     exit 2
     ;;
 esac
@@ -41,7 +47,7 @@ out=${OUT:-$repo/results/scale/$(date +%F)-$(git -C "$repo" rev-parse --short HE
 mkdir -p "$(dirname "$out")"
 work=$(mktemp -d)
 cleanup() {
-    if [ "$mode" = hosts ]; then bash "$tn" down >/dev/null 2>&1 || true; fi
+    if [ "$mode" != local ]; then bash "$tn" down >/dev/null 2>&1 || true; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -52,7 +58,7 @@ mpicc.mpich -O2 -o "$work/scale_mpich" "$repo/bench/mpi/scale_mpi.c"
 printf '%s\n' mode hosts n round runner status rc wall_s shm_peak_kib join_ms_max rss_kib_max sockets_max sockets_mean exit_ms |
     paste -sd '\t' >"$out"
 
-if [ "$mode" = hosts ]; then
+if [ "$mode" != local ]; then
     # Test hosts in network namespaces share the kernel's neighbour (ARP)
     # table, 1024 entries by default: 32 hosts that talk to many others
     # overflow it ("neighbor table overflow" in dmesg) and SYNs between
@@ -61,6 +67,11 @@ if [ "$mode" = hosts ]; then
     export TESTNET_DIR=${TESTNET_DIR:-/tmp/gorun-scale-bench}
     printf '#!/bin/sh\nexec %s "$@"\n' "ssh -F $TESTNET_DIR/ssh_config" >"$work/ssh"
     chmod +x "$work/ssh"
+    # In an allocation: the wall time from inside it (salloc's own wait for
+    # the nodes is not the launcher's).
+    printf '%s\n' '#!/bin/sh' 't0=$(date +%s.%N)' '"$@"' 'rc=$?' 't1=$(date +%s.%N)' \
+        'echo "$t0 $t1" >"$TIMED_OUT"' 'exit $rc' >"$work/timed"
+    chmod +x "$work/timed"
 else
     export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
 fi
@@ -72,6 +83,15 @@ cmd() { # RUNNER N -> the command line, one word a line
         gorun) printf '%s\n' "$repo/bin/gorun" --tag-output=false -q -np "$n" "$work/scale" ;;
         mpirun) printf '%s\n' mpirun --allow-run-as-root --oversubscribe -np "$n" "$work/scale_ompi" ;;
         hydra) printf '%s\n' mpiexec.hydra -n "$n" "$work/scale_mpich" ;;
+        esac
+    elif [ "$mode" = slurm ]; then
+        printf '%s\n' env SLURM_CONF="$TESTNET_SLURM_CONF" TIMED_OUT="$work/inner" salloc -Q -N "$h" \
+            --ntasks-per-node="$slots" -J "bench-$runner" "$work/timed"
+        case $runner in
+        gorun) printf '%s\n' "$repo/bin/gorun" --tag-output=false -q --launcher srun "$work/scale" ;;
+        mpirun) printf '%s\n' env OMPI_MCA_oob_tcp_if_include=198.18.0.0/24 OMPI_MCA_btl_tcp_if_include=198.18.0.0/24 \
+            mpirun --allow-run-as-root -np "$n" "$work/scale_ompi" ;;
+        hydra) printf '%s\n' mpiexec.hydra -launcher slurm -localhost 198.18.0.1 -n "$n" "$work/scale_mpich" ;;
         esac
     else
         case $runner in
@@ -109,9 +129,13 @@ run() { # RUNNER HOSTS N ROUND
     ) &
     local watch=$!
     local t0 t1 rc=0
+    rm -f "$work/inner"
     t0=$(date +%s.%N)
     timeout -k 10 "$limit" "${line[@]}" >"$work/stdout" 2>"$work/stderr" </dev/null || rc=$?
     t1=$(date +%s.%N)
+    if [ "$mode" = slurm ] && [ -s "$work/inner" ]; then
+        read -r t0 t1 <"$work/inner"
+    fi
     kill "$watch" 2>/dev/null || true
     wait "$watch" 2>/dev/null || true
     local peak status=ok
@@ -149,7 +173,7 @@ table() { # N
         sh[$5] = sh[$5] " " $9; j[$5] = j[$5] " " $10; rs[$5] = rs[$5] " " $11; sm[$5] = sm[$5] " " $12; sa[$5] = sa[$5] " " $13; ex[$5] = ex[$5] " " $14
     }
     END {
-        printf "\n%s N=%d%s\n", mode, n, (mode == "hosts" ? " (" h " hosts x " n / h ")" : "")
+        printf "\n%s N=%d%s\n", mode, n, (mode != "local" ? " (" h " hosts x " n / h ")" : "")
         printf "  %-7s %4s %10s %17s %9s %9s %9s %10s %8s %8s\n", "runner", "ok", "wall_s", "min-max", "join_ms", "exit_ms", "shm_KiB", "rss_KiB", "sock_max", "sock_avg"
         for (i = 1; i <= nr; i++) { r = order[i]
             printf "  %-7s %2d/%-2d %9s %8s-%-8s %9s %9s %9s %10s %8s %8s\n", r, runs[r] - fails[r], runs[r],
@@ -164,10 +188,11 @@ table() { # N
 txt=${out%.tsv}.txt
 : >"$txt"
 for size in $sizes; do
-    if [ "$mode" = hosts ]; then
+    if [ "$mode" != local ]; then
         h=$size
         n=$((slots * h))
         bash "$tn" up "$h" --slots "$slots" >/dev/null
+        [ "$mode" != slurm ] || bash "$tn" slurm >/dev/null
         # shellcheck disable=SC1091
         . "$TESTNET_DIR/env"
         sed 's/ slots=/:/' "$TESTNET_HOSTFILE" >"$work/hosts.hydra"
