@@ -244,7 +244,7 @@ func TestSlurmNodeLost(t *testing.T) {
 func TestSlurmAgentNeverDials(t *testing.T) {
 	r, conf := needSlurm(t)
 	res := salloc(t, r, conf, "-N", "2", "-J", "e2e-nodial", r.gorun, "--remote-gorun", "/nonexistent/gorun", "true")
-	if res.code == 0 || !strings.Contains(res.stderr, "nodes [0 1] never dialed in") || !strings.Contains(res.stderr, "srun ended") {
+	if res.code == 0 || !strings.Contains(res.stderr, "nodes [h1 h2] never dialed in") || !strings.Contains(res.stderr, "srun ended") {
 		t.Fatalf("exit %d:\n%s", res.code, res.stderr)
 	}
 	r.noLeftovers(t)

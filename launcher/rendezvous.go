@@ -52,7 +52,8 @@ type RendezvousConfig struct {
 	// the launcher runs no agent of its own), and nodes are known by the
 	// hostname they send (their Slurm node names), not their address.
 	allDial  bool
-	loopback bool // tests: nodes may dial from this machine
+	names    []string // the nodes' names by index, for errors ("" : none)
+	loopback bool     // tests: nodes may dial from this machine
 }
 
 // first is the lowest index of a node that dials in.
@@ -167,10 +168,14 @@ func Meet(ctx context.Context, l net.Listener, cfg RendezvousConfig, warn func(s
 			got[a.n.Index] = a.n
 		case <-ctx.Done():
 			closeAll()
-			var missing []int
+			var missing []string
 			for i := cfg.first(); i < cfg.Nodes; i++ {
 				if _, ok := got[i]; !ok {
-					missing = append(missing, i)
+					if i < len(cfg.names) {
+						missing = append(missing, cfg.names[i])
+					} else {
+						missing = append(missing, strconv.Itoa(i))
+					}
 				}
 			}
 			why := fmt.Sprintf("within %v", cfg.Timeout)

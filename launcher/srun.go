@@ -144,7 +144,9 @@ func StartSrun(ctx context.Context, l net.Listener, addrs []string, cfg SrunConf
 		cancel(fmt.Errorf("srun ended: %v%s", err, said.suffix()))
 		close(s.exited)
 	}()
-	rc := RendezvousConfig{Secret: cfg.Secret, Nodes: len(cfg.Hosts), Program: step, Timeout: cfg.Timeout, HandshakeTimeout: cfg.HandshakeTimeout, allDial: true}
+	// Slurm numbers a step's nodes (SLURM_NODEID) in the order of its
+	// node list, which is the allocation's.
+	rc := RendezvousConfig{Secret: cfg.Secret, Nodes: len(cfg.Hosts), Program: step, Timeout: cfg.Timeout, HandshakeTimeout: cfg.HandshakeTimeout, allDial: true, names: strings.Split(hostNames(cfg.Hosts), ",")}
 	r, nodes, err := Meet(wait, l, rc, warn)
 	if err != nil {
 		s.end()

@@ -84,9 +84,9 @@ func TestStartSrunFails(t *testing.T) {
 		want       []string
 	}{
 		{"refused", `echo "srun: error: Unable to create step for job 7: Requested node configuration is not available" >&2; exit 1`, time.Minute,
-			[]string{"nodes [0 1 2] never dialed in", "srun ended: exit status 1", "Requested node configuration is not available"}},
-		{"ended", `exit 0`, time.Minute, []string{"nodes [0 1 2] never dialed in", "srun ended: exit status 0"}},
-		{"silent", `sleep 60`, 500 * time.Millisecond, []string{"nodes [0 1 2] never dialed in within 500ms"}},
+			[]string{"nodes [c1 c2 c3] never dialed in", "srun ended: exit status 1", "Requested node configuration is not available"}},
+		{"ended", `exit 0`, time.Minute, []string{"nodes [c1 c2 c3] never dialed in", "srun ended: exit status 0"}},
+		{"silent", `sleep 60`, 500 * time.Millisecond, []string{"nodes [c1 c2 c3] never dialed in within 500ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := net.Listen("tcp", "127.0.0.1:0")

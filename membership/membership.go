@@ -12,6 +12,7 @@ package membership
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -43,10 +44,11 @@ type Config struct {
 	// AdvertiseAddr is the address other ranks reach this one at.
 	AdvertiseAddr string
 	// Seeds are "host:port" gossip addresses to join. When there are Size
-	// of them, Seeds[r] is rank r's, and a rank joins only a few (rank 0
-	// and its parent in a binary tree; later, ranks still missing):
-	// gossip spreads the rest, so that start costs each rank a few
-	// exchanges, not N. Otherwise every one is tried.
+	// of them, Seeds[r] is rank r's, and at a job's start a rank joins
+	// only its parent in a join tree over the seeds' hosts (see
+	// joinTree), which no rank is the parent of more than four: gossip
+	// spreads the rest, so that start costs each rank a few exchanges,
+	// not N, and no rank serves N of them. Otherwise every one is tried.
 	Seeds []string
 	// DataAddr is this rank's data-plane address, published to the others.
 	DataAddr string
@@ -60,7 +62,18 @@ type Config struct {
 	// SuspicionMult scales how long a suspect is given before it is
 	// declared dead, in probe intervals.
 	SuspicionMult int
-	Logger        *slog.Logger
+	// StreamTimeout bounds a state exchange over TCP with another member
+	// (a join, memberlist's periodic sync, a goodbye): its connection,
+	// its send and its receive each. 0 scales it with Size (see
+	// streamTimeout): a full state is a hundred bytes or so a rank, which
+	// a loaded host reads, decrypts and merges slowly.
+	StreamTimeout time.Duration
+	// StallTimeout makes WaitFor give up once this long has passed with
+	// no rank appearing (since it started, or since the last one
+	// appeared), whatever its ctx allows: a start that is slow but moving
+	// is waited for, one that has stopped is not. 0: only ctx bounds it.
+	StallTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 // DefaultConfig has timers for a LAN: a silent member is declared dead in
@@ -84,8 +97,17 @@ func (c *Config) validate() error {
 		return errors.New("membership: no job secret")
 	case c.ProbeInterval <= 0 || c.ProbeTimeout <= 0 || c.SuspicionMult < 1:
 		return errors.New("membership: timers must be positive")
+	case c.StreamTimeout < 0 || c.StallTimeout < 0:
+		return errors.New("membership: StreamTimeout and StallTimeout must not be negative")
 	}
 	return nil
+}
+
+// streamTimeout is Config.StreamTimeout when it is 0: 2 s, and 10 ms
+// more a rank (4.6 s at 256 ranks), as a full state exchange grows with
+// the job and is slowest when every rank starts at once on loaded hosts.
+func streamTimeout(size int) time.Duration {
+	return 2*time.Second + time.Duration(size)*10*time.Millisecond
 }
 
 // Events are called when a member goes away. They may be called from
@@ -111,6 +133,12 @@ type Member struct {
 	joined  chan struct{}           // signalled on every join
 	ev      Events
 	byes    *memberlist.TransmitLimitedQueue // goodbyes to gossip on
+	// tree is every rank's parent in the start's join tree (-1: the
+	// root), made on first use; see joinTree.
+	tree []int
+	// joins are the joins WaitFor started in the background (a join may
+	// outlast the WaitFor that started it); Close waits for them.
+	joins sync.WaitGroup
 
 	closeOnce sync.Once
 }
@@ -154,7 +182,7 @@ func Start(cfg Config, ev Events) (*Member, error) {
 	// so no outsider can).
 	mc.DeadNodeReclaimTime = time.Millisecond
 	mc.PushPullInterval = 5 * time.Second
-	mc.TCPTimeout = 2 * time.Second
+	mc.TCPTimeout = cmp.Or(cfg.StreamTimeout, streamTimeout(cfg.Size))
 	mc.EnableCompression = false
 	mc.Delegate = (*delegate)(m)
 	mc.Events = (*events)(m)
@@ -190,10 +218,10 @@ type Peer struct {
 	Host string // its host, as it published it
 }
 
-// WaitAll joins the seeds (again and again, until it is done; see
-// Config.Seeds) and returns every rank's data address and host once all
-// Size ranks are members. On timeout it names the ranks that never
-// appeared.
+// WaitAll joins the seeds (again, until it is done; see Config.Seeds) and
+// returns every rank's data address and host once all Size ranks are
+// members. On failure (ctx, or Config.StallTimeout) it names the ranks
+// that never appeared.
 func (m *Member) WaitAll(ctx context.Context) ([]Peer, error) { return m.WaitFor(ctx, nil) }
 
 // WaitFor is WaitAll for the given ranks only (nil: every rank), this
@@ -201,6 +229,11 @@ func (m *Member) WaitAll(ctx context.Context) ([]Peer, error) { return m.WaitFor
 // the ranks of the job's view, not for those lost for good. The result
 // has an entry for every rank of the job, empty for those not waited
 // for; seeds are picked among the ranks waited for.
+//
+// Joins run in the background, one at a time, paced by how long the last
+// one took (a slow seed is not asked again at once), so WaitFor returns
+// as soon as gossip has brought every rank, even with a join to a slow
+// seed still under way; Close waits for it.
 func (m *Member) WaitFor(ctx context.Context, ranks []int) ([]Peer, error) {
 	rejoin := ranks != nil // WaitAll is the job's start; WaitFor a restart's
 	if ranks == nil {
@@ -214,93 +247,257 @@ func (m *Member) WaitFor(ctx context.Context, ranks []int) ([]Peer, error) {
 			return nil, fmt.Errorf("membership: rank %d: cannot wait for rank %d of a job of %d", m.cfg.Rank, r, m.cfg.Size)
 		}
 	}
-	var lastErr error
-	retry := time.NewTicker(200 * time.Millisecond)
-	defer retry.Stop()
-	joined := false
-	for round := 0; ; round++ {
+	var (
+		lastErr  error
+		a        = attempt{rejoin: rejoin}
+		inflight chan joinResult // the join under way; nil: none
+		now      = time.Now()
+		retryAt  = now // the next join no sooner
+		grew     = now // when a rank last appeared (or the wait began)
+		repaired = now // when the last repair began
+		nmissing = len(ranks) + 1
+	)
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
+	for {
 		if peers, ok := m.all(ranks); ok {
 			return peers, nil
 		}
-		if seeds := m.seedsFor(ranks, round, joined, rejoin); len(seeds) > 0 && m.ml.NumMembers() < len(ranks) {
-			if n, err := m.ml.Join(seeds); err != nil {
-				lastErr = err
-			} else if n > 0 {
-				joined = true
+		now = time.Now()
+		if k := len(m.missing(ranks)); k < nmissing {
+			nmissing, grew = k, now
+		}
+		if st := m.cfg.StallTimeout; st > 0 && now.Sub(grew) >= st {
+			return nil, m.waitError(ranks, fmt.Errorf("none appeared for %v", st), lastErr)
+		}
+		if inflight == nil && !now.Before(retryAt) {
+			a.idle, a.sinceRepair = now.Sub(grew), now.Sub(repaired)
+			if seeds, repair := m.seedsFor(ranks, a); len(seeds) > 0 && m.ml.NumMembers() < len(ranks) {
+				if repair {
+					repaired = now
+				}
+				a.n++
+				inflight = make(chan joinResult, 1)
+				m.joins.Add(1)
+				go func(done chan<- joinResult) {
+					defer m.joins.Done()
+					t0 := time.Now()
+					n, err := m.ml.Join(seeds)
+					done <- joinResult{n: n, err: err, took: time.Since(t0)}
+				}(inflight)
+			} else {
+				retryAt = now.Add(jitter(retryInterval))
 			}
 		}
-		if peers, ok := m.all(ranks); ok {
-			return peers, nil
+		// Wake for the next join or the stall deadline, whichever is
+		// first; a rank appearing or the join ending wakes sooner.
+		next := time.Hour
+		if inflight == nil {
+			next = retryAt.Sub(now)
 		}
+		if st := m.cfg.StallTimeout; st > 0 {
+			next = min(next, grew.Add(st).Sub(now))
+		}
+		wake.Reset(max(next, time.Millisecond))
 		select {
 		case <-ctx.Done():
-			missing := m.missing(ranks)
-			msg := fmt.Sprintf("membership: rank %d: ranks %v never appeared: %v", m.cfg.Rank, missing, context.Cause(ctx))
-			if lastErr != nil {
-				last := strings.Join(strings.Fields(lastErr.Error()), " ")
-				switch {
-				case strings.Contains(last, "decrypt"):
-					msg += "; wrong job secret: the other ranks cannot decrypt this rank's messages (" + last + ")"
-				case len(missing) == len(ranks)-1:
-					msg += "; no rank was reached: are they running, with the same job id? (" + last + ")"
-				default:
-					msg += " (last join error: " + last + ")"
-				}
-			}
-			return nil, errors.New(msg)
+			return nil, m.waitError(ranks, context.Cause(ctx), lastErr)
 		case <-m.joined:
-		case <-retry.C:
+		case r := <-inflight:
+			inflight = nil
+			pause := retryInterval
+			switch {
+			case r.err != nil:
+				lastErr = r.err
+				pause = max(pause, r.took)
+			case r.n > 0:
+				a.joined = true
+			}
+			retryAt = time.Now().Add(jitter(pause))
+		case <-wake.C:
 		}
 	}
 }
 
-// seedsFor picks the seeds to join in the given round of WaitFor (one
-// every 200 ms): with a seed per rank, the first rank waited for and the
-// tree parent (if waited for) until a join has succeeded, then, every
-// fifth round (a second), two ranks that gossip has not brought yet;
-// otherwise all of them. At a job's start rank 0 is the root that the
-// others join; a restarted rank (rejoin) joins the first other rank of
-// the view instead, rank 0 too (else a restarted rank 0 joined no one,
-// and no one knew its new address: it never came back), and while no
-// join has succeeded it also tries two others of the view every second
-// (the first may be gone).
-func (m *Member) seedsFor(ranks []int, round int, joined, rejoin bool) []string {
-	seeds, r := m.cfg.Seeds, m.cfg.Rank
-	if len(seeds) != m.cfg.Size {
-		return seeds
+// A join's pacing: a failed one is retried after retryInterval (or as
+// long as it took, if longer: the seed is slow or far), give or take
+// half; once joined, a rank repairs only when no rank has appeared for
+// repairAfter, and then at most once every repairAfter.
+const (
+	retryInterval = 200 * time.Millisecond
+	repairAfter   = time.Second
+)
+
+// jitter is d give or take half, so that ranks started together do not
+// retry together.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d)
+}
+
+type joinResult struct {
+	n    int
+	err  error
+	took time.Duration
+}
+
+// waitError is WaitFor's error: the ranks that never appeared, why it
+// stopped waiting, and what the last failed join said.
+func (m *Member) waitError(ranks []int, cause, lastErr error) error {
+	missing := m.missing(ranks)
+	msg := fmt.Sprintf("membership: rank %d: ranks %v never appeared: %v", m.cfg.Rank, missing, cause)
+	if lastErr != nil {
+		last := strings.Join(strings.Fields(lastErr.Error()), " ")
+		switch {
+		case strings.Contains(last, "decrypt"):
+			msg += "; wrong job secret: the other ranks cannot decrypt this rank's messages (" + last + ")"
+		case len(missing) == len(ranks)-1:
+			msg += "; no rank was reached: are they running, with the same job id? (" + last + ")"
+		default:
+			msg += " (last join error: " + last + ")"
+		}
+	}
+	return errors.New(msg)
+}
+
+// attempt is where WaitFor stands when it picks a join's seeds.
+type attempt struct {
+	n      int  // joins tried so far
+	joined bool // one of them succeeded
+	rejoin bool // a restarted rank's WaitFor, not the job's start
+	// idle is how long since a rank last appeared (or the wait began),
+	// sinceRepair since the last repair began (or the wait began).
+	idle, sinceRepair time.Duration
+}
+
+// seedsFor picks the seeds of WaitFor's next join, and says whether it is
+// a repair. With a seed per rank:
+//
+//   - At a job's start, a rank joins its parent in the join tree (see
+//     joinTree), every fifth try with one other rank picked at random
+//     (the parent may be gone or swamped), until a join succeeds. The
+//     root, rank 0, joins no one: the others join it.
+//   - A restarted rank (rejoin) joins the first other rank of the view,
+//     rank 0 too (else a restarted rank 0 joined no one, and no one knew
+//     its new address: it never came back), and its parent in a binary
+//     tree over the ranks if that is in the view; every fifth try also
+//     two others of the view (the first may be gone).
+//   - Once joined (the root: from the start), gossip brings the rest. A
+//     rank repairs only when no rank has appeared for repairAfter, at
+//     most once every repairAfter: it exchanges state with a rank it
+//     knows, picked at random (what another has heard of, this one gets
+//     at once, and no rank is asked by many), and, when it knows none or
+//     nothing has appeared for three times that, joins a rank still
+//     missing (so groups that formed apart merge). It does not join the
+//     missing at once: near the end of a large start, many ranks miss the
+//     same few, which would swamp them as rank 0 was when every rank
+//     joined it.
+//
+// A rank never joins itself. Without a seed per rank, every seed is
+// tried each time.
+func (m *Member) seedsFor(ranks []int, a attempt) (seeds []string, repair bool) {
+	r := m.cfg.Rank
+	if len(m.cfg.Seeds) != m.cfg.Size {
+		return m.cfg.Seeds, false
 	}
 	var pick []int
-	if !joined {
+	switch parent := m.joinParent(); {
+	case !a.joined && a.rejoin:
 		first := ranks[0]
-		if rejoin {
-			for _, q := range ranks {
-				if q != r {
-					first = q
-					break
-				}
+		for _, q := range ranks {
+			if q != r {
+				first = q
+				break
 			}
 		}
 		pick = []int{first}
-		if parent := (r - 1) / 2; slices.Contains(ranks, parent) {
-			pick = append(pick, parent)
+		if p := (r - 1) / 2; slices.Contains(ranks, p) {
+			pick = append(pick, p)
 		}
-		if rejoin && round > 0 && round%5 == 0 {
-			others := slices.DeleteFunc(slices.Clone(ranks), func(q int) bool { return q == r })
-			rand.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
-			pick = append(pick, others[:min(2, len(others))]...)
+		if a.n > 0 && a.n%5 == 0 {
+			pick = append(pick, pickOthers(ranks, r, 2)...)
 		}
-	} else if round%5 == 0 {
-		missing := m.missing(ranks)
-		rand.Shuffle(len(missing), func(i, j int) { missing[i], missing[j] = missing[j], missing[i] })
-		pick = missing[:min(2, len(missing))]
+	case !a.joined && parent >= 0:
+		pick = []int{parent}
+		if a.n > 0 && a.n%5 == 0 {
+			pick = append(pick, pickOthers(ranks, r, 1)...)
+		}
+	case a.idle >= repairAfter && a.sinceRepair >= repairAfter:
+		known, missing := m.split(ranks)
+		pick = pickOthers(known, r, 1)
+		if len(pick) == 0 || a.idle >= 3*repairAfter {
+			pick = append(pick, pickOthers(missing, r, 1)...)
+		}
+		repair = true
 	}
-	var out []string
 	for _, p := range pick {
-		if p != r && !slices.Contains(out, seeds[p]) {
-			out = append(out, seeds[p])
+		if p != r && !slices.Contains(seeds, m.cfg.Seeds[p]) {
+			seeds = append(seeds, m.cfg.Seeds[p])
 		}
 	}
-	return out
+	return seeds, repair
+}
+
+// pickOthers picks up to k of ranks at random, never self.
+func pickOthers(ranks []int, self, k int) []int {
+	others := slices.DeleteFunc(slices.Clone(ranks), func(q int) bool { return q == self })
+	rand.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+	return others[:min(k, len(others))]
+}
+
+// joinParent is this rank's parent in the start's join tree, -1 for the
+// root or without a seed per rank.
+func (m *Member) joinParent() int {
+	if len(m.cfg.Seeds) != m.cfg.Size {
+		return -1
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.tree == nil {
+		m.tree = joinTree(m.cfg.Seeds)
+	}
+	return m.tree[m.cfg.Rank]
+}
+
+// joinTree is the tree the ranks join along at a job's start, from every
+// rank's gossip address: parent[r] is the rank that rank r joins, -1 for
+// the root (rank 0). The ranks are grouped by their address's host,
+// hosts numbered in the order of their first rank. On a host, the ranks
+// form a binary tree under the host's first rank (its j-th rank joins its
+// (j-1)/2-th), and the hosts' first ranks form one across the hosts (the
+// i-th host's joins the (i-1)/2-th host's). So a rank is the parent of
+// at most four (two on its host, two hosts' first ranks), whatever the
+// job's size, where every rank used to join rank 0; most joins stay on
+// their host, and H-1 cross hosts.
+func joinTree(seeds []string) []int {
+	parent := make([]int, len(seeds))
+	index := map[string]int{}
+	var hosts [][]int // each host's ranks, in rank order
+	for r, s := range seeds {
+		h := s
+		if host, _, err := net.SplitHostPort(s); err == nil {
+			h = host
+		}
+		i, ok := index[h]
+		if !ok {
+			i = len(hosts)
+			index[h] = i
+			hosts = append(hosts, nil)
+		}
+		hosts[i] = append(hosts[i], r)
+	}
+	for i, rs := range hosts {
+		for j, r := range rs {
+			switch {
+			case j > 0:
+				parent[r] = rs[(j-1)/2]
+			case i > 0:
+				parent[r] = hosts[(i-1)/2][0]
+			default:
+				parent[r] = -1
+			}
+		}
+	}
+	return parent
 }
 
 // all returns the peers of ranks (the others' entries empty) once each of
@@ -321,15 +518,22 @@ func (m *Member) all(ranks []int) ([]Peer, bool) {
 
 // missing lists the ranks of ranks that gossip has not brought yet.
 func (m *Member) missing(ranks []int) []int {
+	_, missing := m.split(ranks)
+	return missing
+}
+
+// split parts ranks into those gossip has brought and those it has not.
+func (m *Member) split(ranks []int) (known, missing []int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []int
 	for _, r := range ranks {
-		if _, ok := m.peers[r]; !ok {
-			out = append(out, r)
+		if _, ok := m.peers[r]; ok {
+			known = append(known, r)
+		} else {
+			missing = append(missing, r)
 		}
 	}
-	return out
+	return known, missing
 }
 
 // Close leaves the group (so the others see a clean departure) and shuts
@@ -349,6 +553,8 @@ func (m *Member) Close() error {
 		if serr := m.ml.Shutdown(); err == nil {
 			err = serr
 		}
+		// A join WaitFor left under way ends within its stream timeouts.
+		m.joins.Wait()
 	})
 	return err
 }

@@ -117,56 +117,134 @@ func TestJoinAll(t *testing.T) {
 	}
 }
 
-// TestSeedsByRank: with a seed per rank, a rank joins rank 0 and its
-// tree parent first, and later only ranks still missing; never itself.
+// TestSeedsByRank: with a seed per rank, a rank joins its parent in the
+// join tree first (with a random other every fifth try), then, once
+// joined, only repairs when no rank has appeared for a while: a known
+// rank at once, a missing one when the stall lasts; never itself.
 func TestSeedsByRank(t *testing.T) {
 	all8 := []int{0, 1, 2, 3, 4, 5, 6, 7}
-	m := &Member{cfg: Config{Rank: 5, Size: 8, Seeds: []string{"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"}}, peers: map[int]Peer{}}
-	if got := m.seedsFor(all8, 0, false, false); !slices.Equal(got, []string{"s0", "s2"}) {
-		t.Fatalf("first seeds %v, want s0 s2", got)
+	seeds8 := []string{"h:0", "h:1", "h:2", "h:3", "h:4", "h:5", "h:6", "h:7"}
+	m := &Member{cfg: Config{Rank: 5, Size: 8, Seeds: seeds8}, peers: map[int]Peer{}}
+	if got, repair := m.seedsFor(all8, attempt{}); !slices.Equal(got, []string{"h:2"}) || repair {
+		t.Fatalf("first seeds %v (repair %v), want its parent h:2", got, repair)
+	}
+	if got, _ := m.seedsFor(all8, attempt{n: 5}); len(got) != 2 || got[0] != "h:2" || slices.Contains(got, "h:5") {
+		t.Fatalf("fifth try's seeds %v, want h:2 and another, never itself", got)
 	}
 	for r := range 8 {
 		if r != 3 && r != 6 {
 			m.peers[r] = Peer{}
 		}
 	}
-	for round := range 10 {
-		got := m.seedsFor(all8, round, true, false)
-		switch {
-		case round%5 != 0 && len(got) != 0:
-			t.Fatalf("round %d joins %v between repairs", round, got)
-		case round%5 == 0 && (len(got) != 2 || !slices.Contains(got, "s3") || !slices.Contains(got, "s6")):
-			t.Fatalf("round %d repairs with %v, want s3 and s6", round, got)
-		}
+	joined := attempt{n: 1, joined: true}
+	if got, _ := m.seedsFor(all8, joined); len(got) != 0 {
+		t.Fatalf("joined, ranks appearing: joins %v", got)
 	}
-	m0 := &Member{cfg: Config{Rank: 0, Size: 2, Seeds: []string{"s0", "s1"}}, peers: map[int]Peer{}}
-	if got := m0.seedsFor([]int{0, 1}, 0, false, false); len(got) != 0 {
+	joined.idle, joined.sinceRepair = repairAfter, repairAfter/2
+	if got, _ := m.seedsFor(all8, joined); len(got) != 0 {
+		t.Fatalf("joined, repaired recently: joins %v", got)
+	}
+	joined.sinceRepair = repairAfter
+	got, repair := m.seedsFor(all8, joined)
+	if len(got) != 1 || !repair || slices.Contains([]string{"h:3", "h:5", "h:6"}, got[0]) {
+		t.Fatalf("first repair joins %v (repair %v), want one known rank", got, repair)
+	}
+	joined.idle = 3 * repairAfter
+	got, _ = m.seedsFor(all8, joined)
+	if len(got) != 2 || slices.Contains([]string{"h:3", "h:5", "h:6"}, got[0]) || !slices.Contains([]string{"h:3", "h:6"}, got[1]) {
+		t.Fatalf("long stall's repair joins %v, want a known rank and a missing one", got)
+	}
+	m0 := &Member{cfg: Config{Rank: 0, Size: 2, Seeds: []string{"s0", "s1"}}, peers: map[int]Peer{0: {}}}
+	if got, _ := m0.seedsFor([]int{0, 1}, attempt{}); len(got) != 0 {
 		t.Fatalf("rank 0 joins %v, want no one (it is the root)", got)
 	}
+	if got, _ := m0.seedsFor([]int{0, 1}, attempt{idle: repairAfter, sinceRepair: repairAfter}); !slices.Equal(got, []string{"s1"}) {
+		t.Fatalf("rank 0, alone for a while, joins %v, want the missing s1", got)
+	}
 	other := &Member{cfg: Config{Rank: 0, Size: 4, Seeds: []string{"a", "b"}}}
-	if got := other.seedsFor([]int{0, 1, 2, 3}, 3, true, false); !slices.Equal(got, []string{"a", "b"}) {
+	if got, _ := other.seedsFor([]int{0, 1, 2, 3}, attempt{n: 3, joined: true}); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("seeds not one per rank: %v, want all", got)
 	}
 	// A restarted rank 5 waits for the view's ranks 1, 3 and 5: it joins
 	// the first of them (its tree parent, 2, was lost), and repairs only
 	// with ranks of the view.
 	back := &Member{cfg: m.cfg, peers: map[int]Peer{5: {}}}
-	if got := back.seedsFor([]int{1, 3, 5}, 0, false, true); !slices.Equal(got, []string{"s1"}) {
-		t.Fatalf("restarted rank's first seeds %v, want s1", got)
+	if got, _ := back.seedsFor([]int{1, 3, 5}, attempt{rejoin: true}); !slices.Equal(got, []string{"h:1"}) {
+		t.Fatalf("restarted rank's first seeds %v, want h:1", got)
 	}
-	if got := back.seedsFor([]int{1, 3, 5}, 5, true, true); len(got) != 2 || !slices.Contains(got, "s1") || !slices.Contains(got, "s3") {
-		t.Fatalf("restarted rank repairs with %v, want s1 and s3", got)
+	got, _ = back.seedsFor([]int{1, 3, 5}, attempt{n: 5, joined: true, rejoin: true, idle: repairAfter, sinceRepair: repairAfter})
+	if len(got) != 1 || got[0] != "h:1" && got[0] != "h:3" {
+		t.Fatalf("restarted rank repairs with %v, want h:1 or h:3", got)
 	}
 	// A restarted rank 0 is no root: it joins the view's first other rank
 	// (before, it joined no one and never came back), and while that
-	// fails, two others of the view every second.
-	back0 := &Member{cfg: Config{Rank: 0, Size: 8, Seeds: m.cfg.Seeds}, peers: map[int]Peer{}}
-	if got := back0.seedsFor([]int{0, 2, 4, 6}, 0, false, true); !slices.Equal(got, []string{"s2"}) {
-		t.Fatalf("restarted rank 0's first seeds %v, want s2", got)
+	// fails, two others of the view every fifth try.
+	back0 := &Member{cfg: Config{Rank: 0, Size: 8, Seeds: seeds8}, peers: map[int]Peer{}}
+	if got, _ := back0.seedsFor([]int{0, 2, 4, 6}, attempt{rejoin: true}); !slices.Equal(got, []string{"h:2"}) {
+		t.Fatalf("restarted rank 0's first seeds %v, want h:2", got)
 	}
-	got := back0.seedsFor([]int{0, 2, 4, 6}, 5, false, true)
-	if len(got) < 2 || got[0] != "s2" || slices.Contains(got, "s0") {
-		t.Fatalf("restarted rank 0's seeds while unjoined %v, want s2 and others of the view, never itself", got)
+	got, _ = back0.seedsFor([]int{0, 2, 4, 6}, attempt{n: 5, rejoin: true})
+	if len(got) < 2 || got[0] != "h:2" || slices.Contains(got, "h:0") {
+		t.Fatalf("restarted rank 0's seeds while unjoined %v, want h:2 and others of the view, never itself", got)
+	}
+}
+
+// TestJoinTree: the join tree spans every rank from rank 0, keeps joins
+// on their host but for one per host, and no rank is the parent of more
+// than four, for any layout: one host, a rank a host, hosts of 4, hosts
+// of unequal sizes with ranks interleaved across them.
+func TestJoinTree(t *testing.T) {
+	layouts := map[string]func(r int) string{
+		"one host":    func(int) string { return "10.0.0.1" },
+		"rank a host": func(r int) string { return "10.0.1." + strconv.Itoa(r) },
+		"4 a host":    func(r int) string { return "10.0.2." + strconv.Itoa(r/4) },
+		"round robin": func(r int) string { return "host" + strconv.Itoa(r%7) },
+		"uneven":      func(r int) string { return "h" + strconv.Itoa(min(r/3, r/11)) },
+	}
+	for name, hostOf := range layouts {
+		for _, n := range []int{1, 2, 3, 5, 16, 33, 256, 1024} {
+			seeds := make([]string, n)
+			for r := range seeds {
+				seeds[r] = net.JoinHostPort(hostOf(r), strconv.Itoa(7000+r))
+			}
+			parent := joinTree(seeds)
+			children := make([]int, n)
+			cross := 0
+			for r, p := range parent {
+				if r == 0 {
+					if p != -1 {
+						t.Fatalf("%s, %d ranks: rank 0 joins %d, want the root", name, n, p)
+					}
+					continue
+				}
+				if p < 0 || p >= n || p == r {
+					t.Fatalf("%s, %d ranks: rank %d joins %d", name, n, r, p)
+				}
+				children[p]++
+				if hostOf(p) != hostOf(r) {
+					cross++
+				}
+				// Following parents from r reaches rank 0 in fewer than n
+				// steps: no cycle, one tree.
+				q, steps := r, 0
+				for q != 0 && steps < n {
+					q, steps = parent[q], steps+1
+				}
+				if q != 0 {
+					t.Fatalf("%s, %d ranks: rank %d does not reach rank 0", name, n, r)
+				}
+			}
+			hosts := map[string]bool{}
+			for r := range n {
+				hosts[hostOf(r)] = true
+			}
+			if most := slices.Max(children); most > 4 {
+				t.Fatalf("%s, %d ranks: a rank is the parent of %d", name, n, most)
+			}
+			if cross != len(hosts)-1 {
+				t.Fatalf("%s, %d ranks: %d joins cross hosts, want %d (hosts - 1)", name, n, cross, len(hosts)-1)
+			}
+		}
 	}
 }
 

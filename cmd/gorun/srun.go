@@ -67,7 +67,13 @@ func launcherFlags() []cli.Flag {
 // job places ranks on, and waits for them to dial back. The returned
 // function ends the step; call it when the job has ended.
 func useSrun(c *cli.Context, cfg *launcher.Config) (func(), error) {
-	places, err := launcher.Place(cfg.Hosts, cfg.NP, cfg.MapBy, cfg.Oversubscribe)
+	np := cfg.NP
+	if np == 0 { // one rank per slot, as launcher.Run places them
+		for _, h := range cfg.Hosts {
+			np += h.Slots
+		}
+	}
+	places, err := launcher.Place(cfg.Hosts, np, cfg.MapBy, cfg.Oversubscribe)
 	if err != nil {
 		return nil, err
 	}
