@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"runtime/debug"
 	"strconv"
@@ -84,7 +83,7 @@ func newApp() *cli.App {
 				Name:      "bench",
 				Usage:     "time all-reduce through the ring and through ParamHub on the same job",
 				UsageText: "gorun bench [launch flags] [--hubs K | --colocated-hubs K] [--sizes 4KiB,16MiB] [--target 1s] [--format table|csv]",
-				Flags:     append(launchFlags(), benchFlags()...),
+				Flags:     append(append(launchFlags(), launcherFlags()...), benchFlags()...),
 				Action:    benchCmd,
 			},
 			{
@@ -147,22 +146,11 @@ func launch(c *cli.Context) error {
 	}
 	cfg.Program = c.Args().First()
 	cfg.Args = c.Args().Tail()
-	mode, why, err := chooseLauncher(c.String("launcher"), c.IsSet("hostfile") || c.IsSet("H"), os.LookupEnv, exec.LookPath)
+	end, err := startAgents(c, &cfg)
 	if err != nil {
-		closeMetrics(cfg)
 		return err
 	}
-	if cfg.Logger != nil {
-		cfg.Logger.Info("launcher", "mode", mode, "why", why)
-	}
-	if mode == modeSrun {
-		end, err := useSrun(c, &cfg)
-		if err != nil {
-			closeMetrics(cfg)
-			return err
-		}
-		defer end()
-	}
+	defer end()
 	return runJob(cfg)
 }
 
@@ -333,6 +321,11 @@ func benchCmd(c *cli.Context) error {
 	cfg.Args = []string{benchRankCommand, "--sizes", c.String("sizes"), "--target", c.Duration("target").String(),
 		"--colocated-hubs", strconv.Itoa(c.Int("colocated-hubs")), "--format", c.String("format"), "--partition", c.String("partition")}
 	cfg.Strategy, cfg.TagOutput, cfg.Stdin = "hub", false, nil
+	end, err := startAgents(c, &cfg)
+	if err != nil {
+		return err
+	}
+	defer end()
 	return runJob(cfg)
 }
 

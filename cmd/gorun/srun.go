@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -61,6 +62,26 @@ func launcherFlags() []cli.Flag {
 		&cli.StringFlag{Name: "launcher", Value: modeAuto, EnvVars: []string{"GORUN_LAUNCHER"}, Usage: "how the hosts' agents start: ssh, srun (one Slurm step whose agents dial back; no SSH), or auto (srun inside a Slurm allocation when srun exists and no -hostfile or -H is given, else ssh; -v says which)"},
 		&cli.StringFlag{Name: "srun", Value: "srun", EnvVars: []string{"GORUN_SRUN"}, Usage: "with --launcher srun: the srun `COMMAND` and options of yours, e.g. \"srun --partition=gpu\""},
 	}
+}
+
+// startAgents picks the launch mode (--launcher) and, for srun, starts
+// the agents and points cfg at them. The returned function ends what it
+// started; call it when the job has ended. On error, cfg's metrics
+// listener is closed.
+func startAgents(c *cli.Context, cfg *launcher.Config) (func(), error) {
+	mode, why, err := chooseLauncher(c.String("launcher"), c.IsSet("hostfile") || c.IsSet("H"), os.LookupEnv, exec.LookPath)
+	if err == nil && cfg.Logger != nil {
+		cfg.Logger.Info("launcher", "mode", mode, "why", why)
+	}
+	end := func() {}
+	if err == nil && mode == modeSrun {
+		end, err = useSrun(c, cfg)
+	}
+	if err != nil {
+		closeMetrics(*cfg)
+		return nil, err
+	}
+	return end, nil
 }
 
 // useSrun makes cfg start its agents with one srun step over the hosts the
