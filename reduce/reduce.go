@@ -1,5 +1,12 @@
 // Package reduce holds the element types, reduction ops and vector kernels
 // that the ring and ParamHub share. It is a leaf: it does no I/O.
+//
+// It also holds the wire codec for float32 collectives on slow links: Wire
+// names a format (full float32, fp16 or bf16, 2 bytes an element), and
+// Encode, Decode and DecodeAdd convert whole slices, always accumulating in
+// float32. Rounding is to nearest even, finite values saturate at the
+// format's largest finite value instead of becoming infinities, ±Inf stays
+// ±Inf and NaN stays a quiet NaN; see Wire for the full rules.
 package reduce
 
 import (
