@@ -34,6 +34,9 @@ func TopFrames(dump string, n int) string {
 	}
 	pick := -1
 	for i, b := range blocks {
+		if strings.Contains(strings.Join(b, "\n"), "CatchQuit") {
+			continue // the goroutine that wrote a dump (CatchQuit), not the rank's
+		}
 		for _, l := range b[1:] {
 			if strings.Contains(l, "gorun/gorun/collective.") || strings.Contains(l, "gorun/gorun/ring.") || strings.Contains(l, "gorun/gorun/ps.") {
 				pick = i

@@ -162,6 +162,12 @@ func TestTopFrames(t *testing.T) {
 	if got := TopFrames(fake, 1); got != "goroutine 7 [select]:\ngithub.com/gorun/gorun/collective.AllReduce[...](...)\n\t/x/c.go:70" {
 		t.Fatalf("collective goroutine first: %q", got)
 	}
+	// The goroutine that wrote the dump (CatchQuit, inlined into the
+	// collective package's caller) is never the rank's.
+	dumper := "goroutine 21 [running]:\ngithub.com/gorun/gorun/collective.newComm.CatchQuit.func1.1()\n\t/x/quit.go:33\n\n"
+	if got := TopFrames(dumper+fake, 1); !strings.HasPrefix(got, "goroutine 7 [select]:") {
+		t.Fatalf("the dumper's goroutine picked: %q", got)
+	}
 	if got := TopFrames(strings.Replace(fake, "collective", "other", 1), 1); !strings.HasPrefix(got, "goroutine 1 [sleep]:\ntime.Sleep") {
 		t.Fatalf("else goroutine 1: %q", got)
 	}

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"bytes"
 	"os"
 	"os/signal"
 	"runtime"
@@ -36,6 +37,11 @@ func CatchQuit() {
 					break
 				}
 				buf = make([]byte, 2*len(buf))
+			}
+			// The first goroutine is this one, writing the dump: left out,
+			// so that no reader takes it for the rank's.
+			if i := bytes.Index(buf, []byte("\n\ngoroutine ")); i >= 0 {
+				buf = buf[i+2:]
 			}
 			_, _ = os.Stderr.Write(append([]byte("SIGQUIT: quit (goroutines stopped by gorun's dump)\n\n"), buf...))
 			signal.Reset(syscall.SIGQUIT)
