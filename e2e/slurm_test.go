@@ -165,7 +165,16 @@ func startSlurmJob(t *testing.T, r *rig, conf, name string, n int) (*exec.Cmd, *
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	proctest.WaitFor(t, 60*time.Second, func() bool { return strings.Count(out.String(), "up") == 2*n }, "every rank up:\n"+errb.String())
+	// A test that fails before the job ends leaves neither it nor its
+	// allocation to the next one.
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			c, _, _ := slurmCmd(r, conf, "scancel", "-n", name)
+			_ = c.Run()
+			_ = cmd.Process.Kill()
+		}
+	})
+	proctest.WaitFor(t, 60*time.Second, func() bool { return strings.Count(out.String(), "up") == 2*n }, "every rank up")
 	return cmd, out, errb
 }
 
@@ -185,8 +194,8 @@ func TestSlurmScancel(t *testing.T) {
 	r, conf := needSlurm(t)
 	cmd, _, errb := startSlurmJob(t, r, conf, "e2e-scancel", 3)
 	id := slurmJobID(t, r, conf, "e2e-scancel")
-	if out, err := exec.Command("scancel", id).CombinedOutput(); err != nil {
-		t.Fatalf("scancel %s: %v %s", id, err, out)
+	if c, _, errb := slurmCmd(r, conf, "scancel", id); c.Run() != nil {
+		t.Fatalf("scancel %s: %s", id, errb)
 	}
 	if code := waitCmd(t, cmd, "salloc after scancel", errb); code == 0 {
 		t.Fatalf("the cancelled job exited 0:\n%s", errb)
