@@ -35,7 +35,7 @@
 # slurmd, slurm-client and munge): one munged and slurmctld on this machine
 # at the bridge's address, one slurmd per host started in its network
 # namespace (nsenter: under `ip netns exec` slurmd finds no cgroup file
-# system), node hI with S CPUs in partition `test`, proctrack/linuxproc and
+# system) with its hostname, node hI with S CPUs in partition `test`, proctrack/linuxproc and
 # task/none. Its config is $DIR/slurm/slurm.conf: set SLURM_CONF to it (the
 # env file has TESTNET_SLURM_CONF) and salloc, sbatch, srun, squeue and
 # scancel run jobs on the hosts. `down` stops it with the hosts.
@@ -169,7 +169,10 @@ slurm_up() {
     } > "$d/slurm.conf"
     slurmctld -f "$d/slurm.conf" 9<&- || die "slurmctld did not start; see $d/slurmctld.log"
     for i in $(seq 1 "$TESTNET_N"); do
-        nsenter --net="/run/netns/$(ns "$i")" slurmd -f "$d/slurm.conf" -N "h$i" 9<&- ||
+        # Its own hostname too, as sshd has (Open MPI names its shared
+        # memory after the host: nodes all called this machine's name
+        # would share each other's segments).
+        nsenter --net="/run/netns/$(ns "$i")" unshare --uts sh -c "hostname h$i && exec slurmd -f '$d/slurm.conf' -N h$i" 9<&- ||
             die "slurmd of h$i did not start; see $d/slurmd-h$i.log"
     done
     echo "TESTNET_SLURM_CONF='$d/slurm.conf'" >> "$DIR/env"
