@@ -245,6 +245,8 @@ func (cfg RendezvousConfig) handshake(c net.Conn) (Node, error) {
 		return Node{}, fmt.Errorf("node %d was started for %d nodes, the launcher for %d", idx, nodes, cfg.Nodes)
 	case idx >= cfg.Nodes:
 		return Node{}, fmt.Errorf("node %d in a job of %d nodes (0 to %d)", idx, cfg.Nodes, cfg.Nodes-1)
+	case f[6] != cfg.Program && cfg.allDial:
+		return Node{}, fmt.Errorf("agent %d is from another srun step (another gorun's job)", idx)
 	case f[6] != cfg.Program:
 		return Node{}, fmt.Errorf("node %d was started with another program or other arguments than node 0", idx)
 	}

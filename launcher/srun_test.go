@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -109,5 +110,46 @@ func TestStartSrunFails(t *testing.T) {
 			}
 			t.Logf("after %v: %v", time.Since(start).Round(time.Millisecond), err)
 		})
+	}
+}
+
+// TestRendezvousAllDial: in an srun step every node, 0 included, dials
+// in and is known by its hostname (its Slurm node name): Attach finds
+// each by name, once. An agent of another step (another job's nonce) is
+// refused and told so, and the wait goes on for the real one.
+func TestRendezvousAllDial(t *testing.T) {
+	cfg := meetConfig(3)
+	cfg.allDial, cfg.names = true, []string{"h0", "h1", "h2"}
+	var otherErr error
+	r, nodes, warns, err := meet(t, cfg, func(addr string) {
+		other := nodeConfig(addr, 1, 3)
+		other.Program = "another-step"
+		_, _, otherErr = DialLauncher(context.Background(), other)
+		for i := range 3 {
+			s, _, err := DialLauncher(context.Background(), nodeConfig(addr, i, 3))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer s.Close()
+		}
+	})
+	if err != nil {
+		t.Fatal(err, warns)
+	}
+	defer r.Close()
+	if len(nodes) != 3 || nodes[0].Index != 0 || nodes[0].Hostname != "h0" {
+		t.Fatalf("nodes %+v", nodes)
+	}
+	if !errors.Is(otherErr, ErrRefused) || !strings.Contains(otherErr.Error(), "from another srun step") {
+		t.Fatalf("the other step's agent: %v", otherErr)
+	}
+	for _, h := range []string{"h0", "h1", "h2"} {
+		if _, err := r.Attach(h); err != nil {
+			t.Fatalf("Attach(%s): %v", h, err)
+		}
+		if _, err := r.Attach(h); err == nil {
+			t.Fatalf("Attach(%s) twice", h)
+		}
 	}
 }
