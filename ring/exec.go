@@ -2,6 +2,7 @@ package ring
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gorun/gorun/reduce"
@@ -25,9 +26,48 @@ type Options struct {
 	// Header is the template of every frame: Kind, DType, Op, Seq and Count
 	// identify the collective, and receivers check them.
 	Header transport.Header
-	// SegmentBytes is the pipelining unit.
+	// SegmentBytes is the pipelining unit: the most payload bytes a frame
+	// carries.
 	SegmentBytes int
+	// Wire is the format float32 elements take between ranks in Run and
+	// the executors built on it (AllReduce, ReduceScatter, AllGather and
+	// the Hierarchical ones; the others always send full precision). The
+	// zero value, reduce.WireFull, sends the buffer's bytes as they are.
+	// A 2-byte format works on float32 buffers only: Run returns
+	// ErrWireType, before it sends anything, for any other element type.
+	// Sums are taken in float32 and each hop rounds the partial sum it
+	// forwards, so the result is the sum rounded to the wire format once
+	// per hop (see the package doc). With Header.Op reduce.Sum or
+	// reduce.Avg, reduce steps add with reduce.DecodeAdd and do not call
+	// fold; with any other Op they decode into a scratch slice and call
+	// fold on it.
+	Wire reduce.Wire
 }
+
+// ErrWireType is returned by Run when Options.Wire is a 2-byte format and
+// the buffer does not hold float32: integers and float64 never travel
+// lossily.
+var ErrWireType = errors.New("ring: a reduced-precision wire format needs float32 elements")
+
+// checkWire says whether T may travel in format w.
+func checkWire[T Elem](w reduce.Wire) error {
+	switch {
+	case w == reduce.WireFull:
+		return nil
+	case !w.Valid():
+		return fmt.Errorf("ring: unknown wire format %d", uint8(w))
+	case reduce.DTypeOf[T]() != reduce.Float32:
+		return fmt.Errorf("%w: wire format %v, buffer of %s", ErrWireType, w, reduce.DTypeName(reduce.DTypeOf[T]()))
+	}
+	return nil
+}
+
+// wireDType is the DType byte of the frames Run sends: the element type in
+// the low four bits (reduce's codes all fit) and the wire format in the high
+// four, zero for WireFull. A receiver compares the whole byte, so ranks
+// that disagree on the wire format fail at the first frame, and check
+// names the wire format rather than the element type.
+func wireDType(dtype uint8, w reduce.Wire) uint8 { return dtype&0x0f | uint8(w)<<4 }
 
 // check compares a received frame with what this rank expects.
 func check(f *transport.Frame, want transport.Header, peer int, step uint32, wantLen int) error {
@@ -36,6 +76,8 @@ func check(f *transport.Frame, want transport.Header, peer int, step uint32, wan
 	case h.Seq != want.Seq || h.Kind != want.Kind:
 		return &transport.MismatchError{Peer: peer, What: "which collective comes next (kind/sequence)",
 			Mine: fmt.Sprintf("kind %d #%d", want.Kind, want.Seq), Got: fmt.Sprintf("kind %d #%d", h.Kind, h.Seq)}
+	case h.DType != want.DType && h.DType&0x0f == want.DType&0x0f:
+		return &transport.MismatchError{Peer: peer, What: "wire format", Mine: reduce.Wire(want.DType >> 4), Got: reduce.Wire(h.DType >> 4)}
 	case h.DType != want.DType:
 		return &transport.MismatchError{Peer: peer, What: "element type", Mine: want.DType, Got: h.DType}
 	case h.Op != want.Op:
@@ -54,7 +96,23 @@ func check(f *transport.Frame, want transport.Header, peer int, step uint32, wan
 // src[i]. Each received segment is forwarded as the next step's send as
 // soon as it is ready. Run returns when every send has been written, so
 // the caller owns buf again.
+//
+// With o.Wire set, a run whose first step is a copy (an all-gather) first
+// rounds its own chunk, the one it sends, to the wire format in place, and
+// a reduce step followed by a copy step rounds the chunk it completes
+// before forwarding it: the rank that owns a reduced chunk then holds the
+// same bits as the ranks that receive it.
 func Run[T Elem](ctx context.Context, tr Transport, buf []T, spans []Span, steps []Step, fold func(dst, src []T), o Options) (err error) {
+	if o.Wire != reduce.WireFull {
+		if err := checkWire[T](o.Wire); err != nil {
+			return err
+		}
+		if len(steps) == 0 {
+			return nil
+		}
+		f, _ := any(fold).(func(dst, src []float32))
+		return runWire(ctx, tr, any(buf).([]float32), spans, steps, f, o)
+	}
 	if len(steps) == 0 {
 		return nil
 	}
@@ -100,7 +158,8 @@ func Run[T Elem](ctx context.Context, tr Transport, buf []T, spans []Span, steps
 }
 
 // AllReduce runs the whole ring plan: afterwards every rank's buf holds the
-// reduction of all ranks' buffers, bit for bit the same on every rank.
+// reduction of all ranks' buffers, bit for bit the same on every rank
+// (with o.Wire set, rounded to the wire format as the package doc says).
 func AllReduce[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst, src []T), o Options) error {
 	size := tr.Size()
 	return Run(ctx, tr, buf, Chunks(len(buf), size), Plan(tr.Rank(), size), fold, o)
@@ -108,7 +167,9 @@ func AllReduce[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst
 
 // ReduceScatter runs the reduce-scatter half of the plan. Afterwards this
 // rank's chunk of buf, Chunks(len(buf), size)[rank], holds the reduction of
-// that chunk over all ranks; the rest of buf is scratch.
+// that chunk over all ranks; the rest of buf is scratch. With o.Wire set
+// the chunk holds the float32 sum of this rank's input and the decoded
+// partial sum of the others, not yet rounded to the wire format.
 func ReduceScatter[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst, src []T), o Options) (Span, error) {
 	size := tr.Size()
 	spans := Chunks(len(buf), size)
@@ -118,7 +179,9 @@ func ReduceScatter[T Elem](ctx context.Context, tr Transport, buf []T, fold func
 
 // AllGather runs the all-gather half of the plan over recv, which holds
 // size blocks of equal length; this rank's own block must already be in
-// place. Afterwards every block holds its rank's data.
+// place. Afterwards every block holds its rank's data. With o.Wire set,
+// this rank's own block is first rounded to the wire format in place, so
+// every rank ends with the same bits.
 func AllGather[T Elem](ctx context.Context, tr Transport, recv []T, o Options) error {
 	size := tr.Size()
 	if len(recv)%size != 0 {

@@ -8,6 +8,29 @@
 // a segment is forwarded as soon as it has been reduced, so sending,
 // receiving and reducing overlap. Small buffers use a one-round direct
 // exchange instead, which is latency-optimal.
+//
+// # Wire formats
+//
+// Options.Wire lets float32 buffers travel as fp16 or bf16 (reduce.Wire),
+// two bytes an element instead of four, in Run and what is built on it:
+// AllReduce, ReduceScatter, AllGather and the Hierarchical executors (the
+// others ignore it and send full precision). Sums are always taken in
+// float32: a hop decodes the segment it receives, adds it into its own
+// float32 chunk, and encodes the new partial sum when it forwards it. The
+// rank that completes a chunk rounds its own copy to the wire format before
+// the all-gather sends it, so every rank ends with the same bits, the
+// owner's rounded values. The result is therefore the sum rounded to the
+// wire format once per hop: over N ranks a chunk's sum is rounded N times,
+// each time with a relative error of at most 2^-11 (fp16) or 2^-8 (bf16) of
+// a partial sum, so |result - exact| <= N*u*sum|x_r| or so (wire_test.go
+// states the bound it checks). Max and min are exact up to the rounding of
+// the inputs. fp16 saturates: finite values and sums beyond ±65504 come out
+// as ±65504, never as infinities, so scale (pre-divide) the inputs when the
+// sums can grow that large, or use bf16, which keeps float32's range.
+// Only float32 buffers take a 2-byte format; any other element type is
+// refused with ErrWireType before anything is sent. The wire format rides in
+// the frame's DType byte, so ranks that disagree on it fail at the first
+// frame with a MismatchError that names it.
 package ring
 
 // Span is a contiguous range of a buffer, in elements.

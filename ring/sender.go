@@ -25,15 +25,29 @@ type sendItem[T Elem] struct {
 // startSender starts the background writer; ctx is the executor's own
 // context, which cancel cancels on a send failure.
 func startSender[T Elem](ctx context.Context, cancel context.CancelFunc, tr Transport, capacity int, o Options) *sender[T] {
+	return newSender[T](ctx, cancel, tr, capacity, o, false)
+}
+
+// newSender is startSender; with pooled set, every item's data is a buffer
+// from transport.GetBuf (an encoded segment), which the writer gives back
+// once Send has returned, or when it drops the item after a failure.
+func newSender[T Elem](ctx context.Context, cancel context.CancelFunc, tr Transport, capacity int, o Options, pooled bool) *sender[T] {
 	s := &sender[T]{queue: make(chan sendItem[T], capacity), errc: make(chan error, 1)}
 	go func() {
 		for it := range s.queue {
 			hd := o.Header
 			hd.Step = it.step
-			if err := tr.Send(ctx, it.to, hd, reduce.AsBytes(it.data)); err != nil {
+			err := tr.Send(ctx, it.to, hd, reduce.AsBytes(it.data))
+			if pooled {
+				transport.PutBuf(reduce.AsBytes(it.data))
+			}
+			if err != nil {
 				s.errc <- fmt.Errorf("send to rank %d: %w", global(tr, it.to), err)
 				cancel()
-				for range s.queue {
+				for it := range s.queue {
+					if pooled {
+						transport.PutBuf(reduce.AsBytes(it.data))
+					}
 				}
 				return
 			}
