@@ -409,3 +409,15 @@ func TestWireHierarchical(t *testing.T) {
 		}
 	}
 }
+
+// TestWireKillMidRing: killMid's harness over a float32 all-reduce sent
+// as fp16 or bf16: rank k dies at the m-th frame, every survivor returns
+// an error naming it, none hangs.
+func TestWireKillMidRing(t *testing.T) {
+	for _, w := range wires {
+		killMid(t, func(ctx context.Context, tr Transport, buf []int64, _ func(dst, src []int64), o Options) error {
+			o.Header.DType, o.Header.Op, o.Wire = reduce.Float32, uint8(reduce.Sum), w
+			return AllReduce(ctx, tr, make([]float32, len(buf)), reduce.Func[float32](reduce.Sum), o)
+		})
+	}
+}
