@@ -125,8 +125,9 @@ func Join(ctx context.Context) (*Comm, error) {
 
 // New joins a job with explicit settings: it finds every rank by gossip,
 // with its address and host. It returns when every rank is known, or
-// with an error that names the ranks that never appeared. Connections to
-// the ranks this one exchanges data with are made on first use.
+// with an error that names the ranks that never appeared (none appeared
+// for cfg.JoinTimeout, or ctx ended). Connections to the ranks this one
+// exchanges data with are made on first use.
 func New(ctx context.Context, cfg Config) (*Comm, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -177,6 +178,11 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	mc.DataAddr = net.JoinHostPort(cfg.AdvertiseAddr, strconv.Itoa(port))
 	mc.Host = tr.HostKey()
 	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = cfg.ProbeInterval, cfg.ProbeTimeout, cfg.SuspicionMult
+	// Gossip is waited for while it makes progress: a start fails once
+	// JoinTimeout passes with no rank appearing, not at a fixed time, as
+	// a large job on loaded hosts takes longer than a deadline that suits
+	// a small one (256 ranks on 64 test hosts sharing 2 cores: 38-57 s).
+	mc.StallTimeout = cfg.JoinTimeout
 	mc.Logger = logger
 	member, err := membership.Start(mc, membership.Events{
 		Dead: func(rank int, reason string) {
@@ -192,10 +198,15 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	c := newComm(cfg, logger, tr)
 	c.confirmTimeout = tc.ConfirmTimeout
 	c.member = member
-	ctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
-	defer cancel()
 	restarted := cfg.Elastic && cfg.RestartCount > 0
 	var found []membership.Peer
+	if !restarted {
+		found, err = member.WaitAll(ctx) // bounded by mc.StallTimeout
+	}
+	// What follows gossip (and the whole of a restarted rank's join) is
+	// bounded by JoinTimeout.
+	ctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+	defer cancel()
 	if restarted {
 		// A restarted rank joins a running job: it waits for the ranks of
 		// the sequencer's current view only.
@@ -204,8 +215,6 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		// may not have yet.
 		el.Store(c.newElastic(make([]string, cfg.Size)))
 		found, err = c.el.rejoinPeers(ctx, member)
-	} else {
-		found, err = member.WaitAll(ctx)
 	}
 	if err == nil {
 		// Placement before connecting: every rank knows every rank's host,

@@ -116,8 +116,9 @@ type Config struct {
 	// and the hub strategy's collectives still fail).
 	HubElastic bool
 
-	// Seeds are the gossip addresses ("host:port") of the job's ranks;
-	// each rank joins every one.
+	// Seeds are the gossip addresses ("host:port") of the job's ranks,
+	// one per rank, in rank order: a rank joins a few of them (see
+	// membership.Config.Seeds); a list of another length is tried in full.
 	Seeds []string
 	// AdvertiseAddr is the address other ranks reach this one at.
 	AdvertiseAddr string
@@ -126,7 +127,10 @@ type Config struct {
 	// DataListen is where the data plane listens; its port is published
 	// by gossip.
 	DataListen string
-	// JoinTimeout bounds New: finding every rank and connecting to it.
+	// JoinTimeout bounds New: at a job's start, finding the ranks by
+	// gossip fails once this long passes with no rank appearing (a large
+	// start that keeps making progress is waited for); what follows, and
+	// a restarted rank's whole join, must end within it.
 	JoinTimeout time.Duration
 	// CloseTimeout bounds Close on a rank that hosts a hub: it keeps the
 	// hub serving until every rank has left it, a rank is lost, or this

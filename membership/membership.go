@@ -21,6 +21,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -137,8 +138,10 @@ type Member struct {
 	// root), made on first use; see joinTree.
 	tree []int
 	// joins are the joins WaitFor started in the background (a join may
-	// outlast the WaitFor that started it); Close waits for them.
+	// outlast the WaitFor that started it); Close waits for them. done
+	// is closed by Close (under mu: no join starts after it).
 	joins sync.WaitGroup
+	done  chan struct{}
 
 	closeOnce sync.Once
 }
@@ -152,7 +155,7 @@ func Start(cfg Config, ev Events) (*Member, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Member{cfg: cfg, log: logger, peers: map[int]Peer{}, leaving: map[int]bool{}, nodes: map[int]memberlist.Node{}, joined: make(chan struct{}, 1), ev: ev}
+	m := &Member{cfg: cfg, log: logger, peers: map[int]Peer{}, leaving: map[int]bool{}, nodes: map[int]memberlist.Node{}, joined: make(chan struct{}, 1), ev: ev, done: make(chan struct{})}
 	m.meta = encodeMeta(cfg.Rank, cfg.DataAddr, cfg.Host)
 	if len(m.meta) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("membership: rank %d: data address and host of %d bytes exceed memberlist's %d", cfg.Rank, len(m.meta), memberlist.MetaMaxSize)
@@ -278,13 +281,9 @@ func (m *Member) WaitFor(ctx context.Context, ranks []int) ([]Peer, error) {
 				}
 				a.n++
 				inflight = make(chan joinResult, 1)
-				m.joins.Add(1)
-				go func(done chan<- joinResult) {
-					defer m.joins.Done()
-					t0 := time.Now()
-					n, err := m.ml.Join(seeds)
-					done <- joinResult{n: n, err: err, took: time.Since(t0)}
-				}(inflight)
+				if !m.startJoin(seeds, inflight) {
+					return nil, m.waitError(ranks, errClosed, lastErr)
+				}
 			} else {
 				retryAt = now.Add(jitter(retryInterval))
 			}
@@ -302,6 +301,8 @@ func (m *Member) WaitFor(ctx context.Context, ranks []int) ([]Peer, error) {
 		select {
 		case <-ctx.Done():
 			return nil, m.waitError(ranks, context.Cause(ctx), lastErr)
+		case <-m.done:
+			return nil, m.waitError(ranks, errClosed, lastErr)
 		case <-m.joined:
 		case r := <-inflight:
 			inflight = nil
@@ -321,8 +322,8 @@ func (m *Member) WaitFor(ctx context.Context, ranks []int) ([]Peer, error) {
 
 // A join's pacing: a failed one is retried after retryInterval (or as
 // long as it took, if longer: the seed is slow or far), give or take
-// half; once joined, a rank repairs only when no rank has appeared for
-// repairAfter, and then at most once every repairAfter.
+// half; once joined, a rank repairs once every repairAfter while ranks
+// are missing.
 const (
 	retryInterval = 200 * time.Millisecond
 	repairAfter   = time.Second
@@ -332,6 +333,29 @@ const (
 // retry together.
 func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d)
+}
+
+// errClosed: WaitFor was waiting when the member was closed.
+var errClosed = errors.New("member closed")
+
+// startJoin joins seeds in the background, to report on done; false if
+// the member is closed.
+func (m *Member) startJoin(seeds []string, done chan<- joinResult) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	select {
+	case <-m.done:
+		return false
+	default:
+	}
+	m.joins.Add(1)
+	go func() {
+		defer m.joins.Done()
+		t0 := time.Now()
+		n, err := m.ml.Join(seeds)
+		done <- joinResult{n: n, err: err, took: time.Since(t0)}
+	}()
+	return true
 }
 
 type joinResult struct {
@@ -344,19 +368,19 @@ type joinResult struct {
 // stopped waiting, and what the last failed join said.
 func (m *Member) waitError(ranks []int, cause, lastErr error) error {
 	missing := m.missing(ranks)
-	msg := fmt.Sprintf("membership: rank %d: ranks %v never appeared: %v", m.cfg.Rank, missing, cause)
+	var hint string
 	if lastErr != nil {
 		last := strings.Join(strings.Fields(lastErr.Error()), " ")
 		switch {
 		case strings.Contains(last, "decrypt"):
-			msg += "; wrong job secret: the other ranks cannot decrypt this rank's messages (" + last + ")"
+			hint = "; wrong job secret: the other ranks cannot decrypt this rank's messages (" + last + ")"
 		case len(missing) == len(ranks)-1:
-			msg += "; no rank was reached: are they running, with the same job id? (" + last + ")"
+			hint = "; no rank was reached: are they running, with the same job id? (" + last + ")"
 		default:
-			msg += " (last join error: " + last + ")"
+			hint = " (last join error: " + last + ")"
 		}
 	}
-	return errors.New(msg)
+	return fmt.Errorf("membership: rank %d: ranks %v never appeared: %w%s", m.cfg.Rank, missing, cause, hint)
 }
 
 // attempt is where WaitFor stands when it picks a join's seeds.
@@ -381,16 +405,20 @@ type attempt struct {
 //     its new address: it never came back), and its parent in a binary
 //     tree over the ranks if that is in the view; every fifth try also
 //     two others of the view (the first may be gone).
-//   - Once joined (the root: from the start), gossip brings the rest. A
-//     rank repairs only when no rank has appeared for repairAfter, at
-//     most once every repairAfter: it exchanges state with a rank it
-//     knows, picked at random (what another has heard of, this one gets
-//     at once, and no rank is asked by many), and, when it knows none or
-//     nothing has appeared for three times that, joins a rank still
-//     missing (so groups that formed apart merge). It does not join the
-//     missing at once: near the end of a large start, many ranks miss the
-//     same few, which would swamp them as rank 0 was when every rank
-//     joined it.
+//   - Once joined (the root: from the start), gossip brings the rest,
+//     and while ranks are missing a rank repairs once every repairAfter:
+//     it exchanges its whole state with a rank it knows, picked at random
+//     (what any other has heard of spreads in a few such rounds, where
+//     gossip alone, a message at a time, takes many times as long on a
+//     loaded host; and each rank is asked about once a round, whatever
+//     the job's size). When it knows no one, or, with missingChance, when
+//     no rank has appeared for a while, it also joins a rank still
+//     missing. Exchanges with known ranks cannot bring a rank that they
+//     hold suspect or dead (memberlist ignores a verdict on a node it
+//     does not know): one that was swamped or starved and missed its
+//     probes, as rank 0 did at 256 ranks, stays missing until it refutes
+//     the verdict, or it is joined directly; and groups that formed apart
+//     only merge so.
 //
 // A rank never joins itself. Without a seed per rank, every seed is
 // tried each time.
@@ -414,18 +442,18 @@ func (m *Member) seedsFor(ranks []int, a attempt) (seeds []string, repair bool) 
 			pick = append(pick, p)
 		}
 		if a.n > 0 && a.n%5 == 0 {
-			pick = append(pick, pickOthers(ranks, r, 2)...)
+			pick = append(pick, pickOthers(ranks, 2, append(slices.Clone(pick), r)...)...)
 		}
 	case !a.joined && parent >= 0:
 		pick = []int{parent}
 		if a.n > 0 && a.n%5 == 0 {
-			pick = append(pick, pickOthers(ranks, r, 1)...)
+			pick = append(pick, pickOthers(ranks, 1, parent, r)...)
 		}
-	case a.idle >= repairAfter && a.sinceRepair >= repairAfter:
+	case a.sinceRepair >= repairAfter:
 		known, missing := m.split(ranks)
-		pick = pickOthers(known, r, 1)
-		if len(pick) == 0 || a.idle >= 3*repairAfter {
-			pick = append(pick, pickOthers(missing, r, 1)...)
+		pick = pickOthers(known, 1, r)
+		if len(pick) == 0 || rand.Float64() < missingChance(a.idle, len(known)) {
+			pick = append(pick, pickOthers(missing, 1, r)...)
 		}
 		repair = true
 	}
@@ -437,9 +465,26 @@ func (m *Member) seedsFor(ranks []int, a attempt) (seeds []string, repair bool) 
 	return seeds, repair
 }
 
-// pickOthers picks up to k of ranks at random, never self.
-func pickOthers(ranks []int, self, k int) []int {
-	others := slices.DeleteFunc(slices.Clone(ranks), func(q int) bool { return q == self })
+// missingChance is the chance that a repair also joins a rank still
+// missing, once no rank has appeared for idle, of a rank that knows known
+// ranks: none for 3 repairAfter, then 2/known, doubling every 2
+// repairAfter up to 1 (at 256 ranks, 17 s after the last appearance). A
+// rank missing from many is so joined by about two of them a round at
+// first, more as the stall lasts, not by all of them at once: near the
+// end of a large start, or when one rank starts late or was swamped,
+// every rank misses the same few, and all joining them at once would
+// swamp them as it swamped rank 0 when every rank joined it.
+func missingChance(idle time.Duration, known int) float64 {
+	if idle < 3*repairAfter {
+		return 0
+	}
+	doublings := float64(idle-3*repairAfter) / float64(2*repairAfter)
+	return min(1, 2/float64(max(known, 1))*math.Exp2(doublings))
+}
+
+// pickOthers picks up to k of ranks at random, none of not.
+func pickOthers(ranks []int, k int, not ...int) []int {
+	others := slices.DeleteFunc(slices.Clone(ranks), func(q int) bool { return slices.Contains(not, q) })
 	rand.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
 	return others[:min(k, len(others))]
 }
@@ -541,6 +586,9 @@ func (m *Member) split(ranks []int) (known, missing []int) {
 func (m *Member) Close() error {
 	var err error
 	m.closeOnce.Do(func() {
+		m.mu.Lock()
+		close(m.done)
+		m.mu.Unlock()
 		m.sayGoodbye(500 * time.Millisecond)
 		// Give gossip a moment to carry the goodbye on. memberlist's own
 		// leave waits for its broadcast to go out, which, when every
