@@ -130,7 +130,7 @@ type elastic struct {
 
 	local    *memSequencer // in memory (NewLocal): the sequencer itself
 	wmu      sync.Mutex
-	reported map[int]bool // ranks suspected to the sequencer
+	reported map[int]int // ranks suspected to the sequencer, with the epoch the report named
 	closeOne sync.Once
 }
 
@@ -161,7 +161,7 @@ func (s *memSequencer) suspect(r int) { go s.nw.Kill(r) }
 // newElastic makes c elastic, in no view yet, and starts reading the
 // control channel.
 func (c *Comm) newElastic(hosts []string) *elastic {
-	e := &elastic{c: c, ctl: c.cfg.Control, hosts: hosts, stash: map[int][]transport.Frame{}, reported: map[int]bool{}}
+	e := &elastic{c: c, ctl: c.cfg.Control, hosts: hosts, stash: map[int][]transport.Frame{}, reported: map[int]int{}}
 	e.synced.Store(c.cfg.RestartCount == 0)
 	if r, ok := c.tr.(interface {
 		Revive(int, transport.Peer) error
@@ -511,18 +511,24 @@ func (e *elastic) suspect(rank int, reason string) {
 	if e.ctl == nil {
 		return
 	}
-	// The newest view this rank has heard of, read before the report is
-	// written (announce takes mu, then wmu): if the suspect joined in a
-	// later one, the report is about its old process, and gorun drops it.
-	e.mu.Lock()
-	epoch := e.announced.Epoch
-	e.mu.Unlock()
+	// The view this rank's collectives run on: a call fails on the
+	// processes of the view it ran in. If the suspect joined in a later
+	// view, the report is about its old process, and gorun drops it.
+	// (The newest view announced was sent before: a send that failed on
+	// the old process's connection, whose failure the call saw only
+	// after the joiner's view had been announced, got the restarted
+	// process fenced.) A report is made again for a newer view: one
+	// dropped as stale must not silence the rank about the new process.
+	var epoch int
+	if v := e.installed.Load(); v != nil {
+		epoch = v.Epoch
+	}
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
-	if e.reported[rank] {
+	if last, ok := e.reported[rank]; ok && last >= epoch {
 		return
 	}
-	e.reported[rank] = true
+	e.reported[rank] = epoch
 	if len(reason) > 200 {
 		reason = reason[:200]
 	}
