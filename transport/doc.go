@@ -214,5 +214,8 @@
 // that gossip declared dead (unless ConfirmTimeout is 0, which trusts
 // gossip at once); the peer's reader answers with a pong (within
 // Config.PongTimeout), and a peer that does not answer within
-// Config.ConfirmTimeout (stretched on an overloaded host) is lost.
+// Config.ConfirmTimeout (stretched on an overloaded host) is lost, unless
+// frames came from it meanwhile (or wait for room in this rank's inbox
+// from it: its pong is behind them): then it is asked again, window after
+// window, until it answers or sends nothing for a window.
 package transport

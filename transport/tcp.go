@@ -70,6 +70,13 @@ type peerConn struct {
 	dialed   bool                    // this rank dialed it (its remote address is where the peer listens)
 	port     uint16                  // accepted: the port the peer listens on (its hello's)
 	broken   atomic.Bool             // an error was read or written on it
+	// reads counts the frames read from it, and stuck is set while its
+	// reader waits for room in the peer's inbox (this rank's own
+	// collectives are behind): a peer gossip declared dead that goes on
+	// sending is alive, even if its answer to a ping waits behind its
+	// data (see PeerLost).
+	reads atomic.Uint64
+	stuck atomic.Bool
 }
 
 // Listen starts listening; the transport is usable after Connect.
@@ -215,6 +222,9 @@ func (t *TCP) readLoop(pc *peerConn) {
 	bye := false
 	for {
 		h, p, err := fr.Next(getBuf)
+		if err == nil {
+			pc.reads.Add(1)
+		}
 		if err != nil {
 			pc.broken.Store(true)
 			select {
@@ -237,7 +247,12 @@ func (t *TCP) readLoop(pc *peerConn) {
 		case TypeData:
 			// After a failure the frame is dropped, but reading goes on so
 			// that the peer's last words (an abort) are still seen.
-			t.w.deliver(pc.peer, Frame{Header: h, Payload: p, release: putBuf}, t.closing)
+			f := Frame{Header: h, Payload: p, release: putBuf}
+			if !t.w.tryDeliver(pc.peer, f) {
+				pc.stuck.Store(true)
+				t.w.deliver(pc.peer, f, t.closing)
+				pc.stuck.Store(false)
+			}
 			if pc.spin.hot.Load() > 0 {
 				// Let the waiting receiver run now, on this thread.
 				runtime.Gosched()
@@ -592,23 +607,70 @@ func (t *TCP) PeerLost(peer int, reason string) {
 		case <-pc.pong: // drop a stale answer
 		default:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), window)
-		defer cancel()
-		if err := t.write(ctx, pc, Header{Type: TypePing}, nil); err == nil {
-			select {
-			case <-pc.pong:
+		for said := false; ; said = true {
+			switch t.confirm(pc, window) {
+			case confirmAnswered:
 				t.log.Warn("gossip declared a rank dead, but it answered on the data plane; keeping it", "rank", peer)
 				return
-			case <-ctx.Done():
-			case <-t.closing:
+			case confirmClosing:
 				return
+			case confirmSending:
+				// Its answer may wait behind the data it sent: in this
+				// rank's socket, while this rank's inbox from it is full
+				// (its own collectives are behind), or in its own, behind
+				// what it sends now. Asked again until it answers, or
+				// sends nothing for a window: a stopped or cut-off
+				// process sends nothing.
+				if !said {
+					t.log.Warn("gossip declared a rank dead, but it is still sending on the data plane; asking it again", "rank", peer)
+				}
+				if t.revived[peer].Load() != gen {
+					return
+				}
+				continue
 			}
+			if t.revived[peer].Load() != gen {
+				return // the process gossip gave up on was replaced meanwhile
+			}
+			t.lose(peer, reason+", and no answer on its data connection for "+window.Round(time.Millisecond).String())
+			return
 		}
-		if t.revived[peer].Load() != gen {
-			return // the process gossip gave up on was replaced meanwhile
-		}
-		t.lose(peer, reason+", and no answer on its data connection for "+window.Round(time.Millisecond).String())
 	}()
+}
+
+// What a confirmation of gossip's verdict on a connected peer found.
+const (
+	confirmSilent   = iota // no answer, and nothing read from it
+	confirmAnswered        // it answered the ping
+	confirmSending         // no answer yet, but frames came from it (or wait to be read)
+	confirmClosing         // the transport is closing
+)
+
+// confirm pings pc's peer and waits up to window for its answer.
+func (t *TCP) confirm(pc *peerConn, window time.Duration) int {
+	ctx, cancel := context.WithTimeout(context.Background(), window)
+	defer cancel()
+	reads := pc.reads.Load()
+	if err := t.write(ctx, pc, Header{Type: TypePing}, nil); err == nil {
+		select {
+		case <-pc.pong:
+			return confirmAnswered
+		case <-ctx.Done():
+		case <-t.closing:
+			return confirmClosing
+		}
+	} else if ctx.Err() == nil {
+		return confirmSilent // the connection is broken
+	}
+	select {
+	case <-t.closing:
+		return confirmClosing
+	default:
+	}
+	if pc.reads.Load() != reads || pc.stuck.Load() {
+		return confirmSending
+	}
+	return confirmSilent
 }
 
 // PeerLeft records that gossip says peer left the job cleanly. Gossip

@@ -262,6 +262,54 @@ func TestGossipVerdictConfirmed(t *testing.T) {
 	}
 }
 
+// TestGossipVerdictBehindData: a rank gossip declares dead whose answer
+// to the ping waits behind the data it sent (this rank's inbox from it is
+// full: this rank's own collective is behind) is alive: it is asked again
+// until the data is taken and its answer read, and is never lost, even
+// with the window long past.
+func TestGossipVerdictBehindData(t *testing.T) {
+	ts := mesh(t, 2, func(r int, c *Config) { c.ConfirmTimeout, c.Shm = 200*time.Millisecond, false })
+	const frames = inboxDepth + 8
+	big := make([]byte, 256<<10)
+	sent := make(chan error, 1)
+	go func() {
+		for i := range frames {
+			big[0] = byte(i)
+			if err := ts[1].Send(context.Background(), 0, Header{Step: uint32(i)}, big); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	// Rank 0's reader stalls on its full inbox from rank 1.
+	time.Sleep(300 * time.Millisecond)
+	ts[0].PeerLost(1, "declared dead by gossip")
+	time.Sleep(1500 * time.Millisecond) // seven windows: the old rule lost it after one
+	if err := ts[0].Err(); err != nil {
+		t.Fatalf("a rank still sending was lost: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range frames {
+		f, err := ts[0].Recv(ctx, 1)
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if f.Header.Step != uint32(i) {
+			t.Fatalf("frame %d has step %d", i, f.Header.Step)
+		}
+		f.Release()
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // its answer is read now
+	if err := ts[0].Err(); err != nil {
+		t.Fatalf("lost after its data was taken: %v", err)
+	}
+}
+
 // TestLostAfterFailure: a peer that gossip declares dead and that does not
 // answer its ping is recorded in Lost even when the transport had already
 // failed on another rank's abort.

@@ -195,6 +195,16 @@ func (w *world) checkPeer(p int) error {
 
 // deliver hands a frame to the inbox of from; it gives up if the world fails
 // or done closes.
+// tryDeliver hands f to the inbox of from if it has room now.
+func (w *world) tryDeliver(from int, f Frame) bool {
+	select {
+	case w.peer(from).inbox <- f:
+		return true
+	default:
+		return false
+	}
+}
+
 func (w *world) deliver(from int, f Frame, done <-chan struct{}) bool {
 	select {
 	case w.peer(from).inbox <- f:
