@@ -69,6 +69,7 @@ type Comm struct {
 	topo      *topology            // which ranks share hosts; nil: one host
 	closed    chan struct{}        // closed by Close
 	page      *inspect.Page        // nil: no status page
+	timed     bool                 // Config.Timing with a page: collectives are timed on it
 	rec       *inspect.Recorder    // nil: no timeline
 	recMu     *sync.Mutex          // rec's collectives are written by one goroutine at a time
 	waited    *transport.WaitMeter // with rec: the transport's blocked time
@@ -102,9 +103,18 @@ func newComm(cfg Config, log *slog.Logger, tr transport.Transport) *Comm {
 			inspect.CatchQuit()
 		}
 		c.page = p
+		if p != nil && cfg.Timing {
+			c.timed = true
+			go func() { // the tick's length, measured over 20 ms
+				_, dur := tick.NewBase().UnixNano()
+				p.SetTickRate(float64(dur(1<<30)) / (1 << 30))
+			}()
+		}
 	}
 	if cfg.TimelineFile != "" {
 		c.rec = inspect.NewRecorder()
+	}
+	if c.rec != nil || c.timed {
 		c.waited = transport.NewWaitMeter(tick.Now)
 		if m, ok := tr.(interface{ SetWaitMeter(*transport.WaitMeter) }); ok {
 			m.SetWaitMeter(c.waited)

@@ -186,6 +186,11 @@ type Config struct {
 	// "" keeps no page.
 	StatusFile string
 
+	// Timing (GORUN_TIMING=1, set by gorun --metrics) makes the Comm also
+	// record on its status page how long its collectives took and how
+	// much of that it waited for peers' data (two clock reads a call).
+	Timing bool
+
 	// TimelineFile (GORUN_TIMELINE_FILE, set by gorun --timeline): the
 	// Comm records every collective and every Span in memory and writes
 	// them there at Close, for gorun to merge into one trace. "" records
@@ -327,6 +332,9 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if v, ok := env.Lookup(jobenv.TimelineFileVar); ok {
 		cfg.TimelineFile = v
+	}
+	if v, ok := env.Lookup(jobenv.TimingVar); ok {
+		cfg.Timing = v == "1"
 	}
 	if node, ok := env.Lookup(jobenv.NodeRankVar); ok {
 		cfg.HostKey = jobenv.NodeName(node)

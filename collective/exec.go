@@ -398,7 +398,7 @@ func (c *Comm) execute(ctx context.Context, op *Handle, f func(ctx context.Conte
 		return fmt.Errorf("collective: rank %d: %s #%d: %w", c.cfg.Rank, kindName[kind], h.Seq&seqMask, err)
 	}
 	var began, waited int64
-	if c.rec != nil {
+	if c.rec != nil || c.timed {
 		began, waited = tick.Now(), c.waited.Total()
 	}
 	if c.page != nil { // the arguments cost map lookups: none without a page
@@ -413,6 +413,9 @@ func (c *Comm) execute(ctx context.Context, op *Handle, f func(ctx context.Conte
 		c.recMu.Lock()
 		c.rec.CommCollective(c.id, kind, h.DType, c.useHub.Load(), h.Seq, uint64(int(h.Count)*reduce.Size(h.DType)), began, tick.Now(), c.waited.Total()-waited)
 		c.recMu.Unlock()
+	}
+	if c.timed {
+		c.page.Time(tick.Now()-began, c.waited.Total()-waited)
 	}
 	c.page.End(uint64(h.Seq))
 	if err == nil {

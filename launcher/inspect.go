@@ -36,6 +36,7 @@ type inspector struct {
 // progress is what a rank completed: collectives and their payload bytes.
 type progress struct {
 	collectives, bytes uint64
+	busy, wait         time.Duration // inside collectives, and waiting in them (timed ranks)
 }
 
 func newInspector(j *job, cfg Config) *inspector {
@@ -91,6 +92,8 @@ func (ins *inspector) carry(rank int) {
 	s := ins.views[rank].State
 	ins.carried[rank].collectives += completed(s)
 	ins.carried[rank].bytes += s.Total
+	ins.carried[rank].busy += s.Busy
+	ins.carried[rank].wait += s.Wait
 }
 
 func (ins *inspector) exited(rank int) {

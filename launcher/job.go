@@ -214,7 +214,7 @@ func (j *job) baseSpec(secret string) *proto.HostSpec {
 	}
 	return &proto.HostSpec{
 		Version: proto.Version, JobID: j.jobID, Program: cfg.Program, Args: cfg.Args,
-		Wdir: wdir, WdirSet: cfg.WdirSet, Env: jobEnv(cfg, j.jobID, secret, j.np), Grace: cfg.Grace, PMI: pmiSpec, Timeline: cfg.Timeline != "",
+		Wdir: wdir, WdirSet: cfg.WdirSet, Env: jobEnv(cfg, j.jobID, secret, j.np), Grace: cfg.Grace, PMI: pmiSpec, Timeline: cfg.Timeline != "", Timing: cfg.Metrics != nil,
 		Elastic: cfg.elasticity() == ringElastic, MaxRestarts: cfg.MaxRestarts,
 	}
 }

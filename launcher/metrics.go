@@ -57,10 +57,11 @@ type rankMetrics struct {
 	// paged: the rank keeps a status page (it uses gorun's collectives);
 	// the fields below are only shown for such a rank.
 	paged       bool
-	collectives uint64    // collectives completed, over all its processes
-	bytes       uint64    // their payload bytes
-	in          bool      // inside a collective now
-	since       time.Time // when its state last changed (launcher's clock)
+	collectives uint64        // collectives completed, over all its processes
+	bytes       uint64        // their payload bytes
+	busy, wait  time.Duration // time inside its collectives, and waiting for peers' data in them (--metrics times them)
+	in          bool          // inside a collective now
+	since       time.Time     // when its state last changed (launcher's clock)
 }
 
 // completed is the number of collectives a state says its rank finished.
@@ -122,6 +123,8 @@ func writeMetrics(w io.Writer, m *jobMetrics, now time.Time) error {
 	perRank("gorun_rank_restarts_total", "counter", "Times the rank was started again (--max-restarts).", false, func(r rankMetrics) string { return strconv.Itoa(r.restarts) })
 	perRank("gorun_rank_collectives_total", "counter", "Collectives the rank completed, over all its processes (ranks using gorun's collectives).", true, func(r rankMetrics) string { return strconv.FormatUint(r.collectives, 10) })
 	perRank("gorun_rank_payload_bytes_total", "counter", "Payload bytes of the collectives the rank completed, over all its processes.", true, func(r rankMetrics) string { return strconv.FormatUint(r.bytes, 10) })
+	perRank("gorun_rank_collective_seconds_total", "counter", "Time the rank spent inside collectives, over all its processes; less gorun_rank_wait_seconds_total, the time it moved and reduced data.", true, func(r rankMetrics) string { return seconds(r.busy) })
+	perRank("gorun_rank_wait_seconds_total", "counter", "Time the rank spent inside collectives waiting for its peers' data, over all its processes.", true, func(r rankMetrics) string { return seconds(r.wait) })
 	perRank("gorun_rank_in_collective", "gauge", "1 while the rank is inside a collective, else 0.", true, func(r rankMetrics) string { return flag01(r.alive && r.in) })
 	_, err := w.Write(b.Bytes())
 	return err
@@ -138,6 +141,8 @@ func sample(b *bytes.Buffer, name, labels, value string) {
 	}
 	b.WriteString(" " + value + "\n")
 }
+
+func seconds(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) }
 
 func flag01(v bool) string {
 	if v {
@@ -256,6 +261,7 @@ func (d *driver) metricsSnapshot() *jobMetrics {
 		m.perRank = append(m.perRank, rankMetrics{
 			rank: r, host: rs.host, alive: rs.started && !rs.exited && !d.sv.done(rs.agent), restarts: d.ins.restarts[r],
 			paged: v.State.Declared || c != (progress{}), collectives: c.collectives + completed(v.State), bytes: c.bytes + v.State.Total,
+			busy: c.busy + v.State.Busy, wait: c.wait + v.State.Wait,
 			in: v.State.In && !v.Exited, since: v.State.Since,
 		})
 	}

@@ -24,7 +24,7 @@ import (
 func TestWriteMetrics(t *testing.T) {
 	now := time.Unix(1000, 0)
 	m := &jobMetrics{ranks: 3, elastic: true, epoch: 2, inView: 2, perRank: []rankMetrics{
-		{rank: 0, host: `h"1\a` + "\n", alive: true, paged: true, collectives: 1199, bytes: 4 << 20, in: true, since: now.Add(-12500 * time.Millisecond)},
+		{rank: 0, host: `h"1\a` + "\n", alive: true, paged: true, collectives: 1199, bytes: 4 << 20, busy: 2500 * time.Millisecond, wait: 750 * time.Millisecond, in: true, since: now.Add(-12500 * time.Millisecond)},
 		{rank: 1, host: "h2", alive: true, paged: true, collectives: 1200, bytes: 4<<20 + 4096, since: now.Add(-time.Hour)},
 		{rank: 2, host: "h2", restarts: 1},
 	}}
@@ -65,6 +65,14 @@ gorun_rank_collectives_total{rank="1",host="h2"} 1200
 # TYPE gorun_rank_payload_bytes_total counter
 gorun_rank_payload_bytes_total{rank="0",host="h\"1\\a\n"} 4194304
 gorun_rank_payload_bytes_total{rank="1",host="h2"} 4198400
+# HELP gorun_rank_collective_seconds_total Time the rank spent inside collectives, over all its processes; less gorun_rank_wait_seconds_total, the time it moved and reduced data.
+# TYPE gorun_rank_collective_seconds_total counter
+gorun_rank_collective_seconds_total{rank="0",host="h\"1\\a\n"} 2.5
+gorun_rank_collective_seconds_total{rank="1",host="h2"} 0
+# HELP gorun_rank_wait_seconds_total Time the rank spent inside collectives waiting for its peers' data, over all its processes.
+# TYPE gorun_rank_wait_seconds_total counter
+gorun_rank_wait_seconds_total{rank="0",host="h\"1\\a\n"} 0.75
+gorun_rank_wait_seconds_total{rank="1",host="h2"} 0
 # HELP gorun_rank_in_collective 1 while the rank is inside a collective, else 0.
 # TYPE gorun_rank_in_collective gauge
 gorun_rank_in_collective{rank="0",host="h\"1\\a\n"} 1
@@ -148,7 +156,8 @@ func TestMetricsCounts(t *testing.T) {
 	ins := newInspector(j, Config{})
 	now := time.Now()
 	status := func(pid int, seq, total uint64, in bool) *proto.Status {
-		return &proto.Status{State: inspect.State{Declared: true, Pid: pid, Seq: seq, Total: total, In: in}}
+		busy := time.Duration(total) * time.Millisecond
+		return &proto.Status{State: inspect.State{Declared: true, Pid: pid, Seq: seq, Total: total, In: in, Busy: busy, Wait: busy / 4}}
 	}
 	ins.update(0, status(10, 5, 500, true), now)  // in #5: 4 completed
 	ins.update(0, status(10, 6, 600, false), now) // 6 completed
@@ -159,8 +168,8 @@ func TestMetricsCounts(t *testing.T) {
 	j.ranks[0].started = true
 	m := d.metricsSnapshot()
 	r0, r1 := m.perRank[0], m.perRank[1]
-	if !r0.paged || r0.collectives != 11 || r0.bytes != 1100 || r0.restarts != 1 || !r0.alive {
-		t.Errorf("rank 0: %+v, want 11 collectives, 1100 bytes, 1 restart, alive", r0)
+	if !r0.paged || r0.collectives != 11 || r0.bytes != 1100 || r0.restarts != 1 || !r0.alive || r0.busy != 1100*time.Millisecond || r0.wait != 275*time.Millisecond {
+		t.Errorf("rank 0: %+v, want 11 collectives, 1100 bytes, 1.1 s inside of which 275 ms waiting, 1 restart, alive", r0)
 	}
 	if r1.paged || r1.alive || r1.restarts != 0 {
 		t.Errorf("rank 1: %+v, want no page, not started", r1)

@@ -102,7 +102,17 @@ func TestMetrics(t *testing.T) {
 	if b0, b1 := first[series("gorun_rank_payload_bytes_total", 0)], second[series("gorun_rank_payload_bytes_total", 0)]; b0 <= 0 || b1 <= b0 {
 		t.Errorf("rank 0's payload bytes: %v, then %v", b0, b1)
 	}
-	t.Logf("rank 0: %v collectives, then %v", collectives(first, 0), collectives(second, 0))
+	// --metrics times the collectives: time inside them counts up, and
+	// the part spent waiting for the peer is a part of it.
+	for r := range 2 {
+		b0, b1 := first[series("gorun_rank_collective_seconds_total", r)], second[series("gorun_rank_collective_seconds_total", r)]
+		w1 := second[series("gorun_rank_wait_seconds_total", r)]
+		if b1 <= 0 || b1 < b0 || w1 < 0 || w1 > b1 {
+			t.Errorf("rank %d: %v s in collectives, then %v s of which %v s waiting", r, b0, b1, w1)
+		}
+	}
+	t.Logf("rank 0: %v collectives, then %v; %v s inside them, %v s waiting", collectives(first, 0), collectives(second, 0),
+		second[series("gorun_rank_collective_seconds_total", 0)], second[series("gorun_rank_wait_seconds_total", 0)])
 	select {
 	case err := <-exited:
 		waited = true

@@ -44,8 +44,19 @@ func TestPage(t *testing.T) {
 	p.Begin(8, "barrier", "", 0)
 	p.End(8)
 	s, _ = read()
-	if s.In || s.Seq != 8 || s.Total != 4096 || s.Kind != "barrier" || s.DType != "" {
+	if s.In || s.Seq != 8 || s.Total != 4096 || s.Kind != "barrier" || s.DType != "" || s.Busy != 0 || s.Wait != 0 {
 		t.Fatalf("after: %+v", s)
+	}
+	// Timing: ticks add up, and read as time once the tick's length is
+	// known (none before).
+	p.Time(3000, 1000)
+	p.Time(1000, 500)
+	if s, _ = read(); s.Busy != 0 || s.Wait != 0 {
+		t.Fatalf("times before the tick rate: %+v", s)
+	}
+	p.SetTickRate(2.5)
+	if s, _ = read(); s.Busy != 10*time.Microsecond || s.Wait != 3750*time.Nanosecond {
+		t.Fatalf("times: busy %v wait %v, want 10µs and 3.75µs", s.Busy, s.Wait)
 	}
 	if err := p.Close(); err != nil || p.Close() != nil {
 		t.Fatal("Close is not idempotent")
@@ -53,6 +64,8 @@ func TestPage(t *testing.T) {
 	var nilPage *Page
 	nilPage.Begin(1, "x", "y", 1) // does nothing
 	nilPage.End(1)
+	nilPage.Time(1, 1)
+	nilPage.SetTickRate(1)
 	if _, err := ParsePage(make([]byte, 10)); err == nil {
 		t.Fatal("short page")
 	}

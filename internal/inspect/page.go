@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync/atomic"
 	"syscall"
@@ -33,7 +34,10 @@ const (
 	offTotal = 48 // payload bytes of every ended collective
 	offKind  = 56 // 16 bytes: the current collective's name
 	offDType = 72 // 8 bytes: its element type
-	pageUsed = 80
+	offBusy  = 80 // with timing: ticks spent inside ended collectives
+	offWait  = 88 // with timing: ticks of those spent waiting for peers' data
+	offRate  = 96 // with timing: nanoseconds per tick (float64 bits); 0 until measured
+	pageUsed = 104
 )
 
 const pageMagic = 0x3147_4154_5352_4f47 // "GORSTAG1"
@@ -97,6 +101,23 @@ func (p *Page) End(seq uint64) {
 	p.store(offEnded, seq)
 }
 
+// Time adds a collective's ticks inside it and waiting in it (gorun
+// --metrics: the rank reads the clock only then).
+func (p *Page) Time(busy, wait int64) {
+	if p == nil {
+		return
+	}
+	p.store(offBusy, p.load(offBusy)+uint64(busy))
+	p.store(offWait, p.load(offWait)+uint64(wait))
+}
+
+// SetTickRate records how many nanoseconds a tick of Time's clock lasts.
+func (p *Page) SetTickRate(nsPerTick float64) {
+	if p != nil {
+		p.store(offRate, math.Float64bits(nsPerTick))
+	}
+}
+
 // Close unmaps the page; it is idempotent.
 func (p *Page) Close() error {
 	if p == nil || p.mem == nil {
@@ -130,8 +151,12 @@ type State struct {
 	Kind     string
 	DType    string
 	Bytes    uint64
-	Total    uint64    // payload bytes of every finished collective
-	Since    time.Time // ParsePage: when the rank opened the page; the agent sets when it saw the state change
+	Total    uint64 // payload bytes of every finished collective
+	// Busy is the time spent inside finished collectives, Wait the part
+	// of it spent waiting for peers' data (both 0 without timing, gorun
+	// --metrics, or before the rank measured its clock).
+	Busy, Wait time.Duration
+	Since      time.Time // ParsePage: when the rank opened the page; the agent sets when it saw the state change
 }
 
 // ErrNoPage is returned by ParsePage for a page no rank declared.
@@ -149,6 +174,9 @@ func ParsePage(b []byte) (State, error) {
 	}
 	s := State{Declared: true, Pid: int(w(offPid)), Bytes: w(offBytes), Total: w(offTotal),
 		Since: time.Unix(0, int64(w(offSince))), Kind: getName(b[offKind : offKind+16]), DType: getName(b[offDType : offDType+8])}
+	if rate := math.Float64frombits(w(offRate)); rate > 0 && !math.IsInf(rate, 0) && !math.IsNaN(rate) {
+		s.Busy, s.Wait = time.Duration(float64(w(offBusy))*rate), time.Duration(float64(w(offWait))*rate)
+	}
 	begun, ended := w(offBegun), w(offEnded)
 	s.In, s.Seq = begun > ended, ended
 	if s.In {

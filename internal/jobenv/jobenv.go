@@ -43,6 +43,7 @@ const (
 	ShmVar           = "GORUN_SHM"           // 0: no shared memory between ranks on one host
 	StatusFileVar    = "GORUN_STATUS_FILE"   // the rank's status page (internal/inspect)
 	TimelineFileVar  = "GORUN_TIMELINE_FILE" // where the rank writes its timeline at Close (gorun --timeline)
+	TimingVar        = "GORUN_TIMING"        // 1: the rank times its collectives on its status page (gorun --metrics)
 )
 
 // Job is what every process of a job is told.

@@ -82,6 +82,9 @@ func (a *agent) command(i int, p *rankProc, jobEnv []string) (prog string, args,
 	if path := pagePath(a.spec.JobID, rs.Rank, p.restart); inspect.CreatePage(path) == nil {
 		p.page = path
 		env = append(env, jobenv.StatusFileVar+"="+path)
+		if a.spec.Timing {
+			env = append(env, jobenv.TimingVar+"=1")
+		}
 	}
 	if a.spec.Timeline {
 		p.timeline = timelinePath(a.spec.JobID, rs.Rank, p.restart)

@@ -110,6 +110,7 @@ type HostSpec struct {
 	Advertise string   // address to advertise; "" lets the agent decide
 	PMI       *PMISpec // nil: no PMI for this job's ranks
 	Timeline  bool     // ranks record timelines (gorun --timeline)
+	Timing    bool     // ranks time their collectives on their status pages (gorun --metrics)
 	// Elastic: every rank (not a hub) gets a control channel, a socket
 	// whose descriptor GORUN_CONTROL_FD names (gorun --elastic, ring).
 	Elastic bool
