@@ -13,7 +13,9 @@ func TestChooseLauncher(t *testing.T) {
 	alloc := map[string]string{"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "c[1-4]"}
 	none := map[string]string{}
 	found := func(string) (string, error) { return "/usr/bin/srun", nil }
-	missing := func(string) (string, error) { return "", errors.New(`exec: "srun": executable file not found in $PATH`) }
+	missing := func(string) (string, error) {
+		return "", errors.New(`exec: "srun": executable file not found in $PATH`)
+	}
 	for _, tc := range []struct {
 		flag       string
 		hostsGiven bool
