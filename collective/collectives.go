@@ -58,10 +58,28 @@ func orInto[T int32 | uint8](dst, src []T) {
 
 // reduceAll is the all-reduce of buf by the plan's algorithm (finish not
 // applied).
-func reduceAll[T Number](ctx context.Context, x *call, buf []T, op Op, kind uint8) error {
+func reduceAll[T Number](ctx context.Context, x *call, buf []T, op Op, kind uint8, wire Wire) error {
 	c := x.c
 	fold := reducer[T](op)
-	switch c.planFor(kind, bytesOf[T](len(buf))) {
+	p := c.planFor(kind, bytesOf[T](len(buf)))
+	if wire != WireFull {
+		// The ring's executors carry the wire format (the small-buffer
+		// algorithms and the hub stay at full precision: a few bytes
+		// saved is not worth a rounding).
+		switch p {
+		case viaRing, viaHalving:
+			x.o.Wire = wire
+			return ring.AllReduce(ctx, x.net, buf, fold, x.o)
+		case viaHierarchical:
+			t, err := x.tiers()
+			if err != nil {
+				return err
+			}
+			x.o.Wire = wire
+			return ring.Hierarchical(ctx, t, buf, fold, x.o)
+		}
+	}
+	switch p {
 	case viaHub:
 		b := reduce.AsBytes(buf)
 		return c.hubRound(ctx, x.o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: len(buf)})
@@ -82,11 +100,30 @@ func reduceAll[T Number](ctx context.Context, x *call, buf []T, op Op, kind uint
 }
 
 func allReduceFunc[T Number](buf []T, op Op) func(ctx context.Context, x *call) error {
+	return allReduceWireFunc(buf, op, commWire)
+}
+
+// commWire stands for the Comm's wire format (Config.Wire) for float32
+// buffers, full precision for others.
+const commWire Wire = 255
+
+// allReduceWireFunc is allReduceFunc with wire format w (or commWire).
+func allReduceWireFunc[T Number](buf []T, op Op, w Wire) func(ctx context.Context, x *call) error {
 	return func(ctx context.Context, x *call) error {
 		if !op.Valid() {
 			return localError("unknown op %d", op)
 		}
-		if err := reduceAll(ctx, x, buf, op, kindAllReduce); err != nil {
+		wire := w
+		if w == commWire {
+			wire = WireFull
+			if dtype[T]() == reduce.DTypeOf[float32]() {
+				wire = x.c.cfg.Wire
+			}
+		}
+		if !wire.Valid() {
+			return localError("unknown wire format %d", wire)
+		}
+		if err := reduceAll(ctx, x, buf, op, kindAllReduce, wire); err != nil {
 			return err
 		}
 		finish(op, buf, x.c.Size())
@@ -104,6 +141,19 @@ func AllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error {
 // the collective until its handle is done.
 func StartAllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) *Handle {
 	return c.async(ctx, kindAllReduce, allReduceFunc(buf, op), header[T](op, len(buf)), nil)
+}
+
+// AllReduceWire is AllReduce of a float32 buffer whose data travels in
+// wire format w (WireFP16, WireBF16, or WireFull), whatever Config.Wire
+// says; see Config.Wire for what that means for the result. Every rank
+// passes the same w.
+func AllReduceWire(ctx context.Context, c *Comm, buf []float32, op Op, w Wire) error {
+	return c.do(ctx, kindAllReduce, allReduceWireFunc(buf, op, w), header[float32](op, len(buf)))
+}
+
+// StartAllReduceWire starts an AllReduceWire.
+func StartAllReduceWire(ctx context.Context, c *Comm, buf []float32, op Op, w Wire) *Handle {
+	return c.async(ctx, kindAllReduce, allReduceWireFunc(buf, op, w), header[float32](op, len(buf)), nil)
 }
 
 func reduceFunc[T Number](c *Comm, buf []T, op Op, root int) func(ctx context.Context, x *call) error {
@@ -126,7 +176,7 @@ func reduceFunc[T Number](c *Comm, buf []T, op Op, root int) func(ctx context.Co
 			finish(op, buf[:want], c.Size())
 			return nil
 		}
-		if err := reduceAll(ctx, x, buf, op, kindReduce); err != nil {
+		if err := reduceAll(ctx, x, buf, op, kindReduce, WireFull); err != nil {
 			return err
 		}
 		finish(op, buf, c.Size())

@@ -13,6 +13,7 @@ import (
 	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/membership"
 	"github.com/gorun/gorun/ps"
+	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
 )
 
@@ -186,6 +187,17 @@ type Config struct {
 	// "" keeps no page.
 	StatusFile string
 
+	// Wire (GORUN_WIRE, gorun --wire) is the wire format of float32
+	// all-reduces (AllReduce, GroupAllReduce and their Start forms) large
+	// enough to leave the small-buffer algorithms: WireFP16 or WireBF16
+	// halve the bytes sent, every sum is still taken in float32, and the
+	// result is the sum rounded to the format once per ring step (bit for
+	// bit the same on every rank). Other element types, small buffers and
+	// the hub strategy stay at full precision. Every rank must set the
+	// same: ranks that differ fail at their first such all-reduce, naming
+	// the wire format. AllReduceWire picks one for a single call.
+	Wire Wire
+
 	// Timing (GORUN_TIMING=1, set by gorun --metrics) makes the Comm also
 	// record on its status page how long its collectives took and how
 	// much of that it waited for peers' data (two clock reads a call).
@@ -236,6 +248,9 @@ func (c *Config) validate() error {
 	var errs []error
 	if c.Size < 1 {
 		errs = append(errs, fmt.Errorf("size %d: must be at least 1", c.Size))
+	}
+	if !c.Wire.Valid() {
+		errs = append(errs, fmt.Errorf("wire format %d: want full, fp16 or bf16", c.Wire))
 	}
 	if c.Rank < 0 || c.Rank >= max(c.Size, 1) {
 		errs = append(errs, fmt.Errorf("rank %d out of range for size %d", c.Rank, c.Size))
@@ -332,6 +347,13 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if v, ok := env.Lookup(jobenv.TimelineFileVar); ok {
 		cfg.TimelineFile = v
+	}
+	if v, ok := env.Lookup(jobenv.WireVar); ok {
+		w, err := reduce.ParseWire(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("collective: %s: %w", jobenv.WireVar, err)
+		}
+		cfg.Wire = w
 	}
 	if v, ok := env.Lookup(jobenv.TimingVar); ok {
 		cfg.Timing = v == "1"

@@ -18,6 +18,19 @@ const (
 	Prod = reduce.Prod
 )
 
+// Wire is how a float32 all-reduce's data travels between ranks: at full
+// precision, or as fp16 or bf16 (2 bytes an element), with every sum
+// still taken in float32 (reduce.Wire has the rules: rounding to nearest
+// even, saturation at the format's largest finite value).
+type Wire = reduce.Wire
+
+// The wire formats.
+const (
+	WireFull = reduce.WireFull
+	WireFP16 = reduce.WireFP16
+	WireBF16 = reduce.WireBF16
+)
+
 func dtype[T Number]() uint8 { return reduce.DTypeOf[T]() }
 
 func reducer[T Number](op Op) func(dst, src []T) { return reduce.Func[T](op) }

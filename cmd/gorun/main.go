@@ -22,6 +22,7 @@ import (
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/launcher/agent"
 	"github.com/gorun/gorun/ps"
+	"github.com/gorun/gorun/reduce"
 	"github.com/urfave/cli/v2"
 )
 
@@ -116,6 +117,7 @@ func launchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "remote-gorun", Usage: "`PATH` of gorun on remote hosts (default: this binary's path)"},
 		&cli.StringFlag{Name: "wdir", Usage: "working `DIR` of the ranks (default: the current directory)"},
 		&cli.StringFlag{Name: "strategy", Usage: "collective strategy for the ranks: ring or hub (sets GORUN_STRATEGY)"},
+		&cli.StringFlag{Name: "wire", Usage: "wire `FORMAT` of the ranks' float32 all-reduces: full, fp16 or bf16 (half the bytes; sums still in float32; sets GORUN_WIRE)"},
 		&cli.IntFlag{Name: "hubs", Usage: "start `K` dedicated ParamHub processes on the job's hosts (sets GORUN_HUBS)"},
 		&cli.BoolFlag{Name: "hub-elastic", Usage: "hubs finish BSP rounds without a lost rank instead of failing (--elastic with --strategy hub)"},
 		&cli.BoolFlag{Name: "elastic", Usage: "a lost rank does not end the job while --min-np ranks run: gorun fences ranks others suspect and sends the rest each new membership on GORUN_CONTROL_FD (ring); with --strategy hub, --hub-elastic"},
@@ -231,6 +233,12 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 		cfg.Strategy = s
 	default:
 		return fmt.Errorf("--strategy %q: want ring or hub", s)
+	}
+	if w := c.String("wire"); w != "" {
+		if _, err := reduce.ParseWire(w); err != nil {
+			return fmt.Errorf("--wire: %w", err)
+		}
+		cfg.Env = append(cfg.Env, jobenv.WireVar+"="+w)
 	}
 	cfg.Hubs, cfg.HubElastic, cfg.Elastic = c.Int("hubs"), c.Bool("hub-elastic"), c.Bool("elastic")
 	if c.IsSet("min-np") {

@@ -366,12 +366,22 @@ func TestBadInput(t *testing.T) {
 		{[]string{"-x", "GORUN_SURELY_UNSET_VAR", "true"}, "not set"},
 		{[]string{"--wdir", "/no/such/dir", "true"}, "wdir /no/such/dir: no such directory"},
 		{[]string{"--strategy", "tree", "true"}, `--strategy "tree"`},
+		{[]string{"--wire", "fp8", "true"}, `--wire: reduce: unknown wire format "fp8"`},
 	}
 	for _, c := range cases {
 		r := gorun(t, c.args...)
 		if r.code != launcher.ExitLaunchFailed || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("gorun %v: exit %d, stderr %q; want exit 1 and %q", c.args, r.code, r.stderr, c.want)
 		}
+	}
+}
+
+// TestWireFlag: --wire reaches every rank as GORUN_WIRE, which the
+// collective package reads (collective's tests check what it does).
+func TestWireFlag(t *testing.T) {
+	r := gorun(t, "--wire", "bf16", "-np", "2", "sh", "-c", "echo wire=$GORUN_WIRE")
+	if r.code != 0 || strings.Count(r.stdout, "wire=bf16") != 2 {
+		t.Fatalf("exit %d:\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 }
 
