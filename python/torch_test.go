@@ -152,6 +152,27 @@ func TestOps(t *testing.T) {
 	}
 }
 
+// TestWire: gorun --wire fp16 and bf16 under torch.distributed: float32
+// all_reduce within the format's bound of the exact sum, in the format,
+// the same bits on every rank; int64 exact.
+func TestWire(t *testing.T) {
+	setup(t)
+	okRE := regexp.MustCompile(`gorun-wire-ok rank=(\d+) wire=(\w+) digest=(\w+) worst=([\d.]+)`)
+	for _, wire := range []string{"fp16", "bf16"} {
+		out, code := job(t, 3, []string{"--wire", wire}, "tests/wire.py")
+		if code != 0 {
+			t.Fatalf("--wire %s: exit %d:\n%s", wire, code, out)
+		}
+		got := everyRank(t, out, 3, okRE)
+		for r, m := range got {
+			if m[2] != wire || m[3] != got["0"][3] {
+				t.Fatalf("--wire %s: rank %s: %v (rank 0: %v)", wire, r, m, got["0"])
+			}
+		}
+		t.Logf("--wire %s: worst %s of the bound", wire, got["0"][4])
+	}
+}
+
 // TestDDP: DDP over the ring and over ParamHub (colocated and dedicated
 // hubs) equals one process training on the whole batch.
 func TestDDP(t *testing.T) {
