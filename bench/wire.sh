@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# fp16 and bf16 on the wire against float32 (gorun --wire, docs/collectives.md):
+# the ring all-reduce's time per call from `gorun bench`, interleaved run by
+# run (the order rotates each round), on 4 test hosts with one rank each at
+# each link RATE, and on this one host over shared memory (RATE "shm", 4
+# ranks on the 2 cores).
+#   sudo bash bench/wire.sh [ROUNDS] [RATES] [SIZES]
+#        (defaults: 3, "1gbit 100mbit shm", "16MiB,64MiB")
+# Prints one line per run and, per rate and size, each format's median time
+# and its speed-up over float32 round by round; writes the runs to OUT
+# (default results/wire/<date>-<commit>.tsv) and the tables beside it (.txt).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+tn=$repo/scripts/testhosts.sh
+rounds=${1:-3}
+rates=${2:-"1gbit 100mbit shm"}
+sizes=${3:-"16MiB,64MiB"}
+target=${TARGET:-2s}
+out=${OUT:-$repo/results/wire/$(date +%F)-$(git -C "$repo" rev-parse --short HEAD).tsv}
+mkdir -p "$(dirname "$out")"
+export TESTNET_DIR=${TESTNET_DIR:-/tmp/gorun-wire-bench}
+make -C "$repo" build >/dev/null
+trap 'bash "$tn" down >/dev/null 2>&1 || true' EXIT
+printf 'rate\tround\twire\tbytes\tring_us\n' >"$out"
+wires=(full fp16 bf16)
+for rate in $rates; do
+    if [ "$rate" = shm ]; then
+        bash "$tn" down >/dev/null 2>&1 || true
+        where=(-np 4)
+    else
+        bash "$tn" up 4 --slots 1 --rate "$rate" >/dev/null
+        # shellcheck disable=SC1091
+        . "$TESTNET_DIR/env"
+        where=(--ssh "$TESTNET_SSH" -hostfile "$TESTNET_HOSTFILE" -np 4)
+    fi
+    for r in $(seq "$rounds"); do
+        for i in 0 1 2; do
+            w=${wires[$(((i + r - 1) % 3))]}
+            "$repo/bin/gorun" bench -q "${where[@]}" --wire "$w" --sizes "$sizes" --target "$target" --format csv 2>/dev/null |
+                awk -F, -v rate="$rate" -v r="$r" -v w="$w" 'NR > 1 { printf "%s\t%s\t%s\t%s\t%s\n", rate, r, w, $1, $4 }' |
+                tee -a "$out"
+        done
+    done
+done
+awk -F '\t' 'NR > 1 { t[$1, $4, $3, $2] = $5; if (!(($1, $4) in seen)) { seen[$1, $4] = 1; order[++n] = $1 SUBSEP $4 }; if ($2 > maxr) maxr = $2 }
+END {
+    for (k = 1; k <= n; k++) {
+        split(order[k], a, SUBSEP); rate = a[1]; b = a[2]
+        printf "\n%s, %d MiB: ring all-reduce of 4 ranks, us per call\n", rate, b / 1048576
+        for (wi = 1; wi <= 3; wi++) {
+            w = (wi == 1 ? "full" : wi == 2 ? "fp16" : "bf16"); line = ""; sp = ""
+            for (r = 1; r <= maxr; r++) {
+                line = line sprintf(" %10.0f", t[rate, b, w, r])
+                if (w != "full" && t[rate, b, w, r] > 0) sp = sp sprintf(" %.2f", t[rate, b, "full", r] / t[rate, b, w, r])
+            }
+            printf "  %-5s %s%s\n", w, line, (sp == "" ? "" : "   float32/" w ", round by round:" sp)
+        }
+    }
+}' "$out" | tee "${out%.tsv}.txt"
+echo "runs: $out, tables: ${out%.tsv}.txt"
