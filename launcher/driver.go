@@ -69,7 +69,13 @@ func (j *job) supervise(ctx context.Context) Result {
 	stopStdin := j.forwardStdin()
 	d.loop(ctx)
 	d.metrics.stop() // the job is over: its endpoint goes
+	code, _, _ := d.sv.result()
 	for _, a := range j.agents {
+		if a.stream != nil {
+			// An agent that dialed in (a node of a per-node start, an
+			// srun step's) exits with the job's code.
+			a.outbox.put(&proto.Message{Kind: proto.MsgResult, Code: code})
+		}
 		a.outbox.close() // every agent is done: this also ends the stdin copy
 	}
 	stopStdin()
@@ -322,7 +328,9 @@ func (d *driver) perform(acts []action) {
 		case actClock:
 			j.agents[act.agent].outbox.put(&proto.Message{Kind: proto.MsgClock})
 		case actCloseStdin:
-			j.agents[act.agent].outbox.close()
+			if j.agents[act.agent].stream == nil {
+				j.agents[act.agent].outbox.close()
+			} // one that dialed in waits for the job's result (supervise)
 		case actKill:
 			j.agents[act.agent].kill()
 		case actView:

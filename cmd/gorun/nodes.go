@@ -116,14 +116,17 @@ func runNodeAgent(c *cli.Context, nodes, node, slots int, addr, secret, digest s
 	nc.Launcher, nc.Secret, nc.Node, nc.Nodes, nc.Slots, nc.Program = addr, secret, node, nodes, slots, digest
 	nc.Timeout = c.Duration("rendezvous-timeout")
 	nc.Hostname, _ = os.Hostname()
-	return dialAndServe(nc, fmt.Sprintf("gorun node %d", node))
+	return dialAndServe(nc, fmt.Sprintf("gorun node %d", node), true)
 }
 
 // dialAndServe dials the launcher as nc says and runs this host's agent
 // over the connection until the job ends; SIGTERM or SIGINT (scancel, a
 // pod's deletion) end the ranks, then the agent. Its errors start with
-// label.
-func dialAndServe(nc launcher.NodeConfig, label string) error {
+// label. With result, it waits for the whole job and exits with its code
+// (a node of a per-node start: a pod of a Kubernetes Job fails with the
+// job); without, it ends with its own ranks (an srun step's agent: gorun
+// reports the job).
+func dialAndServe(nc launcher.NodeConfig, label string, result bool) error {
 	drop := make(chan os.Signal, 8) // caught, not ignored: the ranks would inherit an ignored signal
 	signal.Notify(drop, syscall.SIGHUP, syscall.SIGPIPE)
 	defer signal.Stop(drop)
@@ -139,12 +142,20 @@ func dialAndServe(nc launcher.NodeConfig, label string) error {
 	}
 	defer stream.Close()
 	cfg := agent.Config{In: stream, Out: stream, Environ: launcher.AgentEnviron(os.Environ()), Advertise: local}
+	code := 0
+	if result {
+		cfg.Result = func(c int) { code = c }
+	}
 	if exe, err := os.Executable(); err == nil {
 		cfg.Sentinel = []string{exe, launcher.SentinelCommandName}
 	}
 	if err := agent.Run(ctx, cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", label, err)
 		return exitError{1}
+	}
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "%s: the job failed with exit code %d (node 0's output says why)\n", label, code)
+		return exitError{code}
 	}
 	return nil
 }

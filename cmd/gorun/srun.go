@@ -162,5 +162,5 @@ func runSrunAgent(c *cli.Context) error {
 	// The launcher listens before srun starts: a launcher that does not
 	// answer within a minute is gone.
 	nc.Timeout = launcher.DefaultSrunConfig().Timeout
-	return dialAndServe(nc, "gorun srun agent on "+nc.Hostname)
+	return dialAndServe(nc, "gorun srun agent on "+nc.Hostname, false)
 }

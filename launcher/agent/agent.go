@@ -48,6 +48,11 @@ type Config struct {
 	// names none: the one an agent that dialed the launcher dialed from
 	// ("": the one SSH came in on, else loopback).
 	Advertise string
+	// Result, if not nil, is told the job's exit code, which the launcher
+	// sends an agent that dialed in when the whole job has ended: such
+	// an agent waits for it once its own ranks are gone (its stream
+	// stays open until then), where others end at once.
+	Result func(code int)
 }
 
 // closeWait bounds how long Run waits, once the ranks are gone, for the
@@ -72,7 +77,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	a := &agent{conn: c, spec: spec, log: log, environ: cfg.Environ, advertise: cfg.Advertise, stopBg: make(chan struct{})}
+	a := &agent{conn: c, spec: spec, log: log, environ: cfg.Environ, advertise: cfg.Advertise, result: cfg.Result, stopBg: make(chan struct{})}
 	if len(cfg.Sentinel) > 0 {
 		s, err := startSentinel(cfg.Sentinel)
 		if err != nil {
@@ -155,6 +160,9 @@ func (a *agent) serve(ctx context.Context) error {
 	}()
 	for {
 		if end, err := l.finished(); end {
+			if err == nil && a.result != nil {
+				l.awaitResult(ctx)
+			}
 			return err
 		}
 		select {
@@ -195,6 +203,25 @@ func (l *loop) finished() (bool, error) {
 		return true, errors.New("agent: launcher went away before the start")
 	}
 	return false, nil
+}
+
+// awaitResult waits, once the ranks are gone, for the job's result, the
+// end of the stream or ctx.
+func (l *loop) awaitResult(ctx context.Context) {
+	for l.inbox != nil {
+		select {
+		case m, ok := <-l.inbox:
+			if !ok {
+				return
+			}
+			if m.Kind == proto.MsgResult {
+				l.a.result(m.Code)
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // orphan: the launcher is gone (or ctx ended); the ranks are terminated.
@@ -339,10 +366,12 @@ type agent struct {
 	addr    string
 	// advertise is Config.Advertise.
 	advertise string
-	dir       string
-	prog      string
-	pmi       *pmi.Node  // nil: no PMI
-	ompi      *ompiRoute // nil: no PMI
+	// result is Config.Result.
+	result func(code int)
+	dir    string
+	prog   string
+	pmi    *pmi.Node  // nil: no PMI
+	ompi   *ompiRoute // nil: no PMI
 
 	mu          sync.Mutex
 	procs       []*rankProc // in spec.Ranks order; a restart takes its rank's place

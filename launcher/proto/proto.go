@@ -78,6 +78,7 @@ const (
 	MsgRestart                    // launcher -> agent: start Rank again, its Count-th restart; its control channel gets view Epoch (Live) first; RankSpec if it moves there
 	MsgJoin                       // agent -> launcher: restarted Rank says join: its data address Addr and host key Host
 	MsgStdinAck                   // agent -> launcher: Count bytes of stdin were written to rank 0 (or dropped: it is gone)
+	MsgResult                     // launcher -> agent that dialed in: the job ended with exit code Code (its stream closes next)
 )
 
 // Streams of MsgOutput.
