@@ -41,17 +41,21 @@ func fillGaussian(q []float32, rng *rand.Rand) {
 	}
 }
 
-// mulRight sets p (rows x r) = m (rows x cols) · q (cols x r).
-func mulRight(p, m, q []float32, rows, cols, r int) {
+// mulRight sets p (rows x r) = m (rows x cols) · q (cols x r); qf is
+// scratch of cols*r.
+func mulRight(p, m, q []float32, rows, cols, r int, qf []float64) {
+	for i, v := range q {
+		qf[i] = float64(v)
+	}
 	acc := make([]float64, r)
 	for i := range rows {
 		clear(acc)
 		row := m[i*cols : (i+1)*cols]
 		for j, v := range row {
 			x := float64(v)
-			qj := q[j*r : (j+1)*r]
-			for k, w := range qj {
-				acc[k] += x * float64(w)
+			qj := qf[j*r : (j+1)*r]
+			for k := range acc {
+				acc[k] += x * qj[k]
 			}
 		}
 		pi := p[i*r : (i+1)*r]
@@ -86,23 +90,31 @@ func mulLeftT(q, m, p []float32, rows, cols, r int, acc []float64) {
 
 // approx computes the approximation p · qᵀ · scale (rows x cols) into
 // out. With res non-nil it first sets res = m − approximation, where m is
-// out's old contents (m and out may be the same slice).
-func approx(out, res, p, q []float32, rows, cols, r int, scale float64) {
+// out's old contents (m and out may be the same slice). qf is scratch of
+// cols*r.
+func approx(out, res, p, q []float32, rows, cols, r int, scale float64, qf []float64) {
+	for i, v := range q {
+		qf[i] = float64(v)
+	}
 	pf := make([]float64, r)
 	for i := range rows {
 		for k := range r {
 			pf[k] = float64(p[i*r+k]) * scale
 		}
 		row := out[i*cols : (i+1)*cols]
+		var rrow []float32
+		if res != nil {
+			rrow = res[i*cols : (i+1)*cols]
+		}
 		for j := range row {
-			qj := q[j*r : (j+1)*r]
+			qj := qf[j*r : (j+1)*r]
 			var s float64
-			for k, w := range qj {
-				s += pf[k] * float64(w)
+			for k := range pf {
+				s += pf[k] * qj[k]
 			}
 			v := float32(s)
-			if res != nil {
-				res[i*cols+j] = row[j] - v
+			if rrow != nil {
+				rrow[j] = row[j] - v
 			}
 			row[j] = v
 		}

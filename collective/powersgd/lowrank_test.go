@@ -52,7 +52,7 @@ func TestKernels(t *testing.T) {
 		M, Q := dense(rows, cols, m), dense(cols, r, q)
 
 		p := make([]float32, rows*r)
-		mulRight(p, m, q, rows, cols, r)
+		mulRight(p, m, q, rows, cols, r, make([]float64, cols*r))
 		var want mat.Dense
 		want.Mul(M, Q)
 		near(t, "M Q", p, &want, 1e-5)
@@ -64,7 +64,7 @@ func TestKernels(t *testing.T) {
 		near(t, "Mᵀ P", q2, &want, 1e-5)
 
 		out, res := append([]float32(nil), m...), make([]float32, rows*cols)
-		approx(out, res, p, q2, rows, cols, r, 0.5)
+		approx(out, res, p, q2, rows, cols, r, 0.5, make([]float64, cols*r))
 		want.Reset()
 		want.Mul(dense(rows, r, p), dense(cols, r, q2).T())
 		want.Scale(0.5, &want)

@@ -210,7 +210,7 @@ func (c *Compressor) lowRank(ctx context.Context, comm *collective.Comm, s *stat
 	s.calls++
 	// P = M Q, summed over the ranks. Its scale does not matter: it is
 	// orthonormalized next, so Sum saves a division.
-	mulRight(s.p, m, s.q, rows, cols, r)
+	mulRight(s.p, m, s.q, rows, cols, r, s.w[:cols*r])
 	if err := collective.AllReduce(ctx, comm, s.p, collective.Sum); err != nil {
 		return fmt.Errorf("all-reduce of P (%d x %d): %w", rows, r, err)
 	}
@@ -221,6 +221,6 @@ func (c *Compressor) lowRank(ctx context.Context, comm *collective.Comm, s *stat
 	if err := collective.AllReduce(ctx, comm, s.q, collective.Sum); err != nil {
 		return fmt.Errorf("all-reduce of Q (%d x %d): %w", cols, r, err)
 	}
-	approx(m, s.res, s.p, s.q, rows, cols, r, 1/float64(comm.Size()))
+	approx(m, s.res, s.p, s.q, rows, cols, r, 1/float64(comm.Size()), s.w[:cols*r])
 	return nil
 }
