@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 
 	"github.com/gorun/gorun/collective"
@@ -55,6 +56,7 @@ type Compressor struct {
 	mu    sync.Mutex
 	keys  map[string]*state
 	stats Stats
+	buf   []float32 // the packed buffer of a batch's all-reduces
 }
 
 // state is what a Compressor keeps for one key.
@@ -106,12 +108,20 @@ func (c *Compressor) Forget(key string) {
 	delete(c.keys, key)
 }
 
+// Matrix is one gradient of an AllReduceBatch call: Grad is Rows x Cols
+// in row-major order, Key names it as in AllReduce.
+type Matrix struct {
+	Key        string
+	Grad       []float32
+	Rows, Cols int
+}
+
 // AllReduce replaces grad, a rows x cols float32 matrix in row-major
 // order, with an approximation of its average over the ranks of comm: a
 // rank-Config.Rank approximation by one step of power iteration
 // (PowerSGD), or the exact average for vectors and matrices too small to
 // gain from it (Config.MinCompressionRate). Every rank gets the same
-// bits.
+// bits. It is AllReduceBatch with one Matrix.
 //
 // key names the gradient (for example the parameter's name): each key
 // keeps its own shape, Q and residual. Every rank must make the same
@@ -137,46 +147,90 @@ func (c *Compressor) Forget(key string) {
 // whose call succeeded may not have: the ranks' states are undefined
 // until every rank calls Reset.
 func (c *Compressor) AllReduce(ctx context.Context, comm *collective.Comm, key string, grad []float32, rows, cols int) error {
-	if rows < 0 || cols < 0 || len(grad) != rows*cols {
-		return fmt.Errorf("%w: key %q: %d x %d for %d elements", ErrShape, key, rows, cols, len(grad))
+	return c.AllReduceBatch(ctx, comm, []Matrix{{Key: key, Grad: grad, Rows: rows, Cols: cols}})
+}
+
+// AllReduceBatch is AllReduce on several gradients at once, as PyTorch's
+// hook does for a bucket: at most three all-reduces on comm whatever
+// their number, in this order: the dense gradients together (Avg), then
+// every compressed gradient's P in one buffer (Sum), then every Q (Sum).
+// It pays when there are many small layers, each of which would
+// otherwise cost two all-reduce latencies. The result is that of
+// calling AllReduce on each (each key keeps its own state) up to the
+// rounding of the sums, which may add up in another order in a longer
+// buffer; it is the same bits on every rank. The calls of the ranks must
+// match batch for batch: the same Matrices, with
+// the same keys and shapes, in the same order. A key may appear once per
+// batch (else ErrShape). Shape mismatches between ranks are detected on
+// the totals of each of the three buffers. Errors are as for AllReduce;
+// a batch with an ErrShape or ErrShapeChanged sends nothing at all.
+func (c *Compressor) AllReduceBatch(ctx context.Context, comm *collective.Comm, ms []Matrix) error {
+	seen := make(map[string]bool, len(ms))
+	for _, m := range ms {
+		if m.Rows < 0 || m.Cols < 0 || len(m.Grad) != m.Rows*m.Cols {
+			return fmt.Errorf("%w: key %q: %d x %d for %d elements", ErrShape, m.Key, m.Rows, m.Cols, len(m.Grad))
+		}
+		if seen[m.Key] {
+			return fmt.Errorf("%w: key %q twice in one batch", ErrShape, m.Key)
+		}
+		seen[m.Key] = true
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s, err := c.state(key, rows, cols)
-	if err != nil {
-		return err
-	}
-	n := int64(rows) * int64(cols) * 4
-	c.stats.DenseBytes += n
-	if s.dense {
-		c.stats.Dense++
-		c.stats.Bytes += n
-		if err := collective.AllReduce(ctx, comm, grad, collective.Avg); err != nil {
-			return c.fail(key, fmt.Errorf("dense all-reduce: %w", err))
+	for _, m := range ms {
+		if s, ok := c.keys[m.Key]; ok && (s.rows != m.Rows || s.cols != m.Cols) {
+			return fmt.Errorf("%w: key %q was %d x %d, now %d x %d (Forget it first)", ErrShapeChanged, m.Key, s.rows, s.cols, m.Rows, m.Cols)
 		}
-		return nil
 	}
-	c.stats.Compressed++
-	c.stats.Bytes += int64(rows+cols) * int64(s.r) * 4
-	if err := c.lowRank(ctx, comm, s, grad); err != nil {
-		return c.fail(key, err)
+	states := make([]*state, len(ms))
+	var dense, low []int // indexes into ms
+	var denseLen, pLen, qLen int
+	for i, m := range ms {
+		s := c.state(m.Key, m.Rows, m.Cols)
+		states[i] = s
+		n := int64(m.Rows) * int64(m.Cols) * 4
+		c.stats.DenseBytes += n
+		if s.dense {
+			dense = append(dense, i)
+			denseLen += len(m.Grad)
+			c.stats.Dense++
+			c.stats.Bytes += n
+			continue
+		}
+		low = append(low, i)
+		pLen += s.rows * s.r
+		qLen += s.cols * s.r
+		c.stats.Compressed++
+		c.stats.Bytes += int64(s.rows+s.cols) * int64(s.r) * 4
+	}
+	if err := c.dense(ctx, comm, ms, dense, denseLen); err != nil {
+		return c.fail(ms, dense, err)
+	}
+	if err := c.lowRank(ctx, comm, ms, states, low, pLen, qLen); err != nil {
+		return c.fail(ms, low, err)
 	}
 	return nil
 }
 
-// fail forgets all state and wraps a collective's error.
-func (c *Compressor) fail(key string, err error) error {
+// fail forgets all state and wraps a collective's error with the keys
+// of the step that failed.
+func (c *Compressor) fail(ms []Matrix, which []int, err error) error {
 	clear(c.keys)
-	return fmt.Errorf("powersgd: key %q: %w", key, err)
+	keys := make([]string, 0, len(which))
+	for _, i := range which {
+		keys = append(keys, fmt.Sprintf("%q", ms[i].Key))
+	}
+	if len(keys) == 1 {
+		return fmt.Errorf("powersgd: key %s: %w", keys[0], err)
+	}
+	return fmt.Errorf("powersgd: keys %s: %w", strings.Join(keys, ", "), err)
 }
 
-// state returns key's state, made on first use.
-func (c *Compressor) state(key string, rows, cols int) (*state, error) {
+// state returns key's state, made on first use with the given shape
+// (the caller has checked that a known key has it).
+func (c *Compressor) state(key string, rows, cols int) *state {
 	if s, ok := c.keys[key]; ok {
-		if s.rows != rows || s.cols != cols {
-			return nil, fmt.Errorf("%w: key %q was %d x %d, now %d x %d (Forget it first)", ErrShapeChanged, key, s.rows, s.cols, rows, cols)
-		}
-		return s, nil
+		return s
 	}
 	r := rankFor(c.cfg.Rank, rows, cols)
 	s := &state{rows: rows, cols: cols, r: r, dense: !compresses(rows, cols, r, c.cfg.MinCompressionRate)}
@@ -191,36 +245,95 @@ func (c *Compressor) state(key string, rows, cols int) (*state, error) {
 		}
 	}
 	c.keys[key] = s
-	return s, nil
+	return s
 }
 
-// lowRank is one PowerSGD step on m = grad (+ residual), in place.
-func (c *Compressor) lowRank(ctx context.Context, comm *collective.Comm, s *state, m []float32) error {
-	rows, cols, r := s.rows, s.cols, s.r
-	if s.res != nil {
-		for i, v := range s.res {
-			m[i] += v
+// packed returns c.buf grown to n elements.
+func (c *Compressor) packed(n int) []float32 {
+	if cap(c.buf) < n {
+		c.buf = make([]float32, n)
+	}
+	return c.buf[:n]
+}
+
+// dense averages the dense gradients: in place for one, else packed in
+// one buffer.
+func (c *Compressor) dense(ctx context.Context, comm *collective.Comm, ms []Matrix, which []int, n int) error {
+	switch len(which) {
+	case 0:
+		return nil
+	case 1:
+		if err := collective.AllReduce(ctx, comm, ms[which[0]].Grad, collective.Avg); err != nil {
+			return fmt.Errorf("dense all-reduce (%d floats): %w", n, err)
 		}
+		return nil
 	}
-	// Without warm start every call draws a new Q (the first one is
-	// already drawn); the generator advances the same way on every rank.
-	if !c.cfg.WarmStart && s.calls > 0 {
-		fillGaussian(s.q, s.rng)
+	buf, off := c.packed(n), 0
+	for _, i := range which {
+		off += copy(buf[off:], ms[i].Grad)
 	}
-	s.calls++
-	// P = M Q, summed over the ranks. Its scale does not matter: it is
-	// orthonormalized next, so Sum saves a division.
-	mulRight(s.p, m, s.q, rows, cols, r, s.w[:cols*r])
-	if err := collective.AllReduce(ctx, comm, s.p, collective.Sum); err != nil {
-		return fmt.Errorf("all-reduce of P (%d x %d): %w", rows, r, err)
+	if err := collective.AllReduce(ctx, comm, buf, collective.Avg); err != nil {
+		return fmt.Errorf("dense all-reduce (%d floats): %w", n, err)
 	}
-	orthonormalize(s.p, rows, r, s.w)
-	// Q = Mᵀ P, summed over the ranks, so that P Qᵀ / N is the average
-	// of the ranks' M projected on P's columns.
-	mulLeftT(s.q, m, s.p, rows, cols, r, s.w[:cols*r])
-	if err := collective.AllReduce(ctx, comm, s.q, collective.Sum); err != nil {
-		return fmt.Errorf("all-reduce of Q (%d x %d): %w", cols, r, err)
+	off = 0
+	for _, i := range which {
+		off += copy(ms[i].Grad, buf[off:])
 	}
-	approx(m, s.res, s.p, s.q, rows, cols, r, 1/float64(comm.Size()), s.w[:cols*r])
+	return nil
+}
+
+// lowRank is one PowerSGD step on each compressed M = grad (+ residual),
+// in place, with the Ps and the Qs each all-reduced in one buffer.
+func (c *Compressor) lowRank(ctx context.Context, comm *collective.Comm, ms []Matrix, states []*state, which []int, pLen, qLen int) error {
+	if len(which) == 0 {
+		return nil
+	}
+	buf := c.packed(max(pLen, qLen))
+	off := 0
+	for _, i := range which {
+		s, m := states[i], ms[i].Grad
+		if s.res != nil {
+			for j, v := range s.res {
+				m[j] += v
+			}
+		}
+		// Without warm start every call draws a new Q (the first one is
+		// already drawn); the generator advances the same way on every
+		// rank.
+		if !c.cfg.WarmStart && s.calls > 0 {
+			fillGaussian(s.q, s.rng)
+		}
+		s.calls++
+		// P = M Q, summed over the ranks. Its scale does not matter: it
+		// is orthonormalized next, so Sum saves a division.
+		mulRight(s.p, m, s.q, s.rows, s.cols, s.r, s.w[:s.cols*s.r])
+		off += copy(buf[off:], s.p)
+	}
+	if err := collective.AllReduce(ctx, comm, buf[:pLen], collective.Sum); err != nil {
+		return fmt.Errorf("all-reduce of P (%d floats): %w", pLen, err)
+	}
+	off = 0
+	for _, i := range which {
+		s, m := states[i], ms[i].Grad
+		off += copy(s.p, buf[off:])
+		orthonormalize(s.p, s.rows, s.r, s.w)
+		// Q = Mᵀ P, summed over the ranks, so that P Qᵀ / N is the
+		// average of the ranks' M projected on P's columns.
+		mulLeftT(s.q, m, s.p, s.rows, s.cols, s.r, s.w[:s.cols*s.r])
+	}
+	off = 0
+	for _, i := range which {
+		off += copy(buf[off:], states[i].q)
+	}
+	if err := collective.AllReduce(ctx, comm, buf[:qLen], collective.Sum); err != nil {
+		return fmt.Errorf("all-reduce of Q (%d floats): %w", qLen, err)
+	}
+	off = 0
+	scale := 1 / float64(comm.Size())
+	for _, i := range which {
+		s := states[i]
+		off += copy(s.q, buf[off:])
+		approx(ms[i].Grad, s.res, s.p, s.q, s.rows, s.cols, s.r, scale, s.w[:s.cols*s.r])
+	}
 	return nil
 }
