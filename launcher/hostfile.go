@@ -19,6 +19,10 @@ type Host struct {
 	// MaxSlots is a hard cap that even --oversubscribe does not pass;
 	// 0 means no cap.
 	MaxSlots int
+	// Speed is how fast the host runs a rank's work relative to the
+	// others (hostfile `speed=2.5`); 0 means 1. Only --map-by speed reads
+	// it.
+	Speed float64
 }
 
 // ParseError is a hostfile problem with the place it was found.
@@ -92,6 +96,9 @@ func merge(hosts []Host, index map[string]int, h Host) []Host {
 		if h.MaxSlots > 0 && (hosts[i].MaxSlots == 0 || h.MaxSlots > hosts[i].MaxSlots) {
 			hosts[i].MaxSlots = h.MaxSlots
 		}
+		if hosts[i].Speed == 0 {
+			hosts[i].Speed = h.Speed
+		}
 		return hosts
 	}
 	index[h.Name] = len(hosts)
@@ -121,6 +128,12 @@ func parseEntry(fields []string) (Host, error) {
 		}
 		seen[key] = true
 		switch key {
+		case "speed":
+			v, err := strconv.ParseFloat(val, 64)
+			if err != nil || v <= 0 || v > 1e6 || v != v {
+				return Host{}, fmt.Errorf("speed: want a positive number up to 1e6, not %q", val)
+			}
+			h.Speed = v
 		case "slots", "max_slots":
 			n, err := parseCount(key, val)
 			if err != nil {
@@ -135,7 +148,7 @@ func parseEntry(fields []string) (Host, error) {
 				h.MaxSlots = n
 			}
 		default:
-			return Host{}, fmt.Errorf("unknown setting %q (want slots= or max_slots=)", key)
+			return Host{}, fmt.Errorf("unknown setting %q (want slots=, max_slots= or speed=)", key)
 		}
 	}
 	if h.MaxSlots > 0 && h.MaxSlots < h.Slots {

@@ -15,15 +15,16 @@ func TestParseHostfile(t *testing.T) {
 		in   string
 		want []Host
 	}{
-		{"openmpi", "node1 slots=4\nnode2 slots=2 max_slots=8\n", []Host{{"node1", 4, 0}, {"node2", 2, 8}}},
-		{"bare host is one slot", "a\nb\n", []Host{{"a", 1, 0}, {"b", 1, 0}}},
-		{"comments and blanks", "# cluster\n\n  a slots=2   # rack 1\n\t\n#b\n", []Host{{"a", 2, 0}}},
-		{"repeated host adds slots", "a slots=2\nb\na slots=3\n", []Host{{"a", 5, 0}, {"b", 1, 0}}},
-		{"mpich", "a:4\nb:1\nc\n", []Host{{"a", 4, 0}, {"b", 1, 0}, {"c", 1, 0}}},
-		{"ipv4", "198.18.0.11 slots=2\n198.18.0.12:3\n", []Host{{"198.18.0.11", 2, 0}, {"198.18.0.12", 3, 0}}},
-		{"ipv6 in brackets", "[::1] slots=2\n[fe80::1]:3\n", []Host{{"::1", 2, 0}, {"fe80::1", 3, 0}}},
-		{"max-slots spelling", "a slots=1 max-slots=2", []Host{{"a", 1, 2}}},
-		{"crlf", "a slots=2\r\nb:3\r\n", []Host{{"a", 2, 0}, {"b", 3, 0}}},
+		{"openmpi", "node1 slots=4\nnode2 slots=2 max_slots=8\n", []Host{{"node1", 4, 0, 0}, {"node2", 2, 8, 0}}},
+		{"bare host is one slot", "a\nb\n", []Host{{"a", 1, 0, 0}, {"b", 1, 0, 0}}},
+		{"comments and blanks", "# cluster\n\n  a slots=2   # rack 1\n\t\n#b\n", []Host{{"a", 2, 0, 0}}},
+		{"repeated host adds slots", "a slots=2\nb\na slots=3\n", []Host{{"a", 5, 0, 0}, {"b", 1, 0, 0}}},
+		{"mpich", "a:4\nb:1\nc\n", []Host{{"a", 4, 0, 0}, {"b", 1, 0, 0}, {"c", 1, 0, 0}}},
+		{"ipv4", "198.18.0.11 slots=2\n198.18.0.12:3\n", []Host{{"198.18.0.11", 2, 0, 0}, {"198.18.0.12", 3, 0, 0}}},
+		{"ipv6 in brackets", "[::1] slots=2\n[fe80::1]:3\n", []Host{{"::1", 2, 0, 0}, {"fe80::1", 3, 0, 0}}},
+		{"max-slots spelling", "a slots=1 max-slots=2", []Host{{"a", 1, 2, 0}}},
+		{"crlf", "a slots=2\r\nb:3\r\n", []Host{{"a", 2, 0, 0}, {"b", 3, 0, 0}}},
+		{"speed", "fast slots=4 speed=2.5\nslow:2 # speed 1\nfast slots=1 speed=9\n", []Host{{"fast", 5, 0, 2.5}, {"slow", 2, 0, 0}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,6 +59,11 @@ func TestParseHostfileErrors(t *testing.T) {
 		{"# only comments\n", "hosts:1: no hosts"},
 		{"", "hosts:0: no hosts"},
 		{"a slots=99999999999", "too large"},
+		{"a speed=0", `hosts:1: speed: want a positive number up to 1e6, not "0"`},
+		{"a speed=fast", `speed: want a positive number up to 1e6, not "fast"`},
+		{"a speed=NaN", `not "NaN"`},
+		{"a speed=-2", `not "-2"`},
+		{"a speed=1e9", `not "1e9"`},
 	}
 	for _, tt := range tests {
 		_, err := ParseHostfile("hosts", strings.NewReader(tt.in))
@@ -76,7 +82,7 @@ func TestParseHostList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Host{{"a", 5, 0}, {"b", 1, 0}, {"::1", 2, 0}}
+	want := []Host{{"a", 5, 0, 0}, {"b", 1, 0, 0}, {"::1", 2, 0, 0}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}

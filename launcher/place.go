@@ -1,6 +1,11 @@
 package launcher
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gorun/gorun/assign"
+)
 
 // MapBy says how ranks are spread over hosts.
 type MapBy int
@@ -11,6 +16,12 @@ const (
 	MapBySlot MapBy = iota
 	// MapByNode deals ranks to hosts round-robin.
 	MapByNode
+	// MapBySpeed gives each host a number of ranks that makes the slowest
+	// host's share finish first: hosts of the hostfile's speed= get ranks
+	// in proportion to their speed, within their slots (their max_slots
+	// with --oversubscribe), solved exactly as a linear program (package
+	// assign); a host's ranks are numbered together, as with slot.
+	MapBySpeed
 )
 
 // ParseMapBy parses "slot" or "node".
@@ -20,8 +31,10 @@ func ParseMapBy(s string) (MapBy, error) {
 		return MapBySlot, nil
 	case "node":
 		return MapByNode, nil
+	case "speed":
+		return MapBySpeed, nil
 	}
-	return 0, fmt.Errorf("--map-by %q: want slot or node", s)
+	return 0, fmt.Errorf("--map-by %q: want slot, node or speed", s)
 }
 
 // Placement is where one rank runs.
@@ -79,9 +92,22 @@ func Place(hosts []Host, np int, by MapBy, oversubscribe bool) ([]Placement, err
 			}
 		}
 	}
-	deal(slots, by == MapByNode)
-	if len(hostOf) < np {
-		deal(hard, true)
+	if by == MapBySpeed {
+		counts, err := bySpeed(hosts, np, total, oversubscribe)
+		if err != nil {
+			return nil, err
+		}
+		for i, c := range counts {
+			for range c {
+				hostOf = append(hostOf, i)
+			}
+			count[i] = c
+		}
+	} else {
+		deal(slots, by == MapByNode)
+		if len(hostOf) < np {
+			deal(hard, true)
+		}
 	}
 	if len(hostOf) < np {
 		return nil, fmt.Errorf("-np %d does not fit: every host is at its max_slots", np)
@@ -102,4 +128,31 @@ func Place(hosts []Host, np int, by MapBy, oversubscribe bool) ([]Placement, err
 		local[h]++
 	}
 	return out, nil
+}
+
+// bySpeed is how many of np ranks each host gets under --map-by speed:
+// a rank's work takes 1/speed on its host, a host with k ranks takes
+// k/speed, and the slowest host's time is made as short as it can be,
+// within each host's slots (with oversubscribe, its max_slots, if any).
+func bySpeed(hosts []Host, np, total int, oversubscribe bool) ([]int, error) {
+	p := assign.Problem{Samples: np, Weights: assign.Weights{Time: 1}, Workers: make([]assign.Worker, len(hosts))}
+	for i, h := range hosts {
+		speed := h.Speed
+		if speed == 0 {
+			speed = 1
+		}
+		cap := h.Slots
+		if oversubscribe && np > total {
+			cap = h.MaxSlots // 0: none
+		}
+		p.Workers[i] = assign.Worker{Cost: 1 / speed, Cap: cap}
+	}
+	a, err := assign.Solve(p)
+	if err != nil {
+		if errors.Is(err, assign.ErrInfeasible) {
+			return nil, fmt.Errorf("--map-by speed: -np %d does not fit: %w", np, err)
+		}
+		return nil, fmt.Errorf("--map-by speed: %w", err)
+	}
+	return a.Samples, nil
 }

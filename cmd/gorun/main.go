@@ -103,7 +103,7 @@ func launchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "hostfile", Aliases: []string{"machinefile"}, Usage: "Open MPI (`host slots=N`) or MPICH (`host:N`) hostfile"},
 		&cli.StringFlag{Name: "H", Aliases: []string{"host"}, Usage: "hosts as `host1:4,host2:4`"},
 		&cli.StringSliceFlag{Name: "x", Usage: "pass `VAR[=value]` to every rank (repeatable)"},
-		&cli.StringFlag{Name: "map-by", Value: "slot", Usage: "place ranks by `slot` (fill hosts) or node (round-robin)"},
+		&cli.StringFlag{Name: "map-by", Value: "slot", Usage: "place ranks by `slot` (fill hosts), node (round-robin) or speed (the hostfile's speed=: the slowest host finishes first)"},
 		&cli.BoolFlag{Name: "oversubscribe", Usage: "allow more ranks than slots"},
 		&cli.StringFlag{Name: "output-filename", Usage: "also write each rank's output to `DIR`/rank.N/{stdout,stderr}"},
 		&cli.BoolFlag{Name: "tag-output", Value: true, Usage: "prefix each output line with [rank]"},
