@@ -148,7 +148,7 @@ func TestHostfileExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(hosts) != 5 || hosts[0].Slots != 6 || hosts[1].MaxSlots != 8 || hosts[4].Name != "fe80::1" {
+	if len(hosts) != 6 || hosts[0].Slots != 6 || hosts[1].MaxSlots != 8 || hosts[4].Name != "fe80::1" || hosts[5].Speed != 2.5 {
 		t.Fatalf("unexpected hosts %+v", hosts)
 	}
 }

@@ -580,3 +580,16 @@ func TestAgentKilled(t *testing.T) {
 		return len(left) == 0
 	}, "the sentinel to remove the job's files")
 }
+
+// TestMapBySpeed: a real job placed by the hostfile's speed=: of 4 ranks
+// on two hosts of this machine, the one three times as fast takes 3.
+func TestMapBySpeed(t *testing.T) {
+	hf := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(hf, []byte("localhost slots=4 speed=3\n127.0.0.1 slots=4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := gorun(t, "-hostfile", hf, "--map-by", "speed", "-np", "4", "sh", "-c", "echo node=$GORUN_NODE_RANK local_size=$GORUN_LOCAL_SIZE")
+	if r.code != 0 || strings.Count(r.stdout, "node=0 local_size=3") != 3 || strings.Count(r.stdout, "node=1 local_size=1") != 1 {
+		t.Fatalf("exit %d:\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}
