@@ -30,7 +30,8 @@
 // # When it pays
 //
 // Compression trades computation (three products of the gradient with a
-// thin matrix, about 6·rows·cols·r flops, and an r x r orthonormalization)
+// thin matrix, about 6·rows·cols·r flops, and orthonormalizing the rows x r
+// P, about 4·rows·r² flops)
 // and two latency-bound all-reduces for bandwidth. It pays on slow links
 // (Ethernet between hosts, 1–25 Gbit/s) with large matrices (fully
 // connected and convolution layers of millions of parameters); within a
