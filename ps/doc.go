@@ -34,6 +34,42 @@
 // left cleanly no longer holds rounds back; a round it did not push is
 // combined from the samples the others actually pushed.
 //
+// # Load balancing (LB-BSP)
+//
+// Client.Share asks hub 0 for this worker's share of a global batch,
+// reporting its last iteration's samples and compute time; the hub keeps
+// an exponentially weighted speed per worker (HubConfig.SpeedAlpha) and
+// answers once every live worker has asked, with shares that add up to
+// the batch. HubConfig.Share.Rule chooses the split:
+//
+//   - ShareProportional (the default) gives each worker a share in
+//     proportion to its speed (Shares), at least one sample each when the
+//     batch allows.
+//   - ShareOptimal solves for the split with package assign: it minimises
+//     the slowest worker's time c_i·x_i + o_i, where c_i is 1/speed
+//     (seconds per sample) and o_i is ShareConfig.Overhead, within each
+//     worker's ShareConfig.Cap and the ShareConfig.Deadline, with
+//     ShareConfig.Weights (zero: {Time: 1}; with Price, Resource weighs
+//     the busy seconds' cost). The result is the integer optimum (within
+//     one sample's time when the problem is too large for assign's exact
+//     search), so its makespan is not above the proportional split's.
+//     Every worker gets at least one sample, because a push needs one
+//     (Table.Push): a batch smaller than the number of workers is an
+//     error. A worker with no speed yet counts at the mean speed; before
+//     any worker has one, the batch is split evenly within the caps, and
+//     overheads and the deadline are left out.
+//
+// The share configuration is hub 0's alone (nothing of it travels on the
+// wire), and NewHub refuses a config it cannot use: an unknown rule,
+// optimal-only fields with the proportional rule, slices that are not one
+// entry per worker, negative values, an accuracy weight, or more workers
+// than the solver takes. What the solver cannot do (caps that sum below
+// the batch, a deadline no split meets) fails that share request on every
+// worker with a HubError carrying the solver's message, which names the
+// binding limit; the hub never falls back to the proportional split.
+// ShareConfig.Split is the same rule as a pure function, to try a
+// configuration on measured speeds offline.
+//
 // # Collectives
 //
 // Client.Collective runs one collective of the collective package's hub

@@ -35,6 +35,9 @@ type HubConfig struct {
 	HandshakeTimeout time.Duration
 	// SpeedAlpha weighs the newest iteration in the LB-BSP speed estimate.
 	SpeedAlpha float64
+	// Share is how hub 0 splits an LB-BSP batch (Client.Share): in
+	// proportion to speed by default, or by ShareOptimal's solver.
+	Share ShareConfig
 	// Shm lets workers on this host move their bytes through shared
 	// memory (Shm.Enabled; JobID, Name and Timeout are filled in).
 	Shm    transport.ShmOptions
@@ -65,7 +68,7 @@ func (c *HubConfig) validate() error {
 	case c.HandshakeTimeout <= 0:
 		return errors.New("ps: hub: HandshakeTimeout must be positive")
 	}
-	return nil
+	return c.Share.validate(c.Workers)
 }
 
 // HubStats counts what a hub has done.
@@ -140,6 +143,7 @@ func NewHub(cfg HubConfig) (*Hub, error) {
 		closing: make(chan struct{}), done: make(chan struct{}),
 		links: map[*link]bool{}, core: newCore(cfg.Workers, cfg.Elastic, cfg.SpeedAlpha), workers: make([]*link, cfg.Workers),
 	}
+	h.core.split = cfg.Share.clone()
 	h.wg.Add(1)
 	go h.acceptLoop()
 	return h, nil

@@ -129,9 +129,10 @@ func pullInto[T Float](c *Client, dst []T) func(*message) {
 
 // Share reports this worker's last iteration (samples and compute time)
 // to hub 0 and returns its LB-BSP share of a global batch of total
-// samples, proportional to its measured speed. Every worker asks once per
-// iteration, with the same total: the hub answers when all have asked,
-// and the shares add up to total.
+// samples, split by measured speed as hub 0's HubConfig.Share says (in
+// proportion to speed by default). Every worker asks once per iteration,
+// with the same total: the hub answers when all have asked, and the
+// shares add up to total.
 func (c *Client) Share(ctx context.Context, total, samples int, compute time.Duration) (int, error) {
 	if total < 0 || samples < 0 {
 		return 0, fmt.Errorf("ps: share of %d samples after %d: must not be negative", total, samples)

@@ -28,6 +28,7 @@ type core struct {
 	pulls  []pendingPull
 	rounds map[roundID]*roundState
 	shares map[uint32]*shareRound
+	split  ShareConfig // how serveShares splits a batch
 
 	left, removed int
 	out           []reply
@@ -247,7 +248,7 @@ func (c *core) serveShares() {
 			continue
 		}
 		delete(c.shares, clock)
-		shares, err := Shares(r.total, rates)
+		shares, err := c.split.Split(r.total, rates, who)
 		for j, i := range who {
 			if err != nil {
 				c.replyErr(i, r.reqs[i].id, err)

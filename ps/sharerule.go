@@ -1,0 +1,251 @@
+package ps
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/gorun/gorun/assign"
+)
+
+// ShareRule is how hub 0 splits an LB-BSP batch over the workers that ask
+// for their share (Client.Share).
+type ShareRule uint8
+
+// Share rules. The zero value is today's rule.
+const (
+	// ShareProportional splits the batch in proportion to measured speed
+	// (Shares): the default.
+	ShareProportional ShareRule = iota
+	// ShareOptimal splits it by package assign's exact solver: the
+	// slowest worker's time (compute plus ShareConfig.Overhead) is
+	// minimised within each worker's ShareConfig.Cap and the round's
+	// ShareConfig.Deadline, with ShareConfig.Weights.
+	ShareOptimal
+	shareRuleEnd
+)
+
+var shareRuleNames = [...]string{"proportional", "optimal"}
+
+func (r ShareRule) String() string {
+	if r < shareRuleEnd {
+		return shareRuleNames[r]
+	}
+	return fmt.Sprintf("ShareRule(%d)", uint8(r))
+}
+
+// ParseShareRule reads a rule by name: "proportional" or "optimal".
+func ParseShareRule(s string) (ShareRule, error) {
+	for r, name := range shareRuleNames {
+		if s == name {
+			return ShareRule(r), nil
+		}
+	}
+	return 0, fmt.Errorf("ps: unknown share rule %q (want proportional or optimal)", s)
+}
+
+// ShareConfig configures LB-BSP's split of a batch (HubConfig.Share). It
+// is hub 0's own configuration: nothing of it travels on the wire, and
+// workers ask for their share exactly as before.
+//
+// ShareOptimal runs the solver on hub 0 once per iteration, between
+// requests: about a millisecond for 16 workers and a batch of 4096, 0.1s
+// for 128 workers, and up to about 0.2s for batches near a million
+// samples (measured on a busy 2-core machine).
+//
+// Only ShareOptimal reads the fields after Rule; with ShareProportional
+// they must be left zero. The per-worker slices are indexed by worker
+// (0..HubConfig.Workers-1) and are either empty or one entry per worker.
+type ShareConfig struct {
+	Rule ShareRule
+	// Overhead is each worker's fixed time per iteration that does not
+	// grow with its share (communication, synchronisation, the optimizer
+	// step), known beforehand: the hub measures compute time only.
+	Overhead []time.Duration
+	// Cap is the most samples each worker takes per iteration (what fits
+	// in its memory); 0 = no cap.
+	Cap []int
+	// Price is each worker's resource price per busy second, weighed by
+	// Weights.Resource.
+	Price []float64
+	// Deadline bounds every worker's time per iteration (compute at the
+	// measured speed plus Overhead); 0 = none. A batch that cannot meet
+	// it fails the share request with assign.ErrInfeasible's message.
+	Deadline time.Duration
+	// Weights weigh the slowest worker's time (Time) against the resource
+	// cost (Resource, with Price). Zero means {Time: 1}: minimise the
+	// round's makespan. Accuracy must stay 0: the LB-BSP batch is fixed,
+	// so there is no extra sample for it to pay for.
+	Weights assign.Weights
+}
+
+// validate checks c for a hub of the given number of workers.
+func (c *ShareConfig) validate(workers int) error {
+	if c.Rule >= shareRuleEnd {
+		return fmt.Errorf("ps: hub: Share.Rule: unknown share rule %d", c.Rule)
+	}
+	if c.Rule == ShareProportional {
+		if len(c.Overhead) > 0 || len(c.Cap) > 0 || len(c.Price) > 0 || c.Deadline != 0 || c.Weights != (assign.Weights{}) {
+			return fmt.Errorf("ps: hub: Share.Overhead, Cap, Price, Deadline and Weights are read by the optimal share rule only; the rule is %v", c.Rule)
+		}
+		return nil
+	}
+	if most := assign.DefaultConfig().MaxWorkers; workers > most {
+		return fmt.Errorf("ps: hub: the optimal share rule solves for at most %d workers, the job has %d", most, workers)
+	}
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"Overhead", len(c.Overhead)}, {"Cap", len(c.Cap)}, {"Price", len(c.Price)}} {
+		if f.n != 0 && f.n != workers {
+			return fmt.Errorf("ps: hub: Share.%s has %d entries, want one per worker (%d) or none", f.name, f.n, workers)
+		}
+	}
+	for i, o := range c.Overhead {
+		if o < 0 {
+			return fmt.Errorf("ps: hub: Share.Overhead of worker %d is negative (%v)", i, o)
+		}
+	}
+	for i, k := range c.Cap {
+		if k < 0 {
+			return fmt.Errorf("ps: hub: Share.Cap of worker %d is negative (%d); 0 means no cap", i, k)
+		}
+	}
+	for i, p := range c.Price {
+		if !(p >= 0) || math.IsInf(p, 0) {
+			return fmt.Errorf("ps: hub: Share.Price of worker %d is %v, want finite and not negative", i, p)
+		}
+	}
+	if c.Deadline < 0 {
+		return fmt.Errorf("ps: hub: Share.Deadline is negative (%v); 0 means none", c.Deadline)
+	}
+	w := c.Weights
+	for _, v := range []float64{w.Time, w.Accuracy, w.Resource} {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return fmt.Errorf("ps: hub: Share.Weights %+v must be finite and not negative", w)
+		}
+	}
+	if w.Accuracy != 0 {
+		return fmt.Errorf("ps: hub: Share.Weights.Accuracy is %v: an LB-BSP batch is fixed, so there is no accuracy term to weigh; leave it 0", w.Accuracy)
+	}
+	return nil
+}
+
+// Split splits a batch of total samples by c.Rule over the workers who
+// (hub worker numbers, which index Overhead, Cap and Price; nil means
+// 0..len(speeds)-1), whose measured speeds in samples per second are
+// speeds (0: no estimate yet, counted as the mean of the others, as
+// Shares does). The shares add up to total.
+//
+// Under ShareOptimal every worker gets at least one sample (a push needs
+// one: see Table.Push), so a batch smaller than the number of workers is
+// an error. Before any worker has an estimate the costs are unknown: the
+// batch is then split evenly within the caps, and Overhead and Deadline
+// are left out of that round. The split is the integer optimum whenever
+// assign's exact search fits its budget (assign.Assignment.Exact), and
+// otherwise within assign.RoundingBound of it (with the default weights,
+// less than one sample's time on the slowest worker). A problem the
+// solver rejects (caps that sum below the batch, a deadline no split
+// meets) is an error wrapping assign's ErrInvalid, ErrInfeasible or
+// ErrSolver; it is never replaced by the proportional split.
+func (c ShareConfig) Split(total int, speeds []float64, who []int) ([]int, error) {
+	if who != nil && len(who) != len(speeds) {
+		return nil, fmt.Errorf("ps: %d speeds for %d workers", len(speeds), len(who))
+	}
+	switch c.Rule {
+	case ShareProportional:
+		return Shares(total, speeds)
+	case ShareOptimal:
+		return c.optimal(total, speeds, who)
+	}
+	return nil, fmt.Errorf("ps: unknown share rule %d", c.Rule)
+}
+
+func (c ShareConfig) optimal(total int, speeds []float64, who []int) ([]int, error) {
+	n := len(speeds)
+	if n == 0 {
+		return nil, fmt.Errorf("ps: no workers to share %d samples among", total)
+	}
+	if total < n {
+		return nil, fmt.Errorf("ps: optimal shares: a batch of %d samples cannot give each of %d workers the one sample its push needs", total, n)
+	}
+	for j := range speeds {
+		if i := worker(who, j); i < 0 || len(c.Overhead) > 0 && i >= len(c.Overhead) || len(c.Cap) > 0 && i >= len(c.Cap) || len(c.Price) > 0 && i >= len(c.Price) {
+			return nil, fmt.Errorf("ps: optimal shares: no worker %d in the share config", i)
+		}
+	}
+	known, sum := 0, 0.0
+	for j, s := range speeds {
+		if s < 0 || math.IsNaN(s) || math.IsInf(s, 0) {
+			return nil, fmt.Errorf("ps: speed of worker %d is %v", worker(who, j), s)
+		}
+		if s > 0 {
+			known++
+			sum += s
+		}
+	}
+	fill := 1.0
+	if known > 0 {
+		fill = sum / float64(known)
+	}
+	measured := known > 0
+	p := assign.Problem{Samples: total, Workers: make([]assign.Worker, n), Weights: c.Weights}
+	if p.Weights == (assign.Weights{}) {
+		p.Weights.Time = 1
+	}
+	if measured {
+		p.Deadline = c.Deadline.Seconds()
+	}
+	for j, s := range speeds {
+		if s == 0 {
+			s = fill
+		}
+		i := worker(who, j)
+		w := assign.Worker{Cost: 1 / s, Floor: 1 / float64(total)}
+		if measured && len(c.Overhead) > 0 {
+			w.Overhead = c.Overhead[i].Seconds()
+		}
+		if len(c.Cap) > 0 {
+			w.Cap = c.Cap[i]
+		}
+		if len(c.Price) > 0 {
+			w.Price = c.Price[i]
+		}
+		p.Workers[j] = w
+	}
+	a, err := assign.Solve(p)
+	if err != nil {
+		if !identity(who) {
+			return nil, fmt.Errorf("ps: optimal shares of %d samples (the solver's workers 0..%d are workers %v): %w", total, n-1, who, err)
+		}
+		return nil, fmt.Errorf("ps: optimal shares of %d samples: %w", total, err)
+	}
+	return a.Samples, nil
+}
+
+// identity reports whether who names workers 0..len(who)-1 in order (or
+// is nil): then the solver's worker numbers are the hub's.
+func identity(who []int) bool {
+	for j, i := range who {
+		if i != j {
+			return false
+		}
+	}
+	return true
+}
+
+// clone copies c's slices, so that a caller's later change to its
+// HubConfig does not reach a running hub.
+func (c ShareConfig) clone() ShareConfig {
+	c.Overhead, c.Cap, c.Price = slices.Clone(c.Overhead), slices.Clone(c.Cap), slices.Clone(c.Price)
+	return c
+}
+
+// worker is the hub worker number of the j-th speed.
+func worker(who []int, j int) int {
+	if who == nil {
+		return j
+	}
+	return who[j]
+}
