@@ -173,6 +173,19 @@ func TestWire(t *testing.T) {
 	}
 }
 
+// TestPowerSGDHook: PyTorch's own PowerSGD comm hook on the gorun
+// backend (it calls allreduce only): the same weights on every rank, and
+// the loss falls.
+func TestPowerSGDHook(t *testing.T) {
+	setup(t)
+	out, code := job(t, 3, nil, "tests/powersgd.py")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	got := everyRank(t, out, 3, regexp.MustCompile(`gorun-powersgd-ok rank=(\d+) loss0=([\d.]+) loss=([\d.]+)`))
+	t.Logf("rank 0: loss %s -> %s", got["0"][2], got["0"][3])
+}
+
 // TestDDP: DDP over the ring and over ParamHub (colocated and dedicated
 // hubs) equals one process training on the whole batch.
 func TestDDP(t *testing.T) {

@@ -10,6 +10,7 @@ library, so Python threads run while bytes move.
 import ctypes
 import os
 import re
+import queue
 import threading
 import zlib
 
@@ -186,6 +187,49 @@ def _result(op_id):
 
 
 _completions = _Completions()
+
+
+def in_collector():
+    """Whether this is the thread that collects finished operations: what
+    runs here must not wait for another operation (its completion comes
+    through this thread)."""
+    return threading.current_thread() is _completions._thread
+
+
+class _Completer:
+    """Runs work off the collecting thread: a future's completion, with the
+    then-callbacks torch runs inline in set_result, which may start another
+    operation and wait for it (PyTorch's PowerSGD hook does). A worker is
+    added whenever none is free, so waits nested in callbacks never starve
+    each other; free workers wait for the next piece of work."""
+
+    def __init__(self):
+        self._q = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._free = 0
+
+    def submit(self, fn):
+        with self._lock:
+            spawn = self._free == 0
+            if not spawn:
+                self._free -= 1  # that worker takes this piece (or another does, and it the next)
+        self._q.put(fn)
+        if spawn:
+            threading.Thread(target=self._work, name="gorun-completer", daemon=True).start()
+
+    def _work(self):
+        while True:
+            fn = self._q.get()
+            try:
+                fn()
+            except BaseException as e:  # a completion must not end the worker
+                import sys
+                print(f"gorun: a completion failed: {e!r}", file=sys.stderr)
+            with self._lock:
+                self._free += 1
+
+
+completer = _Completer()
 
 
 class Comm:

@@ -245,6 +245,15 @@ class _Pending:
             except Exception as e:
                 self.err = e
         self.keep = None
+        if _core.in_collector():
+            # torch runs the future's then-callbacks inside set_result, and
+            # one may wait for another operation: never on the thread that
+            # must deliver that operation's completion.
+            _core.completer.submit(self._complete)
+        else:
+            self._complete()
+
+    def _complete(self):
         self.src.set_result(self.err if self.err is not None else self.result)
         _finished(self.w)
 
