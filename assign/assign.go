@@ -22,8 +22,8 @@ var (
 )
 
 // MaxSamples is the largest sample count a problem may name: counts stay
-// exact in float64 arithmetic well below 2^53.
-const MaxSamples = 1 << 40
+// exact in float64 arithmetic and fit an int on 32-bit machines.
+const MaxSamples = 1 << 30
 
 // maxMagnitude bounds costs, overheads, prices, deadlines and weights so
 // that products of them with sample counts stay finite.

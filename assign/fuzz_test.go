@@ -12,7 +12,7 @@ func FuzzSolve(f *testing.F) {
 	f.Add(10, 0, 0.1, 0.0, 0, 0.0, 0.0, 0.0, 0.2, 0.5, 3, 0.1, 0.0, 0.0, 1.0, 0.0, 0.0)
 	f.Add(100, 120, 0.01, 0.5, 50, 0.1, 0.9, 1.0, 0.0, 0.0, 0, 0.0, 0.0, 2.0, 1.0, 0.3, 0.2)
 	f.Add(0, 0, math.NaN(), math.Inf(1), -1, -0.5, 2.0, -1.0, 0.0, 0.0, 0, 0.0, 0.0, math.NaN(), 1.0, 0.0, 0.0)
-	f.Add(1<<40, 1<<41, 1e-300, 1e12, 1<<40, 1.0, 1.0, 1e12, 1e12, 1e-300, 7, 0.5, 1.0, 1e12, 1e12, 1e12, 1e12)
+	f.Add(1<<30, 1<<30, 1e-300, 1e12, 1<<30, 1.0, 1.0, 1e12, 1e12, 1e-300, 7, 0.5, 1.0, 1e12, 1e12, 1e12, 1e12)
 	f.Fuzz(func(t *testing.T, s, smax int, c0, o0 float64, cap0 int, f0, g0, r0, c1, o1 float64, cap1 int, f1, g1, d, w1, w2, w3 float64) {
 		p := Problem{
 			Samples: s, MaxSamples: smax, Deadline: d,
