@@ -269,7 +269,12 @@ func (r *ompiRoute) close() {
 	if r.trap != nil {
 		_ = r.trap.Close()
 	}
-	_ = os.RemoveAll(r.dir)
+	// A file Open MPI's last exiting rank still had open may be unlinked
+	// a moment late, or land while the directory is being emptied: tried
+	// again, briefly, rather than left behind.
+	for i := 0; os.RemoveAll(r.dir) != nil && i < 10; i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // idleEnv is what mpirun sets itself when a host holds more ranks than
