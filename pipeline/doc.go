@@ -79,7 +79,11 @@
 //
 //	part, err = part.Resume(part.Consumed(k, batch), c.View().Ranks)
 //
-// and iterates over its new Batches. A Part is three integers and a
+// and iterates over its new Batches. End each epoch with a collective
+// that every rank calls (a Barrier, or the next epoch's first step), and
+// treat its ErrViewChanged as one at step Steps: a rank that finished the
+// last step before the change otherwise never learns of it while the
+// others wait in Resync. A Part is three integers and a
 // rank list, all the same on every rank: put Epoch, Start and End with
 // the old ranks (or the step k) in the state a Resync sends, and a
 // restarted rank computes the same Part as the survivors. The Part after a Resume

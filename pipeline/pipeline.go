@@ -60,6 +60,7 @@ type Pipeline struct {
 	stats    Stats
 	dropped  int
 	prepared bool
+	failed   error // Prepare's error, returned again by later calls
 }
 
 // Report is what Prepare did: the statistics (zero without Standardize),
@@ -88,12 +89,23 @@ func New(d *Dataset, cfg Config) (*Pipeline, error) {
 // Index), so the work is split and the result covers every rank's), then
 // standardization and the filter, both local and so identical on every
 // rank, then one more all-reduce that checks every rank dropped as many
-// samples. The group's error (a lost peer) is returned wrapped, and the
-// pipeline is then unusable.
+// samples. Once it succeeded, later calls return its Report and talk to
+// no one. The group's error (a lost peer) is returned wrapped, and the
+// pipeline is then unusable: later calls return the same error, since
+// the data may be half rewritten.
 func (p *Pipeline) Prepare(ctx context.Context, g Group) (Report, error) {
 	if p.prepared {
 		return p.report(), nil
 	}
+	if p.failed != nil {
+		return Report{}, p.failed
+	}
+	rep, err := p.prepare(ctx, g)
+	p.failed = err
+	return rep, err
+}
+
+func (p *Pipeline) prepare(ctx context.Context, g Group) (Report, error) {
 	if p.cfg.Standardize {
 		lo, hi := Block(p.data.N, g.Size(), g.Index())
 		s, err := Fit(ctx, g, p.data.Slice(lo, hi))

@@ -269,6 +269,9 @@ func TestPrepareLostPeer(t *testing.T) {
 		if !errors.Is(err, collective.ErrPeerLost) && !errors.Is(err, collective.ErrAborted) {
 			return fmt.Errorf("rank %d: %v, want the loss of rank 1", c.Rank(), err)
 		}
+		if _, again := p.Prepare(ctx, FromComm(c)); again != err {
+			return fmt.Errorf("rank %d: Prepare again: %v, want %v", c.Rank(), again, err)
+		}
 		if _, err := p.Part(0, []int{0, 2}); !errors.Is(err, ErrNotPrepared) {
 			return fmt.Errorf("rank %d: Part after a failed Prepare: %v", c.Rank(), err)
 		}

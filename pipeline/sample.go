@@ -107,7 +107,11 @@ func (p Part) Len(rank int) int {
 
 // Steps is the number of batches of at most batch samples every rank
 // takes part in: enough for the largest share, the same on every rank.
+// It is 0 for a batch below 1 or a Part without ranks.
 func (p Part) Steps(batch int) int {
+	if batch < 1 || len(p.Ranks) == 0 {
+		return 0
+	}
 	n := p.Len(p.Ranks[0]) // the first rank's share is the largest
 	return (n + batch - 1) / batch
 }
