@@ -10,8 +10,10 @@ import (
 const MaxConfirmScale = 30
 
 // overloadPerCPU is the runnable tasks per CPU past which a host counts
-// as overloaded: up to it, ranks get a core often enough to answer.
-const overloadPerCPU = 4
+// as overloaded: up to it, ranks get a core often enough to answer. (It
+// was 4: at 10 runnable tasks on 2 cores, under the race detector, a rank
+// answered no handshake for 2.5 s while alive.)
+const overloadPerCPU = 2
 
 // confirmWindow is how long a rank that gossip declared dead gets to
 // answer: ConfirmTimeout, stretched by how overloaded this host is right

@@ -12,9 +12,9 @@ func TestScaledConfirm(t *testing.T) {
 	}{
 		{0, 2, time.Second},
 		{2, 2, time.Second},
-		{8, 2, time.Second},
-		{12, 2, 1500 * time.Millisecond},
-		{32, 2, 4 * time.Second},
+		{4, 2, time.Second},
+		{6, 2, 1500 * time.Millisecond},
+		{16, 2, 4 * time.Second},
 		{256, 2, MaxConfirmScale * time.Second},
 		{5, 0, time.Second},
 	} {
