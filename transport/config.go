@@ -88,8 +88,6 @@ type Config struct {
 	// every connected peer in parallel: the news that a peer is lost, and
 	// an abort passed on from the rank it came through [500 ms].
 	NoticeTimeout time.Duration
-	// PongTimeout bounds the answer to a peer's ping [1 s].
-	PongTimeout time.Duration
 	// ByeTimeout bounds Close's goodbye (or, if the transport failed, its
 	// abort) to every connected peer, in parallel [1 s].
 	ByeTimeout time.Duration
@@ -128,7 +126,6 @@ func DefaultConfig() Config {
 		ExplainWait:      250 * time.Millisecond,
 		AbortTimeout:     time.Second,
 		NoticeTimeout:    500 * time.Millisecond,
-		PongTimeout:      time.Second,
 		ByeTimeout:       time.Second,
 		DrainTimeout:     200 * time.Millisecond,
 		AcceptPause:      50 * time.Millisecond,
@@ -164,8 +161,8 @@ func (c *Config) validate() error {
 		return errors.New("transport: MaxPayload must be positive")
 	case c.DialTimeout <= 0 || c.HandshakeTimeout <= 0 || c.ConnectTimeout <= 0:
 		return errors.New("transport: DialTimeout, HandshakeTimeout and ConnectTimeout must be positive")
-	case c.AbortTimeout <= 0 || c.NoticeTimeout <= 0 || c.PongTimeout <= 0 || c.ByeTimeout <= 0:
-		return errors.New("transport: AbortTimeout, NoticeTimeout, PongTimeout and ByeTimeout must be positive")
+	case c.AbortTimeout <= 0 || c.NoticeTimeout <= 0 || c.ByeTimeout <= 0:
+		return errors.New("transport: AbortTimeout, NoticeTimeout and ByeTimeout must be positive")
 	case c.AcceptPause <= 0 || c.RetryPause <= 0 || c.MaxRetryPause < c.RetryPause:
 		return errors.New("transport: AcceptPause and RetryPause must be positive, and MaxRetryPause at least RetryPause")
 	case c.ExplainWait < 0 || c.DrainTimeout < 0:

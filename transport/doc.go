@@ -212,8 +212,9 @@
 //
 // TypePing and TypePong carry no payload. A rank pings a connected peer
 // that gossip declared dead (unless ConfirmTimeout is 0, which trusts
-// gossip at once); the peer's reader answers with a pong (within
-// Config.PongTimeout), and a peer that does not answer within
+// gossip at once); the peer's reader answers with a pong (with no
+// deadline: a write cut short would leave half a frame in the stream),
+// and a peer that does not answer within
 // Config.ConfirmTimeout (stretched on an overloaded host) is lost, unless
 // frames came from it meanwhile (or wait for room in this rank's inbox
 // from it: its pong is behind them): then it is asked again, window after

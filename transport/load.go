@@ -7,7 +7,7 @@ import (
 
 // MaxConfirmScale caps how far an overloaded host stretches
 // ConfirmTimeout (see TCP.confirmWindow).
-const MaxConfirmScale = 30
+const MaxConfirmScale = 120
 
 // overloadPerCPU is the runnable tasks per CPU past which a host counts
 // as overloaded: up to it, ranks get a core often enough to answer. (It

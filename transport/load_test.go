@@ -15,7 +15,8 @@ func TestScaledConfirm(t *testing.T) {
 		{4, 2, time.Second},
 		{6, 2, 1500 * time.Millisecond},
 		{16, 2, 4 * time.Second},
-		{256, 2, MaxConfirmScale * time.Second},
+		{256, 2, 64 * time.Second},
+		{1024, 2, MaxConfirmScale * time.Second},
 		{5, 0, time.Second},
 	} {
 		if got := scaledConfirm(time.Second, c.runnable, c.cpus); got != c.want {

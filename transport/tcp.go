@@ -279,9 +279,12 @@ func (t *TCP) readLoop(pc *peerConn) {
 			t.wg.Add(1) // safe: this reader holds a count until it returns
 			go func() {
 				defer t.wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), t.cfg.PongTimeout)
-				defer cancel()
-				_ = t.write(ctx, pc, Header{Type: TypePong}, nil)
+				// No deadline: a write cut short by one leaves half a
+				// frame in the stream, and every later frame unreadable
+				// (a peer too busy to read for a while is not lost: it
+				// finds the pong behind the data). The transport's
+				// closing ends a write to a peer that never reads.
+				_ = t.write(t.closeCtx, pc, Header{Type: TypePong}, nil)
 			}()
 		case TypePong:
 			select {
@@ -608,7 +611,8 @@ func (t *TCP) PeerLost(peer int, reason string) {
 		default:
 		}
 		for said := false; ; said = true {
-			switch t.confirm(pc, window) {
+			got := t.confirm(pc, window)
+			switch got {
 			case confirmAnswered:
 				t.log.Warn("gossip declared a rank dead, but it answered on the data plane; keeping it", "rank", peer)
 				return
@@ -632,6 +636,10 @@ func (t *TCP) PeerLost(peer int, reason string) {
 			if t.revived[peer].Load() != gen {
 				return // the process gossip gave up on was replaced meanwhile
 			}
+			if got == confirmBroken {
+				t.lose(peer, reason+", and its data connection is broken")
+				return
+			}
 			t.lose(peer, reason+", and no answer on its data connection for "+window.Round(time.Millisecond).String())
 			return
 		}
@@ -644,6 +652,7 @@ const (
 	confirmAnswered        // it answered the ping
 	confirmSending         // no answer yet, but frames came from it (or wait to be read)
 	confirmClosing         // the transport is closing
+	confirmBroken          // the ping could not be written: the connection is broken
 )
 
 // confirm pings pc's peer and waits up to window for its answer.
@@ -660,7 +669,7 @@ func (t *TCP) confirm(pc *peerConn, window time.Duration) int {
 			return confirmClosing
 		}
 	} else if ctx.Err() == nil {
-		return confirmSilent // the connection is broken
+		return confirmBroken
 	}
 	select {
 	case <-t.closing:

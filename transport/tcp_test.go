@@ -540,7 +540,6 @@ func TestConfigValidatesTimings(t *testing.T) {
 	for name, tweak := range map[string]func(*Config){
 		"AbortTimeout":  func(c *Config) { c.AbortTimeout = 0 },
 		"NoticeTimeout": func(c *Config) { c.NoticeTimeout = 0 },
-		"PongTimeout":   func(c *Config) { c.PongTimeout = 0 },
 		"ByeTimeout":    func(c *Config) { c.ByeTimeout = 0 },
 		"AcceptPause":   func(c *Config) { c.AcceptPause = 0 },
 		"RetryPause":    func(c *Config) { c.RetryPause = 0 },
