@@ -329,6 +329,15 @@ const (
 	repairAfter   = time.Second
 )
 
+// repairEvery is how often a joined rank repairs while ranks are
+// missing: 4 ms a rank of the job, from retryInterval up to repairAfter.
+// Each repair carries the whole member list, so a small job repairs
+// often (a tree of 8 ranks over 4 hosts knew itself ~1 s late when every
+// level waited a second) and a large one no more than once a second.
+func repairEvery(size int) time.Duration {
+	return min(max(time.Duration(size)*4*time.Millisecond, retryInterval), repairAfter)
+}
+
 // jitter is d give or take half, so that ranks started together do not
 // retry together.
 func jitter(d time.Duration) time.Duration {
@@ -449,7 +458,7 @@ func (m *Member) seedsFor(ranks []int, a attempt) (seeds []string, repair bool) 
 		if a.n > 0 && a.n%5 == 0 {
 			pick = append(pick, pickOthers(ranks, 1, parent, r)...)
 		}
-	case a.sinceRepair >= repairAfter:
+	case a.sinceRepair >= repairEvery(m.cfg.Size):
 		known, missing := m.split(ranks)
 		pick = pickOthers(known, 1, r)
 		if len(pick) == 0 || rand.Float64() < missingChance(a.idle, len(known)) {

@@ -145,11 +145,15 @@ func TestSeedsByRank(t *testing.T) {
 	if got, _ := m.seedsFor(all8, joined); len(got) != 0 {
 		t.Fatalf("joined, ranks appearing: joins %v", got)
 	}
-	joined.idle, joined.sinceRepair = repairAfter, repairAfter/2
+	every := repairEvery(8) // a job of 8 repairs every retryInterval; one of 256, every repairAfter
+	if every != retryInterval || repairEvery(256) != repairAfter || repairEvery(100) != 400*time.Millisecond {
+		t.Fatalf("repairEvery: 8 ranks %v, 100 ranks %v, 256 ranks %v", every, repairEvery(100), repairEvery(256))
+	}
+	joined.idle, joined.sinceRepair = repairAfter, every/2
 	if got, _ := m.seedsFor(all8, joined); len(got) != 0 {
 		t.Fatalf("joined, repaired recently: joins %v", got)
 	}
-	joined.sinceRepair = repairAfter
+	joined.sinceRepair = every
 	got, repair := m.seedsFor(all8, joined)
 	if len(got) != 1 || !repair || slices.Contains([]string{"h:3", "h:5", "h:6"}, got[0]) {
 		t.Fatalf("first repair joins %v (repair %v), want one known rank", got, repair)
