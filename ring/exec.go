@@ -134,13 +134,9 @@ func Run[T Elem](ctx context.Context, tr Transport, buf []T, spans []Span, steps
 	es := reduce.SizeOf[T]()
 	for t, st := range steps {
 		for _, s := range segments(spans[st.Recv], seg) {
-			f, err := tr.Recv(ctx, left)
+			f, err := recvStep(ctx, tr, left, o.Header, t, s.Len*es)
 			if err != nil {
-				return fmt.Errorf("step %d: recv from rank %d: %w", t, global(tr, left), err)
-			}
-			if err := check(&f, o.Header, global(tr, left), uint32(t), s.Len*es); err != nil {
-				f.Release()
-				return fmt.Errorf("step %d: %w", t, err)
+				return err
 			}
 			dst := buf[s.Off : s.Off+s.Len]
 			if st.Reduce {
@@ -155,6 +151,21 @@ func Run[T Elem](ctx context.Context, tr Transport, buf []T, spans []Span, steps
 		}
 	}
 	return nil
+}
+
+// recvStep receives step t's next frame from left and checks it against
+// want and wantLen payload bytes; a frame that fails the check is
+// released.
+func recvStep(ctx context.Context, tr Transport, left int, want transport.Header, t, wantLen int) (transport.Frame, error) {
+	f, err := tr.Recv(ctx, left)
+	if err != nil {
+		return f, fmt.Errorf("step %d: recv from rank %d: %w", t, global(tr, left), err)
+	}
+	if err := check(&f, want, global(tr, left), uint32(t), wantLen); err != nil {
+		f.Release()
+		return transport.Frame{}, fmt.Errorf("step %d: %w", t, err)
+	}
+	return f, nil
 }
 
 // AllReduce runs the whole ring plan: afterwards every rank's buf holds the

@@ -76,13 +76,9 @@ func runWire(ctx context.Context, tr Transport, buf []float32, spans []Span, ste
 	}
 	for t, st := range steps {
 		for _, s := range segments(spans[st.Recv], seg) {
-			f, err := tr.Recv(ctx, left)
+			f, err := recvStep(ctx, tr, left, o.Header, t, s.Len*es)
 			if err != nil {
-				return fmt.Errorf("step %d: recv from rank %d: %w", t, global(tr, left), err)
-			}
-			if err := check(&f, o.Header, global(tr, left), uint32(t), s.Len*es); err != nil {
-				f.Release()
-				return fmt.Errorf("step %d: %w", t, err)
+				return err
 			}
 			dst := buf[s.Off : s.Off+s.Len]
 			switch {
