@@ -123,12 +123,14 @@ type Client struct {
 	shareClock atomic.Uint32
 	mmu        sync.Mutex
 	metrics    []Metrics
+	zstd       zstdCodec // sparse pushes' CodecZstd
 }
 
 type keyState struct {
-	cfg   KeyConfig
-	parts []Partition
-	clock int
+	cfg    KeyConfig
+	parts  []Partition
+	clock  int
+	sparse *sparseState // a sparse key's pushes and residual
 }
 
 type hubLink struct {
@@ -149,6 +151,11 @@ type call struct {
 	on    func(m *message) // consumes a reply's data; runs under h.mu
 	want  int              // bytes of data the reply must carry; -1: any
 	after func()           // if set, runs once the reply is taken, whatever it was
+	// ack, if set, runs exactly once when the call is settled: whether
+	// the hub applied its push (an answer, or an error after the push),
+	// false for an error before it or for no answer at all (the client
+	// failed). Its handle then fails with the client's error.
+	ack func(applied bool)
 }
 
 // Dial connects worker cfg.Worker to every hub.
@@ -242,6 +249,7 @@ func (c *Client) Fail(err error) {
 	c.failOnce.Do(func() {
 		c.err = err
 		close(c.failed)
+		c.settleAcked(err)
 		// Last words: the hubs tell the other workers why, instead of
 		// blaming this one for a broken connection.
 		for _, h := range c.links() {
@@ -331,10 +339,16 @@ func (c *Client) answer(h *hubLink, p []byte) bool {
 	delete(h.pending, m.ID)
 	h.mu.Unlock()
 	if m.Type == msgError {
-		herr := &HubError{Hub: h.idx, Code: m.Code, Msg: string(m.Data)}
+		var herr error = &HubError{Hub: h.idx, Code: m.Code, Msg: string(m.Data)}
+		if m.Kind&errCorruptFlag != 0 {
+			herr = &hubCorruptError{herr.(*HubError)}
+		}
 		if cl == nil {
 			c.Fail(herr)
 			return false
+		}
+		if cl.ack != nil {
+			cl.ack(m.Kind&errPushed != 0)
 		}
 		cl.h.finish(herr, nil)
 		if cl.after != nil {
@@ -344,6 +358,9 @@ func (c *Client) answer(h *hubLink, p []byte) bool {
 	}
 	if cl == nil {
 		return true // the answer to a request given up on
+	}
+	if cl.ack != nil {
+		cl.ack(true)
 	}
 	if cl.want >= 0 && len(m.Data) != cl.want {
 		lost := &HubLostError{Hub: h.idx, Addr: h.addr, Reason: fmt.Sprintf("sent %d bytes where %d were due", len(m.Data), cl.want)}
@@ -404,20 +421,54 @@ func (c *Client) send(i int, m *message, h *Handle, on func(*message), want int)
 
 // sendAfter is send with a function to run when the reply has been taken.
 func (c *Client) sendAfter(i int, m *message, h *Handle, on func(*message), want int, after func()) {
+	c.sendCall(i, m, &call{h: h, on: on, want: want, after: after})
+}
+
+// sendCall registers cl on hub i and queues m. A call with an ack made
+// once the client has failed is settled at once instead.
+func (c *Client) sendCall(i int, m *message, cl *call) {
+	h := cl.h
 	hl := c.hubs[i]
 	hl.mu.Lock()
+	if cl.ack != nil && c.Err() != nil {
+		hl.mu.Unlock()
+		cl.ack(false)
+		h.finish(c.err, nil)
+		return
+	}
 	if len(hl.pending) == 0 {
 		hl.lastHeard.Store(time.Now().UnixNano())
 	}
 	hl.nextID++
 	m.ID = hl.nextID
-	hl.pending[m.ID] = &call{h: h, on: on, want: want, after: after}
+	hl.pending[m.ID] = cl
 	hl.mu.Unlock()
 	// Counted when queued: a call's bytes are all counted when its answer
 	// arrives, whatever the writer is doing.
 	hl.sent.Add(int64(len(m.Data)))
 	if !hl.l.send(m) {
 		h.finish(c.errOr(&HubLostError{Hub: i, Addr: hl.addr, Reason: "connection closed"}), nil)
+	}
+}
+
+// settleAcked settles every pending call with an ack once the client has
+// failed with err: no answer will come, and the push counts as not
+// applied (Fail calls it; a call made later is settled by sendCall).
+func (c *Client) settleAcked(err error) {
+	for _, hl := range c.links() {
+		var calls []*call
+		hl.mu.Lock()
+		for id, cl := range hl.pending {
+			if cl.ack != nil {
+				calls = append(calls, cl)
+				delete(hl.pending, id)
+			}
+		}
+		hl.mu.Unlock()
+		for _, cl := range calls {
+			cl.ack(false)
+			cl.h.finish(err, nil)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package ps
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/gorun/gorun/reduce"
@@ -22,16 +23,23 @@ func (c *Client) Declare(ctx context.Context, key string, cfg KeyConfig) error {
 	if cfg.Init != nil && len(cfg.Init) != cfg.Len {
 		return fmt.Errorf("ps: key %q: %d initial values for %d elements", key, len(cfg.Init), cfg.Len)
 	}
+	if err := c.checkSparse(key, cfg); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	ks, ok := c.keys[key]
 	if !ok {
 		ks = &keyState{cfg: cfg, parts: c.place.Add(key, cfg.Len)}
+		if cfg.Sparse.Method != Dense {
+			ks.sparse = &sparseState{}
+		}
 		c.keys[key] = ks
 	}
 	c.mu.Unlock()
 	h := c.newHandle(kindOther, len(ks.parts))
 	for _, p := range ks.parts {
-		m := &message{Type: msgDeclare, Key: partKey(key, p.Off), Count: uint64(p.Len), Code: uint8(cfg.Update), Stale: int32(cfg.Staleness), LR: cfg.LR, Mom: cfg.Momentum}
+		m := &message{Type: msgDeclare, Key: partKey(key, p.Off), Count: uint64(p.Len), Code: uint8(cfg.Update), Stale: int32(cfg.Staleness), LR: cfg.LR, Mom: cfg.Momentum,
+			Kind: uint8(cfg.Sparse.Method), WantOff: math.Float64bits(cfg.Sparse.Ratio), WantLen: cfg.Sparse.Seed}
 		if cfg.Init != nil {
 			m.Data = reduce.AsBytes(cfg.Init[p.Off : p.Off+p.Len])
 		}
@@ -82,6 +90,9 @@ func push[T Float](c *Client, key string, grad []T, samples int, dst []T, typ ms
 	ks, err := c.key(key, len(grad))
 	if err != nil {
 		return c.failedHandle(kindPush, err)
+	}
+	if ks.sparse != nil {
+		return pushSparse(c, key, ks, grad, samples, dst)
 	}
 	c.mu.Lock()
 	clock := ks.clock

@@ -1,7 +1,9 @@
 package ps
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -29,6 +31,7 @@ type core struct {
 	rounds map[roundID]*roundState
 	shares map[uint32]*shareRound
 	split  ShareConfig // how serveShares splits a batch
+	zstd   zstdCodec   // decodes sparse pushes compressed with zstd
 
 	left, removed int
 	out           []reply
@@ -85,7 +88,11 @@ func (c *core) reply(w int, id uint32, m message) {
 }
 
 func (c *core) replyErr(w int, id uint32, err error) {
-	c.out = append(c.out, reply{w, message{Type: msgError, ID: id, Code: codeOf(err), Data: []byte(err.Error())}})
+	m := message{Type: msgError, ID: id, Code: codeOf(err), Data: []byte(err.Error())}
+	if errors.Is(err, ErrCorrupt) {
+		m.Kind = errCorruptFlag
+	}
+	c.out = append(c.out, reply{w, m})
 }
 
 // request takes one request from worker w. kill lists workers whose
@@ -99,24 +106,34 @@ func (c *core) request(w int, m *message) (out []reply, kill []int) {
 	case msgDeclare:
 		init, err := toFloat64(reduce.Float64, m.Data)
 		if err == nil {
-			err = c.table.Declare(m.Key, KeyConfig{Len: int(m.Count), Update: UpdateMode(m.Code), LR: m.LR, Momentum: m.Mom, Staleness: int(m.Stale), Init: init})
+			sp := SparseConfig{Method: SparseMethod(m.Kind), Ratio: math.Float64frombits(m.WantOff), Seed: m.WantLen}
+			err = c.table.Declare(m.Key, KeyConfig{Len: int(m.Count), Update: UpdateMode(m.Code), LR: m.LR, Momentum: m.Mom, Staleness: int(m.Stale), Init: init, Sparse: sp})
 		}
 		if err != nil {
 			c.replyErr(w, m.ID, err)
 			break
 		}
 		c.reply(w, m.ID, message{})
-	case msgPush, msgPushPull:
-		grad, err := toFloat64(m.DType, m.Data)
+	case msgPush, msgPushPull, msgSparsePush, msgSparsePushPull:
+		var grad []float64
+		var err error
+		if m.Type == msgSparsePush || m.Type == msgSparsePushPull {
+			grad, err = c.sparseGrad(w, m)
+		} else {
+			grad, err = toFloat64(m.DType, m.Data)
+		}
 		if err == nil {
 			err = c.table.Push(m.Key, w, int(m.Clock), grad, int(m.Samples))
 		}
 		if err != nil {
 			c.replyErr(w, m.ID, err)
+			if errors.Is(err, ErrCorrupt) {
+				c.servePulls() // the key failed: so do the pulls waiting on it
+			}
 			break
 		}
-		if m.Type == msgPushPull {
-			c.pulls = append(c.pulls, pendingPull{worker: w, id: m.ID, key: m.Key, clock: int(m.Clock) + 1, dtype: m.DType})
+		if m.Type == msgPushPull || m.Type == msgSparsePushPull {
+			c.pulls = append(c.pulls, pendingPull{worker: w, id: m.ID, key: m.Key, clock: int(m.Clock) + 1, dtype: m.DType, pushed: true})
 		} else {
 			c.reply(w, m.ID, message{})
 		}
@@ -160,6 +177,16 @@ type pendingPull struct {
 	key    string
 	clock  int
 	dtype  uint8
+	pushed bool // the pull of a push-pull, whose push was applied
+}
+
+// failPull answers a parked pull with err, saying whether its push (a
+// push-pull's) was applied.
+func (c *core) failPull(p pendingPull, err error) {
+	c.replyErr(p.worker, p.id, err)
+	if p.pushed {
+		c.out[len(c.out)-1].msg.Kind |= errPushed
+	}
 }
 
 type roundID struct{ seq, part uint32 }
@@ -190,11 +217,11 @@ func (c *core) servePulls() {
 		v, ready, stale, err := c.table.Pull(p.key, p.worker, p.clock)
 		switch {
 		case err != nil:
-			c.replyErr(p.worker, p.id, err)
+			c.failPull(p, err)
 		case ready:
 			data, err := fromFloat64(p.dtype, v)
 			if err != nil {
-				c.replyErr(p.worker, p.id, err)
+				c.failPull(p, err)
 				continue
 			}
 			c.reply(p.worker, p.id, message{DType: p.dtype, Stale: int32(stale), Data: data})
@@ -276,7 +303,7 @@ func (c *core) workerGone(w int, clean bool, cause error) {
 	} else if c.failed == nil {
 		c.failed = lost
 		for _, p := range c.pulls {
-			c.replyErr(p.worker, p.id, lost)
+			c.failPull(p, lost)
 		}
 		c.pulls = nil
 		for clock, r := range c.shares {

@@ -28,6 +28,10 @@ type KeyConfig struct {
 	Momentum  float64 // SGD
 	Staleness int     // 0 BSP, > 0 SSP, Async
 	Init      []float64
+	// Sparse makes pushes sparse: top-k or random-k of each partition,
+	// with error feedback on the worker (see "Sparse pushes" in the
+	// package doc). The zero value pushes every element.
+	Sparse SparseConfig
 }
 
 // Errors the Table returns; the server sends them back to workers.
@@ -50,7 +54,8 @@ type key struct {
 	velocity []float64
 	pushed   []int // per worker: clocks pushed so far
 	rounds   map[int]*round
-	applied  int // BSP: rounds combined so far
+	applied  int   // BSP: rounds combined so far
+	failed   error // a corrupt sparse push failed the key for good
 }
 
 // Table is the state of a hub: keys, their values and clocks. It is not
@@ -82,10 +87,17 @@ func (t *Table) Declare(name string, cfg KeyConfig) error {
 	if cfg.Update == SGD && (!(cfg.LR >= 0) || math.IsInf(cfg.LR, 0) || !(cfg.Momentum >= 0 && cfg.Momentum < 1)) {
 		return fmt.Errorf("ps: key %q: SGD needs a finite LR >= 0 and momentum in [0, 1), got %v and %v", name, cfg.LR, cfg.Momentum)
 	}
+	if err := cfg.Sparse.validate(); err != nil {
+		return fmt.Errorf("ps: key %q: %w", name, err)
+	}
 	if k, ok := t.keys[name]; ok {
 		if k.cfg.Len != cfg.Len || k.cfg.Update != cfg.Update || k.cfg.Staleness != cfg.Staleness {
 			return fmt.Errorf("%w: key %q declared with length %d, mode %d, staleness %d; now %d, %d, %d",
 				ErrShape, name, k.cfg.Len, k.cfg.Update, k.cfg.Staleness, cfg.Len, cfg.Update, cfg.Staleness)
+		}
+		if s := k.cfg.Sparse; !s.sameOnHub(cfg.Sparse) {
+			return fmt.Errorf("%w: key %q declared %v at ratio %v, seed %d; now %v, %v, %d",
+				ErrShape, name, s.Method, s.Ratio, s.Seed, cfg.Sparse.Method, cfg.Sparse.Ratio, cfg.Sparse.Seed)
 		}
 		return nil
 	}
@@ -109,7 +121,19 @@ func (t *Table) lookup(name string, worker int) (*key, error) {
 	if worker < 0 || worker >= t.workers || !t.live[worker] {
 		return nil, fmt.Errorf("%w: %d", ErrWorker, worker)
 	}
+	if k.failed != nil {
+		return nil, k.failed
+	}
 	return k, nil
+}
+
+// fail fails key name for good: every later Push and Pull of it returns
+// err (a corrupt sparse push: a round without it would be silently
+// wrong, and one with it can never complete).
+func (t *Table) fail(name string, err error) {
+	if k, ok := t.keys[name]; ok && k.failed == nil {
+		k.failed = err
+	}
 }
 
 // Push applies worker's push of clock for key: grad holds Len values and

@@ -27,10 +27,26 @@ const (
 	msgReply                       // ID; Data, Stale (staleness seen), Count (a share)
 	msgError                       // ID; Code, Data=text
 	msgLost                        // a worker reports that worker Root is lost; Data=reason
+	// A sparse push (sparse_codec.go): Key, Clock, Samples, DType of the
+	// values, Code=method, Kind=codec, Count=partition length, N=elements
+	// sent, Data=payload.
+	msgSparsePush
+	msgSparsePushPull // a sparse push of Clock, then a pull of Clock+1
 	msgEnd
 )
 
-var msgName = [...]string{"?", "declare", "push", "pull", "pushpull", "round", "share", "reply", "error", "lost"}
+// Fields some types have taken on since (old peers leave them zero):
+//   - msgDeclare: Kind=sparse method, WantOff=the sparse ratio's float64
+//     bits, WantLen=the sparse seed.
+//   - msgError: Kind, bits: errPushed when the request's push was applied
+//     before it failed (a push-pull whose pull failed), so that a worker
+//     with error feedback does not take back what the hub has;
+//     errCorruptFlag when the error is ErrCorrupt.
+
+// errPushed is msgError's Kind for an error after the push was applied.
+const errPushed uint8 = 1
+
+var msgName = [...]string{"?", "declare", "push", "pull", "pushpull", "round", "share", "reply", "error", "lost", "sparsepush", "sparsepushpull"}
 
 func (t msgType) String() string {
 	if t > 0 && t < msgEnd {
