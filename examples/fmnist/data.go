@@ -1,17 +1,17 @@
 package main
 
 import (
-	"encoding/binary"
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 
-	"github.com/klauspost/compress/gzip"
+	"github.com/gorun/gorun/pipeline"
 )
 
 const (
@@ -20,101 +20,121 @@ const (
 	classes = 10
 )
 
-// dataset is images (pixels floats in [0, 1] each) and their labels.
+// dataset is images (pixels float64 each) and their labels: the test set
+// as the model evaluates it, and the stand-in -data synthetic generates.
+// The training set lives in a pipeline.Pipeline.
 type dataset struct {
 	x []float64
 	y []int
 }
 
 func (d *dataset) len() int                    { return len(d.y) }
-func (d *dataset) image(i int) []float64       { return d.x[i*pixels : (i+1)*pixels] }
 func (d *dataset) append(img []float64, l int) { d.x, d.y = append(d.x, img...), append(d.y, l) }
 
 // DefaultData is where Debian's dataset-fashion-mnist package puts the
 // original files.
 const DefaultData = "/usr/share/datasets/fashion-mnist"
 
-// loadIDX reads Fashion-MNIST (or MNIST) in its original IDX files,
-// gzipped as distributed: {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz.
-// limit > 0 keeps the first limit samples.
-func loadIDX(dir, prefix string, limit int) (*dataset, error) {
+// readSet reads Fashion-MNIST (or MNIST) in its original IDX files,
+// gzipped as distributed: {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz,
+// with pipeline.ReadIDX (pixels scaled to [0, 1], sizes checked before
+// allocating, a malformed file reported with its byte offset). limit > 0
+// keeps the first limit samples (the rest is let go). The images must be
+// 28x28 and the labels below 10.
+func readSet(dir, prefix string, limit int) (*pipeline.Dataset, error) {
 	images := filepath.Join(dir, prefix+"-images-idx3-ubyte.gz")
-	if _, err := os.Stat(images); errors.Is(err, fs.ErrNotExist) {
+	labels := filepath.Join(dir, prefix+"-labels-idx1-ubyte.gz")
+	fi, err := os.Open(images)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s: no Fashion-MNIST here (on Debian or Ubuntu: apt-get install dataset-fashion-mnist, which puts it in %s; or -data DIR with the original .gz files, or -data synthetic)", images, DefaultData)
 	}
-	imgs, idims, err := readIDX(images, 0x803)
 	if err != nil {
 		return nil, err
 	}
-	labels, _, err := readIDX(filepath.Join(dir, prefix+"-labels-idx1-ubyte.gz"), 0x801)
+	defer fi.Close()
+	fl, err := os.Open(labels)
 	if err != nil {
 		return nil, err
 	}
-	if idims[1] != side || idims[2] != side {
-		return nil, fmt.Errorf("%s: images of %dx%d, want %dx%d", images, idims[1], idims[2], side, side)
+	defer fl.Close()
+	d, err := pipeline.ReadIDX(fi, fl, pipeline.DefaultReadConfig())
+	if err != nil {
+		return nil, fmt.Errorf("%s (%s): %w", prefix, dir, err)
 	}
-	if len(imgs) != len(labels)*pixels {
-		return nil, fmt.Errorf("%s: %d images for %d labels", prefix, len(imgs)/pixels, len(labels))
+	if d.D != pixels {
+		return nil, fmt.Errorf("%s: images of %d pixels, want %dx%d", images, d.D, side, side)
 	}
-	if limit > 0 && limit < len(labels) {
-		imgs, labels = imgs[:limit*pixels], labels[:limit]
-	}
-	d := &dataset{x: make([]float64, len(imgs)), y: make([]int, len(labels))}
-	for i, b := range imgs {
-		d.x[i] = float64(b) / 255
-	}
-	for i, l := range labels {
-		if l >= classes {
-			return nil, fmt.Errorf("%s: label %d of sample %d", prefix, l, i)
+	for i, l := range d.Y {
+		if l < 0 || l >= classes {
+			return nil, fmt.Errorf("%s: label %d of sample %d", labels, l, i)
 		}
-		d.y[i] = int(l)
+	}
+	if limit > 0 && limit < d.N {
+		// A copy, so that the whole file's samples can be let go.
+		d = &pipeline.Dataset{N: limit, D: d.D, X: slices.Clone(d.X[:limit*d.D]), Y: slices.Clone(d.Y[:limit])}
 	}
 	return d, nil
 }
 
-// readIDX returns the payload of a gzipped IDX file with the given magic
-// and its dimensions, checking the dimensions before allocating.
-func readIDX(path string, magic uint32) ([]byte, []int, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, err
+// toPipeline is d as a pipeline.Dataset (float32 features).
+func toPipeline(d *dataset) *pipeline.Dataset {
+	p := &pipeline.Dataset{N: d.len(), D: pixels, X: make([]float32, len(d.x)), Y: slices.Clone(d.y)}
+	for i, v := range d.x {
+		p.X[i] = float32(v)
 	}
-	defer f.Close()
-	z, err := gzip.NewReader(f)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: not a gzipped IDX file: %w", path, err)
-	}
-	truncated := func(what string, err error) error {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("%s: truncated in its %s", path, what)
-		}
-		return fmt.Errorf("%s: %s: %w", path, what, err)
-	}
-	var hdr [4]byte
-	if _, err := io.ReadFull(z, hdr[:]); err != nil {
-		return nil, nil, truncated("header", err)
-	}
-	if m := binary.BigEndian.Uint32(hdr[:]); m != magic {
-		return nil, nil, fmt.Errorf("%s: magic %#x, want %#x", path, m, magic)
-	}
-	dims := make([]int, magic&0xff)
-	n := 1
-	for i := range dims {
-		if _, err := io.ReadFull(z, hdr[:]); err != nil {
-			return nil, nil, truncated("header", err)
-		}
-		dims[i] = int(binary.BigEndian.Uint32(hdr[:]))
-		n *= dims[i]
-		if n > 1<<30 {
-			return nil, nil, fmt.Errorf("%s: implausibly large (%d bytes)", path, n)
-		}
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(z, b); err != nil {
-		return nil, nil, truncated(fmt.Sprintf("data (%d bytes declared)", n), err)
-	}
-	return b, dims, nil
+	return p
 }
+
+// fromPipeline is d as the model's float64 dataset.
+func fromPipeline(d *pipeline.Dataset) *dataset {
+	out := &dataset{x: make([]float64, len(d.X)), y: slices.Clone(d.Y)}
+	for i, v := range d.X {
+		out.x[i] = float64(v)
+	}
+	return out
+}
+
+// pipelineConfig is the pipeline -standardize, -filter, -sampling and
+// -seed ask for. Without -standardize the pixels stay as read (scaled to
+// [0, 1]), as before the pipeline.
+func pipelineConfig(o options) pipeline.Config {
+	cfg := pipeline.DefaultConfig()
+	cfg.Seed = o.seed
+	cfg.Standardize = o.standardize
+	cfg.FilterTol = o.filter
+	cfg.Replacement = o.sampling == "resample"
+	return cfg
+}
+
+// prepare builds the training pipeline over train and runs its Prepare
+// over g (every rank, at the same point, when g is the job's), then
+// standardizes test with the training statistics: the model must see
+// test inputs as it saw the training ones. The filter leaves the test set
+// whole.
+func prepare(ctx context.Context, o options, train, test *pipeline.Dataset, g pipeline.Group) (*pipeline.Pipeline, pipeline.Report, error) {
+	cfg := pipelineConfig(o)
+	p, err := pipeline.New(train, cfg)
+	if err != nil {
+		return nil, pipeline.Report{}, err
+	}
+	rep, err := p.Prepare(ctx, g)
+	if err != nil {
+		return nil, rep, err
+	}
+	if cfg.Standardize {
+		rep.Stats.Standardize(test, cfg.Epsilon)
+	}
+	return p, rep, nil
+}
+
+// alone is a pipeline.Group of one: a rank that computes the statistics
+// over the whole data set by itself (a restarted rank, whose peers are
+// training and will not join a Prepare; and tests).
+type alone struct{}
+
+func (alone) Index() int                                    { return 0 }
+func (alone) Size() int                                     { return 1 }
+func (alone) AllReduceSum(context.Context, []float64) error { return nil }
 
 // synthetic makes a Fashion-MNIST-shaped stand-in when the real files are
 // not at hand: each class is a fixed pattern of a few soft blobs on the

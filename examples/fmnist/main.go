@@ -50,9 +50,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,6 +60,7 @@ import (
 
 	"github.com/gorun/gorun/collective"
 	"github.com/gorun/gorun/examples/fmnist/nn"
+	"github.com/gorun/gorun/pipeline"
 	"github.com/gorun/gorun/ps"
 	"github.com/gorun/gorun/reduce"
 )
@@ -95,7 +96,7 @@ type options struct {
 	lr, mom   float64
 	decay     string
 	staleness int
-	straggler int
+	straggler []int // the ranks that compute slow times slower
 	slow      float64
 	seed      uint64
 	metrics   string
@@ -103,6 +104,21 @@ type options struct {
 	// firstMB), overlapped with backward unless overlap is off
 	overlap           bool
 	bucketMB, firstMB float64
+	// the data pipeline: standardize with every rank's statistics, drop
+	// the samples within filter standard deviations of the mean in every
+	// pixel (0: none), and sample each epoch by shuffling, resampling
+	// with replacement, or in epoch 0's order every time
+	standardize bool
+	filter      float64
+	sampling    string
+	// ring: the gradients' wire format, and PowerSGD at rank powersgd (0:
+	// off) after powersgdStart plain iterations. (The hub modes' sparse
+	// pushes, -compress, are to go beside them: see checkExchange.)
+	wire          collective.Wire
+	powersgd      int
+	powersgdStart int
+	// sleep is how a straggler sleeps (tests count the calls).
+	sleep func(time.Duration)
 }
 
 func run(args []string, out io.Writer) int {
@@ -124,8 +140,8 @@ func run(args []string, out io.Writer) int {
 	fs.Float64Var(&o.mom, "momentum", 0.5, "momentum")
 	fs.StringVar(&o.decay, "lr-decay", "none", "none, or cosine: scale iteration i's gradient by (1+cos(pi*i/iters))/2, with -iters or -epochs (ring and hub modes alike)")
 	fs.IntVar(&o.staleness, "staleness", 2, "SSP staleness bound")
-	fs.IntVar(&o.straggler, "straggler", -1, "rank that computes -slow times slower (-1: none)")
-	fs.Float64Var(&o.slow, "slow", 4, "slow-down of the straggler")
+	straggler := fs.String("straggler", "-1", "ranks that compute -slow times slower, as 3 or 2,3 (-1: none)")
+	fs.Float64Var(&o.slow, "slow", 4, "slow-down of each straggler")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed shared by every rank")
 	fs.IntVar(&o.partition, "partition", 0, "bytes of a key's partition on one hub (a key is spread over the hubs in partitions; 0: the library's 4 MiB)")
 	hidden := fs.String("hidden", "256,128", "the MLP's hidden layer widths")
@@ -140,7 +156,30 @@ func run(args []string, out io.Writer) int {
 	fs.BoolVar(&o.overlap, "overlap", true, "ring: start each bucket's all-reduce during backward, as soon as its layers' gradients are final (false: every bucket after backward; the same buckets and result)")
 	fs.Float64Var(&o.bucketMB, "bucket-mb", 0.25, "ring: MiB a gradient bucket holds at most (a larger layer is a bucket of its own)")
 	fs.Float64Var(&o.firstMB, "first-bucket-mb", 0.1, "ring: MiB the first bucket (the last layers', ready first) holds at most")
+	fs.BoolVar(&o.standardize, "standardize", false, "standardize every pixel with its mean and variance over the training set, computed by every rank together (package pipeline; the test set with the same statistics); off, the pixels are scaled to [0, 1]")
+	fs.Float64Var(&o.filter, "filter", 0, "with -standardize: drop the training samples whose every pixel lies within this many standard deviations of its mean (pipeline's filter; rank 0's result line then ends with dropped=N); 0: none")
+	fs.StringVar(&o.sampling, "sampling", "shuffle", "each epoch's order: shuffle (a new permutation every epoch), resample (draws with replacement) or fixed (epoch 0's permutation every epoch); dealt round-robin to the ranks")
+	wire := fs.String("wire", "full", "ring: the format the gradients cross the ring in: full (float64), fp16 or bf16 (float32 sums, 2 bytes an element on the wire, pre-divided by the ranks); overrides gorun --wire. With fp16, bf16 or -powersgd, rank 0's result line ends with wire_B, the bytes each rank sent per iteration, computed from the buffers' sizes as a ring all-reduce moves them (2(N-1)/N of each), not counted by the collective")
+	fs.IntVar(&o.powersgd, "powersgd", 0, "ring: average the gradients by PowerSGD at this rank (error feedback, warm start; weights as matrices, biases exact); 0: off")
+	fs.IntVar(&o.powersgdStart, "powersgd-start", 10, "with -powersgd: iterations of plain averaging first (PyTorch's start_powerSGD_iter)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var err error
+	if o.straggler, err = parseStragglers(*straggler); err != nil {
+		fmt.Fprintln(os.Stderr, "fmnist:", err)
+		return 2
+	}
+	if o.wire, err = parseWire(*wire); err != nil {
+		fmt.Fprintln(os.Stderr, "fmnist:", err)
+		return 2
+	}
+	if err := checkPipeline(o); err != nil {
+		fmt.Fprintln(os.Stderr, "fmnist:", err)
+		return 2
+	}
+	if err := checkExchange(o); err != nil {
+		fmt.Fprintln(os.Stderr, "fmnist:", err)
 		return 2
 	}
 	for _, f := range strings.Split(*hidden, ",") {
@@ -194,33 +233,69 @@ func run(args []string, out io.Writer) int {
 	return 0
 }
 
-func load(o options) (train, test *dataset, source string, err error) {
+// rankData is what a rank holds before it joins the job: the data, the
+// model, and (on a restarted rank) the prepared pipeline.
+type rankData struct {
+	train, test *pipeline.Dataset
+	source      string
+	m           *nn.Model
+	pipe        *pipeline.Pipeline
+	rep         pipeline.Report
+}
+
+// load reads or generates the data and builds the model; a restarted
+// rank also prepares the pipeline alone (see prepare).
+func load(ctx context.Context, o options, restarted bool) (*rankData, error) {
+	d := &rankData{source: "synthetic"}
 	if o.data == "synthetic" {
-		return synthetic(o.seed, o.samples), synthetic(o.seed+1, 2000), "synthetic", nil
+		d.train, d.test = toPipeline(synthetic(o.seed, o.samples)), toPipeline(synthetic(o.seed+1, 2000))
+	} else {
+		var err error
+		if d.train, err = readSet(o.data, "train", o.trainN); err != nil {
+			return nil, err
+		}
+		if d.test, err = readSet(o.data, "t10k", o.testN); err != nil {
+			return nil, err
+		}
+		d.source = "fashion-mnist"
 	}
-	if train, err = loadIDX(o.data, "train", o.trainN); err == nil {
-		test, err = loadIDX(o.data, "t10k", o.testN)
+	m, err := newModelCNN(o.model, o.hidden, o.cnn, o.seed)
+	if err != nil {
+		return nil, err
 	}
-	return train, test, "fashion-mnist", err
+	d.m = m
+	if restarted {
+		// Its peers are training: they will not join a Prepare. Every
+		// rank holds the whole training set, so the statistics of all of
+		// it, summed here in one block, are the peers' up to the order of
+		// float64 additions.
+		if d.pipe, d.rep, err = prepare(ctx, o, d.train, d.test, alone{}); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 // worker is one rank's training state.
 type worker struct {
 	o       options
 	c       *collective.Comm
+	cfg     collective.Config
 	hub     *ps.Client
-	train   *dataset
-	mine    []int // this rank's samples
-	rng     *rand.Rand
+	pipe    *pipeline.Pipeline
+	data    *pipeline.Dataset // the prepared training set
+	feed    *feed             // this rank's samples, epoch after epoch
+	ex      *exchange         // ring: how the gradients are averaged
 	m       *nn.Model
 	w       []float64 // the model's parameters
 	g       []float64 // its gradient, and the ring's stop vote after it
 	vel     []float64 // ring: the local optimizer's momentum
 	resyncs int       // elastic view changes this rank went through (ring)
-	idx     []int     // the batch's samples
 	x       []float64 // the batch
 	y       []int
 	out     io.Writer
+	lag     bool // this rank is a straggler
+	slowed  int  // the straggler's sleeps
 	// progress (-stall and the view lines): when the last iteration
 	// completed, the longest gap between two, and a view change whose
 	// first completed iteration is still to come
@@ -234,6 +309,7 @@ type worker struct {
 	compute, idle  time.Duration
 	comm, exposed  time.Duration // ring: the buckets' communication, and the part of it Wait was blocked on
 	buckets        []int         // ring: the bytes of each bucket
+	sent           int64         // ring: the bytes this rank sent, as the exchange models them
 	itimes         []float64     // each iteration's seconds, compute and synchronisation
 	csv            *csvLog
 	loss           float64 // the last batch's training loss
@@ -259,18 +335,20 @@ func train(o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := checkStragglers(o.straggler, cfg.Size); err != nil {
+		return err
+	}
 	if o.partition > 0 {
 		cfg.HubPartitionBytes = o.partition
 	}
+	// -wire decides the float32 all-reduces' format (the ring's float32
+	// buckets, PowerSGD's factors), whatever gorun --wire says.
+	cfg.Wire = o.wire
 	// The data and the model first: a rank that gorun --max-restarts
 	// brought back joins the running job in New, and the survivors wait
 	// for it from then until its first collective (loading 20000 samples
 	// after New stalled them for half a second).
-	trainSet, testSet, source, err := load(o)
-	if err != nil {
-		return err
-	}
-	m, err := newModelCNN(o.model, o.hidden, o.cnn, o.seed)
+	d, err := load(ctx, o, cfg.RestartCount > 0)
 	if err != nil {
 		return err
 	}
@@ -279,27 +357,49 @@ func train(o options, out io.Writer) error {
 		return err
 	}
 	defer c.Close()
-	if o.epochs > 0 {
-		o.iters = int(math.Ceil(o.epochs * float64(trainSet.len()) / float64(o.batch)))
+	_, err = runRank(ctx, o, c, cfg, d, out)
+	return err
+}
+
+// runRank trains this rank of the job on c (whose Config is cfg) and
+// reports; it returns the worker, for tests.
+func runRank(ctx context.Context, o options, c *collective.Comm, cfg collective.Config, d *rankData, out io.Writer) (*worker, error) {
+	if d.pipe == nil {
+		// Collective: every rank standardizes with the statistics of
+		// every rank's block, and checks that the filter dropped as many
+		// samples everywhere. (A rank that New brought back into a running
+		// job did this alone, in load.)
+		var err error
+		if d.pipe, d.rep, err = prepare(ctx, o, d.train, d.test, pipeline.FromComm(c)); err != nil {
+			return nil, err
+		}
 	}
-	params := len(m.Params)
-	wk := &worker{o: o, c: c, train: trainSet, rng: rand.New(rand.NewPCG(o.seed, uint64(c.Rank()))),
-		m: m, w: m.Params, g: make([]float64, params+1), out: out}
-	for i := c.Rank(); i < trainSet.len(); i += c.Size() {
-		wk.mine = append(wk.mine, i)
+	testSet := fromPipeline(d.test)
+	if o.epochs > 0 {
+		o.iters = int(math.Ceil(o.epochs * float64(d.rep.N) / float64(o.batch)))
+	}
+	params := len(d.m.Params)
+	wk := &worker{o: o, c: c, cfg: cfg, pipe: d.pipe, data: d.pipe.Data(), m: d.m, w: d.m.Params, g: make([]float64, params+1), out: out,
+		lag: slices.Contains(o.straggler, c.Rank()) && o.slow > 1}
+	if wk.o.sleep == nil {
+		wk.o.sleep = time.Sleep
+	}
+	var err error
+	if wk.feed, err = newFeed(d.pipe.Sampler(), o.sampling == "fixed", c.Rank(), c.View().Ranks); err != nil {
+		return wk, err
 	}
 	var mw io.Writer
 	if o.metrics != "" {
 		f, err := os.Create(fmt.Sprintf("%s.%d", o.metrics, c.Rank()))
 		if err != nil {
-			return err
+			return wk, err
 		}
 		defer f.Close()
 		mw = f
 	}
 	if o.csv != "" {
 		if wk.csv, err = openCSV(o.csv, c.Rank()); err != nil {
-			return err
+			return wk, err
 		}
 		defer wk.csv.close()
 	}
@@ -310,11 +410,11 @@ func train(o options, out io.Writer) error {
 		err = wk.ring(ctx, t0)
 	case "bsp", "ssp", "asp", "lbbsp":
 		if wk.hub = c.Hub(); wk.hub == nil {
-			return errors.New("hub modes need the hub strategy: gorun --strategy hub")
+			return wk, errors.New("hub modes need the hub strategy: gorun --strategy hub")
 		}
 		err = wk.hubLoop(ctx, t0, mw)
 	default:
-		return fmt.Errorf("-mode %q: want ring, bsp, ssp, asp or lbbsp", o.mode)
+		return wk, fmt.Errorf("-mode %q: want ring, bsp, ssp, asp or lbbsp", o.mode)
 	}
 	if err != nil {
 		if c.Rank() == 0 {
@@ -324,17 +424,17 @@ func train(o options, out io.Writer) error {
 			wk.printCurve(out, testSet)
 			fmt.Fprintf(out, "failed t=%.3f err=%v\n", at.Seconds(), err)
 		}
-		return err
+		return wk, err
 	}
 	elapsed := time.Since(t0)
 	wk.snap(t0, true)
 	if err := wk.csv.close(); err != nil {
-		return err
+		return wk, err
 	}
 	st, err := wk.gather(ctx, elapsed)
 	if err != nil {
 		if !cfg.HubElastic {
-			return err
+			return wk, err
 		}
 		// An elastic job that lost a rank: the ring cannot gather the
 		// totals, so each survivor reports its own.
@@ -351,6 +451,14 @@ func train(o options, out io.Writer) error {
 		}
 		bucketing = fmt.Sprintf(" comm_s=%.3f exposed_s=%.3f hidden=%.2f", comm, exposed, hidden)
 	}
+	// Appended only with the flags that ask for them, so that the line
+	// stays as it was without.
+	if o.filter > 0 {
+		bucketing += fmt.Sprintf(" dropped=%d", d.rep.Dropped)
+	}
+	if o.wire != collective.WireFull || o.powersgd > 0 {
+		bucketing += fmt.Sprintf(" wire_B=%d", wk.sent/int64(max(1, wk.iters)))
+	}
 	if o.stall > 0 {
 		fmt.Fprintf(out, "longest_iter ms=%.1f t=%.3f iter=%d\n", ms(wk.longest), wk.longestAt.Seconds(), wk.longestIter)
 	}
@@ -359,10 +467,6 @@ func train(o options, out io.Writer) error {
 		fmt.Fprintf(out, "elastic: epoch %d, ranks %v, %d view change(s)\n", v.Epoch, v.Ranks, wk.resyncs)
 	}
 	if c.Rank() == c.View().Ranks[0] {
-		straggler := "none"
-		if o.straggler >= 0 {
-			straggler = fmt.Sprintf("rank %d x%g", o.straggler, o.slow)
-		}
 		acc, loss, rmse := evaluate(wk.m, testSet)
 		mean := it[1] / max(1, it[0])
 		sd := math.Sqrt(max(0, it[2]/max(1, it[0])-mean*mean))
@@ -372,7 +476,7 @@ func train(o options, out io.Writer) error {
 		}
 		iters := float64(max(1, tot[3]))
 		fmt.Fprintf(out, "mode=%s model=%s straggler=%q data=%s ranks=%d time=%.2fs iterations=%d samples=%d accuracy=%.4f loss=%.4f idle=%.2f max_staleness=%d rmse=%.4f iter_ms=%.2f iter_sd_ms=%.2f rank_idle=%s compute_ms=%.2f sync_ms=%.2f params=%d stats=%s\n",
-			o.mode, o.model, straggler, source, c.Size(), elapsed.Seconds(), tot[3], tot[0], acc, loss,
+			o.mode, o.model, stragglerName(o.straggler, o.slow), d.source, c.Size(), elapsed.Seconds(), tot[3], tot[0], acc, loss,
 			float64(tot[2])/float64(max(1, tot[1]+tot[2])), stale, rmse, 1000*mean, 1000*sd, strings.Join(idle, ","),
 			float64(tot[1])/iters/1e6, float64(tot[2])/iters/1e6, len(wk.w), st.scope+bucketing)
 		if o.mode == "ring" {
@@ -381,21 +485,21 @@ func train(o options, out io.Writer) error {
 		pts := wk.printCurve(out, testSet)
 		if o.csv != "" {
 			if err := writeCurve(o.csv, pts); err != nil {
-				return err
+				return wk, err
 			}
 		}
 		if o.plot != "" {
 			if err := plotCurve(o.plot, fmt.Sprintf("%s, %s, %d ranks", o.model, o.mode, c.Size()), pts); err != nil {
-				return err
+				return wk, err
 			}
 		}
 		if o.dump != "" {
 			if err := os.WriteFile(o.dump, reduce.AsBytes(wk.w), 0o644); err != nil {
-				return err
+				return wk, err
 			}
 		}
 	}
-	return nil
+	return wk, nil
 }
 
 // snapshot is rank 0's weights at t after the start.
@@ -430,7 +534,7 @@ func (wk *worker) snap(t0 time.Time, force bool) {
 // epoch is how many passes over the training set the job has made, as
 // this rank sees it (its own samples times the ranks).
 func (wk *worker) epoch() float64 {
-	return float64(wk.samples*wk.c.Size()) / float64(max(1, wk.train.len()))
+	return float64(wk.samples*wk.c.Size()) / float64(max(1, wk.data.N))
 }
 
 // logIter records one iteration for -csv.
@@ -515,27 +619,26 @@ func (wk *worker) done(t0 time.Time) bool {
 	return time.Since(t0) > wk.o.duration
 }
 
-// step computes the gradient of a batch of n of this rank's samples into
-// wk.g (scaled by -lr-decay), slowed down on the straggler, and returns
-// the compute time. If ready is not nil, step calls it with each layer
-// that has parameters as soon as that layer's part of wk.g is final:
-// during backward, last layer first. ready's error ends the step's
-// callbacks and is returned.
-func (wk *worker) step(n int, ready func(layer int) error) (time.Duration, error) {
+// step computes the gradient of the batch idx of training samples into
+// wk.g (scaled by -lr-decay and by weight, the feed's factor for a batch
+// shorter than its peers'), slowed down on a straggler, and returns the
+// compute time. If ready is not nil, step calls it with each layer that
+// has parameters as soon as that layer's part of wk.g is final: during
+// backward, last layer first. ready's error ends the step's callbacks
+// and is returned.
+func (wk *worker) step(idx []int, weight float64, ready func(layer int) error) (time.Duration, error) {
 	t0 := time.Now()
-	wk.idx = wk.idx[:0]
-	for range n {
-		wk.idx = append(wk.idx, wk.mine[wk.rng.IntN(len(wk.mine))])
-	}
-	wk.x, wk.y = batch(wk.train, wk.idx, wk.x, wk.y)
-	f := decay(wk.o.decay, wk.iters, wk.o.iters)
-	// The straggler sleeps -slow - 1 times each stretch of its compute
-	// (up to each layer's gradient, and the rest), so that its gradients
+	n := len(idx)
+	wk.x, wk.y = batch(wk.data, idx, wk.x, wk.y)
+	f := decay(wk.o.decay, wk.iters, wk.o.iters) * weight
+	// A straggler sleeps -slow - 1 times each stretch of its compute (up
+	// to each layer's gradient, and the rest), so that its gradients
 	// become ready as late as on a slower machine.
-	lag, mark := wk.c.Rank() == wk.o.straggler && wk.o.slow > 1, t0
+	mark := t0
 	slow := func() {
-		if lag {
-			time.Sleep(time.Duration(float64(time.Since(mark)) * (wk.o.slow - 1)))
+		if wk.lag {
+			wk.slowed++
+			wk.o.sleep(time.Duration(float64(time.Since(mark)) * (wk.o.slow - 1)))
 		}
 	}
 	var err error
@@ -584,27 +687,32 @@ func decay(kind string, i, iters int) float64 {
 	return (1 + math.Cos(math.Pi*float64(min(i, iters))/float64(iters))) / 2
 }
 
-// ring: sum the gradients over the ranks with a collective.Bucketer, each
-// layer's as soon as backward has finished it (ringGrads, bucketConfig),
-// and apply the same momentum step to their average on every rank. The
+// ring: average the gradients over the ranks (exchange: in buckets of a
+// collective.Bucketer, each layer's as soon as backward has finished it,
+// at full precision or in a wire format; or by PowerSGD after backward)
+// and apply the same momentum step to the average on every rank. The
 // last element of wk.g is the stop vote: rank 0 sets it when the budget
 // is spent, so that every rank stops after the same iteration.
 func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 	params := len(wk.w)
 	wk.vel = make([]float64, params)
 	share := max(1, wk.o.batch/wk.c.Size())
-	grads, of := wk.ringGrads()
-	cfg := bucketConfig(wk.o)
-	b, err := collective.NewBucketer(wk.c, grads, collective.Sum, cfg)
+	ex, err := newExchange(wk, wk.cfg)
 	if err != nil {
 		return err
 	}
-	ready := func(layer int) error { return b.Ready(ctx, of[layer]) }
+	wk.ex = ex
+	ready := func(layer int) error { return ex.ready(ctx, layer) }
 	wk.snap(t0, true)
 	wk.lastDone = time.Now()
 	for {
 		start := time.Now()
-		d, err := wk.step(share, ready)
+		idx, weight, err := wk.feed.take(share, wk.c.View().Ranks)
+		if err != nil {
+			return err
+		}
+		ex.begin(wk.iters)
+		d, err := wk.step(idx, weight, ready)
 		if err != nil {
 			return err
 		}
@@ -612,21 +720,19 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 		if wk.c.Rank() == wk.c.View().Ranks[0] && wk.done(t0) {
 			wk.g[params] = 1
 		}
-		if err := b.Ready(ctx, 0); err != nil {
-			return err
-		}
 		t1 := time.Now()
-		if err := b.Wait(ctx); err != nil {
+		if err := ex.finish(ctx); err != nil {
 			if !errors.Is(err, collective.ErrViewChanged) {
 				return err
 			}
 			// gorun --elastic lost a rank (or took a restarted one back):
-			// take the model from the view's first rank that has it,
-			// re-divide the data, and redo the step (not applied here,
-			// so not counted).
+			// take the model and the place in the epoch from the view's
+			// first rank that has them, deal the rest of the epoch to the
+			// new view, and redo the step (not applied here, so not
+			// counted).
 			errAt, before := time.Now(), wk.iters
 			wk.iters--
-			elapsed, err := wk.resync(ctx, time.Since(t0))
+			elapsed, err := wk.resync(ctx, time.Since(t0), share)
 			if err != nil {
 				return err
 			}
@@ -639,27 +745,29 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 			share = max(1, wk.o.batch/wk.c.Size())
 			// The step's collectives failed, and the Bucketer with them:
 			// a new one (ready calls it) for the new view.
-			if b, err = collective.NewBucketer(wk.c, grads, collective.Sum, cfg); err != nil {
+			if err := ex.renew(); err != nil {
 				return err
 			}
 			continue
 		}
+		wk.feed.commit()
 		synced := time.Since(t1)
 		wk.idle += synced
-		wk.buckets = wk.buckets[:0]
-		for _, s := range b.Stats() {
-			wk.comm += s.Comm
-			wk.exposed += s.Exposed
-			wk.buckets = append(wk.buckets, s.Bytes)
+		if st := ex.stats(); st != nil {
+			wk.buckets = wk.buckets[:0]
+			for _, s := range st {
+				wk.comm += s.Comm
+				wk.exposed += s.Exposed
+				wk.buckets = append(wk.buckets, s.Bytes)
+			}
 		}
-		inv := 1 / float64(wk.c.Size())
+		inv := ex.scale()
 		for j := range params {
 			wk.vel[j] = wk.o.mom*wk.vel[j] + wk.g[j]*inv
 			wk.w[j] -= wk.o.lr * wk.vel[j]
 		}
-		// The ring sends 2(N-1)/N of the buffer per all-reduce.
-		n := wk.c.Size()
-		if err := wk.logIter(start, d, synced, int64(2*(n-1)*len(wk.g)*8/max(1, n)), 0); err != nil {
+		wk.sent += ex.sent
+		if err := wk.logIter(start, d, synced, ex.sent, 0); err != nil {
 			return err
 		}
 		wk.itimes = append(wk.itimes, time.Since(start).Seconds())
@@ -704,13 +812,16 @@ func bucketConfig(o options) collective.BucketConfig {
 func mib(x float64) int { return max(1, int(x*(1<<20))) }
 
 // resync, after an elastic view change, gives every rank the weights, the
-// momentum, the iteration count and the training time so far of the
-// view's first rank that has them (the survivors may disagree on whether
-// the interrupted step was applied; a restarted rank has none), and this
-// rank's share of the training set among the live ranks.
-func (wk *worker) resync(ctx context.Context, elapsed time.Duration) (time.Duration, error) {
+// momentum, the iteration count, the training time so far and the place
+// in the epoch of the view's first rank that has them (the survivors may
+// disagree on whether the interrupted step was applied; a restarted rank
+// has none), and deals the rest of that epoch to the live ranks
+// (pipeline's Part.Resume of what every rank together consumed in the
+// steps of share samples committed).
+func (wk *worker) resync(ctx context.Context, elapsed time.Duration, share int) (time.Duration, error) {
 	state := append(append([]float64(nil), wk.w...), wk.vel...)
 	state = append(state, float64(wk.iters), elapsed.Seconds())
+	state = append(state, wk.feed.state(share)...)
 	if err := collective.Resync(ctx, wk.c, state); err != nil {
 		return 0, err
 	}
@@ -718,9 +829,8 @@ func (wk *worker) resync(ctx context.Context, elapsed time.Duration) (time.Durat
 	copy(wk.w, state[:n])
 	copy(wk.vel, state[n:2*n])
 	wk.iters = int(state[2*n])
-	wk.mine = wk.mine[:0]
-	for i := wk.c.View().Index(wk.c.Rank()); i < wk.train.len(); i += wk.c.Size() {
-		wk.mine = append(wk.mine, i)
+	if err := wk.feed.resume(state[2*n+2:], wk.c.View().Ranks); err != nil {
+		return 0, err
 	}
 	wk.resyncs++
 	return time.Duration(state[2*n+1] * float64(time.Second)), nil
@@ -728,7 +838,11 @@ func (wk *worker) resync(ctx context.Context, elapsed time.Duration) (time.Durat
 
 // hubLoop pushes each gradient with its sample count and pulls the
 // weights, with the optimizer at the hub. A worker stops at the budget and
-// says goodbye; BSP rounds then go on without it.
+// says goodbye; BSP rounds then go on without it. Its samples come from
+// the feed as the ring's do (the same batches, so BSP trains the same
+// weights), but for LB-BSP, whose share of each global batch the hub
+// sets: the worker draws that many from its part of the epoch, and on
+// into the next epoch's.
 func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error {
 	params := len(wk.w)
 	cfg := ps.KeyConfig{Len: params, Init: append([]float64(nil), wk.w...), Update: ps.SGD, LR: wk.o.lr, Momentum: wk.o.mom}
@@ -748,22 +862,31 @@ func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error
 	wk.lastDone = time.Now()
 	for !wk.done(t0) {
 		start := time.Now()
+		var idx []int
+		var err error
 		if wk.o.mode == "lbbsp" {
-			n, err := wk.hub.Share(ctx, wk.o.batch, lastN, last)
-			if err != nil {
+			var n int
+			if n, err = wk.hub.Share(ctx, wk.o.batch, lastN, last); err != nil {
 				return err
 			}
-			share = max(1, n)
+			idx, err = wk.feed.draw(max(1, n), wk.c.View().Ranks)
+		} else {
+			idx, _, err = wk.feed.take(share, wk.c.View().Ranks)
+			wk.feed.commit()
 		}
-		d, err := wk.step(share, nil)
 		if err != nil {
 			return err
 		}
-		last, lastN = d, share
-		if err := ps.PushPull(wk.hub, "w", wk.g[:params], share, wk.w).Wait(ctx); err != nil {
+		// The hub weighs each push by its samples: no factor here.
+		d, err := wk.step(idx, 1, nil)
+		if err != nil {
 			return err
 		}
-		m := wk.hub.Tick(share, d)
+		last, lastN = d, len(idx)
+		if err := wk.hubPush(ctx, len(idx)); err != nil {
+			return err
+		}
+		m := wk.hub.Tick(len(idx), d)
 		if err := wk.logIter(start, d, m.Wait, m.BytesSent, m.Staleness); err != nil {
 			return err
 		}
@@ -780,6 +903,14 @@ func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error
 	}
 	// Leave the hubs: rounds no longer wait for this worker.
 	return wk.hub.Close()
+}
+
+// hubPush pushes this step's gradient, of samples samples, to the hubs
+// and pulls the new weights into wk.w: the one place a hub mode sends a
+// gradient, where a sparse push (-compress topk:R|randk:R, package ps)
+// would go.
+func (wk *worker) hubPush(ctx context.Context, samples int) error {
+	return ps.PushPull(wk.hub, "w", wk.g[:len(wk.w)], samples, wk.w).Wait(ctx)
 }
 
 // viewChange is an elastic view change as this rank went through it: the

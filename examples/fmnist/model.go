@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/gorun/gorun/examples/fmnist/nn"
+	"github.com/gorun/gorun/pipeline"
 )
 
 // newModel builds the -model network for 28x28 grey images (an MLP with
@@ -26,13 +27,15 @@ func newModelCNN(kind string, hidden, cnn []int, seed uint64) (*nn.Model, error)
 	return nn.New(kind, in, classes, seed)
 }
 
-// batch copies the samples idx of d into x (len(idx) images) and their
-// labels into y, growing both as needed.
-func batch(d *dataset, idx []int, x []float64, y []int) ([]float64, []int) {
+// batch copies the samples idx of d into x (len(idx) images, widened to
+// float64) and their labels into y, growing both as needed.
+func batch(d *pipeline.Dataset, idx []int, x []float64, y []int) ([]float64, []int) {
 	x, y = x[:0], y[:0]
 	for _, i := range idx {
-		x = append(x, d.image(i)...)
-		y = append(y, d.y[i])
+		for _, v := range d.Row(i) {
+			x = append(x, float64(v))
+		}
+		y = append(y, d.Y[i])
 	}
 	return x, y
 }

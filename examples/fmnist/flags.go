@@ -1,0 +1,105 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gorun/gorun/collective"
+)
+
+// parseStragglers reads -straggler: -1 for none, or job ranks separated
+// by commas (3, or 2,3), each at most once.
+func parseStragglers(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "-1" {
+		return nil, nil
+	}
+	var ranks []int
+	for _, f := range strings.Split(s, ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || r < 0 {
+			return nil, fmt.Errorf("-straggler %q: %q is not a rank (want ranks like 3 or 2,3, or -1 for none)", s, f)
+		}
+		if slices.Contains(ranks, r) {
+			return nil, fmt.Errorf("-straggler %q: rank %d twice", s, r)
+		}
+		ranks = append(ranks, r)
+	}
+	return ranks, nil
+}
+
+// checkStragglers reports a straggler that is not a rank of a job of
+// size ranks.
+func checkStragglers(ranks []int, size int) error {
+	for _, r := range ranks {
+		if r >= size {
+			return fmt.Errorf("-straggler: no rank %d in a job of %d ranks", r, size)
+		}
+	}
+	return nil
+}
+
+// stragglerName is how the result line names the stragglers: none, rank
+// 3 x4, or ranks 2,3 x4.
+func stragglerName(ranks []int, slow float64) string {
+	switch len(ranks) {
+	case 0:
+		return "none"
+	case 1:
+		return fmt.Sprintf("rank %d x%g", ranks[0], slow)
+	}
+	return fmt.Sprintf("ranks %s x%g", ints(ranks), slow)
+}
+
+// parseWire reads -wire.
+func parseWire(s string) (collective.Wire, error) {
+	switch s {
+	case "full":
+		return collective.WireFull, nil
+	case "fp16":
+		return collective.WireFP16, nil
+	case "bf16":
+		return collective.WireBF16, nil
+	}
+	return 0, fmt.Errorf("-wire %q: want full, fp16 or bf16", s)
+}
+
+// checkPipeline checks the data pipeline's flags.
+func checkPipeline(o options) error {
+	switch o.sampling {
+	case "shuffle", "resample", "fixed":
+	default:
+		return fmt.Errorf("-sampling %q: want shuffle, resample or fixed", o.sampling)
+	}
+	if !(o.filter >= 0) || math.IsInf(o.filter, 0) {
+		return fmt.Errorf("-filter %v: want a tolerance in standard deviations, 0 or more (0: no filter)", o.filter)
+	}
+	if o.filter > 0 && !o.standardize {
+		return errors.New("-filter needs -standardize (its tolerance is in standard deviations of the standardized pixels)")
+	}
+	return nil
+}
+
+// checkExchange checks the flags of how gradients travel against the
+// mode: -wire and -powersgd are the ring's (the hub modes push float64
+// gradients through package ps). This is the place for the hub modes'
+// sparse pushes (-compress topk:R|randk:R) too.
+func checkExchange(o options) error {
+	ring := o.mode == "ring"
+	switch {
+	case o.wire != collective.WireFull && !ring:
+		return fmt.Errorf("-wire %v is for -mode ring (the hub modes push float64 gradients through package ps)", o.wire)
+	case o.powersgd < 0:
+		return fmt.Errorf("-powersgd %d: want the rank of the approximation, at least 1 (0: off)", o.powersgd)
+	case o.powersgd > 0 && !ring:
+		return fmt.Errorf("-powersgd is for -mode ring (the hub modes push through package ps)")
+	case o.powersgd > 0 && o.wire != collective.WireFull:
+		return fmt.Errorf("-powersgd with -wire %v: pick one (PowerSGD sends float32 low-rank factors at full precision)", o.wire)
+	case o.powersgdStart < 0:
+		return fmt.Errorf("-powersgd-start %d: want iterations, 0 or more", o.powersgdStart)
+	}
+	return nil
+}
