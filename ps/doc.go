@@ -34,6 +34,74 @@
 // left cleanly no longer holds rounds back; a round it did not push is
 // combined from the samples the others actually pushed.
 //
+// # Sparse pushes
+//
+// KeyConfig.Sparse makes a key's pushes sparse: each push sends, of each
+// partition of n elements, only k = ⌈Ratio·n⌉ (SparseK), chosen by the
+// Method:
+//
+//   - TopK: the k largest magnitudes; of equal magnitudes the lower
+//     index, and NaN above every number. Indices and values travel.
+//   - RandomK: k elements drawn from a seed that the key's Seed, the
+//     partition and the push's clock give alike on every worker and on
+//     the hub: at a clock every worker sends the same indices, and only
+//     the values travel.
+//
+// Every worker declares a key with the same Method, Ratio and Seed (a hub
+// refuses a declare that differs, with ErrShape); ErrorFeedback and Codec
+// are each worker's own. Values travel as the push's element type
+// (Push[float32] sends float32 values). The hub adds a sparse push to the
+// key exactly as a dense push of the same elements with zeros elsewhere:
+// BSP, SSP and ASP, sum and SGD mode and the sample counts work as for
+// dense pushes. Pulls stay dense. ParseSparse reads a trainer's flag
+// ("topk:0.01", "randk:0.1,noef").
+//
+// A sparse push selects and copies what it sends before Push returns:
+// its grad is free again at once (PushPull's dst still belongs to the
+// call until the handle is done). Pushes of one sparse key are sent in
+// the order they are made, one at a time.
+//
+// Error feedback (ErrorFeedback) keeps on the worker, per key, the
+// residual: element by element of the whole key, in float64. A push adds
+// grad to it, selects from it, sends the selected elements rounded to
+// the push's type and subtracts what it sent; what remains goes out in
+// later pushes. So the sum of what a worker's pushes sent plus its
+// residual is the sum of its gradients, to float64 rounding. The rules:
+//
+//   - A push that a hub does not apply goes back into the residual,
+//     partition by partition, so nothing is lost or counted twice: an
+//     error before the push (a bad clock, a corrupt or failed key) or no
+//     answer at all (the hub lost, the client failed or closed). A
+//     partition the hub answered, or failed only after applying its push
+//     (a push-pull's pull), stays sent. Answers can come after Wait has
+//     returned an error: the residual is settled once every answer is in,
+//     and after Close at the latest.
+//   - A worker removed from an elastic job takes its residual with it,
+//     as it takes its gradients not yet pushed; the others keep theirs
+//     (nothing resets a residual), and their next pushes send it.
+//   - The residual does not depend on where the partitions are: Residual
+//     and SetResidual carry it to another client (a restarted job, other
+//     hubs, another partition size), and SetResidual(key, nil) drops it.
+//
+// The payload's indices are delta-encoded as uvarints (CodecVarint, the
+// default), or 4 bytes each (CodecRaw); CodecS2 and CodecZstd compress
+// the whole payload (measured: no gain on gradients, see
+// DefaultSparseCodec). A hub checks every push against the key's
+// declaration and caps what a compressed payload may expand to by the
+// partition's length before it allocates. A push it cannot decode (an
+// index out of range, repeated or out of order, a wrong count, a bad
+// compressed stream) fails that partition of the key for good with
+// ErrCorrupt, naming the key, the partition and the worker: the sender,
+// every worker waiting on the partition and every later request get the
+// error, so nobody waits for a round that cannot complete and no value is
+// silently wrong.
+//
+// The costs: a worker's push reads the whole key (a radix selection of a
+// few passes for top-k) and, with error feedback, holds 8 bytes an
+// element; a hub expands each sparse push into a dense one. What it
+// saves is the push's bytes: about 5 bytes an element sent (float32)
+// instead of 4 for every element.
+//
 // # Load balancing (LB-BSP)
 //
 // Client.Share asks hub 0 for this worker's share of a global batch,
@@ -90,5 +158,5 @@
 // worker is removed instead. A hub whose connection breaks, or that says
 // nothing for ClientConfig.HubTimeout while it owes an answer, fails the
 // client with a HubLostError naming it. Bad requests get errors (ErrUnknownKey,
-// ErrShape, ErrClock, ErrBadRequest) and never stop the hub.
+// ErrShape, ErrClock, ErrBadRequest, ErrCorrupt) and never stop the hub.
 package ps

@@ -71,7 +71,9 @@ func (c *Client) failedHandle(kind int, err error) *Handle {
 
 // Push sends this worker's gradient (or update) for key, computed from
 // samples samples. It returns at once; Wait on the handle. grad must not
-// change until the handle is done: it is sent from where it is.
+// change until the handle is done: it is sent from where it is. A sparse
+// key's push (KeyConfig.Sparse) selects and copies what it sends before
+// it returns, so its grad is free again at once.
 func Push[T Float](c *Client, key string, grad []T, samples int) *Handle {
 	return push(c, key, grad, samples, nil, msgPush)
 }

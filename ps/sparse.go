@@ -6,6 +6,8 @@ import (
 	"hash/fnv"
 	"math"
 	"math/bits"
+	"strconv"
+	"strings"
 )
 
 // SparseMethod chooses which elements of a partition a sparse push sends.
@@ -59,10 +61,11 @@ const (
 )
 
 // DefaultSparseCodec is what CodecDefault means: delta-encoded indices
-// and no compression of the whole payload. BenchmarkSparseCodec measured
-// S2 saving nothing on gradient values and zstd about a tenth of the
-// payload at a cost far above what that saves on a fast network; see
-// docs/paramhub.md.
+// and no compression of the whole payload. On top-k selections of a
+// gradient (BenchmarkSparseCodec) the deltas take a varint payload to
+// 0.66 of CodecRaw's at 1 % and 0.625 at 10 %; S2 and zstd (fastest)
+// then save nothing (the values, float bits, are most of the payload) at
+// several times the encoding cost. The figures are in docs/paramhub.md.
 const DefaultSparseCodec = CodecVarint
 
 func (c SparseCodec) String() string {
@@ -120,6 +123,81 @@ func (s *SparseConfig) validate() error {
 		return fmt.Errorf("sparse ratio %v is not in (0, 1]", s.Ratio)
 	}
 	return nil
+}
+
+// ParseSparse reads a sparse configuration as a trainer's flag gives it:
+// "" or "dense", or "topk:RATIO" or "randk:RATIO" (error feedback on),
+// then optionally ",noef" (error feedback off), ",codec=NAME" (raw,
+// varint, s2, zstd) and ",seed=N". String writes the same form.
+func ParseSparse(s string) (SparseConfig, error) {
+	var c SparseConfig
+	if s == "" || s == "dense" {
+		return c, nil
+	}
+	fields := strings.Split(s, ",")
+	method, ratio, ok := strings.Cut(fields[0], ":")
+	switch method {
+	case "topk":
+		c.Method = TopK
+	case "randk":
+		c.Method = RandomK
+	default:
+		return c, fmt.Errorf("ps: sparse %q: the method is topk or randk", s)
+	}
+	r, err := strconv.ParseFloat(ratio, 64)
+	if !ok || err != nil {
+		return c, fmt.Errorf("ps: sparse %q: no ratio after %s:", s, method)
+	}
+	c.Ratio, c.ErrorFeedback = r, true
+	for _, f := range fields[1:] {
+		name, val, _ := strings.Cut(f, "=")
+		switch {
+		case f == "noef":
+			c.ErrorFeedback = false
+		case name == "codec":
+			c.Codec = sparseCodecEnd
+			for k := CodecRaw; k < sparseCodecEnd; k++ {
+				if val == k.String() {
+					c.Codec = k
+				}
+			}
+			if c.Codec == sparseCodecEnd {
+				return c, fmt.Errorf("ps: sparse %q: unknown codec %q", s, val)
+			}
+		case name == "seed":
+			if c.Seed, err = strconv.ParseUint(val, 10, 64); err != nil {
+				return c, fmt.Errorf("ps: sparse %q: seed: %w", s, err)
+			}
+		default:
+			return c, fmt.Errorf("ps: sparse %q: unknown option %q", s, f)
+		}
+	}
+	if err := c.validate(); err != nil {
+		return c, fmt.Errorf("ps: sparse %q: %w", s, err)
+	}
+	return c, nil
+}
+
+// String is c in ParseSparse's form.
+func (c SparseConfig) String() string {
+	if c == (SparseConfig{}) {
+		return "dense"
+	}
+	m := map[SparseMethod]string{TopK: "topk", RandomK: "randk"}[c.Method]
+	if m == "" {
+		m = c.Method.String()
+	}
+	s := m + ":" + strconv.FormatFloat(c.Ratio, 'g', -1, 64)
+	if !c.ErrorFeedback {
+		s += ",noef"
+	}
+	if c.Codec != CodecDefault {
+		s += ",codec=" + c.Codec.String()
+	}
+	if c.Seed != 0 {
+		s += ",seed=" + strconv.FormatUint(c.Seed, 10)
+	}
+	return s
 }
 
 // sameOnHub: what every worker must declare alike (what the hub knows).

@@ -444,3 +444,50 @@ func TestSparseMessageRoundTrip(t *testing.T) {
 		t.Fatal("a value that crosses the wire changed")
 	}
 }
+
+// TestParseSparse: a trainer's flag, both ways.
+func TestParseSparse(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want SparseConfig
+	}{
+		{"", SparseConfig{}},
+		{"dense", SparseConfig{}},
+		{"topk:0.01", SparseConfig{Method: TopK, Ratio: 0.01, ErrorFeedback: true}},
+		{"randk:0.1,noef", SparseConfig{Method: RandomK, Ratio: 0.1}},
+		{"topk:1,codec=zstd,seed=7", SparseConfig{Method: TopK, Ratio: 1, ErrorFeedback: true, Codec: CodecZstd, Seed: 7}},
+		{"randk:0.5,codec=raw", SparseConfig{Method: RandomK, Ratio: 0.5, ErrorFeedback: true, Codec: CodecRaw}},
+	} {
+		got, err := ParseSparse(c.in)
+		if err != nil || got != c.want {
+			t.Fatalf("%q: %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+		if again, err := ParseSparse(got.String()); err != nil || again != got {
+			t.Fatalf("%q: %q reads back as %+v, %v", c.in, got.String(), again, err)
+		}
+	}
+	for _, bad := range []string{"topk", "topk:", "topk:x", "topk:0", "topk:2", "best:0.1", "topk:0.1,codec=lz4", "topk:0.1,seed=-1", "topk:0.1,fast", "none"} {
+		if _, err := ParseSparse(bad); err == nil {
+			t.Fatalf("%q parsed", bad)
+		}
+	}
+}
+
+// FuzzParseSparse: whatever parses is valid and reads back the same.
+func FuzzParseSparse(f *testing.F) {
+	for _, s := range []string{"", "dense", "topk:0.01", "randk:0.1,noef,codec=s2,seed=3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseSparse(s)
+		if err != nil {
+			return
+		}
+		if err := c.validate(); err != nil {
+			t.Fatalf("%q parsed to an invalid %+v: %v", s, c, err)
+		}
+		if again, err := ParseSparse(c.String()); err != nil || again != c {
+			t.Fatalf("%q: %q reads back as %+v, %v", s, c.String(), again, err)
+		}
+	})
+}
