@@ -23,7 +23,7 @@ func (c *Client) Declare(ctx context.Context, key string, cfg KeyConfig) error {
 	if cfg.Init != nil && len(cfg.Init) != cfg.Len {
 		return fmt.Errorf("ps: key %q: %d initial values for %d elements", key, len(cfg.Init), cfg.Len)
 	}
-	if err := c.checkSparse(key, cfg); err != nil {
+	if err := c.checkSparseKey(key, cfg); err != nil {
 		return err
 	}
 	c.mu.Lock()

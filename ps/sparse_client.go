@@ -34,9 +34,9 @@ func restoreLocked[T Float](sp *sparseState, off int, idx []int32, vals []T) {
 	}
 }
 
-// checkSparse checks a key's sparse configuration on the worker: valid,
+// checkSparseKey checks a key's sparse configuration on the worker: valid,
 // and its largest push fits in a frame.
-func (c *Client) checkSparse(key string, cfg KeyConfig) error {
+func (c *Client) checkSparseKey(key string, cfg KeyConfig) error {
 	s := cfg.Sparse
 	if err := s.validate(); err != nil {
 		return fmt.Errorf("ps: key %q: %w", key, err)

@@ -245,3 +245,27 @@ func FuzzCoreSparsePush(f *testing.F) {
 		}
 	})
 }
+
+// TestRandomKSameOnWorkerAndHub: the indices a worker's random-k push
+// selects (from its key name, partition offset and clock) are the ones
+// the hub draws again from the message's partition key and clock.
+func TestRandomKSameOnWorkerAndHub(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 2))
+	for _, n := range sizes {
+		for clock := range 5 {
+			sc := SparseConfig{Method: RandomK, Ratio: []float64{0.01, 0.1, 0.5, 1}[rng.IntN(4)], Seed: rng.Uint64()}
+			off := 1000 * rng.IntN(3)
+			worker := sparseIndices(sc, make([]float32, n), partKey("layer/w", off), uint32(clock))
+			m := &message{Key: partKey("layer/w", off), Clock: uint32(clock), Code: uint8(RandomK), Kind: uint8(CodecVarint), DType: reduce.Float32,
+				Count: uint64(n), N: uint64(len(worker)), Data: make([]byte, 4*len(worker))}
+			spec, err := checkSparse(KeyConfig{Len: n, Sparse: sc}, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hub, _, err := decodeSparse(spec, m.Data, nil)
+			if err != nil || !slices.Equal(worker, hub) {
+				t.Fatalf("n %d clock %d: worker %v, hub %v (%v)", n, clock, worker, hub, err)
+			}
+		}
+	}
+}

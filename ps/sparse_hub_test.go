@@ -135,7 +135,7 @@ func TestSparsePushMatchesReference(t *testing.T) {
 			workers:   workers[iter%len(workers)],
 			hubs:      []int{1, 3}[iter%2],
 			partElems: []int{2, 3, 7, 16, 40}[rng.IntN(5)],
-			n:         sizes[rng.IntN(len(sizes)-1)],
+			n:         sizes[iter%len(sizes)],
 			rounds:    3,
 			ints:      iter%4 != 3,
 			cfg:       KeyConfig{Update: UpdateMode(rng.IntN(2)), LR: 0.25, Momentum: 0.5, Sparse: randomSparseConfig(rng)},
