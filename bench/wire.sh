@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # fp16 and bf16 on the wire against float32 (gorun --wire, docs/collectives.md):
-# the ring all-reduce's time per call from `gorun bench`, interleaved run by
+# the ring all-reduce's median time per call from examples/allreduce (run
+# under `gorun --wire FORMAT`), interleaved run by
 # run (the order rotates each round), on 4 test hosts with one rank each at
 # each link RATE, and on this one host over shared memory (RATE "shm", 4
 # ranks on the 2 cores).
@@ -20,6 +21,7 @@ out=${OUT:-$repo/results/wire/$(date +%F)-$(git -C "$repo" rev-parse --short HEA
 mkdir -p "$(dirname "$out")"
 export TESTNET_DIR=${TESTNET_DIR:-/tmp/gorun-wire-bench}
 make -C "$repo" build >/dev/null
+(cd "$repo" && CGO_ENABLED=0 go build -o bin/allreduce ./examples/allreduce)
 trap 'bash "$tn" down >/dev/null 2>&1 || true' EXIT
 printf 'rate\tround\twire\tbytes\tring_us\n' >"$out"
 wires=(full fp16 bf16)
@@ -36,8 +38,10 @@ for rate in $rates; do
     for r in $(seq "$rounds"); do
         for i in 0 1 2; do
             w=${wires[$(((i + r - 1) % 3))]}
-            "$repo/bin/gorun" bench -q "${where[@]}" --wire "$w" --sizes "$sizes" --target "$target" --format csv 2>/dev/null |
-                awk -F, -v rate="$rate" -v r="$r" -v w="$w" 'NR > 1 { printf "%s\t%s\t%s\t%s\t%s\n", rate, r, w, $1, $4 }' |
+            "$repo/bin/gorun" -q --tag-output=false "${where[@]}" --wire "$w" "$repo/bin/allreduce" -sizes "$sizes" -target "$target" |
+                awk -v rate="$rate" -v r="$r" -v w="$w" '$1 ~ /^[0-9]+[KMG]iB$/ {
+                    n = $1 + 0; u = substr($1, length(n) + 1); m = (u == "KiB" ? 1024 : u == "MiB" ? 1048576 : 1073741824)
+                    printf "%s\t%s\t%s\t%d\t%s\n", rate, r, w, n * m, $2 }' |
                 tee -a "$out"
         done
     done
