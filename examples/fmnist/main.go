@@ -1,12 +1,16 @@
 // Command fmnist trains a model on Fashion-MNIST data-parallel: through
 // the ring, or through the hub under BSP, SSP, ASP and LB-BSP, with or
-// without a straggler, for a fixed wall-clock budget or a number of
+// without stragglers, for a fixed wall-clock budget or a number of
 // iterations. Rank 0 prints one result line: samples trained, test
 // accuracy and loss, and how much of the workers' time went to waiting.
 //
 //	gorun -np 4 ./fmnist -mode ring -model mlp
 //	gorun -np 4 --strategy hub ./fmnist -mode bsp -straggler 3 -slow 4
+//	gorun -np 4 --strategy hub ./fmnist -mode lbbsp -straggler 2,3 -slow 4
 //	gorun -np 4 --hubs 2 --strategy hub ./fmnist -mode asp -model cnn
+//	gorun -np 4 ./fmnist -standardize -filter 2.5 -sampling resample
+//	gorun -np 4 ./fmnist -mode ring -model mlp -wire bf16
+//	gorun -np 4 ./fmnist -mode ring -model cnn -powersgd 2 -powersgd-start 10
 //	examples/fmnist/study.sh      # every mode, with and without a straggler
 //
 // Models (-model): softmax regression, an MLP (784-256-128-10, ReLU) and a
@@ -14,6 +18,26 @@
 // gonum's BLAS. Data (-data): the original gzipped IDX files, by default
 // from /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist);
 // -data synthetic trains on a generated stand-in of the same shape.
+//
+// The data goes through package pipeline: pipeline.ReadIDX reads the
+// files (or the generated set becomes a pipeline.Dataset), every rank
+// runs Prepare over its Comm at the same point (-standardize: every
+// pixel standardized with its mean and variance over all ranks' blocks,
+// the test set with the same statistics; -filter TOL: the training
+// samples within TOL standard deviations of the mean in every pixel
+// dropped, and rank 0's result line ends with dropped=N), and each
+// epoch's order (-sampling: shuffle, a new permutation every epoch;
+// resample, draws with replacement; fixed, epoch 0's permutation every
+// epoch) is dealt round-robin to the view's ranks, N mod ranks samples
+// left out for the epoch. Every rank takes the same steps per epoch, the
+// last short when its share does not divide, so the ring and hub BSP
+// train the same weights from the same seed; LB-BSP draws the share the
+// hub asks for from its rank's part, on into the next epoch. After an
+// elastic view change the survivors take the view's first rank's place in
+// the epoch with its weights, and deal the rest of the epoch to the new
+// view (Part.Resume), weighing a shorter last batch by its samples. A
+// rank that gorun --max-restarts brought back prepares alone, before it
+// joins: its peers are training.
 //
 // The ring mode sums the gradients layer by layer while backward goes on
 // (collective.Bucketer, as PyTorch DDP does): the layers' gradients go in
@@ -29,8 +53,22 @@
 // make the CNN one bucket, with nothing to overlap. In an elastic job
 // (gorun --elastic) a view change fails every bucket of the step with
 // ErrViewChanged on every survivor, which then resyncs and redoes it.
-// The straggler (-straggler) sleeps after each layer's backward, so its
-// gradients come late layer by layer, as on a slower machine.
+// A straggler (-straggler, one rank or a list) sleeps after each layer's
+// backward, so its gradients come late layer by layer, as on a slower
+// machine.
+//
+// -wire fp16|bf16 (ring only) sends the gradients as 2-byte elements:
+// the same buckets, as float32 buffers of a Bucketer[float32] on a Comm
+// whose Config.Wire is the format, each layer's gradient divided by the
+// number of ranks as it is copied in (so that the sum is the average,
+// and fp16 cannot overflow where the average does not), still overlapped
+// with backward. -powersgd R (ring only) averages the gradients by
+// package collective/powersgd at rank R after backward, once
+// -powersgd-start plain iterations are done: weights as out x fan-in
+// matrices (a convolution's out x in·k·k), biases exact, error feedback
+// and warm start. Either way rank 0's result line ends with wire_B, the
+// bytes each rank sent per iteration on average, computed from the
+// buffers' sizes as a ring all-reduce moves them.
 //
 // For the ring, the result line ends with each rank's communication time
 // summed over the buckets, each from its start to its end, waiting for
@@ -122,6 +160,26 @@ type options struct {
 }
 
 func run(args []string, out io.Writer) int {
+	o, err := parseFlags(args)
+	if err != nil {
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintln(os.Stderr, "fmnist:", err)
+		}
+		return 2
+	}
+	if err := train(o, out); err != nil {
+		fmt.Fprintln(os.Stderr, "fmnist:", err)
+		return 1
+	}
+	return 0
+}
+
+// errUsage is a flag the flag package could not parse (it said why).
+var errUsage = errors.New("usage")
+
+// parseFlags reads the command line into options, checking every value
+// that does not need the job (a straggler's rank does: train checks it).
+func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("fmnist", flag.ContinueOnError)
 	fs.StringVar(&o.mode, "mode", "ring", "ring, bsp, ssp, asp or lbbsp")
@@ -163,30 +221,25 @@ func run(args []string, out io.Writer) int {
 	fs.IntVar(&o.powersgd, "powersgd", 0, "ring: average the gradients by PowerSGD at this rank (error feedback, warm start; weights as matrices, biases exact); 0: off")
 	fs.IntVar(&o.powersgdStart, "powersgd-start", 10, "with -powersgd: iterations of plain averaging first (PyTorch's start_powerSGD_iter)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return o, errUsage
 	}
 	var err error
 	if o.straggler, err = parseStragglers(*straggler); err != nil {
-		fmt.Fprintln(os.Stderr, "fmnist:", err)
-		return 2
+		return o, err
 	}
 	if o.wire, err = parseWire(*wire); err != nil {
-		fmt.Fprintln(os.Stderr, "fmnist:", err)
-		return 2
+		return o, err
 	}
 	if err := checkPipeline(o); err != nil {
-		fmt.Fprintln(os.Stderr, "fmnist:", err)
-		return 2
+		return o, err
 	}
 	if err := checkExchange(o); err != nil {
-		fmt.Fprintln(os.Stderr, "fmnist:", err)
-		return 2
+		return o, err
 	}
 	for _, f := range strings.Split(*hidden, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "fmnist: -hidden %q: want widths like 256,128\n", *hidden)
-			return 2
+			return o, fmt.Errorf("-hidden %q: want widths like 256,128", *hidden)
 		}
 		o.hidden = append(o.hidden, n)
 	}
@@ -199,38 +252,29 @@ func run(args []string, out io.Writer) int {
 		o.cnn = append(o.cnn, n)
 	}
 	if len(o.cnn) != 3 {
-		fmt.Fprintf(os.Stderr, "fmnist: -cnn %q: want three widths like 8,16,64\n", *cnnWidths)
-		return 2
+		return o, fmt.Errorf("-cnn %q: want three widths like 8,16,64", *cnnWidths)
 	}
 	if (o.csv != "" || o.plot != "") && o.curve == 0 {
 		o.curve = -1 // a snapshot every twentieth of the run (see snap)
 	}
 	if o.failHow != "kill" && o.failHow != "stop" {
-		fmt.Fprintf(os.Stderr, "fmnist: -fail-how %q: want kill or stop\n", o.failHow)
-		return 2
+		return o, fmt.Errorf("-fail-how %q: want kill or stop", o.failHow)
 	}
 	for _, b := range []struct {
 		name string
 		mb   float64
 	}{{"bucket-mb", o.bucketMB}, {"first-bucket-mb", o.firstMB}} {
 		if !(b.mb > 0 && b.mb <= 1<<20) {
-			fmt.Fprintf(os.Stderr, "fmnist: -%s %v: want MiB above 0 (e.g. 0.25)\n", b.name, b.mb)
-			return 2
+			return o, fmt.Errorf("-%s %v: want MiB above 0 (e.g. 0.25)", b.name, b.mb)
 		}
 	}
 	if o.decay != "none" && o.decay != "cosine" {
-		fmt.Fprintf(os.Stderr, "fmnist: -lr-decay %q: want none or cosine\n", o.decay)
-		return 2
+		return o, fmt.Errorf("-lr-decay %q: want none or cosine", o.decay)
 	}
 	if o.decay == "cosine" && o.iters == 0 && o.epochs == 0 {
-		fmt.Fprintln(os.Stderr, "fmnist: -lr-decay cosine needs -iters or -epochs (the schedule's length)")
-		return 2
+		return o, errors.New("-lr-decay cosine needs -iters or -epochs (the schedule's length)")
 	}
-	if err := train(o, out); err != nil {
-		fmt.Fprintln(os.Stderr, "fmnist:", err)
-		return 1
-	}
-	return 0
+	return o, nil
 }
 
 // rankData is what a rank holds before it joins the job: the data, the

@@ -2,21 +2,30 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"image/png"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/gorun/gorun/collective"
+	"github.com/gorun/gorun/examples/fmnist/nn"
 	"github.com/gorun/gorun/internal/jobtest"
 	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/pipeline"
 	"github.com/gorun/gorun/ps"
 	"github.com/gorun/gorun/reduce"
 )
@@ -406,10 +415,12 @@ func TestOverlapSameWeights(t *testing.T) {
 // ends in the view with rank 2 back, and the job finishes. (Several
 // buckets a step, each its own collective, must not leave the survivors
 // and the restarted rank disagreeing on the collectives after a view
-// change.)
+// change.) With -standardize, so that the restarted rank prepares its
+// pipeline alone (its peers are training) and the survivors deal it its
+// share of the epoch.
 func TestRingElasticBuckets(t *testing.T) {
 	res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-model", "mlp", "-data", "synthetic", "-lr", "0.5", "-duration", "5s", "-samples", "3000", "-batch", "96",
-		"-fail-rank", "2", "-fail-at", "300ms", "-fail-how", "kill"},
+		"-fail-rank", "2", "-fail-at", "300ms", "-fail-how", "kill", "-standardize"},
 		func(c *launcher.Config) { c.Elastic, c.MaxRestarts = true, 1 })
 	if res.ExitCode != 0 || !regexp.MustCompile(`\[0\] mode=ring model=mlp .* ranks=3 `).MatchString(out) || !strings.Contains(out, "elastic: epoch 2, ranks [0 1 2], 2 view change(s)") {
 		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
@@ -436,6 +447,510 @@ func TestBucketConfig(t *testing.T) {
 	for _, args := range [][]string{{"-bucket-mb", "0"}, {"-first-bucket-mb", "-1"}, {"-bucket-mb", "NaN"}} {
 		if code := run(args, io.Discard); code != 2 {
 			t.Fatalf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+// inProcess runs the trainer's ranks on n Comms in memory
+// (collective.NewLocal; the hub strategy for the hub modes) with the
+// given flags, each in its own goroutine, and returns each rank's worker
+// and what it printed.
+func inProcess(t *testing.T, n int, args []string, set func(*options)) ([]*worker, []string) {
+	t.Helper()
+	o, err := parseFlags(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set != nil {
+		set(&o)
+	}
+	cfg := collective.DefaultConfig()
+	cfg.Wire = o.wire
+	if o.mode != "ring" {
+		cfg.Strategy = collective.StrategyHub
+	}
+	comms, err := collective.NewLocal(n, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wks, outs, errs := make([]*worker, n), make([]strings.Builder, n), make([]error, n)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			d, err := load(context.Background(), o, false)
+			if err == nil {
+				wks[r], err = runRank(context.Background(), o, c, cfg, d, &outs[r])
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	printed := make([]string, n)
+	for r := range n {
+		printed[r] = outs[r].String()
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v\n%s", r, errs[r], printed[r])
+		}
+	}
+	return wks, printed
+}
+
+// TestStragglersSlowed: -straggler 1,3 slows ranks 1 and 3 and no other:
+// each sleeps once per layer with parameters and once after backward in
+// every step (counted through the sleep hook, never timed), in the ring
+// and in hub BSP; the result line names both.
+func TestStragglersSlowed(t *testing.T) {
+	for _, mode := range []string{"ring", "bsp"} {
+		var calls atomic.Int64
+		wks, outs := inProcess(t, 4, []string{"-mode", mode, "-data", "synthetic", "-samples", "800", "-iters", "7", "-batch", "64", "-straggler", "1,3", "-slow", "3"},
+			func(o *options) { o.sleep = func(time.Duration) { calls.Add(1) } })
+		layers := 0
+		for _, l := range wks[0].m.Layers {
+			if l.NumParams() > 0 {
+				layers++
+			}
+		}
+		total := 0
+		for r, wk := range wks {
+			want := 0
+			if r == 1 || r == 3 {
+				want = wk.iters * (layers + 1)
+			}
+			if wk.slowed != want || wk.iters == 0 {
+				t.Fatalf("%s: rank %d slept %d times in %d iterations, want %d", mode, r, wk.slowed, wk.iters, want)
+			}
+			total += wk.slowed
+		}
+		if calls.Load() != int64(total) {
+			t.Fatalf("%s: %d sleeps, the workers counted %d", mode, calls.Load(), total)
+		}
+		if !strings.Contains(outs[0], `straggler="ranks 1,3 x3"`) {
+			t.Fatalf("%s: the result line does not name the stragglers:\n%s", mode, outs[0])
+		}
+	}
+}
+
+// TestStragglerOutOfRange: a straggler that is not a rank of the job is
+// an error naming it, on every rank, before training.
+func TestStragglerOutOfRange(t *testing.T) {
+	res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-data", "synthetic", "-samples", "300", "-iters", "5", "-straggler", "1,5"}, nil)
+	if res.ExitCode == 0 || !strings.Contains(out, "-straggler: no rank 5 in a job of 3 ranks") || strings.Contains(out, "mode=ring") {
+		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+	}
+}
+
+// TestBadFlags: each bad value of the new flags is refused before
+// anything starts (exit 2), with an error that names the flag.
+func TestBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-sampling", "random"}, "-sampling"},
+		{[]string{"-filter", "-1", "-standardize"}, "-filter"},
+		{[]string{"-filter", "NaN", "-standardize"}, "-filter"},
+		{[]string{"-filter", "+Inf", "-standardize"}, "-filter"},
+		{[]string{"-filter", "0.5"}, "-filter needs -standardize"},
+		{[]string{"-straggler", "1,1"}, "rank 1 twice"},
+		{[]string{"-straggler", "-2"}, "-straggler"},
+		{[]string{"-straggler", "2,"}, "-straggler"},
+		{[]string{"-straggler", "x"}, "-straggler"},
+		{[]string{"-wire", "fp8"}, "-wire"},
+		{[]string{"-wire", "fp16", "-mode", "bsp"}, "-wire fp16 is for -mode ring"},
+		{[]string{"-wire", "bf16", "-mode", "lbbsp"}, "-wire bf16 is for -mode ring"},
+		{[]string{"-powersgd", "-1"}, "-powersgd"},
+		{[]string{"-powersgd", "2", "-mode", "asp"}, "-powersgd is for -mode ring"},
+		{[]string{"-powersgd", "2", "-wire", "fp16"}, "pick one"},
+		{[]string{"-powersgd", "2", "-powersgd-start", "-1"}, "-powersgd-start"},
+	} {
+		if code := run(c.args, io.Discard); code != 2 {
+			t.Fatalf("%v: exit %d, want 2", c.args, code)
+		}
+		if _, err := parseFlags(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%v: %v, want an error with %q", c.args, err, c.want)
+		}
+	}
+	if o, err := parseFlags([]string{"-straggler", "3"}); err != nil || !slices.Equal(o.straggler, []int{3}) || stragglerName(o.straggler, 4) != "rank 3 x4" {
+		t.Fatalf("-straggler 3: %v %v", o.straggler, err)
+	}
+	if o, err := parseFlags(nil); err != nil || o.straggler != nil || stragglerName(o.straggler, 4) != "none" || o.wire != collective.WireFull || o.sampling != "shuffle" {
+		t.Fatalf("defaults: %+v %v", o, err)
+	}
+}
+
+// FuzzParseStragglers: any -straggler either fails or gives distinct
+// ranks that print back to themselves.
+func FuzzParseStragglers(f *testing.F) {
+	for _, s := range []string{"-1", "3", "2,3", " 1 , 2", "1,1", "", ",", "-2", "99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ranks, err := parseStragglers(s)
+		if err != nil {
+			return
+		}
+		for i, r := range ranks {
+			if r < 0 || slices.Contains(ranks[:i], r) {
+				t.Fatalf("%q: %v", s, ranks)
+			}
+		}
+		if len(ranks) > 0 {
+			again, err := parseStragglers(ints(ranks))
+			if err != nil || !slices.Equal(again, ranks) {
+				t.Fatalf("%q: %v, printed and read back %v (%v)", s, ranks, again, err)
+			}
+		}
+	})
+}
+
+// naiveStandardize is the reference of -standardize: each pixel's mean
+// and population variance over the training set in float64, then (x -
+// mean) / sqrt(var + 1e-8), applied to train and test alike.
+func naiveStandardize(train, test *dataset) (*dataset, *dataset) {
+	n := train.len()
+	mean, vr := make([]float64, pixels), make([]float64, pixels)
+	for i := range n {
+		for j := range pixels {
+			mean[j] += float64(float32(train.x[i*pixels+j]))
+		}
+	}
+	for j := range mean {
+		mean[j] /= float64(n)
+	}
+	for i := range n {
+		for j := range pixels {
+			d := float64(float32(train.x[i*pixels+j])) - mean[j]
+			vr[j] += d * d
+		}
+	}
+	apply := func(d *dataset) *dataset {
+		out := &dataset{x: make([]float64, len(d.x)), y: d.y}
+		for i, v := range d.x {
+			j := i % pixels
+			out.x[i] = (float64(float32(v)) - mean[j]) / math.Sqrt(vr[j]/float64(n)+1e-8)
+		}
+		return out
+	}
+	return apply(train), apply(test)
+}
+
+// TestStandardizeInputs: on 3 in-memory ranks, -standardize gives the
+// model inputs standardized with statistics over every rank's samples
+// (the naive reference, to float32's precision), the test set with the
+// training set's statistics; without it the inputs are the pixels as
+// generated (to float32).
+func TestStandardizeInputs(t *testing.T) {
+	const samples = 600
+	raw, rawTest := synthetic(1, samples), synthetic(2, 2000)
+	wantTrain, wantTest := naiveStandardize(raw, rawTest)
+	for _, std := range []bool{false, true} {
+		args := []string{"-data", "synthetic", "-samples", strconv.Itoa(samples), "-iters", "1", "-batch", "30"}
+		if std {
+			args = append(args, "-standardize")
+		}
+		wks, _ := inProcess(t, 3, args, nil)
+		for r, wk := range wks {
+			got := fromPipeline(wk.data)
+			want := raw
+			if std {
+				want = wantTrain
+			}
+			if len(got.x) != len(want.x) || !slices.Equal(got.y, want.y) {
+				t.Fatalf("standardize=%v rank %d: %d values, want %d", std, r, len(got.x), len(want.x))
+			}
+			for i := range got.x {
+				if math.Abs(got.x[i]-want.x[i]) > 1e-5*math.Max(1, math.Abs(want.x[i])) {
+					t.Fatalf("standardize=%v rank %d: value %d is %v, want %v", std, r, i, got.x[i], want.x[i])
+				}
+			}
+		}
+		if !std {
+			continue
+		}
+		// The test set, as rank 0 evaluates it.
+		test := toPipeline(rawTest)
+		o, _ := parseFlags(args)
+		if _, _, err := prepare(context.Background(), o, toPipeline(raw), test, alone{}); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range test.X {
+			if w := wantTest.x[i]; math.Abs(float64(v)-w) > 1e-5*math.Max(1, math.Abs(w)) {
+				t.Fatalf("test value %d is %v, want %v", i, v, w)
+			}
+		}
+	}
+}
+
+// TestStandardizeTrains: a real job with -standardize learns the
+// synthetic set well above chance (0.1), and its result line is as
+// without the pipeline's flags (no dropped=, no wire_B=).
+func TestStandardizeTrains(t *testing.T) {
+	res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-data", "synthetic", "-standardize", "-sampling", "resample", "-lr", "0.05", "-iters", "150", "-samples", "3000"}, nil)
+	m := resultRE.FindStringSubmatch(out)
+	if res.ExitCode != 0 || m == nil || strings.Contains(out, "dropped=") || strings.Contains(out, "wire_B=") {
+		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+	}
+	if acc, _ := strconv.ParseFloat(m[5], 64); acc < 0.5 {
+		t.Fatalf("accuracy %v:\n%s", acc, out)
+	}
+}
+
+// TestFilterDrops: -filter TOL drops the samples pipeline.Filter drops
+// from the standardized training set (computed here from the same data),
+// rank 0 reports their number, and every rank trains on the rest (the
+// epoch count is of the samples left). TOL is chosen from the data, so
+// that about half the samples go.
+func TestFilterDrops(t *testing.T) {
+	const samples = 1500
+	d := toPipeline(synthetic(1, samples))
+	o, _ := parseFlags([]string{"-standardize"})
+	p, _, err := prepare(context.Background(), o, d, toPipeline(synthetic(2, 10)), alone{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each sample's largest |z|: the filter drops it when that is at most
+	// TOL. TOL halfway between two distinct values near the median.
+	top := make([]float64, samples)
+	for i := range samples {
+		for _, z := range p.Data().Row(i) {
+			top[i] = math.Max(top[i], math.Abs(float64(z)))
+		}
+	}
+	sorted := slices.Clone(top)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	k := len(sorted) / 2
+	tol := (sorted[k-1] + sorted[k]) / 2
+	check := pipeline.Dataset{N: samples, D: pixels, X: slices.Clone(p.Data().X), Y: slices.Clone(p.Data().Y)}
+	want := pipeline.Filter(&check, tol)
+	if want == 0 || want == samples {
+		t.Fatalf("tolerance %v drops %d of %d: pick another", tol, want, samples)
+	}
+	res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-data", "synthetic", "-standardize", "-filter", strconv.FormatFloat(tol, 'g', -1, 64),
+		"-lr", "0.05", "-iters", "60", "-samples", strconv.Itoa(samples)}, nil)
+	m := regexp.MustCompile(`\[0\] mode=ring .* accuracy=([0-9.]+) .* stats=all comm_s=[0-9.]+ exposed_s=[0-9.]+ hidden=-?[0-9.]+ dropped=(\d+)\n`).FindStringSubmatch(out)
+	if res.ExitCode != 0 || m == nil {
+		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+	}
+	if got := int(atoi(t, m[2])); got != want {
+		t.Fatalf("dropped=%d, pipeline.Filter drops %d at %v:\n%s", got, want, tol, out)
+	}
+	if acc, _ := strconv.ParseFloat(m[1], 64); acc < 0.3 {
+		t.Fatalf("accuracy %v on the samples left:\n%s", acc, out)
+	}
+}
+
+// TestWireNearFull: the MLP trained by 3 ranks for 5 iterations from the
+// same seed with its gradients crossing the ring as fp16 and as bf16 ends
+// within a stated distance of full precision: ||w_wire - w_full|| at most
+// 4·R·u times ||w_full - w_0||, u the format's unit roundoff (2^-11 for
+// fp16, 2^-8 for bf16) and R = 3 the ranks. The ring rounds each partial
+// sum to the format once per reduce step (R - 1 of them) and the result
+// once more, so an averaged gradient is off by at most about R·u of its
+// size; the factor 4 covers momentum and the feedback of a changed step
+// on the next gradients over 5 steps. (Measured here: 0.05 and 0.08 of
+// the bound.) Each line says wire_B: the bytes of the buckets its buckets
+// line lists, 2 per element in those above Config.SmallBytes and 4 in the
+// rest, as a ring moves them (2(R-1)/R), below a third of full
+// precision's float64 traffic. -wire in a hub mode is refused.
+func TestWireNearFull(t *testing.T) {
+	dir := t.TempDir()
+	m, _ := newModel("mlp", nil, 1)
+	result := regexp.MustCompile(`\[0\] mode=ring model=mlp .* hidden=-?[0-9.]+( wire_B=(\d+))?\n`)
+	buckets := regexp.MustCompile(`\[0\] buckets n=(\d+) bytes=([0-9,]+) overlap=true\n`)
+	weights := map[string][]float64{}
+	full := float64(2*(3-1)*(len(m.Params)+1)*8) / 3
+	for _, w := range []string{"full", "fp16", "bf16"} {
+		f := filepath.Join(dir, w)
+		res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-model", "mlp", "-data", "synthetic", "-samples", "3000", "-iters", "5", "-batch", "96", "-wire", w, "-dump", f}, nil)
+		r, b := result.FindStringSubmatch(out), buckets.FindStringSubmatch(out)
+		if res.ExitCode != 0 || r == nil || b == nil || (r[1] == "") != (w == "full") {
+			t.Fatalf("-wire %s: exit %d:\n%s", w, res.ExitCode, out)
+		}
+		if w != "full" {
+			var want int64
+			small := collective.DefaultConfig().SmallBytes
+			for _, s := range strings.Split(b[2], ",") {
+				n := int(atoi(t, s)) // float32 bytes
+				elem := 2
+				if n <= small {
+					elem = 4
+				}
+				want += int64(2 * (3 - 1) * (n / 4 * elem) / 3)
+			}
+			if got := atoi(t, r[2]); got != want || float64(got) > full/3 {
+				t.Fatalf("-wire %s: wire_B=%d, its buckets %s make %d (full precision: %.0f)", w, got, b[2], want, full)
+			}
+		}
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		weights[w] = reduce.FromBytes[float64](raw)
+	}
+	ref := weights["full"]
+	moved := 0.0
+	for i, v := range ref {
+		moved += (v - m.Params[i]) * (v - m.Params[i])
+	}
+	moved = math.Sqrt(moved)
+	for w, u := range map[string]float64{"fp16": 0x1p-11, "bf16": 0x1p-8} {
+		got := weights[w]
+		if len(got) != len(ref) {
+			t.Fatalf("-wire %s: %d weights, full %d", w, len(got), len(ref))
+		}
+		d := 0.0
+		for i := range got {
+			d += (got[i] - ref[i]) * (got[i] - ref[i])
+		}
+		d = math.Sqrt(d)
+		if bound := 4 * 3 * u * moved; !(d <= bound) || d == 0 {
+			t.Fatalf("-wire %s: ||w - w_full|| = %g, bound %g (the weights moved %g)", w, d, bound, moved)
+		} else {
+			t.Logf("-wire %s: ||w - w_full|| = %.3g, %.2f of the bound", w, d, d/bound)
+		}
+	}
+	if code := run([]string{"-mode", "bsp", "-wire", "fp16"}, io.Discard); code != 2 {
+		t.Fatalf("-wire fp16 in hub BSP: exit %d, want 2", code)
+	}
+}
+
+// TestPowerSGDTrains: -powersgd 1 after 5 plain iterations trains the MLP
+// well above chance; the per-iteration bytes (-csv) of the PowerSGD steps
+// are below the plain steps' (full precision's), and so is wire_B, their
+// mean.
+func TestPowerSGDTrains(t *testing.T) {
+	prefix := filepath.Join(t.TempDir(), "m")
+	res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-model", "mlp", "-data", "synthetic", "-samples", "3000", "-iters", "60", "-batch", "96",
+		"-powersgd", "1", "-powersgd-start", "5", "-csv", prefix}, nil)
+	m := regexp.MustCompile(`\[0\] mode=ring model=mlp .* accuracy=([0-9.]+) .* hidden=-?[0-9.]+ wire_B=(\d+)\n`).FindStringSubmatch(out)
+	if res.ExitCode != 0 || m == nil {
+		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+	}
+	if acc, _ := strconv.ParseFloat(m[1], 64); acc < 0.5 {
+		t.Fatalf("accuracy %v:\n%s", acc, out)
+	}
+	rows := readCSV(t, prefix+".0.csv")[1:]
+	if len(rows) != 60 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	plain := atoi(t, rows[0][5])
+	for i, row := range rows {
+		b := atoi(t, row[5])
+		if i < 5 && b != plain || i >= 5 && b >= plain/4 {
+			t.Fatalf("iteration %d sent %d bytes, a plain one %d", i+1, b, plain)
+		}
+	}
+	if wb := atoi(t, m[2]); wb >= plain {
+		t.Fatalf("wire_B=%d, plain averaging %d", wb, plain)
+	}
+}
+
+// TestPowerSGDLayout: on 2 in-memory ranks, the CNN's and the MLP's
+// weight gradients go to PowerSGD as out x fan-in matrices (a
+// convolution's out x in·k·k), biases and the vote as vectors; a
+// gradient whose every weight matrix has rank 1 in that layout, the same
+// on both ranks, comes back the same at rank 1 (PowerSGD is exact on it),
+// which it would not if the layout read the stored fan-in x out weights
+// without transposing them; the vote is averaged.
+func TestPowerSGDLayout(t *testing.T) {
+	for _, model := range []string{"cnn", "mlp"} {
+		o, err := parseFlags([]string{"-model", model, "-cnn", "3,4,5", "-hidden", "6,7", "-powersgd", "1", "-powersgd-start", "0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := collective.DefaultConfig()
+		comms, err := collective.NewLocal(2, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for r, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				errs[r] = func() error {
+					m, err := newModelCNN(o.model, o.hidden, o.cnn, o.seed)
+					if err != nil {
+						return err
+					}
+					wk := &worker{o: o, c: c, cfg: cfg, m: m, w: m.Params, g: make([]float64, len(m.Params)+1)}
+					ex, err := newExchange(wk, cfg)
+					if err != nil {
+						return err
+					}
+					// The layout: every layer with parameters gives a
+					// weight matrix out x fan-in and a bias.
+					k := 0
+					rng := rand.New(rand.NewPCG(3, 4)) // the same gradient on both ranks
+					for i, l := range m.Layers {
+						if l.NumParams() == 0 {
+							continue
+						}
+						wm, bias := ex.mats[k], ex.mats[k+1]
+						k += 2
+						out, fanIn := 0, 0
+						switch l := l.(type) {
+						case *nn.Dense:
+							out, fanIn = l.Out(), l.In()
+						case *nn.Conv:
+							out = l.OutShape().C
+							fanIn = (l.NumParams() - out) / out // in·k·k
+						}
+						if wm.Rows != out || wm.Cols != fanIn || bias.Rows != 1 || bias.Cols != out {
+							return fmt.Errorf("layer %d: %dx%d and %dx%d, want %dx%d and 1x%d", i, wm.Rows, wm.Cols, bias.Rows, bias.Cols, out, fanIn, out)
+						}
+						a, b := make([]float64, out), make([]float64, fanIn)
+						for j := range a {
+							a[j] = rng.NormFloat64()
+						}
+						for j := range b {
+							b[j] = rng.NormFloat64()
+						}
+						lo, _ := m.ParamRange(i)
+						for in := range fanIn {
+							for o := range out {
+								wk.g[lo+in*out+o] = a[o] * b[in] // stored fan-in x out
+							}
+						}
+						for o := range out {
+							wk.g[lo+fanIn*out+o] = rng.NormFloat64()
+						}
+					}
+					if k+1 != len(ex.mats) || ex.mats[k].Key != "vote" {
+						return fmt.Errorf("%d matrices, the vote at %d", len(ex.mats), k)
+					}
+					want := slices.Clone(wk.g)
+					wk.g[len(m.Params)] = float64(1 - c.Rank()) // rank 0 votes
+					ex.begin(0)
+					if err := ex.finish(context.Background()); err != nil {
+						return err
+					}
+					if ex.scale() != 1 {
+						return fmt.Errorf("scale %v after PowerSGD", ex.scale())
+					}
+					for j := range m.Params {
+						if math.Abs(wk.g[j]-want[j]) > 1e-4*math.Max(1, math.Abs(want[j])) {
+							return fmt.Errorf("gradient %d: %v, want %v", j, wk.g[j], want[j])
+						}
+					}
+					if v := wk.g[len(m.Params)]; v != 0.5 {
+						return fmt.Errorf("vote %v, want 0.5", v)
+					}
+					return nil
+				}()
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("%s rank %d: %v", model, r, err)
+			}
 		}
 	}
 }
