@@ -76,6 +76,9 @@ func (c *Comm) connectHubs(ctx context.Context, addrs []string, dial transport.D
 			c.rec.SpanAt("hub "+what, start, start.Add(took))
 		}
 	}
+	if c.page != nil {
+		cc.Traffic = c.page.AddHub // gorun --metrics: hub bytes per rank
+	}
 	if dial == nil {
 		cc.Shm = c.cfg.shmOptions() // in memory (NewLocal), nothing to share
 	}

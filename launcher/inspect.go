@@ -37,6 +37,7 @@ type inspector struct {
 type progress struct {
 	collectives, bytes uint64
 	busy, wait         time.Duration // inside collectives, and waiting in them (timed ranks)
+	hubSent, hubRecv   uint64        // payload bytes to and from ParamHub hubs
 }
 
 func newInspector(j *job, cfg Config) *inspector {
@@ -94,6 +95,8 @@ func (ins *inspector) carry(rank int) {
 	ins.carried[rank].bytes += s.Total
 	ins.carried[rank].busy += s.Busy
 	ins.carried[rank].wait += s.Wait
+	ins.carried[rank].hubSent += s.HubSent
+	ins.carried[rank].hubRecv += s.HubReceived
 }
 
 func (ins *inspector) exited(rank int) {

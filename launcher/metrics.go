@@ -60,6 +60,8 @@ type rankMetrics struct {
 	collectives uint64        // collectives completed, over all its processes
 	bytes       uint64        // their payload bytes
 	busy, wait  time.Duration // time inside its collectives, and waiting for peers' data in them (--metrics times them)
+	hubSent     uint64        // payload bytes it sent to ParamHub hubs
+	hubRecv     uint64        // and received from them
 	in          bool          // inside a collective now
 	since       time.Time     // when its state last changed (launcher's clock)
 }
@@ -125,6 +127,8 @@ func writeMetrics(w io.Writer, m *jobMetrics, now time.Time) error {
 	perRank("gorun_rank_payload_bytes_total", "counter", "Payload bytes of the collectives the rank completed, over all its processes.", true, func(r rankMetrics) string { return strconv.FormatUint(r.bytes, 10) })
 	perRank("gorun_rank_collective_seconds_total", "counter", "Time the rank spent inside collectives, over all its processes; less gorun_rank_wait_seconds_total, the time it moved and reduced data.", true, func(r rankMetrics) string { return seconds(r.busy) })
 	perRank("gorun_rank_wait_seconds_total", "counter", "Time the rank spent inside collectives waiting for its peers' data, over all its processes.", true, func(r rankMetrics) string { return seconds(r.wait) })
+	perRank("gorun_rank_hub_sent_bytes_total", "counter", "Payload bytes the rank sent to ParamHub hubs (pushes, and its parts of collectives through the hub), over all its processes.", true, func(r rankMetrics) string { return strconv.FormatUint(r.hubSent, 10) })
+	perRank("gorun_rank_hub_received_bytes_total", "counter", "Payload bytes the rank received from ParamHub hubs (pulls, and collectives' results through the hub), over all its processes.", true, func(r rankMetrics) string { return strconv.FormatUint(r.hubRecv, 10) })
 	perRank("gorun_rank_in_collective", "gauge", "1 while the rank is inside a collective, else 0.", true, func(r rankMetrics) string { return flag01(r.alive && r.in) })
 	_, err := w.Write(b.Bytes())
 	return err
@@ -262,6 +266,7 @@ func (d *driver) metricsSnapshot() *jobMetrics {
 			rank: r, host: rs.host, alive: rs.started && !rs.exited && !d.sv.done(rs.agent), restarts: d.ins.restarts[r],
 			paged: v.State.Declared || c != (progress{}), collectives: c.collectives + completed(v.State), bytes: c.bytes + v.State.Total,
 			busy: c.busy + v.State.Busy, wait: c.wait + v.State.Wait,
+			hubSent: c.hubSent + v.State.HubSent, hubRecv: c.hubRecv + v.State.HubReceived,
 			in: v.State.In && !v.Exited, since: v.State.Since,
 		})
 	}

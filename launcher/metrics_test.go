@@ -24,7 +24,7 @@ import (
 func TestWriteMetrics(t *testing.T) {
 	now := time.Unix(1000, 0)
 	m := &jobMetrics{ranks: 3, elastic: true, epoch: 2, inView: 2, perRank: []rankMetrics{
-		{rank: 0, host: `h"1\a` + "\n", alive: true, paged: true, collectives: 1199, bytes: 4 << 20, busy: 2500 * time.Millisecond, wait: 750 * time.Millisecond, in: true, since: now.Add(-12500 * time.Millisecond)},
+		{rank: 0, host: `h"1\a` + "\n", alive: true, paged: true, collectives: 1199, bytes: 4 << 20, busy: 2500 * time.Millisecond, wait: 750 * time.Millisecond, hubSent: 1 << 20, hubRecv: 3 << 20, in: true, since: now.Add(-12500 * time.Millisecond)},
 		{rank: 1, host: "h2", alive: true, paged: true, collectives: 1200, bytes: 4<<20 + 4096, since: now.Add(-time.Hour)},
 		{rank: 2, host: "h2", restarts: 1},
 	}}
@@ -73,6 +73,14 @@ gorun_rank_collective_seconds_total{rank="1",host="h2"} 0
 # TYPE gorun_rank_wait_seconds_total counter
 gorun_rank_wait_seconds_total{rank="0",host="h\"1\\a\n"} 0.75
 gorun_rank_wait_seconds_total{rank="1",host="h2"} 0
+# HELP gorun_rank_hub_sent_bytes_total Payload bytes the rank sent to ParamHub hubs (pushes, and its parts of collectives through the hub), over all its processes.
+# TYPE gorun_rank_hub_sent_bytes_total counter
+gorun_rank_hub_sent_bytes_total{rank="0",host="h\"1\\a\n"} 1048576
+gorun_rank_hub_sent_bytes_total{rank="1",host="h2"} 0
+# HELP gorun_rank_hub_received_bytes_total Payload bytes the rank received from ParamHub hubs (pulls, and collectives' results through the hub), over all its processes.
+# TYPE gorun_rank_hub_received_bytes_total counter
+gorun_rank_hub_received_bytes_total{rank="0",host="h\"1\\a\n"} 3145728
+gorun_rank_hub_received_bytes_total{rank="1",host="h2"} 0
 # HELP gorun_rank_in_collective 1 while the rank is inside a collective, else 0.
 # TYPE gorun_rank_in_collective gauge
 gorun_rank_in_collective{rank="0",host="h\"1\\a\n"} 1
@@ -97,7 +105,7 @@ gorun_rank_in_collective{rank="1",host="h2"} 0
 			t.Errorf("no %q in:\n%s", s, out)
 		}
 	}
-	for _, s := range []string{"gorun_view_", "gorun_rank_collectives_total", "gorun_rank_payload_bytes_total", "gorun_rank_in_collective"} {
+	for _, s := range []string{"gorun_view_", "gorun_rank_collectives_total", "gorun_rank_payload_bytes_total", "gorun_rank_hub_sent_bytes_total", "gorun_rank_in_collective"} {
 		if strings.Contains(out, s) {
 			t.Errorf("%q in:\n%s", s, out)
 		}

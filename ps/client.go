@@ -63,8 +63,14 @@ type ClientConfig struct {
 	// Trace, if set, is told of every request when it completes ("push",
 	// "pull"; PushPull counts as a push) and of every Wait ("wait"), with
 	// when it started and how long it took (gorun --timeline).
-	Trace  func(what string, start time.Time, took time.Duration)
-	Logger *slog.Logger
+	Trace func(what string, start time.Time, took time.Duration)
+	// Traffic, if set, is told the payload bytes of every push, pull and
+	// collective part this worker sends to or receives from a hub, as
+	// they are counted (gorun --metrics). It is called from the caller's
+	// and the client's goroutines at once: it must be safe for concurrent
+	// use, and quick.
+	Traffic func(sent, received int64)
+	Logger  *slog.Logger
 }
 
 // DefaultClientConfig returns the defaults for everything but the job's

@@ -116,7 +116,7 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 			Root: uint32(r.Root), Count: uint64(r.Count), Off: uint64(p.Off), N: uint64(p.Len)}
 		if r.Kind != kindBroadcast || isRoot {
 			m.Data = r.Send[p.Off*size : (p.Off+p.Len)*size]
-			c.iter.addBytes(int64(len(m.Data)), 0)
+			c.addBytes(int64(len(m.Data)), 0)
 		}
 		lo, hi := max(p.Off, r.WantOff), min(p.Off+p.Len, r.WantOff+r.WantLen)
 		if r.Kind == kindBroadcast {
@@ -133,7 +133,7 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 			want = c.cfg.Workers * p.Len * size
 		}
 		on := func(rep *message) {
-			c.iter.addBytes(0, int64(len(rep.Data)))
+			c.addBytes(0, int64(len(rep.Data)))
 			if r.Kind != kindGather {
 				copy(r.Recv[lo*size:], rep.Data)
 				return

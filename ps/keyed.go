@@ -102,7 +102,7 @@ func push[T Float](c *Client, key string, grad []T, samples int, dst []T, typ ms
 	c.mu.Unlock()
 	h := c.newHandle(kindPush, len(ks.parts))
 	size := int(reduce.Size(reduce.DTypeOf[T]()))
-	c.iter.addBytes(int64(len(grad)*size), 0)
+	c.addBytes(int64(len(grad)*size), 0)
 	for _, p := range ks.parts {
 		m := &message{Type: typ, Key: partKey(key, p.Off), Clock: uint32(clock), Samples: uint32(samples), DType: reduce.DTypeOf[T](), Data: reduce.AsBytes(grad[p.Off : p.Off+p.Len])}
 		var on func(*message)
@@ -136,7 +136,7 @@ func Pull[T Float](c *Client, key string, dst []T) *Handle {
 func pullInto[T Float](c *Client, dst []T) func(*message) {
 	return func(m *message) {
 		copy(reduce.AsBytes(dst), m.Data)
-		c.iter.addBytes(0, int64(len(m.Data)))
+		c.addBytes(0, int64(len(m.Data)))
 	}
 }
 

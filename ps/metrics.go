@@ -39,6 +39,15 @@ func (it *iterCounters) addTime(kind int, d time.Duration) {
 	}
 }
 
+// addBytes counts payload bytes sent to and received from hubs, for the
+// iteration and for ClientConfig.Traffic.
+func (c *Client) addBytes(sent, recvd int64) {
+	c.iter.addBytes(sent, recvd)
+	if c.cfg.Traffic != nil {
+		c.cfg.Traffic(sent, recvd)
+	}
+}
+
 func (it *iterCounters) addBytes(sent, recvd int64) {
 	it.sent.Add(sent)
 	it.recvd.Add(recvd)

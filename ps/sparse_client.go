@@ -150,7 +150,7 @@ func pushSparse[T Float](c *Client, key string, ks *keyState, grad []T, samples 
 	}
 	sp.mu.Unlock()
 
-	c.iter.addBytes(bytes, 0)
+	c.addBytes(bytes, 0)
 	h := c.newHandle(kindPush, len(parts))
 	size := int(reduce.Size(dtype))
 	for _, s := range parts {

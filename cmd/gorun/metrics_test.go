@@ -46,8 +46,8 @@ func scrapeMetrics(t *testing.T, url string) (map[string]float64, bool) {
 // TestMetrics: gorun --metrics serves a running job's metrics (its URL
 // logged with -v): two ranks of `gorun bench`'s rank program, running
 // all-reduces for a few seconds, are both alive and their collectives
-// count up from one scrape to a later one; once gorun is gone, so is
-// the endpoint.
+// count up from one scrape to a later one, then their hub traffic once
+// the bench goes through the hub; once gorun is gone, so is the endpoint.
 func TestMetrics(t *testing.T) {
 	cmd, out, errb := gorunCmd(t, "-v", "--metrics", "127.0.0.1:0", "-np", "2",
 		os.Args[0], benchRankCommand, "--sizes", "4KiB", "--target", "3s", "--format", "csv")
@@ -111,6 +111,24 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("rank %d: %v s in collectives, then %v s of which %v s waiting", r, b0, b1, w1)
 		}
 	}
+	// The bench's second half runs the same all-reduces through the hub
+	// in rank 0: both ranks' hub traffic counts up, both ways.
+	hub := func(s map[string]float64, rank int) (float64, float64) {
+		return s[series("gorun_rank_hub_sent_bytes_total", rank)], s[series("gorun_rank_hub_received_bytes_total", rank)]
+	}
+	if tx, rx := hub(first, 0); tx != 0 || rx != 0 {
+		t.Errorf("rank 0 sent %v and received %v bytes through hubs before the bench used one", tx, rx)
+	}
+	var third map[string]float64
+	proctest.WaitFor(t, 60*time.Second, func() bool {
+		s, ok := scrapeMetrics(t, url)
+		tx0, rx0 := hub(s, 0)
+		tx1, rx1 := hub(s, 1)
+		if ok && tx0 > 0 && rx0 > 0 && tx1 > 0 && rx1 > 0 {
+			third = s
+		}
+		return third != nil
+	}, "both ranks' hub traffic to count up at "+url)
 	t.Logf("rank 0: %v collectives, then %v; %v s inside them, %v s waiting", collectives(first, 0), collectives(second, 0),
 		second[series("gorun_rank_collective_seconds_total", 0)], second[series("gorun_rank_wait_seconds_total", 0)])
 	select {

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -58,10 +59,30 @@ func TestPage(t *testing.T) {
 	if s, _ = read(); s.Busy != 10*time.Microsecond || s.Wait != 3750*time.Nanosecond {
 		t.Fatalf("times: busy %v wait %v, want 10µs and 3.75µs", s.Busy, s.Wait)
 	}
+	// Hub traffic adds up from many goroutines at once.
+	var wg sync.WaitGroup
+	var sent, recvd int64
+	for g := range 8 {
+		for i := range 100 {
+			sent, recvd = sent+int64(g*i), recvd+int64(i+1)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 100 {
+				p.AddHub(int64(g*i), int64(i+1))
+			}
+		}()
+	}
+	wg.Wait()
+	if s, _ = read(); s.HubSent != uint64(sent) || s.HubReceived != uint64(recvd) || s.Total != 4096 {
+		t.Fatalf("hub traffic: %+v, want %d sent and %d received", s, sent, recvd)
+	}
 	if err := p.Close(); err != nil || p.Close() != nil {
 		t.Fatal("Close is not idempotent")
 	}
 	var nilPage *Page
+	nilPage.AddHub(1, 1)
 	nilPage.Begin(1, "x", "y", 1) // does nothing
 	nilPage.End(1)
 	nilPage.Time(1, 1)

@@ -25,19 +25,21 @@ const PageBytes = 4096
 // The page's layout: eight-byte little-endian words (the writer and the
 // reader are on one host), then two names.
 const (
-	offMagic = 0  // pageMagic once the writer mapped it
-	offPid   = 8  // the writer's pid
-	offBegun = 16 // number of the last collective begun
-	offEnded = 24 // number of the last collective ended
-	offBytes = 32 // payload bytes of the current (or last) collective
-	offSince = 40 // unix nanoseconds when the rank opened the page
-	offTotal = 48 // payload bytes of every ended collective
-	offKind  = 56 // 16 bytes: the current collective's name
-	offDType = 72 // 8 bytes: its element type
-	offBusy  = 80 // with timing: ticks spent inside ended collectives
-	offWait  = 88 // with timing: ticks of those spent waiting for peers' data
-	offRate  = 96 // with timing: nanoseconds per tick (float64 bits); 0 until measured
-	pageUsed = 104
+	offMagic = 0   // pageMagic once the writer mapped it
+	offPid   = 8   // the writer's pid
+	offBegun = 16  // number of the last collective begun
+	offEnded = 24  // number of the last collective ended
+	offBytes = 32  // payload bytes of the current (or last) collective
+	offSince = 40  // unix nanoseconds when the rank opened the page
+	offTotal = 48  // payload bytes of every ended collective
+	offKind  = 56  // 16 bytes: the current collective's name
+	offDType = 72  // 8 bytes: its element type
+	offBusy  = 80  // with timing: ticks spent inside ended collectives
+	offWait  = 88  // with timing: ticks of those spent waiting for peers' data
+	offRate  = 96  // with timing: nanoseconds per tick (float64 bits); 0 until measured
+	offHubTx = 104 // payload bytes sent to ParamHub hubs
+	offHubRx = 112 // payload bytes received from them
+	pageUsed = 120
 )
 
 const pageMagic = 0x3147_4154_5352_4f47 // "GORSTAG1"
@@ -111,6 +113,17 @@ func (p *Page) Time(busy, wait int64) {
 	p.store(offWait, p.load(offWait)+uint64(wait))
 }
 
+// AddHub counts payload bytes this rank sent to and received from
+// ParamHub hubs. Unlike the other methods it may be called from any
+// goroutine at any time (the hub client's readers count as they read).
+func (p *Page) AddHub(sent, received int64) {
+	if p == nil {
+		return
+	}
+	atomic.AddUint64(p.word(offHubTx), uint64(sent))
+	atomic.AddUint64(p.word(offHubRx), uint64(received))
+}
+
 // SetTickRate records how many nanoseconds a tick of Time's clock lasts.
 func (p *Page) SetTickRate(nsPerTick float64) {
 	if p != nil {
@@ -156,7 +169,10 @@ type State struct {
 	// of it spent waiting for peers' data (both 0 without timing, gorun
 	// --metrics, or before the rank measured its clock).
 	Busy, Wait time.Duration
-	Since      time.Time // ParsePage: when the rank opened the page; the agent sets when it saw the state change
+	// HubSent and HubReceived are the payload bytes of pushes, pulls and
+	// collective parts sent to and received from ParamHub hubs.
+	HubSent, HubReceived uint64
+	Since                time.Time // ParsePage: when the rank opened the page; the agent sets when it saw the state change
 }
 
 // ErrNoPage is returned by ParsePage for a page no rank declared.
@@ -173,7 +189,8 @@ func ParsePage(b []byte) (State, error) {
 		return State{}, ErrNoPage
 	}
 	s := State{Declared: true, Pid: int(w(offPid)), Bytes: w(offBytes), Total: w(offTotal),
-		Since: time.Unix(0, int64(w(offSince))), Kind: getName(b[offKind : offKind+16]), DType: getName(b[offDType : offDType+8])}
+		Since: time.Unix(0, int64(w(offSince))), Kind: getName(b[offKind : offKind+16]), DType: getName(b[offDType : offDType+8]),
+		HubSent: w(offHubTx), HubReceived: w(offHubRx)}
 	if rate := math.Float64frombits(w(offRate)); rate > 0 && !math.IsInf(rate, 0) && !math.IsNaN(rate) {
 		s.Busy, s.Wait = time.Duration(float64(w(offBusy))*rate), time.Duration(float64(w(offWait))*rate)
 	}
