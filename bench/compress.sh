@@ -9,7 +9,7 @@
 #
 #   bash bench/compress.sh [OUT] [FLAGS...]
 #        (default OUT results/compress/<date>-<commit>.md, the TSV beside it;
-#         FLAGS go to bench/compress, e.g. -steps 300 -runs 3 -min-time 20ms)
+#         FLAGS go to bench/compress, e.g. -steps 300 -runs 5 -min-time 10ms)
 #
 # Needs the Fashion-MNIST IDX files in /usr/share/datasets/fashion-mnist
 # (-data DIR elsewhere).

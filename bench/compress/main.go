@@ -86,8 +86,8 @@ func DefaultConfig() Config {
 		Seed:        1,
 		Snapshots:   []int{1, 150, 300},
 		TopK:        []float64{1, 10},
-		Runs:        3,
-		MinTime:     20 * time.Millisecond,
+		Runs:        5,
+		MinTime:     10 * time.Millisecond,
 		Links:       []float64{100e6, 1e9, 10e9},
 		SingleCore:  true,
 	}
