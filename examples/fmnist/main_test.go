@@ -229,7 +229,8 @@ func TestDecay(t *testing.T) {
 
 // TestCSVAndPlot: -csv writes each rank's iterations (one row per
 // iteration, epochs rising, the payload each rank sent) and rank 0's
-// learning curve; -plot draws it as a PNG. Through the ring and hub BSP.
+// learning curve (wall time and iteration of each snapshot); -plot draws
+// it as a PNG. Through the ring and hub BSP.
 func TestCSVAndPlot(t *testing.T) {
 	realData(t)
 	for _, mode := range []string{"ring", "bsp"} {
@@ -259,9 +260,21 @@ func TestCSVAndPlot(t *testing.T) {
 				prev = epoch
 			}
 		}
+		// The learning curve: each snapshot's wall time and iteration
+		// (step), both rising, beside its epoch and test metrics.
 		curve := readCSV(t, prefix+".curve.csv")
-		if len(curve) < 5 || curve[0][5] != "test_accuracy" {
+		if len(curve) < 5 || strings.Join(curve[0], ",") != "wall_s,iteration,epoch,test_loss,test_rmse,test_accuracy" {
 			t.Fatalf("%s: curve %v", mode, curve)
+		}
+		for i := 2; i < len(curve); i++ {
+			t0, _ := strconv.ParseFloat(curve[i-1][0], 64)
+			t1, _ := strconv.ParseFloat(curve[i][0], 64)
+			if t1 < t0 || atoi(t, curve[i][1]) < atoi(t, curve[i-1][1]) {
+				t.Fatalf("%s: curve rows %v then %v", mode, curve[i-1], curve[i])
+			}
+		}
+		if last := curve[len(curve)-1]; atoi(t, last[1]) != 20 {
+			t.Fatalf("%s: the curve ends at iteration %s, the run at 20", mode, last[1])
 		}
 		f, err := os.Open(plot)
 		if err != nil {
