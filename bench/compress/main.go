@@ -21,7 +21,10 @@
 //	go run ./bench/compress -out report.md [-tsv rows.tsv] [-steps 300] ...
 //	bash bench/compress.sh     # writes results/compress/<date>-<commit>.md and .tsv
 //
-// Without -out the Markdown report goes to standard output.
+// Without -out the Markdown report goes to standard output. With -render
+// ROWS.tsv it measures nothing and rewrites -out's verdict and tables
+// from that TSV (the same run's), keeping the text before the verdict:
+// for a change of wording without a new run.
 package main
 
 import (
@@ -232,10 +235,17 @@ func main() {
 	flag.IntVar(&cfg.Runs, "runs", def.Runs, "timing: best of this many runs")
 	flag.DurationVar(&cfg.MinTime, "min-time", def.MinTime, "timing: a run repeats the call until it took this long")
 	links := flag.String("links", "100e6,1e9,10e9", "link speeds in bit/s")
+	render := flag.String("render", "", "measure nothing: rewrite -out's verdict and tables from this TSV (of the same run), keeping -out's text before the verdict")
 	flag.Parse()
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "compress:", err)
 		os.Exit(1)
+	}
+	if *render != "" {
+		if err := rerender(*render, *out, *commit); err != nil {
+			fail(err)
+		}
+		return
 	}
 	var err error
 	cfg.TrainImages = filepath.Join(*dataDir, filepath.Base(def.TrainImages))
@@ -290,6 +300,41 @@ func main() {
 			fail(err)
 		}
 	}
+}
+
+// rerender rewrites the report at out from its verdict on, from the rows
+// in tsv, keeping out's text before the verdict.
+func rerender(tsv, out, commit string) error {
+	if out == "" {
+		return errors.New("-render needs -out, the report to rewrite")
+	}
+	old, err := os.ReadFile(out)
+	if err != nil {
+		return err
+	}
+	head, _, ok := strings.Cut(string(old), "## Verdict")
+	if !ok {
+		return fmt.Errorf("%s: no verdict section", out)
+	}
+	f, err := os.Open(tsv)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	results, links, err := readTSV(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", tsv, err)
+	}
+	if commit == "" {
+		commit = "unknown"
+	}
+	note := fmt.Sprintf("This section and the tables were rewritten from the run's TSV by commit %s (`-render`): the figures are the run's, the wording newer.", commit)
+	return writeFile(out, func(w io.Writer) error {
+		if _, err := io.WriteString(w, head); err != nil {
+			return err
+		}
+		return writeBody(w, results, links, note)
+	})
 }
 
 // writeFile creates path and writes it with write.

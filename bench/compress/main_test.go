@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -369,6 +370,9 @@ func TestBreakEven(t *testing.T) {
 			rawT := float64(raw) * 8 / l
 			serial := tc.Seconds() + td.Seconds() + float64(comp)*8/l
 			stream := max(tc.Seconds(), float64(comp)*8/l)
+			if sv := saved(raw, comp, tc, td, l); raw > 0 && math.Abs(sv-(rawT-serial)/rawT) > 1e-9 {
+				t.Fatalf("raw %d comp %d tc %v td %v link %g: saved %v, times say %v", raw, comp, tc, td, l, sv, (rawT-serial)/rawT)
+			}
 			if got, want := pays(se, l), serial < rawT; got != want {
 				t.Fatalf("raw %d comp %d tc %v td %v link %g: serial pays %v, times say %v (break-even %g)", raw, comp, tc, td, l, got, want, se)
 			}
@@ -485,6 +489,58 @@ func TestQuickRun(t *testing.T) {
 		t.Fatalf("%d TSV rows, want %d", len(rows), len(rep.results))
 	}
 	checkMarkdown(t, md.String(), rows, cfg.Links)
+
+	// The verdict and the tables follow from the TSV alone.
+	results, links, err := readTSV(strings.NewReader(tsv.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(links, cfg.Links) {
+		t.Fatalf("links %v from the TSV, want %v", links, cfg.Links)
+	}
+	var body bytes.Buffer
+	if err := writeBody(&body, results, links, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, want, _ := strings.Cut(md.String(), "## Verdict"); "## Verdict"+want != body.String() {
+		t.Fatalf("the body written from the TSV differs from the report's:\n%s\n---\n%s", body.String(), "## Verdict"+want)
+	}
+}
+
+// TestRerender: -render keeps the text before the verdict and rewrites
+// the rest from the TSV.
+func TestRerender(t *testing.T) {
+	cfg := quickConfig(t)
+	cfg.Models = []string{"mlp"}
+	rep, err := run(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	md, tsv := dir+"/r.md", dir+"/r.tsv"
+	h := header{when: time.Now(), commit: "abc", machine: "test"}
+	if err := writeFile(md, func(w io.Writer) error { return writeMarkdown(w, rep, h) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(tsv, func(w io.Writer) error { return writeTSV(w, rep) }); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(md)
+	if err := rerender(tsv, md, "def"); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.ReadFile(md)
+	note := "This section and the tables were rewritten from the run's TSV by commit def (`-render`): the figures are the run's, the wording newer.\n\n"
+	want := strings.Replace(string(before), "computed from the tables below)\n\n", "computed from the tables below)\n\n"+note, 1)
+	if string(after) != want {
+		t.Fatalf("re-rendered report:\n%s\nwant:\n%s", after, want)
+	}
+	if err := rerender(tsv, dir+"/missing.md", ""); err == nil {
+		t.Error("re-rendered a missing report")
+	}
+	if err := rerender(md, md, ""); err == nil {
+		t.Error("read a Markdown report as a TSV")
+	}
 }
 
 // checkPayloads checks each result's payload against its snapshot and

@@ -67,6 +67,16 @@ func streamBreakEven(raw, comp int, tc time.Duration) float64 {
 	return float64(raw) * 8 / tc.Seconds()
 }
 
+// saved is the share of the raw send time (raw·8/link) that compressing
+// saves when nothing overlaps: 1 − (tc + td + comp·8/link) / (raw·8/link),
+// negative when it costs more; 0 for an empty payload.
+func saved(raw, comp int, tc, td time.Duration, link float64) float64 {
+	if raw == 0 {
+		return 0
+	}
+	return 1 - ((tc+td).Seconds()+float64(comp)*8/link)/(float64(raw)*8/link)
+}
+
 // pays reports whether compressing pays on a link of link bit/s, given
 // the break-even speed: strictly below it.
 func pays(breakEven, link float64) bool { return link < breakEven }

@@ -22,8 +22,9 @@ type header struct {
 // derived holds the figures computed from a result's bytes and times.
 type derived struct {
 	ratio, cMBps, dMBps float64
-	serial, stream      float64 // break-even link speeds, bit/s
-	spays, stpays       []bool  // at each of the links
+	serial, stream      float64   // break-even link speeds, bit/s
+	spays, stpays       []bool    // at each of the links
+	saved               []float64 // serially, at each of the links
 }
 
 func derive(r result, links []float64) derived {
@@ -37,6 +38,7 @@ func derive(r result, links []float64) derived {
 	for _, l := range links {
 		d.spays = append(d.spays, pays(d.serial, l))
 		d.stpays = append(d.stpays, pays(d.stream, l))
+		d.saved = append(d.saved, saved(r.raw, r.comp, r.tc, r.td, l))
 	}
 	return d
 }
@@ -117,10 +119,10 @@ type group struct {
 
 // groups collects rep's results by kind and codec, in the order they
 // first appear.
-func groups(rep *report) []*group {
+func groups(results []result, links []float64) []*group {
 	var out []*group
 	at := map[[2]string]*group{}
-	for _, r := range rep.results {
+	for _, r := range results {
 		key := [2]string{kindOf(r.p), r.codec}
 		g := at[key]
 		if g == nil {
@@ -129,7 +131,7 @@ func groups(rep *report) []*group {
 			out = append(out, g)
 		}
 		g.rs = append(g.rs, r)
-		g.ds = append(g.ds, derive(r, rep.cfg.Links))
+		g.ds = append(g.ds, derive(r, links))
 	}
 	return out
 }
@@ -157,8 +159,20 @@ func (g *group) count(i int, stream bool) int {
 type verdict struct {
 	kind      string
 	instances int      // payloads of the kind (models × snapshots)
-	best      *group   // the codec with the highest median serial break-even
+	best      *group   // the codec that pays for every payload up to the fastest link (better)
 	anyPays   [][2]int // per link: instances some codec pays at, serially and streaming
+}
+
+// better reports whether codec a beats b on a kind: a higher lowest
+// serial break-even (the speed below which it pays for every payload),
+// then a higher median one.
+func better(a, b *group) bool {
+	serial := func(d derived) float64 { return d.serial }
+	la, lb := slices.Min(a.values(serial)), slices.Min(b.values(serial))
+	if la != lb {
+		return la > lb
+	}
+	return median(a.values(serial)) > median(b.values(serial))
 }
 
 func median(xs []float64) float64 {
@@ -171,7 +185,7 @@ func median(xs []float64) float64 {
 
 // verdicts judges each kind: its best codec, and at each link in how
 // many of its payloads some codec pays.
-func verdicts(rep *report, gs []*group) []verdict {
+func verdicts(links []float64, gs []*group) []verdict {
 	var out []verdict
 	byKind := map[string]int{}
 	for _, g := range gs {
@@ -182,8 +196,7 @@ func verdicts(rep *report, gs []*group) []verdict {
 			out = append(out, verdict{kind: g.kind, instances: len(g.rs)})
 		}
 		v := &out[i]
-		if v.best == nil || median(g.values(func(d derived) float64 { return d.serial })) >
-			median(v.best.values(func(d derived) float64 { return d.serial })) {
+		if v.best == nil || better(g, v.best) {
 			v.best = g
 		}
 	}
@@ -191,9 +204,9 @@ func verdicts(rep *report, gs []*group) []verdict {
 	// any codec pays.
 	for i := range out {
 		v := &out[i]
-		v.anyPays = make([][2]int, len(rep.cfg.Links))
+		v.anyPays = make([][2]int, len(links))
 		for j := range v.instances {
-			for li := range rep.cfg.Links {
+			for li := range links {
 				var s, st bool
 				for _, g := range gs {
 					if g.kind == v.kind {
@@ -241,10 +254,12 @@ func (v verdict) sentence(links []float64, stream bool) string {
 	return "pays " + strings.Join(parts, ", ")
 }
 
-// conclusion sums v up in a few words: never, on slow links only, ...
-func (v verdict) conclusion(links []float64) string {
-	all, some := -1, -1 // the fastest links at which every / some payload pays
-	for li := range links {
+// reach is the index of the fastest link at which some codec pays
+// serially for every payload of v (all) and for some payload (some); -1
+// for none.
+func (v verdict) reach() (all, some int) {
+	all, some = -1, -1
+	for li := range v.anyPays {
 		if v.anyPays[li][0] == v.instances && v.instances > 0 {
 			all = li
 		}
@@ -252,17 +267,23 @@ func (v verdict) conclusion(links []float64) string {
 			some = li
 		}
 	}
+	return all, some
+}
+
+// conclusion sums v up in a few words: never, on slow links only, ...
+func (v verdict) conclusion(links []float64) string {
+	all, some := v.reach()
 	switch {
 	case some < 0:
 		return fmt.Sprintf("never pays at %s or faster: leave it out", linkName(links[0]))
 	case all == len(links)-1:
 		return fmt.Sprintf("pays at every speed measured, up to %s", linkName(links[len(links)-1]))
 	case all < 0:
-		return fmt.Sprintf("pays for some snapshots only, at most at %s", linkName(links[some]))
+		return fmt.Sprintf("pays for some payloads only, at most at %s", linkName(links[some]))
 	case some == all:
 		return fmt.Sprintf("pays up to %s, not at %s", linkName(links[all]), linkName(links[all+1]))
 	}
-	return fmt.Sprintf("pays up to %s for every snapshot, up to %s for some", linkName(links[all]), linkName(links[some]))
+	return fmt.Sprintf("pays up to %s for every payload, up to %s for some", linkName(links[all]), linkName(links[some]))
 }
 
 // writeMarkdown writes the report.
@@ -317,40 +338,65 @@ func writeMarkdown(out io.Writer, rep *report, h header) error {
 		"**The verdict uses the serial criterion**: in gorun's ring a step's chunk is received, reduced and sent on as one frame, so its compression and decompression lie on the step's path; " +
 		"the streaming figure is the bound for a transport that would cut frames into chunks and overlap them.\n\n")
 
-	gs := groups(rep)
-	vs := verdicts(rep, gs)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return writeBody(out, rep.results, cfg.Links, "")
+}
+
+// writeBody writes the report from its verdict on: what the results say,
+// then the tables. note, if not empty, opens the verdict section.
+func writeBody(out io.Writer, results []result, links []float64, note string) error {
+	w := bufio.NewWriter(out)
+	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
+	gs := groups(results, links)
+	vs := verdicts(links, gs)
 	p("## Verdict (serial criterion, computed from the tables below)\n\n")
+	if note != "" {
+		p("%s\n\n", note)
+	}
+	serial := func(d derived) float64 { return d.serial / 1e6 }
 	for _, v := range vs {
 		b := v.best
-		p("- **%s** (`%s`): %s. Best codec %s: ratio %s, break-even %s Mbit/s. Any codec: %s (of %d payloads: models × snapshots). Streaming: %s.\n",
-			kindTitle(v.kind), v.kind, v.conclusion(cfg.Links), b.codec,
-			span(b.values(func(d derived) float64 { return d.ratio }), fmtRatio),
-			span(b.values(func(d derived) float64 { return d.serial / 1e6 }), fmtRate),
-			v.sentence(cfg.Links, false), v.instances, v.sentence(cfg.Links, true))
+		p("- **%s** (`%s`): %s. ", kindTitle(v.kind), v.kind, v.conclusion(links))
+		figures := fmt.Sprintf("ratio %s, break-even %s Mbit/s", span(b.values(func(d derived) float64 { return d.ratio }), fmtRatio), span(b.values(serial), fmtRate))
+		if low := slices.Min(b.values(serial)); low > 0 {
+			p("%s pays for every payload below %s Mbit/s (its lowest break-even; %s). ", b.codec, fmtRate(low), figures)
+		} else {
+			p("No codec pays for every payload at any speed; %s does best (%s). ", b.codec, figures)
+		}
+		var sv []string
+		for li, l := range links {
+			x := b.values(func(d derived) float64 { return 100 * d.saved[li] })
+			sv = append(sv, fmt.Sprintf("at %s %s to %s %%", linkName(l), fmtShare(slices.Min(x)), fmtShare(slices.Max(x))))
+		}
+		p("Share of the raw send time %s saves (negative: loses): %s. ", b.codec, strings.Join(sv, ", "))
+		p("Any codec: %s (of %d payloads: models × snapshots). Streaming, any codec: %s.\n",
+			v.sentence(links, false), v.instances, v.sentence(links, true))
 	}
-	p("\n%s\n\n", answer(vs, cfg.Links))
-
+	p("\n%s\n\n", answer(vs, links))
+	p("%s\n\n", bounds(results, links))
 	p("## Summary: each payload kind and codec over models and snapshots (min–max)\n\n")
 	p("| payload | codec | ratio | compress MB/s | decompress MB/s | break-even Mbit/s |")
-	for _, l := range cfg.Links {
+	for _, l := range links {
 		p(" %s |", linkName(l))
 	}
 	p(" streaming break-even Mbit/s |")
-	for _, l := range cfg.Links {
+	for _, l := range links {
 		p(" %s |", linkName(l))
 	}
-	p("\n|---|---|---:|---:|---:|---:|%s---:|%s\n", strings.Repeat("---:|", len(cfg.Links)), strings.Repeat("---:|", len(cfg.Links)))
+	p("\n|---|---|---:|---:|---:|---:|%s---:|%s\n", strings.Repeat("---:|", len(links)), strings.Repeat("---:|", len(links)))
 	for _, g := range gs {
 		p("| %s | %s | %s | %s | %s | %s |", g.kind, g.codec,
 			span(g.values(func(d derived) float64 { return d.ratio }), fmtRatio),
 			span(g.values(func(d derived) float64 { return d.cMBps }), fmtRate),
 			span(g.values(func(d derived) float64 { return d.dMBps }), fmtRate),
 			span(g.values(func(d derived) float64 { return d.serial / 1e6 }), fmtRate))
-		for li := range cfg.Links {
+		for li := range links {
 			p(" %d/%d |", g.count(li, false), len(g.rs))
 		}
 		p(" %s |", span(g.values(func(d derived) float64 { return d.stream / 1e6 }), fmtRate))
-		for li := range cfg.Links {
+		for li := range links {
 			p(" %d/%d |", g.count(li, true), len(g.rs))
 		}
 		p("\n")
@@ -360,16 +406,16 @@ func writeMarkdown(out io.Writer, rep *report, h header) error {
 	p("## Every payload\n\n")
 	p("Break-even speeds in Mbit/s (0: the codec saves nothing); pays: at that link speed, serially and streaming.\n\n")
 	p("| model | step | payload | elems | k | zeros %% | raw B | codec | compressed B | ratio | compress MB/s | decompress MB/s | break-even |")
-	for _, l := range cfg.Links {
+	for _, l := range links {
 		p(" %s |", shortLink(l))
 	}
 	p(" streaming break-even |")
-	for _, l := range cfg.Links {
+	for _, l := range links {
 		p(" %s |", shortLink(l))
 	}
-	p("\n|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|%s---:|%s\n", strings.Repeat("---|", len(cfg.Links)), strings.Repeat("---|", len(cfg.Links)))
-	for _, r := range rep.results {
-		for _, c := range markdownRow(r, cfg.Links) {
+	p("\n|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|%s---:|%s\n", strings.Repeat("---|", len(links)), strings.Repeat("---|", len(links)))
+	for _, r := range results {
+		for _, c := range markdownRow(r, links) {
 			p("| %s ", c)
 		}
 		p("|\n")
@@ -405,29 +451,73 @@ func markdownRow(r result, links []float64) []string {
 	return cells
 }
 
-// answer is the closing paragraph: which kinds pay at the fastest link
-// at which some do, and which never pay.
+// answer is the closing list: the kinds grouped by their conclusion.
 func answer(vs []verdict, links []float64) string {
-	var never, always []string
+	var order []string
+	kinds := map[string][]string{}
+	// The kinds that pay the most first.
+	vs = slices.Clone(vs)
+	slices.SortStableFunc(vs, func(a, b verdict) int {
+		aa, as := a.reach()
+		ba, bs := b.reach()
+		if aa != ba {
+			return ba - aa
+		}
+		return bs - as
+	})
 	for _, v := range vs {
-		switch {
-		case v.anyPays[0][0] == 0:
-			never = append(never, "`"+v.kind+"`")
-		case v.anyPays[len(links)-1][0] == v.instances:
-			always = append(always, "`"+v.kind+"`")
+		c := v.conclusion(links)
+		if kinds[c] == nil {
+			order = append(order, c)
+		}
+		kinds[c] = append(kinds[c], "`"+v.kind+"`")
+	}
+	var b strings.Builder
+	b.WriteString("In short, serially:\n\n")
+	for _, c := range order {
+		fmt.Fprintf(&b, "- %s: %s.\n", strings.ToUpper(c[:1])+c[1:], strings.Join(kinds[c], ", "))
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// fmtShare writes a percentage with one decimal, never as -0.0.
+func fmtShare(x float64) string {
+	s := strconv.FormatFloat(x, 'f', 1, 64)
+	if s == "-0.0" {
+		return "0.0"
+	}
+	return s
+}
+
+// bounds says how far compression goes at best: the highest ratio of
+// any payload, so the most any link speed could save, and the largest
+// share of the send time saved at each link.
+func bounds(results []result, links []float64) string {
+	if len(results) == 0 {
+		return "No results."
+	}
+	name := func(r result) string {
+		return fmt.Sprintf("`%s` of the %s at step %d, %s", kindOf(r.p), r.p.model, r.p.step, r.codec)
+	}
+	top := results[0]
+	for _, r := range results {
+		if ratio(r.raw, r.comp) > ratio(top.raw, top.comp) {
+			top = r
 		}
 	}
-	var s []string
-	if len(never) > 0 {
-		s = append(s, fmt.Sprintf("No codec pays at %s or faster for %s.", linkName(links[0]), strings.Join(never, ", ")))
+	x := ratio(top.raw, top.comp)
+	s := fmt.Sprintf("The highest ratio of any payload is %s (%s): compression can save at most 1 − 1/ratio = %s %% of a send, on however slow a link. "+
+		"The largest share of the send time saved, serially:", fmtRatio(x), name(top), fmtShare(100*(1-1/x)))
+	for _, l := range links {
+		best := results[0]
+		for _, r := range results {
+			if saved(r.raw, r.comp, r.tc, r.td, l) > saved(best.raw, best.comp, best.tc, best.td, l) {
+				best = r
+			}
+		}
+		s += fmt.Sprintf(" at %s %s %% (%s);", linkName(l), fmtShare(100*saved(best.raw, best.comp, best.tc, best.td, l)), name(best))
 	}
-	if len(always) > 0 {
-		s = append(s, fmt.Sprintf("Some codec pays even at %s for every payload of %s.", linkName(links[len(links)-1]), strings.Join(always, ", ")))
-	}
-	if len(s) == 0 {
-		s = append(s, "Every kind pays at some speeds and not at others: see each line above.")
-	}
-	return "In short: " + strings.Join(s, " ")
+	return strings.TrimSuffix(s, ";") + "."
 }
 
 // tsvHeader is the TSV's first line.
@@ -468,4 +558,66 @@ func writeTSV(out io.Writer, rep *report) error {
 		fmt.Fprintln(w, strings.Join(row, "\t"))
 	}
 	return w.Flush()
+}
+
+// readTSV reads what writeTSV wrote back into results (their payloads
+// without bytes) and the link speeds of its columns.
+func readTSV(in io.Reader) ([]result, []float64, error) {
+	sc := bufio.NewScanner(in)
+	sc.Buffer(nil, 1<<20)
+	if !sc.Scan() {
+		return nil, nil, fmt.Errorf("compress: TSV: no header: %v", sc.Err())
+	}
+	head := strings.Split(sc.Text(), "\t")
+	var links []float64
+	for _, h := range head {
+		name, ok := strings.CutPrefix(h, "serial_pays_")
+		if !ok {
+			continue
+		}
+		mult := 1.0
+		switch {
+		case strings.HasSuffix(name, "G"):
+			mult, name = 1e9, strings.TrimSuffix(name, "G")
+		case strings.HasSuffix(name, "M"):
+			mult, name = 1e6, strings.TrimSuffix(name, "M")
+		}
+		x, err := strconv.ParseFloat(name, 64)
+		if err != nil {
+			return nil, nil, fmt.Errorf("compress: TSV: column %s: %w", h, err)
+		}
+		links = append(links, x*mult)
+	}
+	if !slices.Equal(head, tsvHeader(links)) {
+		return nil, nil, fmt.Errorf("compress: TSV: header %q is not this version's", sc.Text())
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		col[h] = i
+	}
+	var out []result
+	for line := 2; sc.Scan(); line++ {
+		cells := strings.Split(sc.Text(), "\t")
+		if len(cells) != len(head) {
+			return nil, nil, fmt.Errorf("compress: TSV line %d: %d cells, want %d", line, len(cells), len(head))
+		}
+		var err error
+		num := func(name string) int {
+			n, e := strconv.Atoi(cells[col[name]])
+			if e != nil && err == nil {
+				err = fmt.Errorf("compress: TSV line %d: %s: %w", line, name, e)
+			}
+			return n
+		}
+		c := func(name string) string { return cells[col[name]] }
+		p := &payload{model: c("model"), step: num("step"), phase: c("phase"), source: c("source"), format: c("format"),
+			elems: num("elems"), k: num("k"), zeros: num("zeros")}
+		r := result{p: p, codec: c("codec"), raw: num("raw_bytes"), comp: num("comp_bytes"),
+			tc: time.Duration(num("compress_ns")), td: time.Duration(num("decompress_ns"))}
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, r)
+	}
+	return out, links, sc.Err()
 }
