@@ -799,3 +799,23 @@ func checkMarkdown(t *testing.T, md string, rows []tsvRow, links []float64) {
 		t.Fatalf("%d verdict lines, %d kinds", seen, len(paying))
 	}
 }
+
+// FuzzReadTSV: a malformed TSV is an error, never a panic, and whatever
+// reads renders.
+func FuzzReadTSV(f *testing.F) {
+	h := strings.Join(tsvHeader([]float64{100e6, 1e9}), "\t")
+	row := "mlp\t1\tearly\tgrad\tf32\t10\t0\t2\ts2\t40\t30\t1.33333\t1000\t500\t40\t80\t53.3333\t320\ttrue\tfalse\ttrue\tfalse\tok"
+	f.Add(h + "\n" + row + "\n")
+	f.Add(h + "\n" + strings.Replace(row, "\t30\t", "\t50\t", 1) + "\n" + row + "\n")
+	f.Add(h + "\n")
+	f.Add("model\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		results, links, err := readTSV(strings.NewReader(text))
+		if err != nil {
+			return
+		}
+		if err := writeBody(io.Discard, results, links, ""); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
