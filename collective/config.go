@@ -116,6 +116,14 @@ type Config struct {
 	// break this rank's hub client (keyed push and pull go on; the ring
 	// and the hub strategy's collectives still fail).
 	HubElastic bool
+	// HubShare (GORUN_HUB_SHARE, gorun --hub-share) is how hub 0 splits
+	// an LB-BSP batch among the workers that ask for their share
+	// (ps.Client.Share): the proportional rule by default, or
+	// ps.ShareOptimal's solver with its deadline, weights, prices, caps
+	// and overheads (ps.ShareConfig; ps.ParseShareConfig reads the text
+	// form). It configures the colocated hubs; dedicated hubs read the
+	// variable themselves. Its per-worker lists have one entry per rank.
+	HubShare ps.ShareConfig
 
 	// Seeds are the gossip addresses ("host:port") of the job's ranks,
 	// one per rank, in rank order: a rank joins a few of them (see
@@ -289,6 +297,9 @@ func (c *Config) validate() error {
 	if c.Strategy == StrategyHub && len(c.Hubs) == 0 && (c.ColocatedHubs < 1 || c.ColocatedHubs > c.Size) {
 		errs = append(errs, fmt.Errorf("ColocatedHubs %d: must be 1 to Size (%d) when no dedicated hubs are given", c.ColocatedHubs, c.Size))
 	}
+	if err := c.HubShare.Validate(max(c.Size, 1)); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Strategy == StrategyHub && (c.HubPartitionBytes < 8 || c.HubPartitionBytes > c.MaxFrame || c.HubTimeout <= 0 || c.HubRoundPartitions < 0 || c.HubWindow < 0) {
 		errs = append(errs, errors.New("HubPartitionBytes must be in [8, MaxFrame], HubTimeout > 0, HubRoundPartitions and HubWindow >= 0"))
 	}
@@ -302,7 +313,7 @@ func (c *Config) validate() error {
 // rank (see internal/jobenv for the names: GORUN_RANK, GORUN_SIZE,
 // GORUN_JOB_ID, GORUN_JOB_SECRET, GORUN_PEERS, GORUN_ADDR,
 // GORUN_GOSSIP_PORT and optionally GORUN_STRATEGY, GORUN_HUBS,
-// GORUN_HUB_ELASTIC, GORUN_ELASTIC, GORUN_CONTROL_FD, GORUN_COLOCATED_HUBS,
+// GORUN_HUB_ELASTIC, GORUN_HUB_SHARE, GORUN_ELASTIC, GORUN_CONTROL_FD, GORUN_COLOCATED_HUBS,
 // GORUN_LOCAL_SIZE, GORUN_SPIN and GORUN_ALGORITHM). lookup is os.LookupEnv in a real rank. This is the only
 // place a rank reads the environment.
 func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
@@ -354,6 +365,13 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 			return Config{}, fmt.Errorf("collective: %s: %w", jobenv.WireVar, err)
 		}
 		cfg.Wire = w
+	}
+	if v, ok := env.Lookup(jobenv.HubShareVar); ok {
+		sc, err := ps.ParseShareConfig(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("collective: %s: %w", jobenv.HubShareVar, err)
+		}
+		cfg.HubShare = sc
 	}
 	if v, ok := env.Lookup(jobenv.TimingVar); ok {
 		cfg.Timing = v == "1"

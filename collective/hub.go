@@ -37,7 +37,7 @@ func (c *Comm) startHub(ctx context.Context) error {
 				host = ""
 			}
 			hc.ListenAddr, hc.MaxFrame, hc.Logger = net.JoinHostPort(host, "0"), c.cfg.MaxFrame+ps.FrameSlack, c.log
-			hc.Elastic = c.cfg.HubElastic
+			hc.Elastic, hc.Share = c.cfg.HubElastic, c.cfg.HubShare
 			hc.Shm = c.cfg.shmOptions()
 			h, err := ps.NewHub(hc)
 			if err != nil {
@@ -278,6 +278,7 @@ func startLocalHubs(comms []*Comm, cfg Config) error {
 		hc := ps.DefaultHubConfig()
 		hc.Index, hc.Workers, hc.JobID, hc.Secret = i, len(comms), cfg.JobID, cfg.Secret
 		hc.Listener, hc.MaxFrame, hc.Elastic, hc.Logger = ln, cfg.MaxFrame+ps.FrameSlack, cfg.HubElastic, cfg.Logger
+		hc.Share = cfg.HubShare
 		h, err := ps.NewHub(hc)
 		if err != nil {
 			for _, h := range l.hubs {

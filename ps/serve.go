@@ -12,8 +12,9 @@ import (
 // HubConfigFromEnv builds the config of a dedicated hub from the
 // environment gorun gives it (GORUN_JOB_ID, GORUN_JOB_SECRET, GORUN_SIZE:
 // the number of workers, GORUN_HUB_INDEX, GORUN_HUB_PORT and optionally
-// GORUN_HUB_ELASTIC=1; see internal/jobenv). lookup is os.LookupEnv in a
-// real hub.
+// GORUN_HUB_ELASTIC=1 and GORUN_HUB_SHARE, hub 0's LB-BSP split in
+// ParseShareConfig's form; see internal/jobenv). lookup is os.LookupEnv
+// in a real hub.
 func HubConfigFromEnv(lookup func(string) (string, bool)) (HubConfig, error) {
 	cfg := DefaultHubConfig()
 	env := jobenv.NewReader(lookup)
@@ -29,6 +30,11 @@ func HubConfigFromEnv(lookup func(string) (string, bool)) (HubConfig, error) {
 	if err := env.Err("dedicated hubs are started by gorun --hubs K"); err != nil {
 		return HubConfig{}, fmt.Errorf("ps: %w", err)
 	}
+	share, err := shareFromEnv(env)
+	if err != nil {
+		return HubConfig{}, err
+	}
+	cfg.Share = share
 	cfg.ListenAddr = ":" + strconv.Itoa(port)
 	return cfg, cfg.validate()
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -118,6 +119,7 @@ func launchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "wdir", Usage: "working `DIR` of the ranks (default: the current directory)"},
 		&cli.StringFlag{Name: "strategy", Usage: "collective strategy for the ranks: ring or hub (sets GORUN_STRATEGY)"},
 		&cli.StringFlag{Name: "wire", Usage: "wire `FORMAT` of the ranks' float32 all-reduces: full, fp16 or bf16 (half the bytes; sums still in float32; sets GORUN_WIRE)"},
+		&cli.StringFlag{Name: "hub-share", Usage: "how hub 0 splits an LB-BSP batch: proportional (the default) or optimal[:OPTIONS], e.g. `optimal:deadline=1.5s,cap=0/0/64/64,overhead=0s/0s/20ms/20ms` (per-worker lists one entry per rank; also time=, resource=, price=; sets GORUN_HUB_SHARE)"},
 		&cli.IntFlag{Name: "hubs", Usage: "start `K` dedicated ParamHub processes on the job's hosts (sets GORUN_HUBS)"},
 		&cli.BoolFlag{Name: "hub-elastic", Usage: "hubs finish BSP rounds without a lost rank instead of failing (--elastic with --strategy hub)"},
 		&cli.BoolFlag{Name: "elastic", Usage: "a lost rank does not end the job while --min-np ranks run: gorun fences ranks others suspect and sends the rest each new membership on GORUN_CONTROL_FD (ring); with --strategy hub, --hub-elastic"},
@@ -144,6 +146,10 @@ func launch(c *cli.Context) error {
 	}
 	cfg, err := launchConfig(c)
 	if err != nil {
+		return err
+	}
+	if err := checkHubShare(cfg, jobSize(cfg)); err != nil {
+		closeMetrics(cfg)
 		return err
 	}
 	cfg.Program = c.Args().First()
@@ -240,6 +246,18 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 		}
 		cfg.Env = append(cfg.Env, jobenv.WireVar+"="+w)
 	}
+	if c.IsSet("hub-share") {
+		if slices.ContainsFunc(cfg.Env, isHubShare) {
+			return fmt.Errorf("give --hub-share or -x %s, not both", jobenv.HubShareVar)
+		}
+		cfg.Env = append(cfg.Env, jobenv.HubShareVar+"="+c.String("hub-share"))
+	}
+	if perNode(c) {
+		// (Otherwise the caller checks it once the job's size is known.)
+		if err := checkHubShare(*cfg, c.Int("nnodes")*c.Int("nproc-per-node")); err != nil {
+			return err
+		}
+	}
 	cfg.Hubs, cfg.HubElastic, cfg.Elastic = c.Int("hubs"), c.Bool("hub-elastic"), c.Bool("elastic")
 	if c.IsSet("min-np") {
 		if !cfg.Elastic && !cfg.HubElastic {
@@ -268,6 +286,39 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 		cfg.Env = append(cfg.Env, jobenv.HubStatsVar+"=1") // hubs report their traffic
 	}
 	return nil
+}
+
+func isHubShare(kv string) bool { return strings.HasPrefix(kv, jobenv.HubShareVar+"=") }
+
+// checkHubShare checks the LB-BSP share rule the job's hubs are to get
+// (--hub-share, or -x GORUN_HUB_SHARE=...) for a job of np ranks, before
+// anything starts: the hubs and the ranks would refuse it at their start.
+func checkHubShare(cfg launcher.Config, np int) error {
+	i := slices.IndexFunc(cfg.Env, isHubShare)
+	if i < 0 {
+		return nil
+	}
+	spec := strings.TrimPrefix(cfg.Env[i], jobenv.HubShareVar+"=")
+	sc, err := ps.ParseShareConfig(spec)
+	if err == nil {
+		err = sc.Validate(np)
+	}
+	if err != nil {
+		return fmt.Errorf("--hub-share: %w", err)
+	}
+	return nil
+}
+
+// jobSize is the number of ranks launcher.Run will start for cfg.
+func jobSize(cfg launcher.Config) int {
+	if cfg.NP > 0 {
+		return cfg.NP
+	}
+	n := 0
+	for _, h := range cfg.Hosts {
+		n += h.Slots
+	}
+	return max(n, 1)
 }
 
 func closeMetrics(cfg launcher.Config) {
@@ -315,6 +366,10 @@ func benchCmd(c *cli.Context) error {
 	}
 	if cfg.NP == 0 && len(cfg.Hosts) == 0 {
 		cfg.NP = 2
+	}
+	if err := checkHubShare(cfg, jobSize(cfg)); err != nil {
+		closeMetrics(cfg)
+		return err
 	}
 	if _, err := parseSizes(c.String("sizes")); err != nil {
 		return err

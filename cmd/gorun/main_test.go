@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == elasticRankArg {
 		os.Exit(elasticRank(os.Args[2:]))
 	}
+	if len(os.Args) > 2 && os.Args[1] == shareRankArg {
+		os.Exit(shareRank(os.Args[2:]))
+	}
 	if os.Getenv("GORUN_TEST_AS_GORUN") == "1" || len(os.Args) > 1 && (os.Args[1] == launcher.AgentCommandName || os.Args[1] == launcher.HubCommandName || os.Args[1] == launcher.SentinelCommandName) {
 		os.Exit(run(os.Args))
 	}

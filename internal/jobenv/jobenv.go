@@ -31,6 +31,7 @@ const (
 	HubIndexVar   = "GORUN_HUB_INDEX"   // a dedicated hub's number
 	HubPortVar    = "GORUN_HUB_PORT"    // where a dedicated hub listens
 	HubStatsVar   = "GORUN_HUB_STATS"   // 1: dedicated hubs report their traffic (gorun -v)
+	HubShareVar   = "GORUN_HUB_SHARE"   // how hub 0 splits an LB-BSP batch (gorun --hub-share; ps.ParseShareConfig)
 	ElasticVar    = "GORUN_ELASTIC"     // 1: the ring goes on without a lost rank (gorun --elastic)
 	ControlFDVar  = "GORUN_CONTROL_FD"  // an elastic rank's line channel to its agent: views down, suspects up
 	// RestartCountVar is k on the k-th restart of a rank (gorun
