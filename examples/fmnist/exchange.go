@@ -16,10 +16,12 @@ import (
 //   - full precision (-wire full, the default): the float64 gradients in
 //     buckets of a collective.Bucketer, each bucket's all-reduce started
 //     during backward as soon as its layers are done;
-//   - a wire format (-wire fp16|bf16): the same buckets (the same layers
-//     in each, -bucket-mb counting the float64 gradient), reduced as
-//     float32 by a Bucketer[float32] on a Comm whose Config.Wire is the
-//     format, so that each bucket's data crosses the ring in 2 bytes an
+//   - float32 (-wire float32|fp16|bf16): the same buckets (the same
+//     layers in each, -bucket-mb counting the float64 gradient), reduced
+//     as float32 by a Bucketer[float32] on a Comm whose Config.Wire is
+//     WireFull for float32, so that each bucket crosses the ring as plain
+//     float32, 4 bytes an element (the baseline the 2-byte formats are
+//     compared with), or the wire format for fp16 and bf16, 2 bytes an
 //     element (the collective keeps buffers of at most Config.SmallBytes
 //     at full float32). Each layer's gradient is copied into its float32
 //     buffer divided by the number of ranks, as it becomes final, so
@@ -41,9 +43,9 @@ type exchange struct {
 	cfg  collective.Config // the Comm's, for the wire bytes model
 
 	b64 *collective.Bucketer[float64]
-	b32 *collective.Bucketer[float32]
-	g32 [][]float32 // -wire: each gradient's float32 buffer (ringGrads' order)
-	of  []int       // layer -> index in ringGrads (-1: no parameters)
+	b32 *collective.Bucketer[float32] // -wire float32|fp16|bf16
+	g32 [][]float32                   // b32's buffers: each gradient's (ringGrads' order)
+	of  []int                         // layer -> index in ringGrads (-1: no parameters)
 
 	psgd    *powersgd.Compressor
 	start   int // plain iterations before PowerSGD
@@ -88,7 +90,7 @@ func (e *exchange) renew() error {
 	e.of = of
 	cfg := bucketConfig(wk.o)
 	var err error
-	if e.wire == collective.WireFull {
+	if !wk.o.float32Ring() {
 		e.b64, err = collective.NewBucketer(wk.c, grads, collective.Sum, cfg)
 	} else {
 		// The same layers in each bucket as at full precision: float32

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gorun/gorun/collective"
+	"github.com/gorun/gorun/ps"
 )
 
 // parseStragglers reads -straggler: -1 for none, or job ranks separated
@@ -54,17 +55,32 @@ func stragglerName(ranks []int, slow float64) string {
 	return fmt.Sprintf("ranks %s x%g", ints(ranks), slow)
 }
 
-// parseWire reads -wire.
+// parseWire reads -wire: the Comm's Config.Wire for it (float32 is
+// WireFull: plain float32 buckets, 4 bytes an element).
 func parseWire(s string) (collective.Wire, error) {
 	switch s {
-	case "full":
+	case "full", "float32":
 		return collective.WireFull, nil
 	case "fp16":
 		return collective.WireFP16, nil
 	case "bf16":
 		return collective.WireBF16, nil
 	}
-	return 0, fmt.Errorf("-wire %q: want full, fp16 or bf16", s)
+	return 0, fmt.Errorf("-wire %q: want full, float32, fp16 or bf16", s)
+}
+
+// parseCompress reads -compress: "none" or "" (dense pushes, the
+// default), or a sparse push as ps.ParseSparse reads it ("topk:0.01",
+// "randk:0.1", then ",noef", ",codec=NAME", ",seed=N").
+func parseCompress(s string) (ps.SparseConfig, error) {
+	if s == "none" {
+		return ps.SparseConfig{}, nil
+	}
+	c, err := ps.ParseSparse(s)
+	if err != nil {
+		return c, fmt.Errorf("-compress %q: %w (want none, or topk:RATIO or randk:RATIO, then ,noef ,codec=raw|varint|s2|zstd ,seed=N)", s, err)
+	}
+	return c, nil
 }
 
 // checkPipeline checks the data pipeline's flags.
@@ -84,20 +100,21 @@ func checkPipeline(o options) error {
 }
 
 // checkExchange checks the flags of how gradients travel against the
-// mode: -wire and -powersgd are the ring's (the hub modes push float64
-// gradients through package ps). This is the place for the hub modes'
-// sparse pushes (-compress topk:R|randk:R) too.
+// mode: -wire and -powersgd are the ring's, -compress (sparse pushes
+// through package ps) the hub modes'.
 func checkExchange(o options) error {
 	ring := o.mode == "ring"
 	switch {
-	case o.wire != collective.WireFull && !ring:
-		return fmt.Errorf("-wire %v is for -mode ring (the hub modes push float64 gradients through package ps)", o.wire)
+	case o.float32Ring() && !ring:
+		return fmt.Errorf("-wire %s is for -mode ring (the hub modes push float64 gradients through package ps; -compress makes them sparse)", o.wireName)
+	case o.compress.Method != ps.Dense && ring:
+		return fmt.Errorf("-compress %v is for the hub modes (bsp, ssp, asp, lbbsp: sparse pushes through package ps); the ring has -wire and -powersgd", o.compress)
 	case o.powersgd < 0:
 		return fmt.Errorf("-powersgd %d: want the rank of the approximation, at least 1 (0: off)", o.powersgd)
 	case o.powersgd > 0 && !ring:
 		return fmt.Errorf("-powersgd is for -mode ring (the hub modes push through package ps)")
-	case o.powersgd > 0 && o.wire != collective.WireFull:
-		return fmt.Errorf("-powersgd with -wire %v: pick one (PowerSGD sends float32 low-rank factors at full precision)", o.wire)
+	case o.powersgd > 0 && o.float32Ring():
+		return fmt.Errorf("-powersgd with -wire %s: pick one (PowerSGD sends float32 low-rank factors at full precision)", o.wireName)
 	case o.powersgdStart < 0:
 		return fmt.Errorf("-powersgd-start %d: want iterations, 0 or more", o.powersgdStart)
 	}

@@ -10,6 +10,9 @@
 //	gorun -np 4 --hubs 2 --strategy hub ./fmnist -mode asp -model cnn
 //	gorun -np 4 ./fmnist -standardize -filter 2.5 -sampling resample
 //	gorun -np 4 ./fmnist -mode ring -model mlp -wire bf16
+//	gorun -np 4 ./fmnist -mode ring -model mlp -wire float32
+//	gorun -np 4 --strategy hub ./fmnist -mode bsp -model mlp -compress topk:0.01
+//	gorun -np 4 --strategy hub ./fmnist -mode ssp -model mlp -compress randk:0.1,noef
 //	gorun -np 4 ./fmnist -mode ring -model cnn -powersgd 2 -powersgd-start 10
 //	examples/fmnist/study.sh      # every mode, with and without a straggler
 //
@@ -62,13 +65,30 @@
 // whose Config.Wire is the format, each layer's gradient divided by the
 // number of ranks as it is copied in (so that the sum is the average,
 // and fp16 cannot overflow where the average does not), still overlapped
-// with backward. -powersgd R (ring only) averages the gradients by
+// with backward. -wire float32 takes the same path with Config.Wire at
+// WireFull: plain float32, 4 bytes an element, the baseline the 2-byte
+// formats are measured against (-wire full, the default, sends the
+// float64 gradients). -powersgd R (ring only) averages the gradients by
 // package collective/powersgd at rank R after backward, once
 // -powersgd-start plain iterations are done: weights as out x fan-in
 // matrices (a convolution's out x in·k·k), biases exact, error feedback
-// and warm start. Either way rank 0's result line ends with wire_B, the
-// bytes each rank sent per iteration on average, computed from the
-// buffers' sizes as a ring all-reduce moves them.
+// and warm start. With any of these rank 0's result line ends with
+// wire_B, the bytes each rank sent per iteration on average, computed
+// from the buffers' sizes as a ring all-reduce moves them.
+//
+// -compress SPEC (the hub modes only) makes the pushes sparse: the key
+// is declared with KeyConfig.Sparse from ps.ParseSparse(SPEC), so that
+// each push sends, of each partition of n elements, k = ⌈ratio·n⌉:
+// topk:RATIO the largest magnitudes with their indices, randk:RATIO
+// elements drawn alike on every worker and the hub (values alone), as
+// float64; the pulls stay dense. Error feedback is on (ps keeps what a
+// push did not send and adds it to the next) unless ",noef";
+// ",codec=raw|varint|s2|zstd" and ",seed=N" follow ps.ParseSparse.
+// After an elastic change ps's rule holds: a removed worker takes its
+// residual with it, the others keep theirs. "none" (the default) pushes
+// dense. Given (none included), rank 0's result line ends with push_B,
+// the payload bytes each worker pushed per iteration on average, as ps
+// counts them (Client.Tick; frame headers left out).
 //
 // For the ring, the result line ends with each rank's communication time
 // summed over the buckets, each from its start to its end, waiting for
@@ -149,12 +169,18 @@ type options struct {
 	standardize bool
 	filter      float64
 	sampling    string
-	// ring: the gradients' wire format, and PowerSGD at rank powersgd (0:
-	// off) after powersgdStart plain iterations. (The hub modes' sparse
-	// pushes, -compress, are to go beside them: see checkExchange.)
+	// ring: the gradients' format on the wire (-wire as given, and the
+	// Comm's Config.Wire for it), and PowerSGD at rank powersgd (0: off)
+	// after powersgdStart plain iterations
+	wireName      string
 	wire          collective.Wire
 	powersgd      int
 	powersgdStart int
+	// hub modes: every key's sparse pushes (-compress; the zero value is
+	// dense), and whether -compress was given (the result line then
+	// ends with push_B)
+	compress    ps.SparseConfig
+	compressSet bool
 	// sleep is how a straggler sleeps (tests count the calls).
 	sleep func(time.Duration)
 }
@@ -217,7 +243,8 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.standardize, "standardize", false, "standardize every pixel with its mean and variance over the training set, computed by every rank together (package pipeline; the test set with the same statistics); off, the pixels are scaled to [0, 1]")
 	fs.Float64Var(&o.filter, "filter", 0, "with -standardize: drop the training samples whose every pixel lies within this many standard deviations of its mean (pipeline's filter; rank 0's result line then ends with dropped=N); 0: none")
 	fs.StringVar(&o.sampling, "sampling", "shuffle", "each epoch's order: shuffle (a new permutation every epoch), resample (draws with replacement) or fixed (epoch 0's permutation every epoch); dealt round-robin to the ranks")
-	wire := fs.String("wire", "full", "ring: the format the gradients cross the ring in: full (float64), fp16 or bf16 (float32 sums, 2 bytes an element on the wire, pre-divided by the ranks); overrides gorun --wire. With fp16, bf16 or -powersgd, rank 0's result line ends with wire_B, the bytes each rank sent per iteration, computed from the buffers' sizes as a ring all-reduce moves them (2(N-1)/N of each), not counted by the collective")
+	fs.StringVar(&o.wireName, "wire", "full", "ring: the format the gradients cross the ring in: full (float64), float32 (float32 buffers and sums, 4 bytes an element), or fp16 or bf16 (float32 sums, 2 bytes an element on the wire); float32, fp16 and bf16 pre-divide by the ranks; overrides gorun --wire. With float32, fp16, bf16 or -powersgd, rank 0's result line ends with wire_B, the bytes each rank sent per iteration, computed from the buffers' sizes as a ring all-reduce moves them (2(N-1)/N of each), not counted by the collective")
+	compress := fs.String("compress", "none", "hub modes: sparse pushes of every key (package ps): none (dense), or topk:RATIO or randk:RATIO (error feedback on), then ,noef ,codec=raw|varint|s2|zstd ,seed=N, e.g. topk:0.01 or randk:0.1,noef. Given, rank 0's result line ends with push_B, the payload bytes each worker pushed per iteration on average, as package ps counts them")
 	fs.IntVar(&o.powersgd, "powersgd", 0, "ring: average the gradients by PowerSGD at this rank (error feedback, warm start; weights as matrices, biases exact); 0: off")
 	fs.IntVar(&o.powersgdStart, "powersgd-start", 10, "with -powersgd: iterations of plain averaging first (PyTorch's start_powerSGD_iter)")
 	if err := fs.Parse(args); err != nil {
@@ -227,9 +254,13 @@ func parseFlags(args []string) (options, error) {
 	if o.straggler, err = parseStragglers(*straggler); err != nil {
 		return o, err
 	}
-	if o.wire, err = parseWire(*wire); err != nil {
+	if o.wire, err = parseWire(o.wireName); err != nil {
 		return o, err
 	}
+	if o.compress, err = parseCompress(*compress); err != nil {
+		return o, err
+	}
+	fs.Visit(func(f *flag.Flag) { o.compressSet = o.compressSet || f.Name == "compress" })
 	if err := checkPipeline(o); err != nil {
 		return o, err
 	}
@@ -276,6 +307,10 @@ func parseFlags(args []string) (options, error) {
 	}
 	return o, nil
 }
+
+// float32Ring reports whether the ring reduces float32 buffers (-wire
+// float32, fp16 or bf16) instead of the float64 gradients.
+func (o options) float32Ring() bool { return o.wireName != "full" }
 
 // rankData is what a rank holds before it joins the job: the data, the
 // model, and (on a restarted rank) the prepared pipeline.
@@ -354,6 +389,7 @@ type worker struct {
 	comm, exposed  time.Duration // ring: the buckets' communication, and the part of it Wait was blocked on
 	buckets        []int         // ring: the bytes of each bucket
 	sent           int64         // ring: the bytes this rank sent, as the exchange models them
+	pushed         int64         // hub modes: the payload bytes this rank pushed, as ps counts them (Tick)
 	itimes         []float64     // each iteration's seconds, compute and synchronisation
 	csv            *csvLog
 	loss           float64 // the last batch's training loss
@@ -500,8 +536,12 @@ func runRank(ctx context.Context, o options, c *collective.Comm, cfg collective.
 	if o.filter > 0 {
 		bucketing += fmt.Sprintf(" dropped=%d", d.rep.Dropped)
 	}
-	if o.wire != collective.WireFull || o.powersgd > 0 {
+	if o.float32Ring() || o.powersgd > 0 {
 		bucketing += fmt.Sprintf(" wire_B=%d", wk.sent/int64(max(1, wk.iters)))
+	}
+	if o.compressSet && o.mode != "ring" {
+		// Every worker's pushes over every worker's iterations.
+		bucketing += fmt.Sprintf(" push_B=%d", tot[6]/max(1, tot[3]))
 	}
 	if o.stall > 0 {
 		fmt.Fprintf(out, "longest_iter ms=%.1f t=%.3f iter=%d\n", ms(wk.longest), wk.longestAt.Seconds(), wk.longestIter)
@@ -588,10 +628,11 @@ func (wk *worker) logIter(start time.Time, compute, idle time.Duration, bytes in
 }
 
 // stats are a run's totals: samples, compute and idle nanoseconds,
-// iterations, and the ring's bucket communication and exposed
-// nanoseconds (tot); the largest staleness; the count, sum and sum of
-// squares of iteration seconds (it); each rank's idle share; and whether
-// they are the job's ("all") or this rank's alone ("local").
+// iterations, the ring's bucket communication and exposed nanoseconds,
+// and the hub modes' pushed bytes (tot); the largest staleness; the
+// count, sum and sum of squares of iteration seconds (it); each rank's
+// idle share; and whether they are the job's ("all") or this rank's
+// alone ("local").
 type stats struct {
 	tot    []int64
 	stale  int64
@@ -602,7 +643,7 @@ type stats struct {
 
 // local is this rank's own stats.
 func (wk *worker) local(elapsed time.Duration) stats {
-	st := stats{tot: []int64{int64(wk.samples), int64(wk.compute), int64(wk.idle), int64(wk.iters), int64(wk.comm), int64(wk.exposed)}, stale: int64(wk.maxStal),
+	st := stats{tot: []int64{int64(wk.samples), int64(wk.compute), int64(wk.idle), int64(wk.iters), int64(wk.comm), int64(wk.exposed), wk.pushed}, stale: int64(wk.maxStal),
 		it: []float64{float64(len(wk.itimes)), 0, 0}, shares: []float64{wk.idle.Seconds() / elapsed.Seconds()}, scope: "local"}
 	for _, d := range wk.itimes {
 		st.it[1] += d
@@ -889,7 +930,7 @@ func (wk *worker) resync(ctx context.Context, elapsed time.Duration, share int) 
 // into the next epoch's.
 func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error {
 	params := len(wk.w)
-	cfg := ps.KeyConfig{Len: params, Init: append([]float64(nil), wk.w...), Update: ps.SGD, LR: wk.o.lr, Momentum: wk.o.mom}
+	cfg := ps.KeyConfig{Len: params, Init: append([]float64(nil), wk.w...), Update: ps.SGD, LR: wk.o.lr, Momentum: wk.o.mom, Sparse: wk.o.compress}
 	switch wk.o.mode {
 	case "ssp":
 		cfg.Staleness = wk.o.staleness
@@ -938,6 +979,7 @@ func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error
 		wk.progress(time.Now())
 		wk.snap(t0, false)
 		wk.idle += m.Wait
+		wk.pushed += m.BytesSent
 		wk.maxStal = max(wk.maxStal, m.Staleness)
 		if mw != nil {
 			if err := m.WriteJSON(mw); err != nil {
@@ -951,8 +993,18 @@ func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error
 
 // hubPush pushes this step's gradient, of samples samples, to the hubs
 // and pulls the new weights into wk.w: the one place a hub mode sends a
-// gradient, where a sparse push (-compress topk:R|randk:R, package ps)
-// would go.
+// gradient. With -compress the key is sparse (hubLoop declares it with
+// KeyConfig.Sparse) and the same PushPull sends, of each partition of n
+// elements, k = ⌈ratio·n⌉ of them (ps.SparseK): top-k's largest
+// magnitudes with their indices, or random-k's values alone, as float64
+// (the gradient's type), the pull still dense. With error feedback (on
+// unless ,noef) ps keeps on this worker what the push did not send and
+// adds it to the next push, and takes back what a hub did not apply. An
+// elastic change follows ps's rule: a worker removed from the job
+// (gorun --hub-elastic) takes its residual with it, the survivors keep
+// theirs and send it in their next pushes; nothing here resets it, and a
+// rank that gorun --max-restarts brought back starts with none (a new
+// Client).
 func (wk *worker) hubPush(ctx context.Context, samples int) error {
 	return ps.PushPull(wk.hub, "w", wk.g[:len(wk.w)], samples, wk.w).Wait(ctx)
 }

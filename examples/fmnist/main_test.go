@@ -578,6 +578,17 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-powersgd", "2", "-mode", "asp"}, "-powersgd is for -mode ring"},
 		{[]string{"-powersgd", "2", "-wire", "fp16"}, "pick one"},
 		{[]string{"-powersgd", "2", "-powersgd-start", "-1"}, "-powersgd-start"},
+		{[]string{"-wire", "float32", "-mode", "asp"}, "-wire float32 is for -mode ring"},
+		{[]string{"-powersgd", "2", "-wire", "float32"}, "pick one"},
+		{[]string{"-wire", "float64"}, `-wire "float64"`},
+		{[]string{"-compress", "topk:0.01"}, "-compress topk:0.01 is for the hub modes"},
+		{[]string{"-compress", "randk:0.1,noef", "-mode", "ring"}, "-compress randk:0.1,noef is for the hub modes"},
+		{[]string{"-compress", "topk", "-mode", "bsp"}, `-compress "topk"`},
+		{[]string{"-compress", "topk:0", "-mode", "bsp"}, `-compress "topk:0"`},
+		{[]string{"-compress", "randk:1.5", "-mode", "ssp"}, `-compress "randk:1.5"`},
+		{[]string{"-compress", "lz4:0.1", "-mode", "asp"}, `-compress "lz4:0.1"`},
+		{[]string{"-compress", "topk:0.1,codec=lz4", "-mode", "lbbsp"}, `-compress "topk:0.1,codec=lz4"`},
+		{[]string{"-compress", "topk:0.1,sparse", "-mode", "bsp"}, `-compress "topk:0.1,sparse"`},
 	} {
 		if code := run(c.args, io.Discard); code != 2 {
 			t.Fatalf("%v: exit %d, want 2", c.args, code)
@@ -589,8 +600,26 @@ func TestBadFlags(t *testing.T) {
 	if o, err := parseFlags([]string{"-straggler", "3"}); err != nil || !slices.Equal(o.straggler, []int{3}) || stragglerName(o.straggler, 4) != "rank 3 x4" {
 		t.Fatalf("-straggler 3: %v %v", o.straggler, err)
 	}
-	if o, err := parseFlags(nil); err != nil || o.straggler != nil || stragglerName(o.straggler, 4) != "none" || o.wire != collective.WireFull || o.sampling != "shuffle" {
+	if o, err := parseFlags(nil); err != nil || o.straggler != nil || stragglerName(o.straggler, 4) != "none" || o.wire != collective.WireFull || o.float32Ring() || o.sampling != "shuffle" ||
+		o.compress != (ps.SparseConfig{}) || o.compressSet {
 		t.Fatalf("defaults: %+v %v", o, err)
+	}
+	if o, err := parseFlags([]string{"-wire", "float32"}); err != nil || o.wire != collective.WireFull || !o.float32Ring() {
+		t.Fatalf("-wire float32: %+v %v", o, err)
+	}
+	for _, c := range []struct {
+		args []string
+		want ps.SparseConfig
+	}{
+		{[]string{"-compress", "none"}, ps.SparseConfig{}},
+		{[]string{"-compress", "none", "-mode", "ring"}, ps.SparseConfig{}},
+		{[]string{"-compress", "", "-mode", "bsp"}, ps.SparseConfig{}},
+		{[]string{"-compress", "topk:0.01", "-mode", "bsp"}, ps.SparseConfig{Method: ps.TopK, Ratio: 0.01, ErrorFeedback: true}},
+		{[]string{"-compress", "randk:0.1,noef,codec=zstd,seed=3", "-mode", "lbbsp"}, ps.SparseConfig{Method: ps.RandomK, Ratio: 0.1, Codec: ps.CodecZstd, Seed: 3}},
+	} {
+		if o, err := parseFlags(c.args); err != nil || o.compress != c.want || !o.compressSet {
+			t.Fatalf("%v: %+v %v, want %+v", c.args, o.compress, err, c.want)
+		}
 	}
 }
 
@@ -757,18 +786,24 @@ func TestFilterDrops(t *testing.T) {
 }
 
 // TestWireNearFull: the MLP trained by 3 ranks for 5 iterations from the
-// same seed with its gradients crossing the ring as fp16 and as bf16 ends
-// within a stated distance of full precision: ||w_wire - w_full|| at most
-// 4·R·u times ||w_full - w_0||, u the format's unit roundoff (2^-11 for
-// fp16, 2^-8 for bf16) and R = 3 the ranks. The ring rounds each partial
-// sum to the format once per reduce step (R - 1 of them) and the result
-// once more, so an averaged gradient is off by at most about R·u of its
-// size; the factor 4 covers momentum and the feedback of a changed step
-// on the next gradients over 5 steps. (Measured here: 0.05 and 0.08 of
-// the bound.) Each line says wire_B: the bytes of the buckets its buckets
-// line lists, 2 per element in those above Config.SmallBytes and 4 in the
-// rest, as a ring moves them (2(R-1)/R), below a third of full
-// precision's float64 traffic. -wire in a hub mode is refused.
+// same seed with its gradients crossing the ring as float32, fp16 and
+// bf16 ends within a stated distance of full precision (float64):
+// ||w_wire - w_full|| at most 4·R·u times ||w_full - w_0||, u the
+// format's unit roundoff (2^-24 for float32, 2^-11 for fp16, 2^-8 for
+// bf16) and R = 3 the ranks. Each gradient is rounded to float32 once
+// (pre-divided by R), the ring rounds each partial sum to the format
+// once per reduce step (R - 1 of them) and the result once more, so an
+// averaged gradient is off by at most about R·u of its size; the factor
+// 4 covers momentum and the feedback of a changed step on the next
+// gradients over 5 steps. (Measured here: about 0.06 of the bound for
+// float32, 0.05 and 0.08 for fp16 and bf16.) The float32 runs differ
+// from full precision (d > 0). Each line says wire_B: the bytes of the
+// buckets its buckets line lists as a ring moves them (2(R-1)/R), 4 per
+// element for float32, and for fp16 and bf16 2 per element in those
+// above Config.SmallBytes and 4 in the rest, below a third of full
+// precision's float64 traffic. float32's buckets hold the same layers as
+// full precision's in half the bytes, bucket by bucket. -wire in a hub
+// mode is refused.
 func TestWireNearFull(t *testing.T) {
 	dir := t.TempDir()
 	m, _ := newModel("mlp", nil, 1)
@@ -776,23 +811,44 @@ func TestWireNearFull(t *testing.T) {
 	buckets := regexp.MustCompile(`\[0\] buckets n=(\d+) bytes=([0-9,]+) overlap=true\n`)
 	weights := map[string][]float64{}
 	full := float64(2*(3-1)*(len(m.Params)+1)*8) / 3
-	for _, w := range []string{"full", "fp16", "bf16"} {
+	var fullBuckets []int64
+	for _, w := range []string{"full", "float32", "fp16", "bf16"} {
 		f := filepath.Join(dir, w)
 		res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-model", "mlp", "-data", "synthetic", "-samples", "3000", "-iters", "5", "-batch", "96", "-wire", w, "-dump", f}, nil)
 		r, b := result.FindStringSubmatch(out), buckets.FindStringSubmatch(out)
 		if res.ExitCode != 0 || r == nil || b == nil || (r[1] == "") != (w == "full") {
 			t.Fatalf("-wire %s: exit %d:\n%s", w, res.ExitCode, out)
 		}
-		if w != "full" {
+		var bs []int64
+		for _, s := range strings.Split(b[2], ",") {
+			bs = append(bs, atoi(t, s))
+		}
+		switch w {
+		case "full":
+			fullBuckets = bs
+		case "float32":
+			// The same layers in each bucket, at 4 bytes an element
+			// instead of 8, and each bucket's bytes sent as they are.
+			var want, fullSent int64
+			for i, n := range fullBuckets {
+				fullSent += 2 * (3 - 1) * n / 3
+				if len(bs) != len(fullBuckets) || 2*bs[i] != n {
+					t.Fatalf("-wire float32: buckets %s, full precision's %v", b[2], fullBuckets)
+				}
+				want += 2 * (3 - 1) * bs[i] / 3
+			}
+			if got := atoi(t, r[2]); got != want || got > fullSent/2 || got < fullSent/2-int64(len(bs)) {
+				t.Fatalf("-wire float32: wire_B=%d, its buckets %s make %d, half of full precision's %d", got, b[2], want, fullSent/2)
+			}
+		default:
 			var want int64
 			small := collective.DefaultConfig().SmallBytes
-			for _, s := range strings.Split(b[2], ",") {
-				n := int(atoi(t, s)) // float32 bytes
-				elem := 2
-				if n <= small {
+			for _, n := range bs { // float32 bytes
+				elem := int64(2)
+				if n <= int64(small) {
 					elem = 4
 				}
-				want += int64(2 * (3 - 1) * (n / 4 * elem) / 3)
+				want += 2 * (3 - 1) * (n / 4 * elem) / 3
 			}
 			if got := atoi(t, r[2]); got != want || float64(got) > full/3 {
 				t.Fatalf("-wire %s: wire_B=%d, its buckets %s make %d (full precision: %.0f)", w, got, b[2], want, full)
@@ -810,7 +866,7 @@ func TestWireNearFull(t *testing.T) {
 		moved += (v - m.Params[i]) * (v - m.Params[i])
 	}
 	moved = math.Sqrt(moved)
-	for w, u := range map[string]float64{"fp16": 0x1p-11, "bf16": 0x1p-8} {
+	for w, u := range map[string]float64{"float32": 0x1p-24, "fp16": 0x1p-11, "bf16": 0x1p-8} {
 		got := weights[w]
 		if len(got) != len(ref) {
 			t.Fatalf("-wire %s: %d weights, full %d", w, len(got), len(ref))
@@ -826,8 +882,10 @@ func TestWireNearFull(t *testing.T) {
 			t.Logf("-wire %s: ||w - w_full|| = %.3g, %.2f of the bound", w, d, d/bound)
 		}
 	}
-	if code := run([]string{"-mode", "bsp", "-wire", "fp16"}, io.Discard); code != 2 {
-		t.Fatalf("-wire fp16 in hub BSP: exit %d, want 2", code)
+	for _, w := range []string{"float32", "fp16"} {
+		if code := run([]string{"-mode", "bsp", "-wire", w}, io.Discard); code != 2 {
+			t.Fatalf("-wire %s in hub BSP: exit %d, want 2", w, code)
+		}
 	}
 }
 
@@ -966,4 +1024,175 @@ func TestPowerSGDLayout(t *testing.T) {
 			}
 		}
 	}
+}
+
+// naiveK is k of a partition of n elements at a ratio of num/den,
+// ⌈n·num/den⌉ in integers.
+func naiveK(n, num, den int) int64 { return int64((n*num + den - 1) / den) }
+
+// uvarintBytes is the length of x as a uvarint, 7 bits a byte.
+func uvarintBytes(x uint64) int64 {
+	n := int64(1)
+	for ; x >= 128; x >>= 7 {
+		n++
+	}
+	return n
+}
+
+// TestCompressPushes: real jobs of 3 ranks under gorun --strategy hub
+// train the MLP on the synthetic set with sparse pushes (-compress
+// topk:0.01 and randk:0.1, error feedback on) well above chance (0.1),
+// and report push_B, the bytes each worker pushed per iteration, from
+// what package ps counted. The key (235,146 float64 gradients) is cut
+// into partitions of -partition/4 elements (ps counts a key's partition
+// in float32 elements), here 100,000, 100,000 and 35,146; of each
+// partition of n a push sends k = ⌈ratio·n⌉ values of 8 bytes, random-k
+// nothing else (push_B is then exact), top-k also each index as a
+// uvarint of its distance from the one before (the first as is): at
+// least 1 byte each and at most the length of n-1's. Every iteration's
+// bytes (-csv, every rank) keep to that, and push_B is their mean over
+// the ranks. Dense would be 8 bytes an element: top-k 1 % is below 1/50
+// of it, random-k 10 % exactly 1/10 (up to the rounding up of k).
+func TestCompressPushes(t *testing.T) {
+	m, _ := newModel("mlp", nil, 1)
+	params := len(m.Params)
+	const partition = 400_000
+	var parts []int
+	for off := 0; off < params; off += partition / 4 {
+		parts = append(parts, min(partition/4, params-off))
+	}
+	if len(parts) != 3 {
+		t.Fatalf("partitions %v", parts)
+	}
+	dense := int64(params) * 8
+	re := regexp.MustCompile(`\[0\] mode=bsp model=mlp .* accuracy=([0-9.]+) .* stats=all push_B=(\d+)\n`)
+	for _, c := range []struct {
+		spec     string
+		num, den int
+	}{{"topk:0.01", 1, 100}, {"randk:0.1", 1, 10}} {
+		t.Run(c.spec, func(t *testing.T) {
+			prefix := filepath.Join(t.TempDir(), "m")
+			res, out := jobtest.Launch(t, 3, []string{"-mode", "bsp", "-model", "mlp", "-data", "synthetic", "-samples", "3000", "-iters", "60", "-batch", "96",
+				"-partition", strconv.Itoa(partition), "-compress", c.spec, "-csv", prefix}, func(lc *launcher.Config) { lc.Strategy = "hub" })
+			r := re.FindStringSubmatch(out)
+			if res.ExitCode != 0 || r == nil {
+				t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+			}
+			acc, _ := strconv.ParseFloat(r[1], 64)
+			if acc < 0.3 {
+				t.Fatalf("accuracy %v:\n%s", acc, out)
+			}
+			var lo, hi int64
+			for _, n := range parts {
+				k := naiveK(n, c.num, c.den)
+				lo += 8 * k
+				hi += 8 * k
+				if strings.HasPrefix(c.spec, "topk") {
+					lo += k
+					hi += k * uvarintBytes(uint64(n-1))
+				}
+			}
+			var sum, rows int64
+			for rank := range 3 {
+				for i, row := range readCSV(t, fmt.Sprintf("%s.%d.csv", prefix, rank))[1:] {
+					if b := atoi(t, row[5]); b < lo || b > hi {
+						t.Fatalf("rank %d iteration %d pushed %d bytes, want %d to %d", rank, i+1, b, lo, hi)
+					}
+					sum += atoi(t, row[5])
+					rows++
+				}
+			}
+			got := atoi(t, r[2])
+			if rows != 180 || got != sum/rows || got < lo || got > hi {
+				t.Fatalf("push_B=%d, want %d to %d, the %d rows' mean %d", got, lo, hi, rows, sum/max(1, rows))
+			}
+			if strings.HasPrefix(c.spec, "topk") && got*50 >= dense || strings.HasPrefix(c.spec, "randk") && got != lo {
+				t.Fatalf("push_B=%d, dense %d, %d values", got, dense, lo/8)
+			}
+			t.Logf("accuracy %.4f, push_B=%d, dense %d (%.4f)", acc, got, dense, float64(got)/float64(dense))
+		})
+	}
+}
+
+// TestCompressDense: in memory (3 ranks, hub BSP), -compress none pushes
+// dense and reports push_B at 8 bytes a parameter, the float64 gradient
+// whole; without -compress the result line has no push_B, as before the
+// flag.
+func TestCompressDense(t *testing.T) {
+	args := []string{"-mode", "bsp", "-data", "synthetic", "-samples", "600", "-iters", "4", "-batch", "60", "-partition", "4096"}
+	wks, outs := inProcess(t, 3, append(args, "-compress", "none"), nil)
+	want := fmt.Sprintf(" push_B=%d\n", 8*len(wks[0].w))
+	if !strings.Contains(outs[0], want) || wks[0].o.compress != (ps.SparseConfig{}) {
+		t.Fatalf("want %q:\n%s", want, outs[0])
+	}
+	_, outs = inProcess(t, 3, args, nil)
+	if !strings.Contains(outs[0], "mode=bsp") || strings.Contains(outs[0], "push_B") {
+		t.Fatalf("no -compress:\n%s", outs[0])
+	}
+}
+
+// TestCompressErrorFeedback: in memory (3 ranks, hub SSP), -compress
+// topk:0.05 keeps error feedback's residual on every worker (what its
+// pushes did not send: finite, not all zero), and ",noef" keeps none
+// (ps refuses to give one).
+func TestCompressErrorFeedback(t *testing.T) {
+	args := []string{"-mode", "ssp", "-data", "synthetic", "-samples", "600", "-iters", "4", "-batch", "60", "-compress"}
+	wks, _ := inProcess(t, 3, append(args, "topk:0.05"), nil)
+	for r, wk := range wks {
+		res := make([]float64, len(wk.w))
+		if err := wk.hub.Residual("w", res); err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		nonzero := 0
+		for _, v := range res {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				t.Fatalf("rank %d: residual %v", r, v)
+			}
+			if v != 0 {
+				nonzero++
+			}
+		}
+		// At most 5 % of each push is sent: most of what is left over
+		// stays in the residual.
+		if nonzero < len(res)/2 {
+			t.Fatalf("rank %d: %d of %d residual elements nonzero", r, nonzero, len(res))
+		}
+	}
+	wks, _ = inProcess(t, 3, append(args, "topk:0.05,noef"), nil)
+	for r, wk := range wks {
+		if err := wk.hub.Residual("w", make([]float64, len(wk.w))); err == nil {
+			t.Fatalf("rank %d: a residual with ,noef", r)
+		}
+	}
+}
+
+// FuzzParseCompress: any -compress either fails with an error that names
+// the flag and the spec, or gives a configuration that ps takes, whose
+// String reads back to the same; "none" and "" are dense.
+func FuzzParseCompress(f *testing.F) {
+	for _, s := range []string{"none", "", "dense", "topk:0.01", "randk:0.1", "randk:0.1,noef", "topk:0.01,codec=zstd", "topk:1,codec=raw,seed=7",
+		"topk", "topk:", "topk:0", "topk:2", "topk:NaN", "randk:-0.1", "foo:0.1", "topk:0.1,codec=lz4", "topk:0.1,bogus", "topk:0.1,seed=-1", "none,noef"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := parseCompress(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), fmt.Sprintf("-compress %q", s)) {
+				t.Fatalf("%q: %v does not name the flag and the spec", s, err)
+			}
+			return
+		}
+		if s == "none" || s == "" {
+			if c != (ps.SparseConfig{}) {
+				t.Fatalf("%q: %+v, want dense", s, c)
+			}
+		}
+		if c.Method != ps.Dense && !(c.Ratio > 0 && c.Ratio <= 1) {
+			t.Fatalf("%q: ratio %v", s, c.Ratio)
+		}
+		again, err := parseCompress(c.String())
+		if err != nil || again != c {
+			t.Fatalf("%q: %+v, printed %q and read back %+v (%v)", s, c, c.String(), again, err)
+		}
+	})
 }
