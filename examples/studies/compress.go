@@ -207,12 +207,25 @@ func compressWith(o options, c compressConfig) (string, error) {
 		rep.f(" (%s)", machine(o))
 	}
 	rep.f(". The CNN (two 5×5 convolutions of 8 and 16 channels with max-pooling, a dense layer of 64, %d parameters), ", params)
-	rep.f("%g epochs of the %s, global batch 128, SGD with learning rate 0.02 and momentum 0.9, seed 1, the same for every method (the settings of `results/studies/accuracy`); ", c.Epochs, trainSetName(c.Train))
+	rep.f("%s of the %s, global batch 128, SGD with learning rate 0.02 and momentum 0.9, seed 1, the same for every method (the settings of `results/studies/accuracy`); ", epochsName(c.Epochs), trainSetName(c.Train))
 	rep.f("test accuracy on %s. ", testSetName(c.Test))
-	rep.f("Every method trains for the same %g epochs, a fixed budget that keeps the whole study near 20 minutes: **0.88 may not be reached within it** (the CNN reached 0.8968 in 6 epochs in `results/studies/accuracy`); `-epochs` runs longer. ", c.Epochs)
+	rep.f("Every method trains for the same %s, a fixed budget (by default %s: about 20 minutes for the whole study on 4 test hosts sharing 2 cores): **0.88 may not be reached within it** (the CNN reached 0.8968 in 6 epochs in `results/studies/accuracy`); `-epochs` runs longer. ",
+		epochsName(c.Epochs), epochsName(defaultCompressConfig(false).Epochs))
 	rep.f("Rank 0 keeps a copy of its weights every %s of training and evaluates them after training: the curves, and the time to each accuracy, linearly interpolated between the copies on either side of it. ", c.curve())
 	rep.f("The methods ran one after the other in the table's order.\n\n")
-	rep.f("Command: `RATE=100mbit bash examples/studies/testnet.sh compress` (brings up 4 test hosts and runs `bin/studies -hosts ... compress`).\n\n")
+	flags := ""
+	if c.Epochs != defaultCompressConfig(false).Epochs {
+		flags = fmt.Sprintf(" -epochs %g", c.Epochs)
+	}
+	if len(o.hosts) > 0 {
+		rate := c.Rate
+		if _, ok := parseRate(rate); !ok {
+			rate = "RATE"
+		}
+		rep.f("Command: `RATE=%s bash examples/studies/testnet.sh%s compress` (brings up 4 test hosts and runs `bin/studies -hosts ...%s compress`).\n\n", rate, flags, flags)
+	} else {
+		rep.f("Command: `bin/studies -np %d%s compress`; on test hosts, `RATE=100mbit bash examples/studies/testnet.sh%s compress`.\n\n", o.np, flags, flags)
+	}
 
 	rep.f("**Methods.**\n\n")
 	rep.f("- float32 (the baseline), fp16, bf16 and float64: the ring, each layer's gradient all-reduced in buckets while backward goes on (`-wire float32|fp16|bf16|full`); fp16 and bf16 are pre-divided by the ranks and summed in float32. float64 is the trainer's default, the reference for what rounding costs.\n")
@@ -233,7 +246,7 @@ func compressWith(o options, c compressConfig) (string, error) {
 	rep.f("\n|%s\n", strings.Repeat(" --- |", 8+2*len(c.Thresholds)))
 	for _, ru := range runs {
 		if !ru.ok() {
-			rep.f("| %s | failed: %s |%s\n", ru.m.name, shorten(firstLine(ru.err.Error()), 160), strings.Repeat(" - |", 6+2*len(c.Thresholds)))
+			rep.f("| %s | failed: %s |%s\n", ru.m.name, shorten(strings.SplitN(ru.err.Error(), "\n", 2)[0], 160), strings.Repeat(" - |", 6+2*len(c.Thresholds)))
 			continue
 		}
 		r := ru.r
@@ -304,6 +317,13 @@ func compressWith(o options, c compressConfig) (string, error) {
 // fmnistTestSamples is the size of Fashion-MNIST's test set.
 const fmnistTestSamples = 10000
 
+func epochsName(e float64) string {
+	if e == 1 {
+		return "1 epoch"
+	}
+	return fmt.Sprintf("%g epochs", e)
+}
+
 func trainSetName(n int) string {
 	if n == 0 {
 		return "whole training set (60,000)"
@@ -321,11 +341,6 @@ func testSetName(n int) string {
 // fmtAcc writes a threshold as 0.85, or with more digits when it has
 // them.
 func fmtAcc(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
-}
 
 // fieldRE is one name=value of a result line (a quoted value may hold
 // spaces).
@@ -499,7 +514,7 @@ func powerSGDWhy(m *nn.Model, c compressConfig, runs []compressRun, np int) stri
 		if bps, ok := parseRate(c.Rate); ok {
 			fmt.Fprintf(&b, " (%.2f ms at %s)", 1000*float64(saved)*8/bps, c.Rate)
 		}
-		b.WriteString(", little next to a step's compute, while the accuracy it would risk is not little. ")
+		b.WriteString(", little next to a step's compute; the accuracy a cruder approximation may cost is the larger risk. ")
 	}
 	fmt.Fprintf(&b, "The first %d steps (%.2f of an epoch at batch 128) average plainly, as PyTorch's start_powerSGD_iter does: the first steps move the weights most and compressing them is what hurts accuracy most; ", c.PowerSGDStart, float64(c.PowerSGDStart)*128/float64(trainSamples(c)))
 	if len(runs) > 0 && runs[0].ok() {
@@ -652,7 +667,7 @@ func whereTimeGoes(runs []compressRun, np, params int, c compressConfig) string 
 	if comm, ok := floatField(base.fields, "comm_s"); ok {
 		perIter := 1000 * comm / float64(max(1, base.iters(np)))
 		hidden, _ := floatField(base.fields, "hidden")
-		fmt.Fprintf(&b, "Its all-reduces ran %.1f ms per iteration, %.0f %% of it behind backward. ", perIter, 100*hidden)
+		fmt.Fprintf(&b, "Its buckets' all-reduces were in flight %.1f ms per iteration (summed over the buckets, which overlap; waiting for slower peers included), %.0f %% of it behind backward. ", perIter, 100*hidden)
 	}
 	if bps, ok := parseRate(c.Rate); ok {
 		sent := base.bytes(np, params).sent
@@ -662,9 +677,25 @@ func whereTimeGoes(runs []compressRun, np, params int, c compressConfig) string 
 	free := (cm + sy) / math.Max(1e-9, cm)
 	fmt.Fprintf(&b, "Compression can remove at most the synchronisation: with free communication a float32-sized step would take %.1f ms, %.2f× faster, ", cm, free)
 	if free < 2 {
-		b.WriteString("so **the 2× target is out of reach of any compression here** for a method that needs as many steps as float32 (compute dominates); only fewer steps to the same accuracy could reach it, and compression does not give those. ")
+		b.WriteString("so **the 2× target is out of reach of any compression here** for a method that needs as many steps as float32 (compute dominates); only fewer steps to the same accuracy could reach it, and none of these methods is meant to take fewer. ")
 	} else {
 		b.WriteString("so the 2× target is within reach in principle: communication is more than half of the step. ")
+	}
+	lo, hi := -1, -1
+	for i, ru := range runs {
+		if !ru.ok() || ru.r.ComputeMs <= 0 {
+			continue
+		}
+		if lo < 0 || ru.r.ComputeMs < runs[lo].r.ComputeMs {
+			lo = i
+		}
+		if hi < 0 || ru.r.ComputeMs > runs[hi].r.ComputeMs {
+			hi = i
+		}
+	}
+	if lo >= 0 && runs[hi].r.ComputeMs > 1.1*runs[lo].r.ComputeMs {
+		fmt.Fprintf(&b, "Mind that compute per iteration, the same model and batch in every run, ranged from %.1f ms (%s) to %.1f ms (%s): differences of that size between the runs come from the shared machine (or a method's own work, such as top-k's selection or PowerSGD's products), not from the wire. ",
+			runs[lo].r.ComputeMs, runs[lo].m.name, runs[hi].r.ComputeMs, runs[hi].m.name)
 	}
 	best, bestRatio := -1, 0.0
 	for i, ru := range runs[1:] {
@@ -724,10 +755,10 @@ func compressConclusions(runs []compressRun, np, params int, c compressConfig, t
 		}
 		switch {
 		case !ok && best < 0:
-			out = append(out, fmt.Sprintf("**Time to %s: not reached** by any method within %g epochs, so the 2× target cannot be judged at %s in this run (run longer with `-epochs`).", fmtAcc(th), c.Epochs, fmtAcc(th)))
+			out = append(out, fmt.Sprintf("**Time to %s: not reached** by any method within %s, so the 2× target cannot be judged at %s in this run (run longer with `-epochs`).", fmtAcc(th), epochsName(c.Epochs), fmtAcc(th)))
 			continue
 		case !ok:
-			out = append(out, fmt.Sprintf("**Time to %s:** float32 did not reach it within %g epochs; %s did, in %.1f s.", fmtAcc(th), c.Epochs, runs[best].m.name, bestT))
+			out = append(out, fmt.Sprintf("**Time to %s:** float32 did not reach it within %s; %s did, in %.1f s, so the speed-up has no baseline (run longer with `-epochs`).", fmtAcc(th), epochsName(c.Epochs), runs[best].m.name, bestT))
 			continue
 		case best < 0:
 			out = append(out, fmt.Sprintf("**Time to %s:** float32 reached it in %.1f s; no other method did.", fmtAcc(th), bt))
@@ -737,6 +768,9 @@ func compressConclusions(runs []compressRun, np, params int, c compressConfig, t
 		verdict := "the 2× target is met"
 		if sp < 2 {
 			verdict = "the 2× target is **missed**"
+		}
+		if i < len(c.Thresholds)-1 {
+			verdict = fmt.Sprintf("(the 2× target is judged at %s)", fmtAcc(c.Thresholds[len(c.Thresholds)-1]))
 		}
 		if sp < 1 {
 			verdict += "; float32 itself is the fastest"
@@ -750,7 +784,11 @@ func compressConclusions(runs []compressRun, np, params int, c compressConfig, t
 			continue
 		}
 		bt := ru.bytes(np, params).total()
-		out = append(out, fmt.Sprintf("%s: %.2f× float32's bytes per iteration, %.2f× its time per iteration.", ru.m.name, float64(bt)/float64(max(1, b32)), ru.r.IterMs/base.r.IterMs))
+		ratio := fmt.Sprintf("%.2f×", float64(bt)/float64(max(1, b32)))
+		if after, ok := ru.powerSGDAfterWarmup(np, params, c.PowerSGDStart); ok && ru.m.file == "powersgd" {
+			ratio = fmt.Sprintf("%.3f× (after its warm-up; %s over the run)", float64(after)/float64(max(1, b32)), ratio)
+		}
+		out = append(out, fmt.Sprintf("%s: bytes per iteration %s float32's; time per iteration %.2f×.", ru.m.name, ratio, ru.r.IterMs/base.r.IterMs))
 	}
 	if ru, ok := findRun(runs, "topk"); ok && ru.ok() {
 		b := ru.bytes(np, params)

@@ -21,10 +21,10 @@ import (
 	"github.com/gorun/gorun/ps"
 )
 
-// naiveReach walks each segment of the curve in fine steps and returns
+// naiveReachCurve walks each segment of the curve in fine steps and returns
 // the first x whose interpolated accuracy is at least th, and the step's
 // length (the answer's tolerance).
-func naiveReach(pts []point, th float64, x func(point) float64) (float64, float64, bool) {
+func naiveReachCurve(pts []point, th float64, x func(point) float64) (float64, float64, bool) {
 	if len(pts) > 0 && pts[0].Accuracy >= th {
 		return x(pts[0]), 0, true
 	}
@@ -41,9 +41,9 @@ func naiveReach(pts []point, th float64, x func(point) float64) (float64, float6
 	return 0, 0, false
 }
 
-// randomCurve is a learning curve of n copies: rising times, steps that
+// randomLearningCurve is a learning curve of n copies: rising times, steps that
 // rise or repeat, accuracies anywhere (some equal to th, some repeated).
-func randomCurve(rng *rand.Rand, n int, th float64) []point {
+func randomLearningCurve(rng *rand.Rand, n int, th float64) []point {
 	pts := make([]point, n)
 	t, it := 0.0, 0
 	for i := range pts {
@@ -69,10 +69,10 @@ func TestReach(t *testing.T) {
 	for trial := range 3000 {
 		n := []int{0, 1, 2, 3, 5, 7, 11, 13}[trial%8]
 		th := rng.Float64()
-		pts := randomCurve(rng, n, th)
+		pts := randomLearningCurve(rng, n, th)
 		for name, x := range xs {
 			got, ok := reach(pts, th, x)
-			want, tol, wok := naiveReach(pts, th, x)
+			want, tol, wok := naiveReachCurve(pts, th, x)
 			if ok != wok || ok && math.Abs(got-want) > tol+1e-9 {
 				t.Fatalf("trial %d, %s, th %v: reach = %v, %v; naive %v±%v, %v\n%+v", trial, name, th, got, ok, want, tol, wok, pts)
 			}
@@ -221,8 +221,8 @@ func TestParseRate(t *testing.T) {
 	}
 }
 
-// cnnParams is the study's model size.
-func cnnParams(t *testing.T) int {
+// compressParams is the study's model size.
+func compressParams(t *testing.T) int {
 	m, err := nn.NewCNN(nn.Shape{H: 28, W: 28, C: 1}, 8, 16, 64, 10, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -230,8 +230,8 @@ func cnnParams(t *testing.T) int {
 	return len(m.Params)
 }
 
-// buildJob builds gorun and the trainer into a temporary directory.
-func buildJob(t *testing.T) (gorun, trainer string) {
+// compressBuild builds gorun and the trainer into a temporary directory.
+func compressBuild(t *testing.T) (gorun, trainer string) {
 	t.Helper()
 	bin := t.TempDir()
 	for name, pkg := range map[string]string{"gorun": "../../cmd/gorun", "fmnist": "../fmnist"} {
@@ -244,7 +244,7 @@ func buildJob(t *testing.T) (gorun, trainer string) {
 	return filepath.Join(bin, "gorun"), filepath.Join(bin, "fmnist")
 }
 
-func needFashionMNIST(t *testing.T) {
+func compressNeedData(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); err != nil {
 		t.Fatalf("the real Fashion-MNIST is needed: apt-get install dataset-fashion-mnist (%v)", err)
@@ -256,9 +256,9 @@ func needFashionMNIST(t *testing.T) {
 // its -csv rows (bytes_sent): a ring of float64 and of float32.
 func TestCompressBytes(t *testing.T) {
 	proctest.SkipShort(t)
-	needFashionMNIST(t)
-	gorun, trainer := buildJob(t)
-	params := cnnParams(t)
+	compressNeedData(t)
+	gorun, trainer := compressBuild(t)
+	params := compressParams(t)
 	for _, np := range []int{2, 3} {
 		for _, m := range []compressMethod{{name: "float64", file: "float64", ring: true}, {name: "float32", file: "float32", ring: true}} {
 			wire := map[string]string{"float64": "full", "float32": "float32"}[m.file]
@@ -275,8 +275,8 @@ func TestCompressBytes(t *testing.T) {
 			}
 			got := ru.bytes(np, params)
 			for rank := range np {
-				rows := readCSV(t, fmt.Sprintf("%s.%d.csv", prefix, rank))
-				col := column(t, rows, "bytes_sent")
+				rows := compressReadCSV(t, fmt.Sprintf("%s.%d.csv", prefix, rank))
+				col := compressColumn(t, rows, "bytes_sent")
 				for i, row := range rows[1:] {
 					if v, err := strconv.ParseInt(row[col], 10, 64); err != nil || v != got.sent {
 						t.Fatalf("%s, %d ranks, rank %d, iteration %d: the trainer counted %q bytes, the study %d (computed %v)", m.name, np, rank, i, row[col], got.sent, got.computed)
@@ -287,7 +287,7 @@ func TestCompressBytes(t *testing.T) {
 	}
 }
 
-func readCSV(t *testing.T, path string) [][]string {
+func compressReadCSV(t *testing.T, path string) [][]string {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -301,7 +301,7 @@ func readCSV(t *testing.T, path string) [][]string {
 	return rows
 }
 
-func column(t *testing.T, rows [][]string, name string) int {
+func compressColumn(t *testing.T, rows [][]string, name string) int {
 	t.Helper()
 	for i, h := range rows[0] {
 		if h == name {
@@ -321,8 +321,8 @@ func column(t *testing.T, rows [][]string, name string) int {
 // charts with an SVG beside each.
 func TestCompressQuick(t *testing.T) {
 	proctest.SkipShort(t)
-	needFashionMNIST(t)
-	gorun, trainer := buildJob(t)
+	compressNeedData(t)
+	gorun, trainer := compressBuild(t)
 	out := t.TempDir()
 	var log bytes.Buffer
 	o := options{gorun: gorun, trainer: trainer, out: out, date: "test", np: 2, quick: true, log: &log}
@@ -336,7 +336,7 @@ func TestCompressQuick(t *testing.T) {
 	}
 	text := string(b)
 	c := defaultCompressConfig(true)
-	methods, err := compressMethods(c, o.np, cnnParams(t))
+	methods, err := compressMethods(c, o.np, compressParams(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func TestCompressQuick(t *testing.T) {
 		t.Fatalf("%d table rows for %d methods:\n%s", len(rows), len(methods), text)
 	}
 	curves := map[string][]point{}
-	cr := readCSV(t, filepath.Join(out, "compress-test", "curves.csv"))
+	cr := compressReadCSV(t, filepath.Join(out, "compress-test", "curves.csv"))
 	for _, r := range cr[1:] {
 		p := point{T: atof(r[1]), Iter: atoi(r[2]), Accuracy: atof(r[3])}
 		curves[r[0]] = append(curves[r[0]], p)
@@ -376,7 +376,7 @@ func TestCompressQuick(t *testing.T) {
 		accOf[m.file] = acc
 		for i, th := range c.Thresholds {
 			tc, sc := cells[8+2*i], cells[9+2*i]
-			want, tol, ok := naiveReach(pts, th, func(p point) float64 { return p.T })
+			want, tol, ok := naiveReachCurve(pts, th, func(p point) float64 { return p.T })
 			if !ok {
 				if tc != "not reached" || sc != "-" {
 					t.Fatalf("%s: %v not reached on the curve, the table says %q, %q", m.name, th, tc, sc)
@@ -387,11 +387,11 @@ func TestCompressQuick(t *testing.T) {
 			if _, err := fmt.Sscanf(tc, "%g (step %g)", &got, &step); err != nil || math.Abs(got-want) > tol+0.05+0.002*want {
 				t.Fatalf("%s: time to %v %q in the table, %v on the curve (%v)", m.name, th, tc, want, err)
 			}
-			wantStep, stol, _ := naiveReach(pts, th, func(p point) float64 { return float64(p.Iter) })
+			wantStep, stol, _ := naiveReachCurve(pts, th, func(p point) float64 { return float64(p.Iter) })
 			if math.Abs(step-wantStep) > stol+0.5 {
 				t.Fatalf("%s: step to %v %q in the table, %v on the curve", m.name, th, tc, wantStep)
 			}
-			bt, _, bok := naiveReach(curves["float32"], th, func(p point) float64 { return p.T })
+			bt, _, bok := naiveReachCurve(curves["float32"], th, func(p point) float64 { return p.T })
 			switch {
 			case !bok:
 				if sc != "float32 did not" {
@@ -433,12 +433,12 @@ func TestCompressQuick(t *testing.T) {
 			t.Fatalf("no %q in the report:\n%s", s, text)
 		}
 	}
-	checkCharts(t, out, text, 2)
+	compressCheckCharts(t, out, text, 2)
 }
 
-// checkCharts checks that the report links want PNG charts that decode,
+// compressCheckCharts checks that the report links want PNG charts that decode,
 // each with an SVG beside it.
-func checkCharts(t *testing.T, out, text string, want int) {
+func compressCheckCharts(t *testing.T, out, text string, want int) {
 	t.Helper()
 	imgs := regexp.MustCompile(`\]\(([^)]+\.png)\)`).FindAllStringSubmatch(text, -1)
 	if len(imgs) != want {
@@ -490,5 +490,37 @@ func TestCompressFailures(t *testing.T) {
 	if n := len(regexp.MustCompile(`(?m)^\| [^|]+ \| failed: `).FindAllString(string(b), -1)); n != 6 {
 		t.Fatalf("%d failed rows, want 6:\n%s", n, b)
 	}
-	checkCharts(t, out, string(b), 0)
+	compressCheckCharts(t, out, string(b), 0)
+}
+
+// FuzzResultFields: any output parses without a panic, and a result line
+// built from the fuzzer's numbers gives them back.
+func FuzzResultFields(f *testing.F) {
+	f.Add("[0] mode=ring model=cnn straggler=\"none\" wire_B=217260\n", int64(5016), int64(0))
+	f.Add("[1] mode=bsp push_B=1\n[0] mode=bsp model=cnn push_B=5016 stats=all\n", int64(1), int64(1<<40))
+	f.Add("[0] mode=\"\n[0] mode= =x \"unterminated", int64(-1), int64(7))
+	f.Fuzz(func(t *testing.T, out string, wire, push int64) {
+		_ = resultFields(out)
+		line := fmt.Sprintf("[0] mode=ring model=cnn straggler=\"rank 1 x2\" wire_B=%d push_B=%d", wire, push)
+		fs := resultFields(strings.ReplaceAll(out, "[0] mode=", "[0] other=") + "\n" + line + "\n" + out)
+		if v, ok := intField(fs, "wire_B"); !ok || v != wire {
+			t.Fatalf("wire_B %d, %v; want %d", v, ok, wire)
+		}
+		if v, ok := intField(fs, "push_B"); !ok || v != push {
+			t.Fatalf("push_B %d, %v; want %d", v, ok, push)
+		}
+	})
+}
+
+// FuzzParseRate: any string is a positive finite rate or none.
+func FuzzParseRate(f *testing.F) {
+	for _, s := range []string{"100mbit", "1gbit", "2.5Gbit", "100mbps", "", "1e9bit", "99999999999999999999999999999tbit"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, ok := parseRate(s)
+		if ok && !(v > 0 && !math.IsInf(v, 0)) {
+			t.Fatalf("parseRate(%q) = %v", s, v)
+		}
+	})
 }
