@@ -299,7 +299,7 @@ func compressWith(o options, c compressConfig) (string, error) {
 	}
 
 	rep.f("## Where the time goes\n\n")
-	rep.f("%s\n\n", whereTimeGoes(runs, o.np, params, c))
+	rep.f("%s\n\n", whereTimeGoes(runs, o.np, params, c, len(o.hosts) > 0 || len(o.launch) == 0))
 	rep.f("## Conclusions\n\n")
 	for _, s := range compressConclusions(runs, o.np, params, c, testN) {
 		rep.f("- %s\n", s)
@@ -655,7 +655,10 @@ func parseRate(s string) (float64, bool) {
 
 // whereTimeGoes splits float32's iteration into compute and
 // synchronisation and says what that leaves for compression.
-func whereTimeGoes(runs []compressRun, np, params int, c compressConfig) string {
+//
+// shared says the ranks ran on this machine (locally, or on test hosts
+// that are network namespaces of it), sharing its cores.
+func whereTimeGoes(runs []compressRun, np, params int, c compressConfig, shared bool) string {
 	base := runs[0]
 	if !base.ok() {
 		return "float32's run failed: nothing to compare against."
@@ -673,7 +676,11 @@ func whereTimeGoes(runs []compressRun, np, params int, c compressConfig) string 
 		sent := base.bytes(np, params).sent
 		fmt.Fprintf(&b, "At %s a rank's %d bytes take %.1f ms on its link alone. ", c.Rate, sent, 1000*float64(sent)*8/bps)
 	}
-	fmt.Fprintf(&b, "Sync also holds the wait for the slowest rank's compute: %d ranks share %s. ", np, machine(options{}))
+	b.WriteString("Sync also holds the wait for the slowest rank's compute")
+	if shared {
+		fmt.Fprintf(&b, ": %d ranks share %s", np, machine(options{}))
+	}
+	b.WriteString(". ")
 	free := (cm + sy) / math.Max(1e-9, cm)
 	fmt.Fprintf(&b, "Compression can remove at most the synchronisation: with free communication a float32-sized step would take %.1f ms, %.2f× faster, ", cm, free)
 	if free < 2 {
@@ -710,7 +717,7 @@ func whereTimeGoes(runs []compressRun, np, params int, c compressConfig) string 
 		fmt.Fprintf(&b, "The fastest step measured: %s, %.1f ms (%.1f compute, %.1f sync), %.2f× float32's. ", ru.m.name, ru.r.IterMs, ru.r.ComputeMs, ru.r.SyncMs, bestRatio)
 	}
 	cores := float64(runtime.NumCPU())
-	if share := cores / float64(np); share < 1 {
+	if share := cores / float64(np); shared && share < 1 {
 		pc := cm * share
 		fmt.Fprintf(&b, "A projection, not a measure: with a core per rank, compute would be about %.1f ms (%.0f cores for %d ranks here), and free communication would make the step %.2f× faster than float32's (%.1f ms of sync unchanged).",
 			pc, cores, np, (pc+sy)/math.Max(1e-9, pc), sy)
@@ -740,7 +747,7 @@ func compressConclusions(runs []compressRun, np, params int, c compressConfig, t
 		if math.Abs(d) > 0.5 {
 			verdict = "**missed**"
 		}
-		out = append(out, fmt.Sprintf("**%s accuracy: target %s.** %.4f against float32's %.4f, %+.2f points (target: within 0.5). On %d test samples one accuracy's standard error is about %.2f points, so a difference below ~%.1f points is within the noise of the evaluation alone, before the training's own.",
+		out = append(out, fmt.Sprintf("**%s accuracy: target %s.** %.4f against float32's %.4f, %+.2f points (target: within 0.5). For scale: on %d test samples one accuracy's standard error is about %.2f points, and two standard errors of the difference of two independent accuracies %.2f points (the methods share the test set, so the difference's own noise is smaller; the training's, from a different trajectory, comes on top).",
 			ru.m.name, verdict, ru.r.Accuracy, base.r.Accuracy, d, testN, 100*se(base.r.Accuracy), 200*math.Sqrt(2)*se(base.r.Accuracy)))
 	}
 	// Time to accuracy.
