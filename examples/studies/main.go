@@ -16,6 +16,12 @@
 //	                        largest model under a memory limit
 //	studies accuracy        each model's test accuracy on the whole set
 //	                        against the targets; ring against hub BSP
+//	studies assign          LB-BSP's optimal share rule (gorun --hub-share)
+//	                        against its proportional heuristic and equal
+//	                        shares, with two ranks slowed: time per epoch,
+//	                        idle shares, the solver's objective, a deadline
+//	studies pipeline        the data pipeline's -standardize, -filter and
+//	                        -sampling: accuracy and loss over several seeds
 //
 // Every run is a real job: `gorun [-launch flags] -np N fmnist ...`, so a
 // study runs on your own hosts with -launch '--ssh "ssh -F cfg" -hostfile
@@ -76,7 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.date, "date", time.Now().Format("2006-01-02"), "date in the report's name")
 	fs.BoolVar(&o.quick, "quick", false, "a small, fast version (for tests)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: studies [flags] paramhub|orchestration|horovod|ringtmp|accuracy")
+		fmt.Fprintln(stderr, "usage: studies [flags] paramhub|orchestration|horovod|ringtmp|accuracy|assign|pipeline")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -108,6 +114,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		path, err = ringTMP(o)
 	case "accuracy":
 		path, err = accuracy(o)
+	case "assign":
+		path, err = assignStudy(o)
+	case "pipeline":
+		path, err = pipelineStudy(o)
 	default:
 		fs.Usage()
 		return 2

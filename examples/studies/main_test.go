@@ -42,7 +42,7 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// TestStudiesQuick runs both studies in their small versions with real
+// TestStudiesQuick runs every study in its small version with real
 // jobs (2 ranks, the real Fashion-MNIST): each writes its report, whose
 // table holds what the jobs printed, and charts that are PNG images with
 // an SVG beside each.
@@ -60,75 +60,107 @@ func TestStudiesQuick(t *testing.T) {
 		}
 	}
 	out := t.TempDir()
-	for _, study := range []string{"paramhub", "orchestration", "horovod", "ringtmp", "accuracy"} {
-		var stdout, stderr bytes.Buffer
-		code := run([]string{"-quick", "-np", "2", "-gorun", filepath.Join(bin, "gorun"), "-trainer", filepath.Join(bin, "fmnist"), "-out", out, "-date", "test", study}, &stdout, &stderr)
-		if code != 0 {
-			t.Fatalf("%s: exit %d\n%s", study, code, stderr.String())
+	for _, study := range []string{"paramhub", "orchestration", "horovod", "ringtmp", "accuracy", "assign", "pipeline"} {
+		t.Run(study, func(t *testing.T) { quickStudy(t, study, bin, out) })
+	}
+}
+
+// quickStudy runs one study's small version with the binaries in bin,
+// its report in out, and checks the report.
+func quickStudy(t *testing.T, study, bin, out string) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-quick", "-np", "2", "-gorun", filepath.Join(bin, "gorun"), "-trainer", filepath.Join(bin, "fmnist"), "-out", out, "-date", "test", study}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("%s: exit %d\n%s", study, code, stderr.String())
+	}
+	report := strings.TrimSpace(stdout.String())
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	// Every accuracy the jobs printed is in the report's table.
+	jobs := 0
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		if strings.HasPrefix(line, "+ ") && strings.Contains(line, "gorun ") {
+			jobs++
 		}
-		report := strings.TrimSpace(stdout.String())
-		b, err := os.ReadFile(report)
+	}
+	rowRE := map[string]string{
+		"paramhub":      `(?m)^\| [0-9]+ \| [^|]+ \| .*\| 0\.[0-9]{4} \|`,
+		"orchestration": `(?m)^\| [0-9]+ \| [^|]+ \| .*\| 0\.[0-9]{4} \|`,
+		"horovod":       `(?m)^\| local \| [0-9]+ \| .*\| 0\.[0-9]{4} \|$`,
+		// 2 idle runs, 2 runs without a failure and 4 kill drills, 2
+		// widths x 2 strategies under a limit.
+		"ringtmp":  `(?m)^\| (ring|hub BSP) \| 2 \| .*\| 0\.[0-9]{4} \|$|^\| (ring|elastic ring|elastic ring \+ rejoin|elastic hub BSP) \| (none|SIGKILL|SIGSTOP) \| .* \|$|^\| [0-9]+,[0-9]+ \| [0-9]+ \| [0-9.]+ \| (ok|fails[^|]*) \| (ok|fails[^|]*) \|$`,
+		"accuracy": `(?m)^\| (softmax|mlp|cnn) \| [0-9]+ \| .*\| 0\.[0-9]{4} \| .*\|$`,
+		// One row per configuration (a failed one says so).
+		"assign": `(?m)^\| (BSP \(equal shares\)|LB-BSP \(proportional\)|solver, [a-z ]+) \| ([0-9.]+|—) \| [0-9]+ \| [0-9., ]+ \| [0-9., ]* \| (0\.[0-9]{4}|failed: .*) \|$`,
+		// One row per run (variant and seed).
+		"pipeline": `(?m)^\| (raw pixels|standardized)[^|]* \| [0-9]+ \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \| 0\.[0-9]{4} \|$`,
+	}[study]
+	rows := regexp.MustCompile(rowRE).FindAllString(text, -1)
+	want := jobs
+	switch study {
+	case "ringtmp":
+		want = jobs - 2 // each width's row holds two jobs
+	case "accuracy":
+		want = jobs - 2 // the ring-against-hub pair is a sentence
+		if !regexp.MustCompile(`Ring against hub BSP, .*: test accuracy 0\.[0-9]{4} and 0\.[0-9]{4}, difference 0\.[0-9]{4}`).MatchString(text) {
+			t.Fatalf("accuracy: no ring-against-hub line:\n%s", text)
+		}
+	}
+	if jobs == 0 || len(rows) != want || !strings.Contains(text, "The whole study took") {
+		t.Fatalf("%s: %d jobs, %d table rows:\n%s", study, jobs, len(rows), text)
+	}
+	if study == "ringtmp" {
+		checkResilience(t, text)
+	}
+	if study == "assign" {
+		checkAssign(t, text, stderr.String())
+	}
+	if study == "pipeline" && !regexp.MustCompile(`\*\*On this data the survey's claim (holds|does not hold|holds only in part)\*\*: `).MatchString(text) {
+		t.Fatalf("pipeline: no closing sentence on the survey's claim:\n%s", text)
+	}
+	if study == "ringtmp" && (!strings.Contains(text, "| 64,64 | 55050 | 0.4 | ok | ok |") || !regexp.MustCompile(`\| 4096,4096 \| 20037642 \| 152\.9 \| fails \(exit [0-9]+: rank [01] out of memory\) \|`).MatchString(text)) {
+		t.Fatalf("ringtmp: the small model must fit and the ring must run out of memory with the big one:\n%s", text)
+	}
+	for _, img := range regexp.MustCompile(`\]\(([^)]+\.png)\)`).FindAllStringSubmatch(text, -1) {
+		f, err := os.Open(filepath.Join(out, img[1]))
 		if err != nil {
 			t.Fatal(err)
 		}
-		text := string(b)
-		// Every accuracy the jobs printed is in the report's table.
-		jobs := 0
-		for _, line := range strings.Split(stderr.String(), "\n") {
-			if strings.HasPrefix(line, "+ ") && strings.Contains(line, "gorun ") {
-				jobs++
-			}
+		if _, err := png.Decode(f); err != nil {
+			t.Fatalf("%s: %v", img[1], err)
 		}
-		rowRE := map[string]string{
-			"paramhub":      `(?m)^\| [0-9]+ \| [^|]+ \| .*\| 0\.[0-9]{4} \|`,
-			"orchestration": `(?m)^\| [0-9]+ \| [^|]+ \| .*\| 0\.[0-9]{4} \|`,
-			"horovod":       `(?m)^\| local \| [0-9]+ \| .*\| 0\.[0-9]{4} \|$`,
-			// 2 idle runs, 2 runs without a failure and 4 kill drills, 2
-			// widths x 2 strategies under a limit.
-			"ringtmp":  `(?m)^\| (ring|hub BSP) \| 2 \| .*\| 0\.[0-9]{4} \|$|^\| (ring|elastic ring|elastic ring \+ rejoin|elastic hub BSP) \| (none|SIGKILL|SIGSTOP) \| .* \|$|^\| [0-9]+,[0-9]+ \| [0-9]+ \| [0-9.]+ \| (ok|fails[^|]*) \| (ok|fails[^|]*) \|$`,
-			"accuracy": `(?m)^\| (softmax|mlp|cnn) \| [0-9]+ \| .*\| 0\.[0-9]{4} \| .*\|$`,
-		}[study]
-		rows := regexp.MustCompile(rowRE).FindAllString(text, -1)
-		want := jobs
-		switch study {
-		case "ringtmp":
-			want = jobs - 2 // each width's row holds two jobs
-		case "accuracy":
-			want = jobs - 2 // the ring-against-hub pair is a sentence
-			if !regexp.MustCompile(`Ring against hub BSP, .*: test accuracy 0\.[0-9]{4} and 0\.[0-9]{4}, difference 0\.[0-9]{4}`).MatchString(text) {
-				t.Fatalf("accuracy: no ring-against-hub line:\n%s", text)
-			}
+		f.Close()
+		svg := strings.TrimSuffix(img[1], ".png") + ".svg"
+		b, err := os.ReadFile(filepath.Join(out, svg))
+		if err != nil {
+			t.Fatal(err)
 		}
-		if jobs == 0 || len(rows) != want || !strings.Contains(text, "The whole study took") {
-			t.Fatalf("%s: %d jobs, %d table rows:\n%s", study, jobs, len(rows), text)
+		var doc struct {
+			XMLName xml.Name `xml:"svg"`
 		}
-		if study == "ringtmp" {
-			checkResilience(t, text)
+		if err := xml.Unmarshal(b, &doc); err != nil {
+			t.Fatalf("%s: %v", svg, err)
 		}
-		if study == "ringtmp" && (!strings.Contains(text, "| 64,64 | 55050 | 0.4 | ok | ok |") || !regexp.MustCompile(`\| 4096,4096 \| 20037642 \| 152\.9 \| fails \(exit [0-9]+: rank [01] out of memory\) \|`).MatchString(text)) {
-			t.Fatalf("ringtmp: the small model must fit and the ring must run out of memory with the big one:\n%s", text)
-		}
-		for _, img := range regexp.MustCompile(`\]\(([^)]+\.png)\)`).FindAllStringSubmatch(text, -1) {
-			f, err := os.Open(filepath.Join(out, img[1]))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := png.Decode(f); err != nil {
-				t.Fatalf("%s: %v", img[1], err)
-			}
-			f.Close()
-			svg := strings.TrimSuffix(img[1], ".png") + ".svg"
-			b, err := os.ReadFile(filepath.Join(out, svg))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var doc struct {
-				XMLName xml.Name `xml:"svg"`
-			}
-			if err := xml.Unmarshal(b, &doc); err != nil {
-				t.Fatalf("%s: %v", svg, err)
-			}
-		}
+	}
+}
+
+// checkAssign checks the quick assign study: the three solver runs went
+// through gorun --hub-share, and the report compares each with the
+// heuristic on its own objective and says whether each rule meets the
+// deadline (or that the solver's run failed).
+func checkAssign(t *testing.T, text, jobs string) {
+	t.Helper()
+	if n := strings.Count(jobs, " --hub-share optimal:"); n != 3 {
+		t.Fatalf("assign: %d jobs with --hub-share, want 3:\n%s", n, jobs)
+	}
+	verdicts := regexp.MustCompile(`(?m)^- (Time first|Resource first|Deadline \(makespan with the overhead\)): (the median iteration's objective is [0-9.]+ ms with the solver against [0-9.]+ ms with the heuristic \([-+][0-9.]+ %\): the solver \*\*(beats|matches|loses to)\*\*|the run failed)`).FindAllString(text, -1)
+	deadline := regexp.MustCompile(`(?m)^- Deadline [0-9.]+ ms \(with the declared overhead\): the solver \*\*(meets|misses)\*\* it .* the heuristic \*\*(meets|misses)\*\* it|^- Deadline: the solver's run failed`)
+	if len(verdicts) != 3 || !deadline.MatchString(text) || !strings.Contains(text, "What the trainer lacks to make this a real test") {
+		t.Fatalf("assign: the checks are missing (%d verdicts):\n%s", len(verdicts), text)
 	}
 }
 
