@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/csv"
+	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"image/png"
@@ -252,19 +253,30 @@ func compressNeedData(t *testing.T) {
 }
 
 // TestCompressBytes checks the bytes the study computes where the trainer
-// prints none against what the trainer counts itself, per iteration, in
-// its -csv rows (bytes_sent): a ring of float64 and of float32.
+// prints none against what the trainer counts itself, iteration by
+// iteration: a ring of float64 and of float32 (the -csv rows'
+// bytes_sent), and top-k's dense pull through the study's hubs (the
+// -metrics lines' bytes_recv, with push_B the mean of their bytes_sent).
+// Each method runs as the study runs it, for 3 iterations.
 func TestCompressBytes(t *testing.T) {
 	proctest.SkipShort(t)
 	compressNeedData(t)
 	gorun, trainer := compressBuild(t)
 	params := compressParams(t)
 	for _, np := range []int{2, 3} {
-		for _, m := range []compressMethod{{name: "float64", file: "float64", ring: true}, {name: "float32", file: "float32", ring: true}} {
-			wire := map[string]string{"float64": "full", "float32": "float32"}[m.file]
+		methods, err := compressMethods(defaultCompressConfig(true), np, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range methods {
+			if m.file != "float32" && m.file != "float64" && m.file != "topk" {
+				continue
+			}
 			prefix := filepath.Join(t.TempDir(), m.file)
-			cmd := exec.Command(gorun, "-np", strconv.Itoa(np), trainer, "-mode", "ring", "-model", "cnn", "-wire", wire, "-train", "600", "-test", "100",
-				"-iters", "3", "-batch", "128", "-seed", "1", "-csv", prefix)
+			args := append(append([]string{"-np", strconv.Itoa(np)}, m.gorun...), trainer)
+			args = append(append(args, m.args...), "-model", "cnn", "-train", "600", "-test", "100", "-iters", "3", "-batch", "128", "-seed", "1",
+				"-csv", prefix, "-metrics", prefix)
+			cmd := exec.Command(gorun, args...)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("%v: %v\n%s", cmd.Args, err, out)
@@ -274,14 +286,40 @@ func TestCompressBytes(t *testing.T) {
 				t.Fatalf("no result line:\n%s", out)
 			}
 			got := ru.bytes(np, params)
-			for rank := range np {
-				rows := compressReadCSV(t, fmt.Sprintf("%s.%d.csv", prefix, rank))
-				col := compressColumn(t, rows, "bytes_sent")
-				for i, row := range rows[1:] {
-					if v, err := strconv.ParseInt(row[col], 10, 64); err != nil || v != got.sent {
-						t.Fatalf("%s, %d ranks, rank %d, iteration %d: the trainer counted %q bytes, the study %d (computed %v)", m.name, np, rank, i, row[col], got.sent, got.computed)
+			if m.ring {
+				for rank := range np {
+					rows := compressReadCSV(t, fmt.Sprintf("%s.%d.csv", prefix, rank))
+					col := compressColumn(t, rows, "bytes_sent")
+					for i, row := range rows[1:] {
+						if v, err := strconv.ParseInt(row[col], 10, 64); err != nil || v != got.sent {
+							t.Fatalf("%s, %d ranks, rank %d, iteration %d: the trainer counted %q bytes, the study %d (computed %v)", m.name, np, rank, i, row[col], got.sent, got.computed)
+						}
 					}
 				}
+				continue
+			}
+			var pushed, iters int64
+			for rank := range np {
+				b, err := os.ReadFile(fmt.Sprintf("%s.%d", prefix, rank))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+					var it struct {
+						Sent int64 `json:"bytes_sent"`
+						Recv int64 `json:"bytes_recv"`
+					}
+					if err := json.Unmarshal([]byte(line), &it); err != nil {
+						t.Fatalf("%s: %q: %v", m.name, line, err)
+					}
+					if it.Recv != got.pull || !got.pullComp && !strings.Contains(string(out), "pull_B=") {
+						t.Fatalf("%s, %d ranks, rank %d: pulled %d bytes, the study says %d (computed %v)", m.name, np, rank, it.Recv, got.pull, got.pullComp)
+					}
+					pushed, iters = pushed+it.Sent, iters+1
+				}
+			}
+			if iters != int64(3*np) || got.sent != pushed/iters {
+				t.Fatalf("%s, %d ranks: %d bytes pushed over %d iterations; push_B %d", m.name, np, pushed, iters, got.sent)
 			}
 		}
 	}
