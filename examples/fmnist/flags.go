@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gorun/gorun/collective"
 	"github.com/gorun/gorun/ps"
@@ -117,6 +119,106 @@ func checkExchange(o options) error {
 		return fmt.Errorf("-powersgd with -wire %s: pick one (PowerSGD sends float32 low-rank factors at full precision)", o.wireName)
 	case o.powersgdStart < 0:
 		return fmt.Errorf("-powersgd-start %d: want iterations, 0 or more", o.powersgdStart)
+	}
+	return nil
+}
+
+// rankOverhead is one rank's -overhead: the time it pays every
+// iteration outside its compute.
+type rankOverhead struct {
+	rank int
+	d    time.Duration
+}
+
+// overheads is -overhead: each listed rank once, in rank order.
+type overheads []rankOverhead
+
+// of is rank's overhead (0 when it is not listed).
+func (ov overheads) of(rank int) time.Duration {
+	for _, x := range ov {
+		if x.rank == rank {
+			return x.d
+		}
+	}
+	return 0
+}
+
+// String writes ov as -overhead reads it: the ranks of each duration
+// together, in the order of their lowest rank ("0:5ms;2,3:20ms"), or
+// "none".
+func (ov overheads) String() string {
+	if len(ov) == 0 {
+		return "none"
+	}
+	var groups []string
+	done := make([]bool, len(ov))
+	for i, x := range ov {
+		if done[i] {
+			continue
+		}
+		var ranks []int
+		for j := i; j < len(ov); j++ {
+			if !done[j] && ov[j].d == x.d {
+				done[j] = true
+				ranks = append(ranks, ov[j].rank)
+			}
+		}
+		groups = append(groups, ints(ranks)+":"+x.d.String())
+	}
+	return strings.Join(groups, ";")
+}
+
+// parseOverhead reads -overhead: "none" or "" for none, or
+// RANKS:DURATION entries separated by semicolons, RANKS job ranks
+// separated by commas and DURATION a Go duration of 0 or more ("2,3:20ms",
+// "0:5ms;2,3:20ms"), each rank at most once. Whether the ranks are in the
+// job is checkOverhead's (it needs the job's size).
+func parseOverhead(s string) (overheads, error) {
+	if t := strings.TrimSpace(s); t == "" || t == "none" {
+		return nil, nil
+	}
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("-overhead %q: %s (want RANKS:DURATION[;RANKS:DURATION...], e.g. 2,3:20ms or 0:5ms;2,3:20ms, or none)", s, fmt.Sprintf(format, a...))
+	}
+	var ov overheads
+	for _, entry := range strings.Split(s, ";") {
+		ranks, dur, ok := strings.Cut(entry, ":")
+		if !ok {
+			return nil, bad("%q has no RANKS: before its duration", entry)
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(dur))
+		if err != nil {
+			return nil, bad("%q is not a duration", strings.TrimSpace(dur))
+		}
+		if d < 0 {
+			return nil, bad("duration %v is negative", d)
+		}
+		for _, f := range strings.Split(ranks, ",") {
+			r, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || r < 0 {
+				return nil, bad("%q is not a rank", f)
+			}
+			if ov.has(r) {
+				return nil, bad("rank %d twice", r)
+			}
+			ov = append(ov, rankOverhead{r, d})
+		}
+	}
+	slices.SortFunc(ov, func(a, b rankOverhead) int { return cmp.Compare(a.rank, b.rank) })
+	return ov, nil
+}
+
+func (ov overheads) has(rank int) bool {
+	return slices.ContainsFunc(ov, func(x rankOverhead) bool { return x.rank == rank })
+}
+
+// checkOverhead reports a rank of -overhead that is not a rank of a job
+// of size ranks.
+func checkOverhead(ov overheads, size int) error {
+	for _, x := range ov {
+		if x.rank >= size {
+			return fmt.Errorf("-overhead %s: no rank %d in a job of %d ranks", ov, x.rank, size)
+		}
 	}
 	return nil
 }

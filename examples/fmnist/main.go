@@ -7,6 +7,7 @@
 //	gorun -np 4 ./fmnist -mode ring -model mlp
 //	gorun -np 4 --strategy hub ./fmnist -mode bsp -straggler 3 -slow 4
 //	gorun -np 4 --strategy hub ./fmnist -mode lbbsp -straggler 2,3 -slow 4
+//	gorun -np 4 --strategy hub ./fmnist -mode lbbsp -straggler 2,3 -overhead 2,3:20ms
 //	gorun -np 4 --hubs 2 --strategy hub ./fmnist -mode asp -model cnn
 //	gorun -np 4 ./fmnist -standardize -filter 2.5 -sampling resample
 //	gorun -np 4 ./fmnist -mode ring -model mlp -wire bf16
@@ -60,6 +61,28 @@
 // backward, so its gradients come late layer by layer, as on a slower
 // machine.
 //
+// -overhead RANKS:DURATION[;RANKS:DURATION...] (e.g. 2,3:20ms, or
+// 0:5ms;2,3:20ms) makes each listed rank spend a fixed time every
+// iteration whatever its share, as a slow link or a synchronisation
+// would: it sleeps that long after backward and before its push (the
+// hub modes) or before the last bucket of its all-reduce, the one with
+// the stop vote, starts (the ring; with -overlap the buckets whose
+// layers are done go on during the sleep, and the peers wait for the
+// last in theirs). The time is outside the compute the rank measures:
+// not in compute_ms, not in what LB-BSP's Client.Share tells the hub,
+// nor in -metrics' compute_ns, nor in sync_ms; it is in the iteration's
+// time (iter_ms, -csv's wall_s), so the hub's share rule sees only
+// compute, as LB-BSP's model t = x/v + overhead has it
+// (gorun --hub-share optimal:...,overhead=). Ranks are job ranks, each at
+// most once (a rank outside the job is an error before training), the
+// durations Go durations of 0 or more (0: nothing paid); a straggler's
+// -slow does not multiply it. The sleep ends early when the job does.
+// Given, rank 0's result line ends with overhead_ms: the time paid, as
+// measured around the sleeps, per iteration on average over every rank's
+// iterations, as compute_ms (2 of 4 ranks paying 20 ms give about 10).
+// -metrics' JSON lines (the hub modes: ps.Metrics from Client.Tick)
+// carry each iteration's wall_ns and overhead_ns beside.
+//
 // -wire fp16|bf16 (ring only) sends the gradients as 2-byte elements:
 // the same buckets, as float32 buffers of a Bucketer[float32] on a Comm
 // whose Config.Wire is the format, each layer's gradient divided by the
@@ -103,6 +126,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -181,8 +205,15 @@ type options struct {
 	// ends with push_B)
 	compress    ps.SparseConfig
 	compressSet bool
-	// sleep is how a straggler sleeps (tests count the calls).
+	// -overhead: the ranks that pay a fixed time every iteration outside
+	// their compute, and whether the flag was given (the result line
+	// then ends with overhead_ms)
+	overhead    overheads
+	overheadSet bool
+	// sleep is how a straggler sleeps, pay how a rank pays its
+	// -overhead (tests count the calls).
 	sleep func(time.Duration)
+	pay   func(context.Context, time.Duration) error
 }
 
 func run(args []string, out io.Writer) int {
@@ -246,6 +277,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.wireName, "wire", "full", "ring: the format the gradients cross the ring in: full (float64), float32 (float32 buffers and sums, 4 bytes an element), or fp16 or bf16 (float32 sums, 2 bytes an element on the wire); float32, fp16 and bf16 pre-divide by the ranks; overrides gorun --wire. With float32, fp16, bf16 or -powersgd, rank 0's result line ends with wire_B, the bytes each rank sent per iteration, computed from the buffers' sizes as a ring all-reduce moves them (2(N-1)/N of each), not counted by the collective")
 	compress := fs.String("compress", "none", "hub modes: sparse pushes of every key (package ps): none (dense), or topk:RATIO or randk:RATIO (error feedback on), then ,noef ,codec=raw|varint|s2|zstd ,seed=N, e.g. topk:0.01 or randk:0.1,noef. Given, rank 0's result line ends with push_B, the payload bytes each worker pushed per iteration on average, as package ps counts them")
 	fs.IntVar(&o.powersgd, "powersgd", 0, "ring: average the gradients by PowerSGD at this rank (error feedback, warm start; weights as matrices, biases exact); 0: off")
+	overhead := fs.String("overhead", "none", "ranks that spend a fixed time every iteration outside their compute, after backward and before the push or all-reduce (as a slow link or a synchronisation would): RANKS:DURATION[;RANKS:DURATION...], e.g. 2,3:20ms or 0:5ms;2,3:20ms; none: no rank. Not in compute_ms nor in the compute reported to the hub, in iter_ms; given, rank 0's result line ends with overhead_ms")
 	fs.IntVar(&o.powersgdStart, "powersgd-start", 10, "with -powersgd: iterations of plain averaging first (PyTorch's start_powerSGD_iter)")
 	if err := fs.Parse(args); err != nil {
 		return o, errUsage
@@ -260,7 +292,13 @@ func parseFlags(args []string) (options, error) {
 	if o.compress, err = parseCompress(*compress); err != nil {
 		return o, err
 	}
-	fs.Visit(func(f *flag.Flag) { o.compressSet = o.compressSet || f.Name == "compress" })
+	if o.overhead, err = parseOverhead(*overhead); err != nil {
+		return o, err
+	}
+	fs.Visit(func(f *flag.Flag) {
+		o.compressSet = o.compressSet || f.Name == "compress"
+		o.overheadSet = o.overheadSet || f.Name == "overhead"
+	})
 	if err := checkPipeline(o); err != nil {
 		return o, err
 	}
@@ -375,6 +413,11 @@ type worker struct {
 	out     io.Writer
 	lag     bool // this rank is a straggler
 	slowed  int  // the straggler's sleeps
+	// -overhead: what this rank pays every iteration (0: nothing), how
+	// many times it paid, and the time that took in all
+	overhead time.Duration
+	paid     int
+	overTime time.Duration
 	// progress (-stall and the view lines): when the last iteration
 	// completed, the longest gap between two, and a view change whose
 	// first completed iteration is still to come
@@ -416,6 +459,9 @@ func train(o options, out io.Writer) error {
 		return err
 	}
 	if err := checkStragglers(o.straggler, cfg.Size); err != nil {
+		return err
+	}
+	if err := checkOverhead(o.overhead, cfg.Size); err != nil {
 		return err
 	}
 	if o.partition > 0 {
@@ -460,9 +506,12 @@ func runRank(ctx context.Context, o options, c *collective.Comm, cfg collective.
 	}
 	params := len(d.m.Params)
 	wk := &worker{o: o, c: c, cfg: cfg, pipe: d.pipe, data: d.pipe.Data(), m: d.m, w: d.m.Params, g: make([]float64, params+1), out: out,
-		lag: slices.Contains(o.straggler, c.Rank()) && o.slow > 1}
+		lag: slices.Contains(o.straggler, c.Rank()) && o.slow > 1, overhead: o.overhead.of(c.Rank())}
 	if wk.o.sleep == nil {
 		wk.o.sleep = time.Sleep
+	}
+	if wk.o.pay == nil {
+		wk.o.pay = sleepCtx
 	}
 	var err error
 	if wk.feed, err = newFeed(d.pipe.Sampler(), o.sampling == "fixed", c.Rank(), c.View().Ranks); err != nil {
@@ -543,6 +592,10 @@ func runRank(ctx context.Context, o options, c *collective.Comm, cfg collective.
 		// Every worker's pushes over every worker's iterations.
 		bucketing += fmt.Sprintf(" push_B=%d", tot[6]/max(1, tot[3]))
 	}
+	if o.overheadSet {
+		// Every rank's over every rank's iterations, as compute_ms.
+		bucketing += fmt.Sprintf(" overhead_ms=%.2f", float64(tot[7])/float64(max(1, tot[3]))/1e6)
+	}
 	if o.stall > 0 {
 		fmt.Fprintf(out, "longest_iter ms=%.1f t=%.3f iter=%d\n", ms(wk.longest), wk.longestAt.Seconds(), wk.longestIter)
 	}
@@ -621,15 +674,17 @@ func (wk *worker) epoch() float64 {
 	return float64(wk.samples*wk.c.Size()) / float64(max(1, wk.data.N))
 }
 
-// logIter records one iteration for -csv.
-func (wk *worker) logIter(start time.Time, compute, idle time.Duration, bytes int64, staleness int) error {
-	return wk.csv.add(iterRow{iter: wk.iters, epoch: wk.epoch(), wall: time.Since(start), compute: compute, idl: idle,
+// logIter records one iteration (wall time from its start to its end)
+// for -csv.
+func (wk *worker) logIter(wall, compute, idle time.Duration, bytes int64, staleness int) error {
+	return wk.csv.add(iterRow{iter: wk.iters, epoch: wk.epoch(), wall: wall, compute: compute, idl: idle,
 		bytes: bytes, staleness: staleness, loss: wk.loss})
 }
 
 // stats are a run's totals: samples, compute and idle nanoseconds,
 // iterations, the ring's bucket communication and exposed nanoseconds,
-// and the hub modes' pushed bytes (tot); the largest staleness; the
+// the hub modes' pushed bytes, and the nanoseconds spent paying
+// -overhead (tot); the largest staleness; the
 // count, sum and sum of squares of iteration seconds (it); each rank's
 // idle share; and whether they are the job's ("all") or this rank's
 // alone ("local").
@@ -643,7 +698,7 @@ type stats struct {
 
 // local is this rank's own stats.
 func (wk *worker) local(elapsed time.Duration) stats {
-	st := stats{tot: []int64{int64(wk.samples), int64(wk.compute), int64(wk.idle), int64(wk.iters), int64(wk.comm), int64(wk.exposed), wk.pushed}, stale: int64(wk.maxStal),
+	st := stats{tot: []int64{int64(wk.samples), int64(wk.compute), int64(wk.idle), int64(wk.iters), int64(wk.comm), int64(wk.exposed), wk.pushed, int64(wk.overTime)}, stale: int64(wk.maxStal),
 		it: []float64{float64(len(wk.itimes)), 0, 0}, shares: []float64{wk.idle.Seconds() / elapsed.Seconds()}, scope: "local"}
 	for _, d := range wk.itimes {
 		st.it[1] += d
@@ -760,6 +815,58 @@ func (wk *worker) step(idx []int, weight float64, ready func(layer int) error) (
 	return d, err
 }
 
+// payOverhead pays this rank's -overhead once, after backward and before
+// the push or all-reduce: it sleeps that long (o.pay) and returns how
+// long that took, which is neither compute (step measured that already,
+// and the hub hears of it alone) nor synchronisation, but part of the
+// iteration's time. A rank without an overhead does nothing.
+func (wk *worker) payOverhead(ctx context.Context) (time.Duration, error) {
+	if wk.overhead <= 0 {
+		return 0, nil
+	}
+	t := time.Now()
+	wk.paid++
+	err := wk.o.pay(ctx, wk.overhead)
+	d := time.Since(t)
+	wk.overTime += d
+	if err != nil {
+		return d, fmt.Errorf("-overhead: %w", err)
+	}
+	return d, nil
+}
+
+// sleepCtx sleeps d, or until ctx is done (then its cause).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// iterMetrics is a -metrics line: the hub's record of the iteration
+// (ps.Metrics, from Tick) with the iteration's wall time, from the share
+// request (LB-BSP) or the batch to the end of its pull, and the time it
+// paid for -overhead (0 without).
+type iterMetrics struct {
+	ps.Metrics
+	Wall     time.Duration `json:"wall_ns"`
+	Overhead time.Duration `json:"overhead_ns"`
+}
+
+// writeIterMetrics writes m as one JSON line.
+func writeIterMetrics(w io.Writer, m iterMetrics) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
 // decay is the factor of iteration i's gradient under schedule kind over
 // iters iterations: 1 for none, and for cosine (1+cos(pi*i/iters))/2,
 // from 1 down towards 0. Scaling the gradient rather than the rate keeps
@@ -799,6 +906,11 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 		ex.begin(wk.iters)
 		d, err := wk.step(idx, weight, ready)
 		if err != nil {
+			return err
+		}
+		// -overhead: after backward, before the last bucket (the stop
+		// vote's) starts, so that the peers wait for it in finish.
+		if _, err := wk.payOverhead(ctx); err != nil {
 			return err
 		}
 		wk.g[params] = 0
@@ -852,10 +964,11 @@ func (wk *worker) ring(ctx context.Context, t0 time.Time) error {
 			wk.w[j] -= wk.o.lr * wk.vel[j]
 		}
 		wk.sent += ex.sent
-		if err := wk.logIter(start, d, synced, ex.sent, 0); err != nil {
+		wall := time.Since(start)
+		if err := wk.logIter(wall, d, synced, ex.sent, 0); err != nil {
 			return err
 		}
-		wk.itimes = append(wk.itimes, time.Since(start).Seconds())
+		wk.itimes = append(wk.itimes, wall.Seconds())
 		wk.progress(time.Now())
 		wk.snap(t0, false)
 		if wk.g[params] > 0 {
@@ -967,22 +1080,29 @@ func (wk *worker) hubLoop(ctx context.Context, t0 time.Time, mw io.Writer) error
 		if err != nil {
 			return err
 		}
+		// The hub hears of the compute alone (Share, Tick): -overhead is
+		// paid after it, before the push.
 		last, lastN = d, len(idx)
+		over, err := wk.payOverhead(ctx)
+		if err != nil {
+			return err
+		}
 		if err := wk.hubPush(ctx, len(idx)); err != nil {
 			return err
 		}
 		m := wk.hub.Tick(len(idx), d)
-		if err := wk.logIter(start, d, m.Wait, m.BytesSent, m.Staleness); err != nil {
+		wall := time.Since(start)
+		if err := wk.logIter(wall, d, m.Wait, m.BytesSent, m.Staleness); err != nil {
 			return err
 		}
-		wk.itimes = append(wk.itimes, time.Since(start).Seconds())
+		wk.itimes = append(wk.itimes, wall.Seconds())
 		wk.progress(time.Now())
 		wk.snap(t0, false)
 		wk.idle += m.Wait
 		wk.pushed += m.BytesSent
 		wk.maxStal = max(wk.maxStal, m.Staleness)
 		if mw != nil {
-			if err := m.WriteJSON(mw); err != nil {
+			if err := writeIterMetrics(mw, iterMetrics{m, wall, over}); err != nil {
 				return err
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"image/png"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -1193,6 +1194,235 @@ func FuzzParseCompress(f *testing.F) {
 		again, err := parseCompress(c.String())
 		if err != nil || again != c {
 			t.Fatalf("%q: %+v, printed %q and read back %+v (%v)", s, c, c.String(), again, err)
+		}
+	})
+}
+
+// TestOverheadPaid: -overhead 0:3ms;1:0s;2,3:7ms makes ranks 0, 2 and 3
+// pay their overhead once every iteration and rank 1 (0s) nothing, in
+// the ring, hub BSP and LB-BSP, with a straggler besides (whose sleeps
+// stay apart): every call of the pay hook is counted, never timed, and
+// its duration is the rank's. The result line ends with overhead_ms.
+func TestOverheadPaid(t *testing.T) {
+	want := map[int]time.Duration{0: 3 * time.Millisecond, 2: 7 * time.Millisecond, 3: 7 * time.Millisecond}
+	for _, mode := range []string{"ring", "bsp", "lbbsp"} {
+		var mu sync.Mutex
+		calls := map[time.Duration]int{}
+		var slept atomic.Int64
+		wks, outs := inProcess(t, 4, []string{"-mode", mode, "-data", "synthetic", "-samples", "800", "-iters", "6", "-batch", "64",
+			"-straggler", "3", "-slow", "2", "-overhead", "0:3ms;1:0s;2,3:7ms"},
+			func(o *options) {
+				o.sleep = func(time.Duration) { slept.Add(1) }
+				o.pay = func(_ context.Context, d time.Duration) error {
+					mu.Lock()
+					calls[d]++
+					mu.Unlock()
+					return nil
+				}
+			})
+		wantCalls := map[time.Duration]int{}
+		for r, wk := range wks {
+			n := 0
+			if d, ok := want[r]; ok {
+				n = wk.iters
+				wantCalls[d] += wk.iters
+			}
+			if wk.iters == 0 || wk.paid != n || wk.overhead != want[r] {
+				t.Fatalf("%s: rank %d paid %d times (overhead %v) in %d iterations, want %d (%v)", mode, r, wk.paid, wk.overhead, wk.iters, n, want[r])
+			}
+		}
+		if !maps.Equal(calls, wantCalls) {
+			t.Fatalf("%s: paid %v, want %v", mode, calls, wantCalls)
+		}
+		if slept.Load() != int64(wks[3].slowed) || wks[3].slowed == 0 {
+			t.Fatalf("%s: %d straggler sleeps, rank 3 counted %d", mode, slept.Load(), wks[3].slowed)
+		}
+		if !regexp.MustCompile(`stats=all( comm_s=[0-9.]+ exposed_s=[0-9.]+ hidden=[-0-9.]+)? overhead_ms=[0-9.]+\n`).MatchString(outs[0]) {
+			t.Fatalf("%s: no overhead_ms:\n%s", mode, outs[0])
+		}
+	}
+	_, outs := inProcess(t, 2, []string{"-mode", "bsp", "-data", "synthetic", "-samples", "300", "-iters", "2", "-batch", "32"}, nil)
+	if strings.Contains(outs[0], "overhead_ms") {
+		t.Fatalf("no -overhead, yet overhead_ms:\n%s", outs[0])
+	}
+}
+
+// TestOverheadOutsideCompute: paid for real (rank 1 sleeps 15 ms an
+// iteration), the overhead is in each iteration's time and in neither
+// its compute nor its synchronisation. Only bounds that hold however
+// slow the machine: a sleep lasts at least its duration, and compute,
+// overhead and waiting are disjoint stretches of the iteration, so that
+// in every -metrics line (hub BSP and LB-BSP) wall_ns ≥ compute_ns +
+// wait_ns + overhead_ns with overhead_ns ≥ 15 ms on rank 1 and 0
+// elsewhere (iteration 0's wait_ns also holds the key's Declare, before
+// the iteration: there wall_ns ≥ compute_ns + overhead_ns), and in the
+// ring each rank's compute, overhead and sync sum to at most its
+// iterations' time.
+func TestOverheadOutsideCompute(t *testing.T) {
+	const over = 15 * time.Millisecond
+	for _, mode := range []string{"ring", "bsp", "lbbsp"} {
+		prefix := filepath.Join(t.TempDir(), "m")
+		wks, _ := inProcess(t, 3, []string{"-mode", mode, "-data", "synthetic", "-samples", "600", "-iters", "5", "-batch", "48",
+			"-overhead", "1:" + over.String(), "-metrics", prefix}, nil)
+		for r, wk := range wks {
+			iter := 0.0
+			for _, s := range wk.itimes {
+				iter += s
+			}
+			if mode == "ring" && wk.compute+wk.overTime+wk.idle > time.Duration(iter*float64(time.Second)) {
+				t.Fatalf("%s: rank %d: compute %v + overhead %v + sync %v above its iterations' %.6fs", mode, r, wk.compute, wk.overTime, wk.idle, iter)
+			}
+			if r == 1 && (wk.overTime < time.Duration(wk.iters)*over || wk.paid != wk.iters) || r != 1 && (wk.overTime != 0 || wk.paid != 0) {
+				t.Fatalf("%s: rank %d paid %v in %d iterations", mode, r, wk.overTime, wk.iters)
+			}
+			if mode == "ring" {
+				continue
+			}
+			f, err := os.Open(fmt.Sprintf("%s.%d", prefix, r))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc := bufio.NewScanner(f)
+			lines := 0
+			for sc.Scan() {
+				var m iterMetrics
+				if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+					t.Fatal(err)
+				}
+				wait := m.Wait
+				if lines == 0 {
+					wait = 0
+				}
+				if m.Iteration != lines || m.Batch < 1 || m.Wall < m.Compute+wait+m.Overhead || r == 1 && m.Overhead < over || r != 1 && m.Overhead != 0 {
+					t.Fatalf("%s: rank %d: %s", mode, r, sc.Bytes())
+				}
+				lines++
+			}
+			f.Close()
+			if err := sc.Err(); err != nil || lines != wk.iters {
+				t.Fatalf("%s: rank %d: %d lines, %d iterations", mode, r, lines, wk.iters)
+			}
+		}
+	}
+}
+
+// TestOverheadOutOfRange: an -overhead rank outside the job is an error
+// naming the flag and the rank, on every rank, before training.
+func TestOverheadOutOfRange(t *testing.T) {
+	res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-data", "synthetic", "-samples", "300", "-iters", "5", "-overhead", "1:1ms;5:2ms"}, nil)
+	if res.ExitCode == 0 || !strings.Contains(out, "-overhead 1:1ms;5:2ms: no rank 5 in a job of 3 ranks") || strings.Contains(out, "mode=ring") {
+		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+	}
+	for size := 1; size <= 7; size++ {
+		for _, ranks := range [][]int{nil, {0}, {size - 1}, {size}, {0, size + 3}} {
+			var ov overheads
+			for _, r := range ranks {
+				ov = append(ov, rankOverhead{r, time.Millisecond})
+			}
+			out := slices.ContainsFunc(ranks, func(r int) bool { return r >= size })
+			if err := checkOverhead(ov, size); (err != nil) != out {
+				t.Fatalf("ranks %v of %d: %v", ranks, size, err)
+			}
+		}
+	}
+}
+
+// TestBadOverhead: each bad -overhead is refused before anything starts
+// (exit 2), with an error that names the flag and the value.
+func TestBadOverhead(t *testing.T) {
+	for _, s := range []string{"2", "2:", ":5ms", "x:5ms", "2:5", "2:five", "2:-5ms", "-1:5ms", "1,1:5ms", "1:5ms;1:6ms", "0:1ms;2,0:1ms",
+		"1:5ms;", ";", "1;2:5ms", "2,:5ms", "1:5ms:6ms", "99999999999999999999:1ms", "1:9999999999h", "none;1:5ms"} {
+		args := []string{"-overhead", s}
+		if code := run(args, io.Discard); code != 2 {
+			t.Fatalf("%q: exit %d, want 2", s, code)
+		}
+		if _, err := parseFlags(args); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("-overhead %q", s)) {
+			t.Fatalf("%q: %v, want an error naming the flag and the value", s, err)
+		}
+	}
+	for _, s := range []string{"none", "", " none "} {
+		if o, err := parseFlags([]string{"-overhead", s}); err != nil || o.overhead != nil || !o.overheadSet {
+			t.Fatalf("%q: %v %v", s, o.overhead, err)
+		}
+	}
+	if o, err := parseFlags(nil); err != nil || o.overhead != nil || o.overheadSet {
+		t.Fatalf("no -overhead: %v %v", o.overhead, err)
+	}
+}
+
+// TestParseOverhead: random -overhead lists, written in random order,
+// grouping and spacing, read back as a naive map of rank to duration
+// says (each listed rank's, 0 for the others), in rank order; String
+// writes what reads back the same.
+func TestParseOverhead(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 7))
+	durs := []time.Duration{0, time.Nanosecond, 1500 * time.Microsecond, 20 * time.Millisecond, 2 * time.Second, 90 * time.Minute}
+	for range 500 {
+		ref := map[int]time.Duration{}
+		for range rng.IntN(8) {
+			ref[rng.IntN(12)] = durs[rng.IntN(len(durs))]
+		}
+		if len(ref) == 0 {
+			continue
+		}
+		// Group some ranks of equal duration, in a random order.
+		ranks := slices.Collect(maps.Keys(ref))
+		rng.Shuffle(len(ranks), func(i, j int) { ranks[i], ranks[j] = ranks[j], ranks[i] })
+		var entries []string
+		sp := func() string { return strings.Repeat(" ", rng.IntN(2)) }
+		for i := 0; i < len(ranks); {
+			group := []string{strconv.Itoa(ranks[i])}
+			j := i + 1
+			for ; j < len(ranks) && ref[ranks[j]] == ref[ranks[i]] && rng.IntN(2) == 0; j++ {
+				group = append(group, sp()+strconv.Itoa(ranks[j])+sp())
+			}
+			entries = append(entries, sp()+strings.Join(group, ",")+sp()+":"+sp()+ref[ranks[i]].String()+sp())
+			i = j
+		}
+		s := strings.Join(entries, ";")
+		ov, err := parseOverhead(s)
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if len(ov) != len(ref) || !slices.IsSortedFunc(ov, func(a, b rankOverhead) int { return a.rank - b.rank }) {
+			t.Fatalf("%q: %v", s, ov)
+		}
+		for r := range 14 {
+			if ov.of(r) != ref[r] || ov.has(r) != slices.Contains(ranks, r) {
+				t.Fatalf("%q: rank %d: %v, want %v", s, r, ov.of(r), ref[r])
+			}
+		}
+		again, err := parseOverhead(ov.String())
+		if err != nil || !slices.Equal(again, ov) {
+			t.Fatalf("%q: %v printed %q, read back %v (%v)", s, ov, ov.String(), again, err)
+		}
+	}
+}
+
+// FuzzParseOverhead: any -overhead either fails with an error that names
+// the flag and the value, or gives distinct ranks of 0 or more in order
+// with durations of 0 or more, whose String reads back to the same.
+func FuzzParseOverhead(f *testing.F) {
+	for _, s := range []string{"none", "", "2,3:20ms", "0:5ms;2,3:20ms", " 1 : 1s ", "1:0", "1:0s;0:0s", "2", "2:", "1,1:5ms", "1:5ms;1:6ms", "-1:5ms",
+		"1:-5ms", "1:5ms;", "1:9223372036854775807ns", "1:9223372036854775808ns", "99999999999999999999:1ms", "1:1h2m3.5s;4,5,6:7us"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ov, err := parseOverhead(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), fmt.Sprintf("-overhead %q", s)) {
+				t.Fatalf("%q: %v does not name the flag and the value", s, err)
+			}
+			return
+		}
+		for i, x := range ov {
+			if x.rank < 0 || x.d < 0 || i > 0 && x.rank <= ov[i-1].rank {
+				t.Fatalf("%q: %v", s, ov)
+			}
+		}
+		again, err := parseOverhead(ov.String())
+		if err != nil || !slices.Equal(again, ov) {
+			t.Fatalf("%q: %v printed %q, read back %v (%v)", s, ov, ov.String(), again, err)
 		}
 	})
 }
