@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorun/gorun/internal/proctest"
 )
@@ -95,7 +97,7 @@ func quickStudy(t *testing.T, study, bin, out string) {
 		"ringtmp":  `(?m)^\| (ring|hub BSP) \| 2 \| .*\| 0\.[0-9]{4} \|$|^\| (ring|elastic ring|elastic ring \+ rejoin|elastic hub BSP) \| (none|SIGKILL|SIGSTOP) \| .* \|$|^\| [0-9]+,[0-9]+ \| [0-9]+ \| [0-9.]+ \| (ok|fails[^|]*) \| (ok|fails[^|]*) \|$`,
 		"accuracy": `(?m)^\| (softmax|mlp|cnn) \| [0-9]+ \| .*\| 0\.[0-9]{4} \| .*\|$`,
 		// One row per configuration (a failed one says so).
-		"assign": `(?m)^\| (BSP \(equal shares\)|LB-BSP \(proportional\)|solver, [a-z ]+) \| ([0-9.]+|—) \| [0-9]+ \| [0-9., ]+ \| [0-9., ]* \| (0\.[0-9]{4}|failed: .*) \|$`,
+		"assign": `(?m)^\| (BSP \(equal shares\)|LB-BSP \(proportional\)( \+ overhead)?|solver, [a-z ]+( \+ overhead)?) \| ([0-9.]+|—) \| [0-9]+ \| [0-9., ]+ \| [0-9., ]* \| (0\.[0-9]{4}|failed: .*) \|$`,
 		// One row per run (variant and seed).
 		"pipeline": `(?m)^\| (raw pixels|standardized)[^|]* \| [0-9]+ \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \| 0\.[0-9]{4} \|$`,
 	}[study]
@@ -149,18 +151,52 @@ func quickStudy(t *testing.T, study, bin, out string) {
 }
 
 // checkAssign checks the quick assign study: the three solver runs went
-// through gorun --hub-share, and the report compares each with the
-// heuristic on its own objective and says whether each rule meets the
-// deadline (or that the solver's run failed).
+// through gorun --hub-share, the two deadline runs paid the overhead
+// (fmnist -overhead) that the solver's spec declares, rank by rank, and
+// the report compares each solver run with the heuristic on its own
+// objective and says whether each rule meets the deadline in the
+// measured makespans (or that the solver's run failed).
 func checkAssign(t *testing.T, text, jobs string) {
 	t.Helper()
 	if n := strings.Count(jobs, " --hub-share optimal:"); n != 3 {
 		t.Fatalf("assign: %d jobs with --hub-share, want 3:\n%s", n, jobs)
 	}
-	verdicts := regexp.MustCompile(`(?m)^- (Time first|Resource first|Deadline \(makespan with the overhead\)): (the median iteration's objective is [0-9.]+ ms with the solver against [0-9.]+ ms with the heuristic \([-+][0-9.]+ %\): the solver \*\*(beats|matches|loses to)\*\*|the run failed)`).FindAllString(text, -1)
-	deadline := regexp.MustCompile(`(?m)^- Deadline [0-9.]+ ms \(with the declared overhead\): the solver \*\*(meets|misses)\*\* it .* the heuristic \*\*(meets|misses)\*\* it|^- Deadline: the solver's run failed`)
-	if len(verdicts) != 3 || !deadline.MatchString(text) || !strings.Contains(text, "What the trainer lacks to make this a real test") {
-		t.Fatalf("assign: the checks are missing (%d verdicts):\n%s", len(verdicts), text)
+	paid := 0
+	for _, line := range strings.Split(jobs, "\n") {
+		m := regexp.MustCompile(` -overhead ([0-9,]+):([0-9.a-zµ]+) `).FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		paid++
+		if !strings.Contains(line, " -mode lbbsp ") || !strings.Contains(line, " -straggler "+m[1]+" ") {
+			t.Fatalf("assign: the overhead is not on the stragglers of an LB-BSP run: %s", line)
+		}
+		spec := regexp.MustCompile(`--hub-share optimal:\S*overhead=(\S+)`).FindStringSubmatch(line)
+		if spec == nil {
+			continue // the proportional rule's run
+		}
+		d, err := time.ParseDuration(m[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r, s := range strings.Split(spec[1], "/") {
+			want := time.Duration(0)
+			if slices.Contains(strings.Split(m[1], ","), strconv.Itoa(r)) {
+				want = d
+			}
+			if got, err := time.ParseDuration(s); err != nil || got != want {
+				t.Fatalf("assign: rank %d declares %q to the solver and pays %v: %s", r, s, want, line)
+			}
+		}
+	}
+	if paid != 2 || !strings.Contains(jobs, "--hub-share optimal:deadline=") {
+		t.Fatalf("assign: %d jobs pay -overhead, want 2 (the proportional rule and the solver's deadline):\n%s", paid, jobs)
+	}
+	verdicts := regexp.MustCompile(`(?m)^- (Time first|Resource first|Deadline \(measured makespan, overhead paid\)): (the median iteration's objective is [0-9.]+ ms with the solver against [0-9.]+ ms with the heuristic \([-+][0-9.]+ %\): the solver \*\*(beats|matches|loses to)\*\*|the run failed)`).FindAllString(text, -1)
+	deadline := regexp.MustCompile(`(?m)^- Deadline [0-9.]+ ms \(overhead paid, measured\): the solver \*\*(meets|misses)\*\* it .* the heuristic \*\*(meets|misses)\*\* it|^- Deadline: the solver's run failed`)
+	table := regexp.MustCompile(`(?m)^\| (LB-BSP \(proportional\)|solver, deadline) \+ overhead \| ([0-9.]+|NaN) \(([0-9.]+|NaN)\) \| [0-9]+ % \| ([0-9.]+|NaN) ms \| ([0-9.]+|NaN) \| ([0-9.]+|NaN) \|$`).FindAllString(text, -1)
+	if len(verdicts) != 3 || !deadline.MatchString(text) || len(table) != 2 || strings.Contains(text, "lacks") {
+		t.Fatalf("assign: the checks are missing (%d verdicts, %d deadline rows):\n%s", len(verdicts), len(table), text)
 	}
 }
 
