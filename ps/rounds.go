@@ -24,9 +24,10 @@ type core struct {
 
 	table  *Table
 	speeds []Speed
-	joined []bool // connected now
-	gone   []bool // left or lost: never again
-	failed error  // non-elastic: the loss that fails every request
+	fits   []costFit // the optimal share rule's cost models
+	joined []bool    // connected now
+	gone   []bool    // left or lost: never again
+	failed error     // non-elastic: the loss that fails every request
 	pulls  []pendingPull
 	rounds map[roundID]*roundState
 	shares map[uint32]*shareRound
@@ -46,7 +47,7 @@ type reply struct {
 func newCore(workers int, elastic bool, speedAlpha float64) *core {
 	c := &core{
 		workers: workers, elastic: elastic,
-		table: NewTable(workers), speeds: make([]Speed, workers),
+		table: NewTable(workers), speeds: make([]Speed, workers), fits: make([]costFit, workers),
 		joined: make([]bool, workers), gone: make([]bool, workers),
 		rounds: map[roundID]*roundState{}, shares: map[uint32]*shareRound{},
 	}
@@ -248,6 +249,7 @@ func (c *core) share(w int, m *message) {
 	}
 	r.reqs[w] = roundReq{id: m.ID, arrived: true}
 	c.speeds[w].Observe(int(m.Samples), time.Duration(m.Nanos))
+	c.fits[w].observe(int(m.Samples), time.Duration(m.Nanos))
 	c.serveShares()
 }
 
@@ -259,13 +261,11 @@ type shareRound struct {
 // serveShares answers every share round that all live workers have joined.
 func (c *core) serveShares() {
 	for clock, r := range c.shares {
-		var rates []float64
 		var who []int
 		complete := true
 		for i := range r.reqs {
 			switch {
 			case r.reqs[i].arrived:
-				rates = append(rates, c.speeds[i].Rate())
 				who = append(who, i)
 			case !c.gone[i]:
 				complete = false
@@ -275,7 +275,7 @@ func (c *core) serveShares() {
 			continue
 		}
 		delete(c.shares, clock)
-		shares, err := c.split.Split(r.total, rates, who)
+		shares, err := c.split.splitHub(r.total, c.speeds, c.fits, who)
 		for j, i := range who {
 			if err != nil {
 				c.replyErr(i, r.reqs[i].id, err)

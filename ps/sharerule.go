@@ -1,6 +1,7 @@
 package ps
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -21,7 +22,9 @@ const (
 	// ShareOptimal splits it by package assign's exact solver: the
 	// slowest worker's time (compute plus ShareConfig.Overhead) is
 	// minimised within each worker's ShareConfig.Cap and the round's
-	// ShareConfig.Deadline, with ShareConfig.Weights.
+	// ShareConfig.Deadline, with ShareConfig.Weights. On hub 0 a worker's
+	// compute is modelled as a fixed part plus a per-sample part, fitted
+	// to its recent iterations (see the package doc, "Load balancing").
 	ShareOptimal
 	shareRuleEnd
 )
@@ -60,8 +63,10 @@ func ParseShareRule(s string) (ShareRule, error) {
 type ShareConfig struct {
 	Rule ShareRule
 	// Overhead is each worker's fixed time per iteration that does not
-	// grow with its share (communication, synchronisation, the optimizer
-	// step), known beforehand: the hub measures compute time only.
+	// grow with its share and lies outside the compute time it reports
+	// (communication, synchronisation), known beforehand. The fixed part
+	// of the reported compute (a step's setup, the optimizer step) is not
+	// Overhead: hub 0 fits it (see the package doc, "Load balancing").
 	Overhead []time.Duration
 	// Cap is the most samples each worker takes per iteration (what fits
 	// in its memory); 0 = no cap.
@@ -69,9 +74,9 @@ type ShareConfig struct {
 	// Price is each worker's resource price per busy second, weighed by
 	// Weights.Resource.
 	Price []float64
-	// Deadline bounds every worker's time per iteration (compute at the
-	// measured speed plus Overhead); 0 = none. A batch that cannot meet
-	// it fails the share request with assign.ErrInfeasible's message.
+	// Deadline bounds every worker's time per iteration (its modelled
+	// compute plus Overhead); 0 = none. A batch that cannot meet it fails
+	// the share request with assign.ErrInfeasible's message.
 	Deadline time.Duration
 	// Weights weigh the slowest worker's time (Time) against the resource
 	// cost (Resource, with Price). Zero means {Time: 1}: minimise the
@@ -141,14 +146,23 @@ func (c *ShareConfig) validate(workers int) error {
 // Under ShareOptimal every worker gets at least one sample (a push needs
 // one: see Table.Push), so a batch smaller than the number of workers is
 // an error. Before any worker has an estimate the costs are unknown: the
-// batch is then split evenly within the caps, and Overhead and Deadline
-// are left out of that round. The split is the integer optimum whenever
-// assign's exact search fits its budget (assign.Assignment.Exact), and
-// otherwise within assign.RoundingBound of it (with the default weights,
-// less than one sample's time on the slowest worker). A problem the
-// solver rejects (caps that sum below the batch, a deadline no split
-// meets) is an error wrapping assign's ErrInvalid, ErrInfeasible or
-// ErrSolver; it is never replaced by the proportional split.
+// batch is then split evenly within the caps, and Overhead, Price,
+// Weights and Deadline are left out of that round. The split is the
+// integer optimum whenever assign's exact search fits its budget
+// (assign.Assignment.Exact), and otherwise within assign.RoundingBound of
+// it (with the default weights, less than one sample's time on the
+// slowest worker). A problem the solver rejects (caps that sum below the
+// batch, a deadline no split meets) is an error wrapping assign's
+// ErrInvalid, ErrInfeasible or ErrSolver; it is never replaced by the
+// proportional split.
+//
+// Split's model has no fixed compute: a worker computes a sample every
+// 1/speed seconds. Hub 0's optimal rule also fits a fixed part per
+// iteration (see the package doc, "Load balancing"); to split offline by
+// such a model, pass the speeds of the per-sample parts and add each
+// worker's fixed part to its Overhead: when every worker has an estimate
+// the solver then sees the problem hub 0 solves (hub 0 also probes, which
+// Split does not).
 func (c ShareConfig) Split(total int, speeds []float64, who []int) ([]int, error) {
 	if who != nil && len(who) != len(speeds) {
 		return nil, fmt.Errorf("ps: %d speeds for %d workers", len(speeds), len(who))
@@ -157,54 +171,164 @@ func (c ShareConfig) Split(total int, speeds []float64, who []int) ([]int, error
 	case ShareProportional:
 		return Shares(total, speeds)
 	case ShareOptimal:
-		return c.optimal(total, speeds, who)
+		return c.optimal(total, speeds, nil, who)
 	}
 	return nil, fmt.Errorf("ps: unknown share rule %d", c.Rule)
 }
 
-func (c ShareConfig) optimal(total int, speeds []float64, who []int) ([]int, error) {
+// splitHub is the rule as hub 0 runs it, over the workers who (hub
+// worker numbers, not nil) with their Speed and their costFit.
+// ShareProportional splits by speed, as Split does. ShareOptimal takes
+// each worker's model from its fit (costFit.model). A round the deadline
+// makes infeasible fails, as Split fails on the same speeds, unless some
+// worker's fit is probing (unfitted after two reports or more): its
+// proportional estimate overstates what a larger share costs when a step
+// has a fixed part, and may be what makes the round infeasible. The round
+// is then a probe, split without the deadline; if that split moves no
+// probing worker's share enough for its fit to separate, the first such
+// worker (in who's order, at most probeTries of them) is held at the
+// nearest share that does (costFit.probeShare). Every probe separates a
+// fit for good, so probes end within a round per worker; a round no
+// probe can split fails with the deadline's error.
+func (c ShareConfig) splitHub(total int, speeds []Speed, fits []costFit, who []int) ([]int, error) {
+	rates := make([]float64, len(who))
+	for j, i := range who {
+		rates[j] = speeds[i].Rate()
+	}
+	if c.Rule != ShareOptimal {
+		return c.Split(total, rates, who)
+	}
+	fixed := make([]float64, len(who))
+	for j, i := range who {
+		rates[j], fixed[j] = fits[i].model(rates[j])
+	}
+	p, err := c.problem(total, rates, fixed, who)
+	if err != nil {
+		return nil, err
+	}
+	x, err := solveShares(p, who)
+	if err == nil || p.Deadline == 0 || !errors.Is(err, assign.ErrInfeasible) {
+		return x, err
+	}
+	probe := false
+	for _, i := range who {
+		probe = probe || fits[i].probing()
+	}
+	if !probe {
+		return nil, err
+	}
+	p.Deadline = 0
+	y, perr := solveShares(p, who)
+	if perr != nil {
+		return nil, err
+	}
+	for j, i := range who {
+		if fits[i].probing() && fits[i].separatesWith(y[j]) {
+			return y, nil
+		}
+	}
+	tries := 0
+	for j, i := range who {
+		if !fits[i].probing() || tries == probeTries {
+			continue
+		}
+		hi := total - (len(who) - 1) // the others keep a sample each
+		if k := p.Workers[j].Cap; k > 0 {
+			hi = min(hi, k)
+		}
+		s, ok := fits[i].probeShare(y[j], hi)
+		if !ok {
+			continue
+		}
+		tries++
+		q := p
+		q.Workers = slices.Clone(p.Workers)
+		q.Workers[j].Cap, q.Workers[j].Floor = s, (float64(s)-0.5)/float64(total)
+		if z, zerr := solveShares(q, who); zerr == nil {
+			return z, nil
+		}
+	}
+	return nil, err
+}
+
+// probeTries bounds the solver calls of a probe that holds a worker at a
+// share (see splitHub).
+const probeTries = 2
+
+// optimal is the optimal rule on speeds (samples per second of each
+// worker's per-sample part) and fixed (seconds per iteration of its
+// compute that do not depend on its share; nil: none). A worker with no
+// estimate (speed 0) counts at the mean speed and the mean fixed part of
+// the others.
+func (c ShareConfig) optimal(total int, speeds, fixed []float64, who []int) ([]int, error) {
+	p, err := c.problem(total, speeds, fixed, who)
+	if err != nil {
+		return nil, err
+	}
+	return solveShares(p, who)
+}
+
+// problem is the assign.Problem the optimal rule solves.
+func (c ShareConfig) problem(total int, speeds, fixed []float64, who []int) (assign.Problem, error) {
 	n := len(speeds)
 	if n == 0 {
-		return nil, fmt.Errorf("ps: no workers to share %d samples among", total)
+		return assign.Problem{}, fmt.Errorf("ps: no workers to share %d samples among", total)
 	}
 	if total < n {
-		return nil, fmt.Errorf("ps: optimal shares: a batch of %d samples cannot give each of %d workers the one sample its push needs", total, n)
+		return assign.Problem{}, fmt.Errorf("ps: optimal shares: a batch of %d samples cannot give each of %d workers the one sample its push needs", total, n)
 	}
 	for j := range speeds {
 		if i := worker(who, j); i < 0 || len(c.Overhead) > 0 && i >= len(c.Overhead) || len(c.Cap) > 0 && i >= len(c.Cap) || len(c.Price) > 0 && i >= len(c.Price) {
-			return nil, fmt.Errorf("ps: optimal shares: no worker %d in the share config", i)
+			return assign.Problem{}, fmt.Errorf("ps: optimal shares: no worker %d in the share config", i)
 		}
 	}
-	known, sum := 0, 0.0
+	known, sum, sumFixed := 0, 0.0, 0.0
 	for j, s := range speeds {
 		if s < 0 || math.IsNaN(s) || math.IsInf(s, 0) {
-			return nil, fmt.Errorf("ps: speed of worker %d is %v", worker(who, j), s)
+			return assign.Problem{}, fmt.Errorf("ps: speed of worker %d is %v", worker(who, j), s)
+		}
+		if fixed != nil && !(fixed[j] >= 0 && !math.IsInf(fixed[j], 1)) {
+			return assign.Problem{}, fmt.Errorf("ps: fixed compute of worker %d is %vs", worker(who, j), fixed[j])
 		}
 		if s > 0 {
 			known++
 			sum += s
+			if fixed != nil {
+				sumFixed += fixed[j]
+			}
 		}
 	}
-	fill := 1.0
+	fill, fillFixed := 1.0, 0.0
 	if known > 0 {
-		fill = sum / float64(known)
+		fill, fillFixed = sum/float64(known), sumFixed/float64(known)
 	}
 	measured := known > 0
 	p := assign.Problem{Samples: total, Workers: make([]assign.Worker, n), Weights: c.Weights}
-	if p.Weights == (assign.Weights{}) {
-		p.Weights.Time = 1
+	if p.Weights == (assign.Weights{}) || !measured {
+		// Unmeasured, the round is split evenly within the caps: prices
+		// weighing equal guesses of cost would pile the batch on the
+		// cheapest workers and measure the others at one sample, where a
+		// step's fixed cost hides their speed.
+		p.Weights = assign.Weights{Time: 1}
 	}
 	if measured {
 		p.Deadline = c.Deadline.Seconds()
 	}
 	for j, s := range speeds {
+		f := 0.0
+		if fixed != nil {
+			f = fixed[j]
+		}
 		if s == 0 {
-			s = fill
+			s, f = fill, fillFixed
 		}
 		i := worker(who, j)
 		w := assign.Worker{Cost: 1 / s, Floor: 1 / float64(total)}
 		if measured && len(c.Overhead) > 0 {
 			w.Overhead = c.Overhead[i].Seconds()
+		}
+		if measured {
+			w.Overhead += f
 		}
 		if len(c.Cap) > 0 {
 			w.Cap = c.Cap[i]
@@ -214,12 +338,17 @@ func (c ShareConfig) optimal(total int, speeds []float64, who []int) ([]int, err
 		}
 		p.Workers[j] = w
 	}
+	return p, nil
+}
+
+// solveShares solves p for the workers who (as Split names them).
+func solveShares(p assign.Problem, who []int) ([]int, error) {
 	a, err := assign.Solve(p)
 	if err != nil {
 		if !identity(who) {
-			return nil, fmt.Errorf("ps: optimal shares of %d samples (the solver's workers 0..%d are workers %v): %w", total, n-1, who, err)
+			return nil, fmt.Errorf("ps: optimal shares of %d samples (the solver's workers 0..%d are workers %v): %w", p.Samples, len(p.Workers)-1, who, err)
 		}
-		return nil, fmt.Errorf("ps: optimal shares of %d samples: %w", total, err)
+		return nil, fmt.Errorf("ps: optimal shares of %d samples: %w", p.Samples, err)
 	}
 	return a.Samples, nil
 }
