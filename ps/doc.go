@@ -106,26 +106,69 @@
 //
 // Client.Share asks hub 0 for this worker's share of a global batch,
 // reporting its last iteration's samples and compute time; the hub keeps
-// an exponentially weighted speed per worker (HubConfig.SpeedAlpha) and
-// answers once every live worker has asked, with shares that add up to
-// the batch. HubConfig.Share.Rule chooses the split:
+// an exponentially weighted speed per worker (HubConfig.SpeedAlpha) and,
+// for the optimal rule, a cost model per worker (below), and answers once
+// every live worker has asked, with shares that add up to the batch.
+// HubConfig.Share.Rule chooses the split:
 //
 //   - ShareProportional (the default) gives each worker a share in
 //     proportion to its speed (Shares), at least one sample each when the
 //     batch allows.
 //   - ShareOptimal solves for the split with package assign: it minimises
-//     the slowest worker's time c_i·x_i + o_i, where c_i is 1/speed
-//     (seconds per sample) and o_i is ShareConfig.Overhead, within each
-//     worker's ShareConfig.Cap and the ShareConfig.Deadline, with
+//     the slowest worker's time c_i·x_i + o_i, where c_i is the worker's
+//     modelled compute per sample and o_i its modelled fixed compute per
+//     iteration plus ShareConfig.Overhead, within each worker's
+//     ShareConfig.Cap and the ShareConfig.Deadline, with
 //     ShareConfig.Weights (zero: {Time: 1}; with Price, Resource weighs
-//     the busy seconds' cost). The result is the integer optimum (within
-//     one sample's time when the problem is too large for assign's exact
-//     search), so its makespan is not above the proportional split's.
-//     Every worker gets at least one sample, because a push needs one
-//     (Table.Push): a batch smaller than the number of workers is an
-//     error. A worker with no speed yet counts at the mean speed; before
-//     any worker has one, the batch is split evenly within the caps, and
-//     overheads and the deadline are left out.
+//     the busy seconds' cost). The result is the integer optimum of the
+//     model (within one sample's time when the problem is too large for
+//     assign's exact search). Every worker gets at least one sample,
+//     because a push needs one (Table.Push): a batch smaller than the
+//     number of workers is an error. A worker with no report yet counts
+//     at the mean of the others' models; before any worker has reported,
+//     the batch is split evenly within the caps, and overheads, prices,
+//     weights and the deadline are left out.
+//
+// The optimal rule's cost model. Samples per second folds the part of a
+// step that does not grow with its share (layer setup, the optimizer
+// step, a straggler's delay after each layer) into the cost per sample,
+// so a worker given few samples looks slower per sample than it is, and a
+// solver that believes it keeps its share small. So for ShareOptimal hub
+// 0 models each worker's reported compute for a share of x samples as
+// fixed + perSample·x, fitted by weighted least squares to the worker's
+// reports (samples, compute time), a report k iterations old weighing
+// 0.9^k (reports without samples or time are ignored, as by the speed):
+//
+//   - Until the shares a worker has reported vary enough to separate the
+//     two parts (their weighted standard deviation at least a tenth of
+//     their weighted mean), its model is the proportional estimate:
+//     1/speed a sample, no fixed part. The first measured round, in which
+//     every worker reports its share of the even split, is therefore
+//     judged exactly as ShareConfig.Split judges the measured speeds.
+//   - Once they do, the fixed part is the fit's intercept clamped to
+//     [0, 0.99·ȳ] (ȳ the weighted mean compute time), and perSample is
+//     (ȳ − fixed)/x̄ (x̄ the weighted mean share): the line passes through
+//     the weighted means, so the model is right at the worker's recent
+//     shares however noisy the times, and perSample stays positive.
+//   - When the shares stop varying that much (the split has settled), the
+//     fixed part is held from the last fit that separated it and perSample
+//     follows the recent times; a share that moves enough again refits
+//     both. The model never goes back to the proportional estimate.
+//
+// The first splits move the shares away from the even split, which gives
+// the fits their data; ordinary rounds do not probe. A worker whose share
+// never moves that much keeps the proportional estimate, exact at its
+// share but overstating what more samples cost. A deadline is where that
+// matters: a round the models cannot fit within ShareConfig.Deadline
+// fails, unless some worker has reported at least twice and its fit has
+// not separated. The round is then a probe, split without the deadline
+// and, if that split does not move such a worker's share enough to
+// separate its fit, with one such worker held at the nearest share that
+// does (a probe round costs at most three more solver calls). A probe
+// separates a fit for good, so a job probes at most once per worker
+// (workers that compute the shares they are given); a round that no probe
+// can split fails with the deadline's error. ShareConfig.Overhead is not
+// fitted: it is time outside the reported compute, declared.
 //
 // The share configuration is hub 0's alone (nothing of it travels on the
 // wire), and NewHub refuses a config it cannot use: an unknown rule,
@@ -135,8 +178,9 @@
 // the batch, a deadline no split meets) fails that share request on every
 // worker with a HubError carrying the solver's message, which names the
 // binding limit; the hub never falls back to the proportional split.
-// ShareConfig.Split is the same rule as a pure function, to try a
-// configuration on measured speeds offline.
+// ShareConfig.Split is the rule as a pure function of measured speeds, to
+// try a configuration offline: it has no fixed parts and no probes (add
+// fitted fixed parts to Overhead to split by the hub's kind of model).
 //
 // # Collectives
 //
