@@ -167,8 +167,9 @@
 // does (a probe round costs at most three more solver calls). A probe
 // separates a fit for good, so a job probes at most once per worker
 // (workers that compute the shares they are given); a round that no probe
-// can split fails with the deadline's error. ShareConfig.Overhead is not
-// fitted: it is time outside the reported compute, declared.
+// can split fails with the deadline's error, followed by the models the
+// hub held. ShareConfig.Overhead is not fitted: it is time outside the
+// reported compute, declared.
 //
 // The share configuration is hub 0's alone (nothing of it travels on the
 // wire), and NewHub refuses a config it cannot use: an unknown rule,

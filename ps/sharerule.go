@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorun/gorun/assign"
@@ -210,6 +212,7 @@ func (c ShareConfig) splitHub(total int, speeds []Speed, fits []costFit, who []i
 	if err == nil || p.Deadline == 0 || !errors.Is(err, assign.ErrInfeasible) {
 		return x, err
 	}
+	err = fmt.Errorf("%w (%s)", err, describeModels(who, rates, fixed, fits))
 	probe := false
 	for _, i := range who {
 		probe = probe || fits[i].probing()
@@ -249,6 +252,34 @@ func (c ShareConfig) splitHub(total int, speeds []Speed, fits []costFit, who []i
 		}
 	}
 	return nil, err
+}
+
+// describeModels words the models of the workers who (at most eight of
+// them) for a deadline's error: its numbers are compute and Overhead
+// together, so the error says what the hub believes the compute is.
+func describeModels(who []int, speeds, fixed []float64, fits []costFit) string {
+	var b strings.Builder
+	b.WriteString("hub 0's models of compute per iteration, Share.Overhead not included:")
+	for j, i := range who {
+		if j == 8 {
+			b.WriteString(" …")
+			break
+		}
+		sep := ","
+		if j == 0 {
+			sep = ""
+		}
+		ms := func(sec float64) string { return strconv.FormatFloat(sec*1e3, 'g', 3, 64) + "ms" }
+		switch {
+		case speeds[j] == 0:
+			fmt.Fprintf(&b, "%s worker %d unmeasured", sep, i)
+		case fits[i].separated:
+			fmt.Fprintf(&b, "%s worker %d %s + %s a sample", sep, i, ms(fixed[j]), ms(1/speeds[j]))
+		default:
+			fmt.Fprintf(&b, "%s worker %d %s a sample (proportional)", sep, i, ms(1/speeds[j]))
+		}
+	}
+	return b.String()
 }
 
 // probeTries bounds the solver calls of a probe that holds a worker at a

@@ -1,12 +1,15 @@
 package ps
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/assign"
 )
 
 // naiveFit is the reference for costFit: it keeps every observation and
@@ -805,8 +808,8 @@ func TestSplitHubProbe(t *testing.T) {
 			}
 		case err != nil:
 			failures++
-			if err.Error() != werr.Error() {
-				t.Fatalf("%s: failed with %v, want the deadline's error %v", name, err, werr)
+			if !strings.HasPrefix(err.Error(), werr.Error()+" (hub 0's models of compute per iteration, Share.Overhead not included: worker 0 ") || !errors.Is(err, assign.ErrInfeasible) {
+				t.Fatalf("%s: failed with %v, want the deadline's error %v and the models", name, err, werr)
 			}
 			// With a fit probing, a probe may still find no split: no
 			// share near enough separates, or the others cannot absorb
@@ -828,5 +831,29 @@ func TestSplitHubProbe(t *testing.T) {
 	}
 	if probes == 0 || failures == 0 || plain == 0 {
 		t.Errorf("%d probes, %d failures, %d rounds within the deadline: want every kind", probes, failures, plain)
+	}
+}
+
+// TestDescribeModels: a deadline's error words each worker's model, as
+// fitted, proportional or unmeasured, for at most eight workers.
+func TestDescribeModels(t *testing.T) {
+	fits := make([]costFit, 10)
+	fits[1].observe(10, 20*time.Millisecond)
+	fits[1].observe(30, 40*time.Millisecond) // fitted: 10ms + 1ms a sample
+	who := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+	speeds, fixed := make([]float64, 10), make([]float64, 10)
+	for j := range who {
+		speeds[j] = 500 // 2ms a sample
+	}
+	speeds[0] = 0
+	speeds[1], fixed[1] = fits[1].model(0)
+	got := describeModels(who, speeds, fixed, fits)
+	for _, part := range []string{"worker 0 unmeasured,", "worker 1 10ms + 1ms a sample,", "worker 7 2ms a sample (proportional) …"} {
+		if !strings.Contains(got, part) {
+			t.Errorf("%q lacks %q", got, part)
+		}
+	}
+	if strings.Contains(got, "worker 8") || strings.Count(got, "(proportional)") != 6 {
+		t.Errorf("%q: want workers 2-7 proportional and none after worker 7", got)
 	}
 }
