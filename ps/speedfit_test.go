@@ -1,6 +1,7 @@
 package ps
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -856,4 +857,47 @@ func TestDescribeModels(t *testing.T) {
 	if strings.Contains(got, "worker 8") || strings.Count(got, "(proportional)") != 6 {
 		t.Errorf("%q: want workers 2-7 proportional and none after worker 7", got)
 	}
+}
+
+// FuzzCostFit: whatever a worker reports (the samples and nanoseconds of
+// a share request come off the wire), the fit's model stays finite, with
+// a positive per-sample part and a fixed part within its clamps, the
+// optimal rule accepts it, and a probe's share is within its bounds and
+// separates the fit.
+func FuzzCostFit(f *testing.F) {
+	pair := func(samples uint32, nanos int64) []byte {
+		b := make([]byte, 12)
+		binary.LittleEndian.PutUint32(b, samples)
+		binary.LittleEndian.PutUint64(b[4:], uint64(nanos))
+		return b
+	}
+	f.Add(append(pair(32, 5e6), pair(6, 2e6)...))
+	f.Add(append(pair(1, 1), pair(math.MaxUint32, math.MaxInt64)...))
+	f.Add(append(append(pair(100, 1e9), pair(100, -1)...), pair(0, 1e9)...))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var fit costFit
+		var sp Speed
+		for k := 0; len(data) >= 12 && k < 64; k++ { // 64 reports: the solver runs on each
+			samples := binary.LittleEndian.Uint32(data)
+			nanos := int64(binary.LittleEndian.Uint64(data[4:]))
+			data = data[12:]
+			fit.observe(int(samples), time.Duration(nanos))
+			sp.Observe(int(samples), time.Duration(nanos))
+			speed, fixed := fit.model(sp.Rate())
+			if fit.n == 0 {
+				continue
+			}
+			if !(speed > 0) || math.IsInf(speed, 0) || !(fixed >= 0) || fixed > (1-fitMinPerSample)*fit.my*(1+1e-12) {
+				t.Fatalf("after (%d, %d): model %v/s + %vs (mean time %vs)", samples, nanos, speed, fixed, fit.my)
+			}
+			if _, err := (ShareConfig{Rule: ShareOptimal}).optimal(2, []float64{speed, 1}, []float64{fixed, 0}, nil); err != nil {
+				t.Fatalf("after (%d, %d): model %v/s + %vs: %v", samples, nanos, speed, fixed, err)
+			}
+			hi := 1 + int(samples%1000)
+			from := 1 + int(nanos&0x7fffffff)%hi
+			if s, ok := fit.probeShare(from, hi); ok && (s < 1 || s > hi || s == from || !fit.separatesWith(s)) {
+				t.Fatalf("probeShare(%d, %d) = %d", from, hi, s)
+			}
+		}
+	})
 }
