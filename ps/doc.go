@@ -163,8 +163,9 @@
 // fails, unless some worker has reported at least twice and its fit has
 // not separated. The round is then a probe, split without the deadline
 // and, if that split does not move such a worker's share enough to
-// separate its fit, with one such worker held at the nearest share that
-// does (a probe round costs at most three more solver calls). A probe
+// separate its fit, with one such worker held at the nearest larger share
+// that does (else the nearest smaller one; a probe round costs at most
+// three more solver calls). A probe
 // separates a fit for good, so a job probes at most once per worker
 // (workers that compute the shares they are given); a round that no probe
 // can split fails with the deadline's error, followed by the models the
