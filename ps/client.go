@@ -113,13 +113,17 @@ type Client struct {
 	log  *slog.Logger
 	hubs []*hubLink
 
-	mu    sync.Mutex
-	keys  map[string]*keyState
-	place *Placement // of the keys
+	mu     sync.Mutex
+	keys   map[string]*keyState   // declared: accepted by every hub
+	placed map[string][]Partition // every key a Declare placed, accepted or not
+	place  *Placement             // of the keys
 
 	failOnce sync.Once
 	failed   chan struct{}
 	err      error
+	// settleOnce settles, once, the sparse pushes in flight when the
+	// client failed (settleAcked), after every connection has stopped.
+	settleOnce sync.Once
 
 	closeOnce sync.Once
 	closing   chan struct{}
@@ -140,12 +144,18 @@ type keyState struct {
 }
 
 type hubLink struct {
-	idx       int
-	addr      string
-	l         *link
-	mu        sync.Mutex
-	pending   map[uint32]*call
-	nextID    uint32
+	idx     int
+	addr    string
+	l       *link
+	gone    chan struct{} // closed when the reader stops reading (stopReading)
+	goneOne sync.Once
+	mu      sync.Mutex
+	pending map[uint32]*call
+	nextID  uint32
+	// unacked counts the pending calls whose ack has not run; drained, if
+	// not nil, is closed when it drops to zero (Close waits on it).
+	unacked   int
+	drained   chan struct{}
 	shm       bool // the connection runs over shared memory
 	lastHeard atomic.Int64
 	sent      atomic.Int64
@@ -157,11 +167,57 @@ type call struct {
 	on    func(m *message) // consumes a reply's data; runs under h.mu
 	want  int              // bytes of data the reply must carry; -1: any
 	after func()           // if set, runs once the reply is taken, whatever it was
-	// ack, if set, runs exactly once when the call is settled: whether
-	// the hub applied its push (an answer, or an error after the push),
-	// false for an error before it or for no answer at all (the client
-	// failed). Its handle then fails with the client's error.
+	// ack, if set, runs exactly once when the call's push is settled
+	// (takeAck): applied true when the hub said it applied the push
+	// (msgPushed, an answer, an error after the push), false for an error
+	// before it; if the client fails first, settleAcked decides.
 	ack func(applied bool)
+	// written is set once the request is written to the connection (the
+	// link runs its message's release): a hub may have it.
+	written atomic.Bool
+}
+
+// takeAck takes cl's ack, with h.mu held: nil if it has run or been
+// taken. Whoever takes it runs it, once.
+func (h *hubLink) takeAck(cl *call) func(bool) {
+	if cl == nil || cl.ack == nil {
+		return nil
+	}
+	a := cl.ack
+	cl.ack = nil
+	h.unacked--
+	if h.unacked == 0 && h.drained != nil {
+		close(h.drained)
+		h.drained = nil
+	}
+	return a
+}
+
+// stopReading closes gone, once: h's reader reads no more.
+func (h *hubLink) stopReading() { h.goneOne.Do(func() { close(h.gone) }) }
+
+// awaitAcks waits until hub h has settled every push sent to it (each
+// call's ack has run), h's reader has stopped, the client has failed,
+// or d has passed.
+func (c *Client) awaitAcks(h *hubLink, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	h.mu.Lock()
+	if h.unacked == 0 {
+		h.mu.Unlock()
+		return
+	}
+	if h.drained == nil {
+		h.drained = make(chan struct{})
+	}
+	drained := h.drained
+	h.mu.Unlock()
+	select {
+	case <-drained:
+	case <-h.gone:
+	case <-c.failed:
+	case <-t.C:
+	}
 }
 
 // Dial connects worker cfg.Worker to every hub.
@@ -178,7 +234,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{place: place,
-		cfg: cfg, log: log, keys: map[string]*keyState{},
+		cfg: cfg, log: log, keys: map[string]*keyState{}, placed: map[string][]Partition{},
 		failed: make(chan struct{}), closing: make(chan struct{}),
 		hubs: make([]*hubLink, len(cfg.Hubs)),
 	}
@@ -216,7 +272,7 @@ func (c *Client) dial(ctx context.Context, i int, addr string) error {
 	if conn, err = transport.OfferShm(ctx, conn, o); err != nil {
 		return fmt.Errorf("ps: worker %d: hub %d: %w", c.cfg.Worker, i, err)
 	}
-	hl := &hubLink{idx: i, addr: addr, pending: map[uint32]*call{}, shm: transport.IsShm(conn)}
+	hl := &hubLink{idx: i, addr: addr, pending: map[uint32]*call{}, shm: transport.IsShm(conn), gone: make(chan struct{})}
 	hl.l = newLink(conn, c.cfg.MaxFrame, nil)
 	hl.lastHeard.Store(time.Now().UnixNano())
 	c.mu.Lock()
@@ -251,19 +307,56 @@ func (c *Client) Err() error {
 
 // Fail breaks the client with err: every pending and later call returns
 // it. The collective package calls it when gossip declares a rank dead.
+// It returns once every connection is closed (within about 200 ms) and
+// every sparse push in flight is settled into its residual (see
+// settleAcked).
 func (c *Client) Fail(err error) {
 	c.failOnce.Do(func() {
 		c.err = err
 		close(c.failed)
-		c.settleAcked(err)
 		// Last words: the hubs tell the other workers why, instead of
 		// blaming this one for a broken connection.
+		var wg sync.WaitGroup
 		for _, h := range c.links() {
-			h.l.queue(outFrame{typ: transport.TypeAbort, hdr: transport.EncodeAbort(err)})
-			h.l.close(200 * time.Millisecond)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.hangUp(h, outFrame{typ: transport.TypeAbort, hdr: transport.EncodeAbort(err)}, 200*time.Millisecond)
+			}()
 		}
+		wg.Wait()
+		c.settle()
 	})
 }
+
+// hangUp queues last (a goodbye or last words) after whatever is queued
+// on h, and closes the connection once the hub has read it all: when the
+// hub closes its end (h's reader stops), or after d. Closing sooner
+// could lose what was written: a socket closed with answers unread is
+// reset, and the kernel drops what it had not yet sent. A hub closes its
+// end once it has read a goodbye or last words, after what came before
+// them, so unless d passes first a live hub has read every request
+// written before hangUp returns.
+func (c *Client) hangUp(h *hubLink, last outFrame, d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	h.l.queue(last)
+	h.l.kill()
+	select {
+	case <-h.l.done: // all written
+	case <-ctx.Done():
+	}
+	select {
+	case <-h.gone:
+	case <-ctx.Done():
+	}
+	_ = h.l.c.Close()
+	<-h.l.done
+}
+
+// settle settles, once, the sparse pushes left in flight once the client
+// has failed and its connections have stopped.
+func (c *Client) settle() { c.settleOnce.Do(func() { c.settleAcked(c.err) }) }
 
 func (c *Client) links() []*hubLink {
 	c.mu.Lock()
@@ -277,25 +370,28 @@ func (c *Client) links() []*hubLink {
 	return out
 }
 
-// Close says goodbye to every hub and releases the connections; it takes
-// at most about 2 s, however many hubs there are. A request waiting in
-// another goroutine returns ErrClosed. Close is idempotent and waits for
-// the client's goroutines.
+// Close says goodbye to every hub and releases the connections. It first
+// waits, at most ClientConfig.HubTimeout, for each hub to acknowledge the
+// sparse pushes it was sent (that it applied them, or not), so that each
+// residual knows what landed; then each hub gets at most 2 s to take the
+// goodbye, every hub at once. A request waiting in another goroutine
+// returns ErrClosed. Close is idempotent and waits for the client's
+// goroutines; once it returns every sparse push is settled.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closing)
-		// Every hub at once: each gets at most 2 s to take the goodbye.
 		var wg sync.WaitGroup
 		for _, h := range c.links() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				h.l.control(transport.TypeBye)
-				h.l.close(2 * time.Second)
+				c.awaitAcks(h, c.cfg.HubTimeout)
+				c.hangUp(h, outFrame{typ: transport.TypeBye}, 2*time.Second)
 			}()
 		}
 		wg.Wait()
 		c.Fail(ErrClosed)
+		c.settle() // (if the client had failed without settling)
 		c.wg.Wait()
 	})
 	return nil
@@ -303,13 +399,16 @@ func (c *Client) Close() error {
 
 func (c *Client) reader(h *hubLink) {
 	defer c.wg.Done()
+	defer h.stopReading()
 	for {
 		// Every answer's data is copied out (into the caller's buffer, or
 		// an error's text) before the next frame: its buffer goes back.
 		fh, p, err := h.l.r.Next(transport.GetBuf)
 		if err != nil {
+			h.stopReading() // before Fail, which waits for it
 			select {
 			case <-c.closing:
+			case <-c.failed:
 			default:
 				reason := "connection lost: " + err.Error()
 				if errors.Is(err, transport.ErrFrame) {
@@ -324,25 +423,37 @@ func (c *Client) reader(h *hubLink) {
 			transport.PutBuf(p)
 			continue // pong, bye
 		}
-		if !c.answer(h, p) {
+		if err := c.answer(h, p); err != nil {
+			h.stopReading()
+			c.Fail(err)
 			return
 		}
 		transport.PutBuf(p)
 	}
 }
 
-// answer acts on one answer from hub h, p a frame's payload; false once
-// the client has failed. Nothing refers to p when it returns.
-func (c *Client) answer(h *hubLink, p []byte) bool {
+// answer acts on one answer from hub h, p a frame's payload; an error
+// if the hub broke the protocol, for the reader to fail the client with.
+// Nothing refers to p when it returns.
+func (c *Client) answer(h *hubLink, p []byte) error {
 	m, err := decodeMessage(p)
 	if err != nil {
-		c.Fail(&HubLostError{Hub: h.idx, Addr: h.addr, Reason: "sent a malformed reply: " + err.Error()})
-		return false
+		return &HubLostError{Hub: h.idx, Addr: h.addr, Reason: "sent a malformed reply: " + err.Error()}
 	}
 	h.recvd.Add(int64(len(m.Data)))
 	h.mu.Lock()
 	cl := h.pending[m.ID]
+	if m.Type == msgPushed {
+		// The push is applied; the pull's answer follows.
+		ack := h.takeAck(cl)
+		h.mu.Unlock()
+		if ack != nil {
+			ack(true)
+		}
+		return nil
+	}
 	delete(h.pending, m.ID)
+	ack := h.takeAck(cl)
 	h.mu.Unlock()
 	if m.Type == msgError {
 		var herr error = &HubError{Hub: h.idx, Code: m.Code, Msg: string(m.Data)}
@@ -350,29 +461,27 @@ func (c *Client) answer(h *hubLink, p []byte) bool {
 			herr = &hubCorruptError{herr.(*HubError)}
 		}
 		if cl == nil {
-			c.Fail(herr)
-			return false
+			return herr
 		}
-		if cl.ack != nil {
-			cl.ack(m.Kind&errPushed != 0)
+		if ack != nil {
+			ack(m.Kind&errPushed != 0)
 		}
 		cl.h.finish(herr, nil)
 		if cl.after != nil {
 			cl.after()
 		}
-		return true
+		return nil
 	}
 	if cl == nil {
-		return true // the answer to a request given up on
+		return nil // the answer to a request given up on
 	}
-	if cl.ack != nil {
-		cl.ack(true)
+	if ack != nil {
+		ack(true)
 	}
 	if cl.want >= 0 && len(m.Data) != cl.want {
 		lost := &HubLostError{Hub: h.idx, Addr: h.addr, Reason: fmt.Sprintf("sent %d bytes where %d were due", len(m.Data), cl.want)}
 		cl.h.finish(lost, nil)
-		c.Fail(lost)
-		return false
+		return lost
 	}
 	// on copies the data out (pullInto, a collective round's copy, a
 	// share's count): it keeps no reference to p.
@@ -387,7 +496,7 @@ func (c *Client) answer(h *hubLink, p []byte) bool {
 	if cl.after != nil {
 		cl.after()
 	}
-	return true
+	return nil
 }
 
 // watchdog pings hubs that owe an answer and declares lost the ones that
@@ -431,7 +540,8 @@ func (c *Client) sendAfter(i int, m *message, h *Handle, on func(*message), want
 }
 
 // sendCall registers cl on hub i and queues m. A call with an ack made
-// once the client has failed is settled at once instead.
+// once the client has failed is settled at once instead: never sent, not
+// applied.
 func (c *Client) sendCall(i int, m *message, cl *call) {
 	h := cl.h
 	hl := c.hubs[i]
@@ -448,6 +558,9 @@ func (c *Client) sendCall(i int, m *message, cl *call) {
 	hl.nextID++
 	m.ID = hl.nextID
 	hl.pending[m.ID] = cl
+	if cl.ack != nil {
+		hl.unacked++
+	}
 	hl.mu.Unlock()
 	// Counted when queued: a call's bytes are all counted when its answer
 	// arrives, whatever the writer is doing.
@@ -457,23 +570,36 @@ func (c *Client) sendCall(i int, m *message, cl *call) {
 	}
 }
 
-// settleAcked settles every pending call with an ack once the client has
-// failed with err: no answer will come, and the push counts as not
-// applied (Fail calls it; a call made later is settled by sendCall).
+// settleAcked settles every pending call whose ack has not run, once the
+// client has failed with err and every connection's writer has stopped
+// (Fail calls it; a call made later is settled by sendCall): no answer
+// will come. A push never written to its connection was not applied, and
+// goes back into the residual. A push written and not acknowledged is
+// the ambiguous case: it counts as applied, and is never restored. A hub
+// that read it applies it before it hears that this worker has gone (a
+// closed connection or an abort comes after it), so this is right
+// whenever the hub lives; if the hub died, or refused it without this
+// worker hearing, that partition of that one push is lost once, which
+// error feedback tolerates. Restoring it instead would count it twice
+// whenever the hub lives. Either way the call's handle fails with err.
 func (c *Client) settleAcked(err error) {
 	for _, hl := range c.links() {
-		var calls []*call
+		type settling struct {
+			cl  *call
+			ack func(bool)
+		}
+		var calls []settling
 		hl.mu.Lock()
 		for id, cl := range hl.pending {
-			if cl.ack != nil {
-				calls = append(calls, cl)
+			if ack := hl.takeAck(cl); ack != nil {
+				calls = append(calls, settling{cl, ack})
 				delete(hl.pending, id)
 			}
 		}
 		hl.mu.Unlock()
-		for _, cl := range calls {
-			cl.ack(false)
-			cl.h.finish(err, nil)
+		for _, s := range calls {
+			s.ack(s.cl.written.Load())
+			s.cl.h.finish(err, nil)
 		}
 	}
 }

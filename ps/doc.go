@@ -49,33 +49,60 @@
 //
 // Every worker declares a key with the same Method, Ratio and Seed (a hub
 // refuses a declare that differs, with ErrShape); ErrorFeedback and Codec
-// are each worker's own. Values travel as the push's element type
-// (Push[float32] sends float32 values). The hub adds a sparse push to the
-// key exactly as a dense push of the same elements with zeros elsewhere:
-// BSP, SSP and ASP, sum and SGD mode and the sample counts work as for
-// dense pushes. Pulls stay dense. ParseSparse reads a trainer's flag
-// ("topk:0.01", "randk:0.1,noef").
+// are each worker's own. A key is the worker's to push once every hub has
+// accepted its declare: a refused declare leaves it undeclared (pushes get
+// ErrUnknownKey) and can be made again, corrected, with the same length;
+// a re-declare with another length or other sparse settings than the
+// accepted one is refused on the worker (ErrShape, naming both). Values
+// travel as the push's element type (Push[float32] sends float32 values),
+// and Declare refuses a key whose largest push of float64 values would
+// not fit in ClientConfig.MaxFrame, so that no push of it fails on the
+// worker. The hub adds a sparse push to the key exactly as a dense push
+// of the same elements with zeros elsewhere: BSP, SSP and ASP, sum and
+// SGD mode and the sample counts work as for dense pushes. Pulls stay
+// dense. ParseSparse reads a trainer's flag ("topk:0.01",
+// "randk:0.1,noef").
 //
 // A sparse push selects and copies what it sends before Push returns:
 // its grad is free again at once (PushPull's dst still belongs to the
 // call until the handle is done). Pushes of one sparse key are sent in
 // the order they are made, one at a time.
 //
-// Error feedback (ErrorFeedback) keeps on the worker, per key, the
-// residual: element by element of the whole key, in float64. A push adds
-// grad to it, selects from it, sends the selected elements rounded to
-// the push's type and subtracts what it sent; what remains goes out in
-// later pushes. So the sum of what a worker's pushes sent plus its
-// residual is the sum of its gradients, to float64 rounding. The rules:
+// Error feedback (ErrorFeedback: off unless set in a SparseConfig; on in
+// ParseSparse's form unless it says ",noef") keeps on the worker, per
+// key, the residual: element by element of the whole key, in float64. A
+// push adds grad to it, selects from it, sends the selected elements
+// rounded to the push's type and subtracts what it sent; what remains
+// goes out in later pushes. So the sum of what a worker's pushes sent
+// plus its residual is the sum of its gradients, to float64 rounding.
+// The rules:
 //
-//   - A push that a hub does not apply goes back into the residual,
-//     partition by partition, so nothing is lost or counted twice: an
-//     error before the push (a bad clock, a corrupt or failed key) or no
-//     answer at all (the hub lost, the client failed or closed). A
-//     partition the hub answered, or failed only after applying its push
-//     (a push-pull's pull), stays sent. Answers can come after Wait has
-//     returned an error: the residual is settled once every answer is in,
-//     and after Close at the latest.
+//   - Each partition of a push is settled when the worker learns whether
+//     its hub applied it. A hub says so as soon as it applies a sparse
+//     push: in a push-pull whose pull must wait (a BSP round still open)
+//     it says so at once, before the pull's answer; otherwise with the
+//     answer; and an error says whether the push was applied before it
+//     (a push-pull's pull that failed). Applied, the partition stays
+//     sent; refused before its push (a bad clock, a corrupt or failed
+//     key), it goes back into the residual.
+//   - When the client fails (Fail, a lost hub) or closes, what is still
+//     in flight gets no answer. Close first waits, at most
+//     ClientConfig.HubTimeout, for the hubs to settle it; Fail does not
+//     wait. Both then close each connection once the hub has read all
+//     that was written on it (the hub closes its end after the goodbye
+//     or last words that follow it), or after at most 2 s (Close) or
+//     200 ms (Fail). Then a partition never written to its hub goes back
+//     into the residual, and one written but never acknowledged counts
+//     as applied and is never restored. A hub that read it applies it
+//     before it hears the worker has gone, so this is right whenever the
+//     hub lives; if the hub died, or the hang-up timed out and it never
+//     read the push, or it refused the push unheard, that partition of
+//     that one push is lost, once, which error feedback tolerates (later
+//     pushes are unaffected). A push is never counted twice.
+//   - Wait on a push returns, unless its context ends first, only once
+//     every partition of the push is settled, after an error too: the
+//     residual is then final for that push. After Close every push is
+//     settled.
 //   - A worker removed from an elastic job takes its residual with it,
 //     as it takes its gradients not yet pushed; the others keep theirs
 //     (nothing resets a residual), and their next pushes send it.
@@ -92,9 +119,9 @@
 // index out of range, repeated or out of order, a wrong count, a bad
 // compressed stream) fails that partition of the key for good with
 // ErrCorrupt, naming the key, the partition and the worker: the sender,
-// every worker waiting on the partition and every later request get the
-// error, so nobody waits for a round that cannot complete and no value is
-// silently wrong.
+// every worker waiting on the partition and every later request (a
+// declare of the key too) get the error, so nobody waits for a round that
+// cannot complete and no value is silently wrong.
 //
 // The costs: a worker's push reads the whole key (a radix selection of a
 // few passes for top-k) and, with error feedback, holds 8 bytes an

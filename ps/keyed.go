@@ -14,8 +14,14 @@ type Float interface{ float32 | float64 }
 
 // Declare creates key on its hubs, cut into partitions and placed by the
 // least-loaded rule. Every worker declares the same keys in the same
-// order, so that every worker computes the same placement; declaring a
-// key again with the same config does nothing.
+// order, so that every worker computes the same placement. The key is
+// this worker's to push and pull once every hub has accepted the
+// declare; a declare that fails (a hub refuses it, ctx ends) leaves it
+// undeclared but placed, so that declaring it again, with a corrected
+// config of the same length, goes to the same hubs. Declaring a key
+// again with the same length and sparse settings does nothing (the hubs
+// check the rest: mode and staleness); with another length or other
+// sparse settings it is refused here, and the key keeps its own.
 func (c *Client) Declare(ctx context.Context, key string, cfg KeyConfig) error {
 	if len(key) > maxKeyLen-24 {
 		return fmt.Errorf("ps: key %q longer than %d bytes", key, maxKeyLen-24)
@@ -27,17 +33,25 @@ func (c *Client) Declare(ctx context.Context, key string, cfg KeyConfig) error {
 		return err
 	}
 	c.mu.Lock()
-	ks, ok := c.keys[key]
-	if !ok {
-		ks = &keyState{cfg: cfg, parts: c.place.Add(key, cfg.Len)}
-		if cfg.Sparse.Method != Dense {
-			ks.sparse = &sparseState{}
+	var parts []Partition
+	if ks, ok := c.keys[key]; ok {
+		if err := sameKey(key, ks.cfg, cfg); err != nil {
+			c.mu.Unlock()
+			return err
 		}
-		c.keys[key] = ks
+		parts = ks.parts
+	} else if parts, ok = c.placed[key]; ok {
+		if n := placedLen(parts); n != cfg.Len {
+			c.mu.Unlock()
+			return fmt.Errorf("%w: key %q is placed for %d elements by a declare that failed; declared again with %d", ErrShape, key, n, cfg.Len)
+		}
+	} else {
+		parts = c.place.Add(key, cfg.Len)
+		c.placed[key] = parts
 	}
 	c.mu.Unlock()
-	h := c.newHandle(kindOther, len(ks.parts))
-	for _, p := range ks.parts {
+	h := c.newHandle(kindOther, len(parts))
+	for _, p := range parts {
 		m := &message{Type: msgDeclare, Key: partKey(key, p.Off), Count: uint64(p.Len), Code: uint8(cfg.Update), Stale: int32(cfg.Staleness), LR: cfg.LR, Mom: cfg.Momentum,
 			Kind: uint8(cfg.Sparse.Method), WantOff: math.Float64bits(cfg.Sparse.Ratio), WantLen: cfg.Sparse.Seed}
 		if cfg.Init != nil {
@@ -45,7 +59,40 @@ func (c *Client) Declare(ctx context.Context, key string, cfg KeyConfig) error {
 		}
 		c.send(p.Hub, m, h, nil, 0)
 	}
-	return h.Wait(ctx)
+	if err := h.Wait(ctx); err != nil {
+		return err
+	}
+	// Every hub accepted: the key is declared, with this config.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ks, ok := c.keys[key]; ok {
+		return sameKey(key, ks.cfg, cfg) // declared meanwhile by another goroutine
+	}
+	ks := &keyState{cfg: cfg, parts: parts}
+	if cfg.Sparse.Method != Dense {
+		ks.sparse = &sparseState{}
+	}
+	c.keys[key] = ks
+	return nil
+}
+
+// sameKey checks a declare of a key against the one accepted: the same
+// length and sparse settings (the hubs check the rest).
+func sameKey(key string, have, want KeyConfig) error {
+	if have.Len != want.Len || have.Sparse != want.Sparse {
+		return fmt.Errorf("%w: key %q is declared with %d elements, sparse %v; declared again with %d, sparse %v",
+			ErrShape, key, have.Len, have.Sparse, want.Len, want.Sparse)
+	}
+	return nil
+}
+
+// placedLen is the number of elements of a key's partitions.
+func placedLen(parts []Partition) int {
+	n := 0
+	for _, p := range parts {
+		n += p.Len
+	}
+	return n
 }
 
 func partKey(key string, off int) string { return fmt.Sprintf("%s@%d", key, off) }

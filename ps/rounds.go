@@ -139,6 +139,10 @@ func (c *core) request(w int, m *message) (out []reply, kill []int) {
 			c.reply(w, m.ID, message{})
 		}
 		c.servePulls()
+		if m.Type == msgSparsePushPull && m.Part&askPushed != 0 && c.parked(w, m.ID) {
+			// The push is in and its pull waits: say so now.
+			c.out = append(c.out, reply{w, message{Type: msgPushed, ID: m.ID}})
+		}
 	case msgPull:
 		c.pulls = append(c.pulls, pendingPull{worker: w, id: m.ID, key: m.Key, clock: int(m.Clock), dtype: m.DType})
 		c.servePulls()
@@ -209,6 +213,16 @@ type roundState struct {
 	accBuf  []byte // the pooled frame acc lies in, if any
 	next    int    // reduce: the next worker to fold in
 	err     error
+}
+
+// parked reports whether worker w's request id is a pull still waiting.
+func (c *core) parked(w int, id uint32) bool {
+	for i := len(c.pulls) - 1; i >= 0; i-- {
+		if p := c.pulls[i]; p.worker == w && p.id == id {
+			return true
+		}
+	}
+	return false
 }
 
 // servePulls answers every parked pull that its key's bound now allows.

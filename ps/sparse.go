@@ -95,7 +95,9 @@ type SparseConfig struct {
 	Ratio float64
 	// ErrorFeedback keeps, per key on the worker, what a push did not
 	// send (the residual: gradient + previous residual − what was sent)
-	// and adds it to the next push.
+	// and adds it to the next push. It is off unless set: a SparseConfig
+	// literal without it drops what a push does not send. ParseSparse
+	// turns it on unless the flag says ",noef".
 	ErrorFeedback bool
 	// Codec lays out the payload (CodecDefault: DefaultSparseCodec).
 	Codec SparseCodec
@@ -178,15 +180,17 @@ func ParseSparse(s string) (SparseConfig, error) {
 	return c, nil
 }
 
-// String is c in ParseSparse's form.
+// String is c in ParseSparse's form, which ParseSparse reads back as c.
+// An invalid c (one Declare and ParseSparse refuse) is written as
+// "invalid sparse config (WHY)", which does not parse.
 func (c SparseConfig) String() string {
+	if err := c.validate(); err != nil {
+		return "invalid sparse config (" + err.Error() + ")"
+	}
 	if c == (SparseConfig{}) {
 		return "dense"
 	}
 	m := map[SparseMethod]string{TopK: "topk", RandomK: "randk"}[c.Method]
-	if m == "" {
-		m = c.Method.String()
-	}
 	s := m + ":" + strconv.FormatFloat(c.Ratio, 'g', -1, 64)
 	if !c.ErrorFeedback {
 		s += ",noef"

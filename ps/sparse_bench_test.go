@@ -41,7 +41,8 @@ func BenchmarkSparseCodec(b *testing.B) {
 			name := fmt.Sprintf("%v%g/%v", sel.method, 100*sel.ratio, codec)
 			b.Run(name+"/encode", func(b *testing.B) {
 				b.SetBytes(raw)
-				buf := make([]byte, 0, s.maxWire())
+				w, _ := s.maxWire()
+				buf := make([]byte, 0, w)
 				for b.Loop() {
 					if _, err := appendSparse(buf[:0], codec, vals, idx, &z); err != nil {
 						b.Fatal(err)

@@ -2,9 +2,11 @@ package ps
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/gorun/gorun/reduce"
+	"github.com/klauspost/compress/zstd"
 )
 
 // sparseState is a sparse key's state on a worker.
@@ -20,22 +22,20 @@ type sparseState struct {
 }
 
 // restore adds back into the residual what a push of the partition at
-// off sent and the hub did not apply.
+// off selected and the hub did not apply.
 func restore[T Float](sp *sparseState, off int, idx []int32, vals []T) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	restoreLocked(sp, off, idx, vals)
-}
-
-// restoreLocked is restore with sp.mu held.
-func restoreLocked[T Float](sp *sparseState, off int, idx []int32, vals []T) {
 	for j, i := range idx {
 		sp.resid[off+int(i)] += float64(vals[j])
 	}
 }
 
 // checkSparseKey checks a key's sparse configuration on the worker: valid,
-// and its largest push fits in a frame.
+// and its largest push fits in a frame. The largest push is of float64
+// values, the larger element type (Push[float32] sends less), so that
+// whatever type the key is pushed as, nothing is left to fail once a
+// push has taken its clock (pushSparse).
 func (c *Client) checkSparseKey(key string, cfg KeyConfig) error {
 	s := cfg.Sparse
 	if err := s.validate(); err != nil {
@@ -45,12 +45,21 @@ func (c *Client) checkSparseKey(key string, cfg KeyConfig) error {
 		return nil
 	}
 	n := min(cfg.Len, c.place.partElems)
-	spec := sparseSpec{method: s.Method, codec: s.codec(), dtype: reduce.Float32, n: n, k: SparseK(n, s.Ratio)}
-	if need := spec.maxWire() + msgHeaderSize + pad8(maxKeyLen); need > c.cfg.MaxFrame {
-		return fmt.Errorf("ps: key %q: a %v push of %d float32s at ratio %v with codec %v can take %d bytes, more than MaxFrame %d",
-			key, s.Method, n, s.Ratio, spec.codec, need, c.cfg.MaxFrame)
+	spec := sparseSpec{method: s.Method, codec: s.codec(), dtype: reduce.Float64, n: n, k: SparseK(n, s.Ratio)}
+	room := c.cfg.MaxFrame - msgHeaderSize - pad8(maxKeyLen)
+	if need, ok := spec.maxWire(); !ok || need > room {
+		return fmt.Errorf("ps: key %q: a %v push of %d float64s at ratio %v with codec %v can take %s bytes, more than MaxFrame %d less %d of header",
+			key, s.Method, n, s.Ratio, spec.codec, wireBytes(need, ok), c.cfg.MaxFrame, c.cfg.MaxFrame-room)
 	}
 	return nil
+}
+
+// wireBytes writes maxWire's bound, or says it overflows.
+func wireBytes(n int, ok bool) string {
+	if !ok {
+		return "more than an int's worth of"
+	}
+	return strconv.Itoa(n)
 }
 
 // sparsePart is one partition's selection, before it is sent.
@@ -64,14 +73,18 @@ type sparsePart[T Float] struct {
 // pushSparse is Push and PushPull (dst != nil) of a sparse key: it
 // selects each partition's elements (from grad plus the residual, with
 // error feedback), keeps what it did not send in the residual, and sends
-// the selections. A partition the hub does not apply (it answers with an
-// error before the push, or the client fails first) is added back into
-// the residual, so that nothing is lost or counted twice.
+// the selections. Everything that can fail on the worker is checked
+// before the push takes its clock (Declare sized the largest push), so
+// that a push that takes a clock always goes out. With error feedback
+// each partition's call carries an ack (see settleAcked for the rules):
+// a partition the hub did not apply is added back into the residual.
 func pushSparse[T Float](c *Client, key string, ks *keyState, grad []T, samples int, dst []T) *Handle {
 	sc, sp := ks.cfg.Sparse, ks.sparse
 	codec := sc.codec()
+	var enc *zstd.Encoder
 	if codec == CodecZstd {
-		if _, err := c.zstd.encoder(); err != nil {
+		var err error
+		if enc, err = c.zstd.encoder(); err != nil {
 			return c.failedHandle(kindPush, fmt.Errorf("ps: key %q: zstd: %w", key, err))
 		}
 	}
@@ -80,6 +93,7 @@ func pushSparse[T Float](c *Client, key string, ks *keyState, grad []T, samples 
 	if dst != nil {
 		typ = msgSparsePushPull
 	}
+	// No check below: from here the push goes out.
 	sp.send.Lock()
 	defer sp.send.Unlock()
 	c.mu.Lock()
@@ -123,26 +137,7 @@ func pushSparse[T Float](c *Client, key string, ks *keyState, grad []T, samples 
 		if sc.Method == RandomK {
 			wireIdx = nil
 		}
-		payload, err := appendSparse(nil, codec, s.vals, wireIdx, &c.zstd)
-		if err == nil && msgHeaderSize+pad8(len(pk))+len(payload) > c.cfg.MaxFrame {
-			err = fmt.Errorf("ps: key %q: a sparse push of %d bytes does not fit in MaxFrame %d", key, len(payload), c.cfg.MaxFrame)
-		}
-		if err != nil {
-			// Nothing is sent: every selection goes back.
-			for _, q := range parts[:j] {
-				if ef {
-					restoreLocked(sp, q.p.Off, q.idx, q.vals)
-				}
-			}
-			if ef {
-				restoreLocked(sp, p.Off, s.idx, s.vals)
-			}
-			sp.mu.Unlock()
-			c.mu.Lock()
-			ks.clock-- // no push of the key took a clock since: send is held
-			c.mu.Unlock()
-			return c.failedHandle(kindPush, err)
-		}
+		payload := encodeSparse(nil, codec, s.vals, wireIdx, enc)
 		s.msg = &message{Type: typ, Key: pk, Clock: uint32(clock), Samples: uint32(samples), DType: dtype,
 			Code: uint8(sc.Method), Kind: uint8(codec), Count: uint64(p.Len), N: uint64(len(s.idx)), Data: payload}
 		bytes += int64(len(payload))
@@ -152,6 +147,10 @@ func pushSparse[T Float](c *Client, key string, ks *keyState, grad []T, samples 
 
 	c.addBytes(bytes, 0)
 	h := c.newHandle(kindPush, len(parts))
+	if ef && len(parts) > 0 {
+		// The handle is done once every partition is settled too.
+		h.acks, h.settled = len(parts), make(chan struct{})
+	}
 	size := int(reduce.Size(dtype))
 	for _, s := range parts {
 		cl := &call{h: h}
@@ -163,6 +162,11 @@ func pushSparse[T Float](c *Client, key string, ks *keyState, grad []T, samples 
 				if !applied {
 					restore(sp, s.p.Off, s.idx, s.vals)
 				}
+				h.settle()
+			}
+			s.msg.release = func() { cl.written.Store(true) }
+			if dst != nil {
+				s.msg.Part = askPushed // the pull may wait: hear of the push first
 			}
 		}
 		c.sendCall(s.p.Hub, s.msg, cl)

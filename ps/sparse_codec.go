@@ -47,29 +47,42 @@ func uvarintLen(x uint64) int {
 }
 
 // maxPayload is the most bytes a well-formed uncompressed payload of s
-// can have: the cap on what a compressed one may expand to.
-func (s sparseSpec) maxPayload() int {
-	size := reduce.Size(s.dtype)
-	p := s.k * size
+// can have: the cap on what a compressed one may expand to. It is
+// computed in uint64; false if it does not fit in an int (a partition
+// too large for this platform: 32-bit ints).
+func (s sparseSpec) maxPayload() (int, bool) {
+	per := uint64(reduce.Size(s.dtype)) // bytes an element sent
 	if s.method == TopK {
 		switch s.codec {
 		case CodecRaw:
-			p += 4 * s.k
+			per += 4
 		default:
-			p += s.k * uvarintLen(uint64(s.n))
+			per += uint64(uvarintLen(uint64(max(s.n, 0))))
 		}
 	}
-	return p
+	k := uint64(max(s.k, 0))
+	if k != 0 && per > uint64(math.MaxInt)/k {
+		return 0, false
+	}
+	return int(k * per), true
 }
 
 // maxWire bounds the encoded payload of s (compression can add a little
-// to what it cannot shrink): what must fit in a frame.
-func (s sparseSpec) maxWire() int {
-	p := s.maxPayload()
-	if s.codec == CodecS2 || s.codec == CodecZstd {
-		p = s2.MaxEncodedLen(p) + p/64 + 1024 // zstd's bound is smaller
+// to what it cannot shrink): what must fit in a frame. False if the
+// bound does not fit in an int.
+func (s sparseSpec) maxWire() (int, bool) {
+	p, ok := s.maxPayload()
+	if !ok {
+		return 0, false
 	}
-	return p
+	if s.codec == CodecS2 || s.codec == CodecZstd {
+		e := s2.MaxEncodedLen(p) // -1 if too large
+		if e < 0 || e > math.MaxInt-p/64-1024 {
+			return 0, false
+		}
+		p = e + p/64 + 1024 // zstd's bound is smaller
+	}
+	return p, true
 }
 
 // zstdCodec holds a zstd encoder and decoder, made when first needed.
@@ -97,10 +110,24 @@ func (z *zstdCodec) decoder() (*zstd.Decoder, error) {
 }
 
 // appendSparse appends the payload of a selection to dst: vals are the
-// values at idx (idx is nil for random-k).
+// values at idx (idx is nil for random-k). Its only error is zstd's
+// encoder failing to start.
 func appendSparse[T Float](dst []byte, codec SparseCodec, vals []T, idx []int32, z *zstdCodec) ([]byte, error) {
+	var enc *zstd.Encoder
+	if codec == CodecZstd {
+		var err error
+		if enc, err = z.encoder(); err != nil {
+			return nil, err
+		}
+	}
+	return encodeSparse(dst, codec, vals, idx, enc), nil
+}
+
+// encodeSparse is appendSparse with zstd's encoder at hand (enc, used
+// for CodecZstd only): it cannot fail.
+func encodeSparse[T Float](dst []byte, codec SparseCodec, vals []T, idx []int32, enc *zstd.Encoder) []byte {
 	if len(vals) == 0 {
-		return dst, nil
+		return dst
 	}
 	raw := dst
 	if codec == CodecS2 || codec == CodecZstd {
@@ -121,7 +148,7 @@ func appendSparse[T Float](dst []byte, codec SparseCodec, vals []T, idx []int32,
 		for _, i := range idx {
 			raw = le.AppendUint32(raw, uint32(i))
 		}
-		return raw, nil
+		return raw
 	}
 	prev := int32(0)
 	for j, i := range idx {
@@ -134,15 +161,11 @@ func appendSparse[T Float](dst []byte, codec SparseCodec, vals []T, idx []int32,
 	}
 	switch codec {
 	case CodecS2:
-		return append(dst, s2.Encode(nil, raw)...), nil
+		return append(dst, s2.Encode(nil, raw)...)
 	case CodecZstd:
-		enc, err := z.encoder()
-		if err != nil {
-			return nil, err
-		}
-		return enc.EncodeAll(raw, dst), nil
+		return enc.EncodeAll(raw, dst)
 	}
-	return raw, nil
+	return raw
 }
 
 // decodeSparse reads a payload of spec s: the indices (in increasing
@@ -166,7 +189,10 @@ func decodeSparse(s sparseSpec, p []byte, z *zstdCodec) (idx []int32, vals []flo
 		}
 		return nil, nil, nil
 	}
-	limit := s.maxPayload()
+	limit, ok := s.maxPayload()
+	if !ok {
+		return nil, nil, fmt.Errorf("%d elements of a partition of %d are more than this platform can hold", s.k, s.n)
+	}
 	switch s.codec {
 	case CodecS2:
 		n, err := s2.DecodedLen(p)

@@ -246,26 +246,135 @@ func FuzzCoreSparsePush(f *testing.F) {
 	})
 }
 
-// TestRandomKSameOnWorkerAndHub: the indices a worker's random-k push
-// selects (from its key name, partition offset and clock) are the ones
-// the hub draws again from the message's partition key and clock.
-func TestRandomKSameOnWorkerAndHub(t *testing.T) {
-	rng := rand.New(rand.NewPCG(4, 2))
-	for _, n := range sizes {
-		for clock := range 5 {
-			sc := SparseConfig{Method: RandomK, Ratio: []float64{0.01, 0.1, 0.5, 1}[rng.IntN(4)], Seed: rng.Uint64()}
-			off := 1000 * rng.IntN(3)
-			worker := sparseIndices(sc, make([]float32, n), partKey("layer/w", off), uint32(clock))
-			m := &message{Key: partKey("layer/w", off), Clock: uint32(clock), Code: uint8(RandomK), Kind: uint8(CodecVarint), DType: reduce.Float32,
-				Count: uint64(n), N: uint64(len(worker)), Data: make([]byte, 4*len(worker))}
-			spec, err := checkSparse(KeyConfig{Len: n, Sparse: sc}, m)
-			if err != nil {
-				t.Fatal(err)
+// TestCoreSparsePushedAck: a sparse push-pull that asks (askPushed) hears
+// msgPushed as soon as its push is applied when its pull cannot be
+// answered in the same step, and never otherwise: not when the pull is
+// answered at once, not for a refused push, not without the bit, not
+// for dense push-pulls. Random jobs under BSP, SSP and ASP, pushes in a
+// random order of workers (each in clock order).
+func TestCoreSparsePushedAck(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 5))
+	var acks, atOnce int // asked sparse pushes that heard msgPushed, and that were answered at once
+	for iter := range 200 {
+		workers, rounds := 1+rng.IntN(5), 1+rng.IntN(4)
+		sc := SparseConfig{Method: []SparseMethod{TopK, RandomK}[rng.IntN(2)], Ratio: 0.5, Codec: CodecVarint}
+		stale := []int{0, 1, Async}[rng.IntN(3)]
+		c := newCore(workers, false, 0.3)
+		joinAll(t, c)
+		declareSparse(t, c, "w", KeyConfig{Len: 6, Staleness: stale, Sparse: sc})
+		declare(t, c, "d", KeyConfig{Len: 6, Staleness: stale})
+		type req struct {
+			w      int
+			ask    bool
+			sparse bool
+			bad    bool
+			got    []message // what it heard, in order
+			same   bool      // its final answer came in the step of its request
+		}
+		reqs := map[[2]int]*req{}
+		next := make([]int, workers) // the next clock of each worker
+		id := uint32(0)
+		for {
+			var ready []int
+			for w := range workers {
+				if next[w] < rounds {
+					ready = append(ready, w)
+				}
 			}
-			hub, _, err := decodeSparse(spec, m.Data, nil)
-			if err != nil || !slices.Equal(worker, hub) {
-				t.Fatalf("n %d clock %d: worker %v, hub %v (%v)", n, clock, worker, hub, err)
+			if len(ready) == 0 {
+				break
 			}
+			w := ready[rng.IntN(len(ready))]
+			clock := next[w]
+			next[w]++
+			for _, sparse := range []bool{true, false} {
+				id++
+				r := &req{w: w, ask: rng.IntN(2) == 0, sparse: sparse}
+				var m *message
+				if sparse {
+					m, _ = sparseMsg(t, sc, "w", clock, gradient(rng, 6, false), true)
+					if rng.IntN(8) == 0 { // refused before the push: a wrong clock
+						m.Clock += 7
+						r.bad = true
+						next[w]-- // (the clock was not taken)
+					}
+				} else {
+					m = &message{Type: msgPushPull, Key: "d", Clock: uint32(clock), Samples: 1, DType: reduce.Float64, Data: reduce.AsBytes(make([]float64, 6))}
+				}
+				if r.ask {
+					m.Part |= askPushed
+				}
+				m.ID = id
+				reqs[[2]int{w, int(id)}] = r
+				out, _ := c.request(w, m)
+				for _, o := range out {
+					q := reqs[[2]int{o.worker, int(o.msg.ID)}]
+					if q == nil {
+						t.Fatalf("iter %d: an answer to no request: %+v", iter, o.msg)
+					}
+					q.got = append(q.got, o.msg)
+					if q == r && o.msg.Type != msgPushed {
+						r.same = true
+					}
+				}
+				if r.bad {
+					break // the dense push of this clock is for a good one
+				}
+			}
+		}
+		for k, r := range reqs {
+			var finals, pushed int
+			for i, m := range r.got {
+				switch m.Type {
+				case msgPushed:
+					pushed++
+					if i != 0 {
+						t.Fatalf("iter %d: request %v heard msgPushed after %v", iter, k, r.got[0].Type)
+					}
+				case msgReply, msgError:
+					finals++
+				}
+			}
+			want := 0
+			if r.ask && r.sparse && !r.bad && !r.same {
+				want = 1
+			}
+			if r.ask && r.sparse && !r.bad {
+				acks += want
+				atOnce += 1 - want
+			}
+			if finals != 1 || pushed != want {
+				t.Fatalf("iter %d (%d workers, staleness %d): request %v (ask %v sparse %v refused %v answered at once %v) heard %d answers and %d msgPushed, want 1 and %d",
+					iter, workers, stale, k, r.ask, r.sparse, r.bad, r.same, finals, pushed, want)
+			}
+			if r.bad && errOf(r.got[0]) == nil {
+				t.Fatalf("iter %d: a push of a wrong clock was applied", iter)
+			}
+		}
+	}
+	if acks == 0 || atOnce == 0 {
+		t.Fatalf("%d pushes heard msgPushed, %d were answered at once: a case is missing", acks, atOnce)
+	}
+}
+
+// TestCoreDeclareOfFailedKey: once a corrupt push has failed a key, a
+// declare of it fails too, with the same error (ErrCorrupt): every later
+// request does.
+func TestCoreDeclareOfFailedKey(t *testing.T) {
+	sc := SparseConfig{Method: TopK, Ratio: 0.5, Codec: CodecVarint}
+	c := newCore(2, false, 0.3)
+	joinAll(t, c)
+	declareSparse(t, c, "w", KeyConfig{Len: 4, Sparse: sc})
+	m, _ := sparseMsg(t, sc, "w", 0, []float64{1, 2, 3, 4}, false)
+	m.N++ // corrupt
+	if out, _ := c.request(0, m); errOf(byWorker(t, out)[0]) == nil {
+		t.Fatal("a corrupt push was taken")
+	}
+	for w := range 2 {
+		out, _ := c.request(w, &message{Type: msgDeclare, ID: 9, Key: "w", Count: 4, Kind: uint8(TopK), WantOff: math.Float64bits(0.5)})
+		r := byWorker(t, out)[w]
+		if err := errOf(r); err == nil || r.Kind&errCorruptFlag == 0 || !strings.Contains(err.Error(), "from worker 0") {
+			t.Fatalf("worker %d's declare of the failed key: %+v %v", w, r, err)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -306,96 +307,128 @@ func TestSparseErrorFeedbackConverges(t *testing.T) {
 	}
 }
 
-// fakeHub is a hub on loopback that answers declares and hands every
-// other request to answer (nil: no answer), for the client's side of
-// failures.
-func fakeHub(t *testing.T, answer func(m message) *message) string {
+// fakeHub is a hand-made hub for one worker, reached through an
+// in-memory pipe (so that a write returns only once the hub has read it:
+// "written" means the hub has it). It answers declares, sends every other
+// request it reads on the returned channel and writes what answer returns
+// for it (nothing for nil), answers pings, and closes the connection on
+// a goodbye or last words, as a hub does. With deaf it reads nothing
+// more once it has answered deaf declares: what the worker writes after
+// them never reaches it.
+func fakeHub(t *testing.T, answer func(m message) []message, deaf int) (transport.DialFunc, <-chan message) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() { ln.Close(); <-done })
-	go func() {
-		defer close(done)
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
+	got := make(chan message, 1024)
+	stop := make(chan struct{})
+	var done sync.WaitGroup
+	t.Cleanup(func() { close(stop); done.Wait() })
+	serve := func(c net.Conn) {
+		defer done.Done()
 		defer c.Close()
+		go func() { <-stop; c.Close() }()
 		if err := fakeHubAccept(c); err != nil {
 			return
 		}
 		r := transport.NewReader(c, 1<<20)
-		for {
+		declared := 0
+		for deaf == 0 || declared < deaf {
 			h, p, err := r.Next(nil)
 			if err != nil {
 				return
 			}
-			var out []byte
+			var out []message
 			switch h.Type {
+			case transport.TypeBye, transport.TypeAbort:
+				return // as a hub does: it closes its end
 			case transport.TypePing:
-				out = transport.AppendFrame(nil, transport.Header{Type: transport.TypePong}, nil)
+				if _, err := c.Write(transport.AppendFrame(nil, transport.Header{Type: transport.TypePong}, nil)); err != nil {
+					return
+				}
 			case transport.TypeData:
 				m, err := decodeMessage(p)
 				if err != nil {
 					return
 				}
-				reply := &message{Type: msgReply, ID: m.ID}
-				if m.Type != msgDeclare {
-					reply = answer(m)
-				}
-				if reply != nil {
-					out = transport.AppendFrame(nil, transport.Header{Type: transport.TypeData}, reply.encode())
+				if m.Type == msgDeclare {
+					declared++
+					out = []message{{Type: msgReply, ID: m.ID}}
+				} else {
+					m.Data = slices.Clone(m.Data)
+					got <- m
+					out = answer(m)
 				}
 			}
-			if out != nil {
-				if _, err := c.Write(out); err != nil {
+			for _, a := range out {
+				if _, err := c.Write(transport.AppendFrame(nil, transport.Header{Type: transport.TypeData}, a.encode())); err != nil {
 					return
 				}
 			}
 		}
-	}()
-	return ln.Addr().String()
+		<-stop // deaf: the worker's writes block until it gives up
+	}
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		client, server := net.Pipe()
+		done.Add(1)
+		go serve(server)
+		return client, nil
+	}
+	return dial, got
 }
 
-// TestSparseRestoreOnFailure: a push the hub did not apply goes back into
-// the residual, a push it applied does not, partition by partition: an
-// error before the push, an error after it (errPushed), and no answer at
-// all (the client fails, or closes).
+// TestSparseRestoreOnFailure: the rules of settling a push into the
+// residual, partition by partition, against a hand-made hub that records
+// what it read. A partition the hub says it applied stays sent (an
+// answer, msgPushed, an error after the push); one it refused before the
+// push goes back; with no answer when the client fails or closes, one
+// the hub read counts as applied (the hub has it: it would apply it) and
+// one never written goes back (the hub never had it).
 func TestSparseRestoreOnFailure(t *testing.T) {
 	g := []float64{5, -1, 2, 8, -3, 0.5, 9, -4, 1, 6} // partitions [0,5), [5,10)
 	sc := SparseConfig{Method: TopK, Ratio: 0.4, ErrorFeedback: true}
 	// What each partition sends: 5, 8 and 9, 6.
 	sent := []float64{5, 0, 0, 8, 0, 0, 9, 0, 0, 6}
+	reply := func(m message) message {
+		return message{Type: msgReply, ID: m.ID, DType: reduce.Float64, Data: make([]byte, 40)}
+	}
+	pushed := func(m message) message { return message{Type: msgPushed, ID: m.ID} }
+	none := func(message) []message { return nil }
 	for _, c := range []struct {
 		name    string
-		answer  func(m message) *message
-		fail    error // the client fails with it after the push
+		answer  func(m message) []message
+		deaf    bool  // the hub reads nothing after the declares
+		end     error // the client fails with it (ErrClosed: closes) after the push
+		ok      bool  // Wait returns nil
 		applied []bool
 	}{
-		{"answered", func(m message) *message {
-			return &message{Type: msgReply, ID: m.ID, DType: reduce.Float64, Data: make([]byte, 40)}
-		}, nil, []bool{true, true}},
-		{"refused", func(m message) *message {
-			return &message{Type: msgError, ID: m.ID, Code: codeClock, Data: []byte("no")}
-		}, nil, []bool{false, false}},
-		{"refused after the push", func(m message) *message {
-			return &message{Type: msgError, ID: m.ID, Code: codePeerLost, Kind: errPushed, Data: []byte("lost")}
-		}, nil, []bool{true, true}},
-		{"one of two", func(m message) *message {
+		{"answered", func(m message) []message { return []message{reply(m)} }, false, nil, true, []bool{true, true}},
+		{"pushed, then answered", func(m message) []message { return []message{pushed(m), reply(m)} }, false, nil, true, []bool{true, true}},
+		{"refused", func(m message) []message {
+			return []message{{Type: msgError, ID: m.ID, Code: codeClock, Data: []byte("no")}}
+		}, false, nil, false, []bool{false, false}},
+		{"refused after the push", func(m message) []message {
+			return []message{{Type: msgError, ID: m.ID, Code: codePeerLost, Kind: errPushed, Data: []byte("lost")}}
+		}, false, nil, false, []bool{true, true}},
+		{"one of two", func(m message) []message {
 			if m.Key == "w@0" {
-				return &message{Type: msgReply, ID: m.ID, DType: reduce.Float64, Data: make([]byte, 40)}
+				return []message{reply(m)}
 			}
-			return &message{Type: msgError, ID: m.ID, Code: codeCorrupt(), Kind: errCorruptFlag, Data: []byte("corrupt")}
-		}, nil, []bool{true, false}},
-		{"no answer, client fails", func(message) *message { return nil }, errors.New("boom"), []bool{false, false}},
-		{"no answer, client closes", func(message) *message { return nil }, ErrClosed, []bool{false, false}},
+			return []message{{Type: msgError, ID: m.ID, Code: codeCorrupt(), Kind: errCorruptFlag, Data: []byte("corrupt")}}
+		}, false, nil, false, []bool{true, false}},
+		{"pushed, client closes before the answer", func(m message) []message { return []message{pushed(m)} }, false, ErrClosed, false, []bool{true, true}},
+		{"pushed, client fails before the answer", func(m message) []message { return []message{pushed(m)} }, false, errors.New("boom"), false, []bool{true, true}},
+		{"read, no answer, client fails", none, false, errors.New("boom"), false, []bool{true, true}},
+		{"read, no answer, client closes", none, false, ErrClosed, false, []bool{true, true}},
+		{"never written, client fails", none, true, errors.New("boom"), false, []bool{false, false}},
+		{"never written, client closes", none, true, ErrClosed, false, []bool{false, false}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			addr := fakeHub(t, c.answer)
-			cl, err := Dial(context.Background(), clientConfig(0, 1, []string{addr}, 4*5))
+			deaf := 0
+			if c.deaf {
+				deaf = 2 // one declare a partition
+			}
+			dial, got := fakeHub(t, c.answer, deaf)
+			cfg := clientConfig(0, 1, []string{"fake"}, 4*5)
+			cfg.Dial, cfg.HubTimeout = dial, time.Second // Close's wait for acks
+			cl, err := Dial(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -406,20 +439,39 @@ func TestSparseRestoreOnFailure(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := PushPull(cl, "w", g, 1, make([]float64, 10))
-			switch c.fail {
+			var read []message // what the hub read before the end
+			if c.end != nil && !c.deaf {
+				for len(read) < 2 {
+					select {
+					case m := <-got:
+						read = append(read, m)
+					case <-ctx.Done():
+						t.Fatal("the hub did not get both partitions")
+					}
+				}
+			}
+			if c.name == "pushed, client closes before the answer" || c.name == "pushed, client fails before the answer" {
+				// msgPushed is on its way: Wait does not end before it is
+				// taken, as the answers never come.
+				select {
+				case <-h.Done():
+					t.Fatal("the push-pull ended without its pulls")
+				default:
+				}
+			}
+			switch c.end {
 			case nil:
 			case ErrClosed:
 				cl.Close()
 			default:
-				cl.Fail(c.fail)
+				cl.Fail(c.end)
 			}
 			err = h.Wait(ctx)
-			if (err != nil) != (c.name != "answered") || c.fail != nil && !errors.Is(err, c.fail) {
+			if (err == nil) != c.ok || c.end != nil && !errors.Is(err, c.end) && !errors.Is(err, ErrHubLost) {
 				t.Fatalf("wait: %v", err)
 			}
-			// Once closed, every partition is settled: the second's
-			// answer may come after the first's error ended Wait.
-			cl.Close()
+			// Wait returned without ctx ending: every partition is settled,
+			// now and after Close.
 			want := slices.Clone(g)
 			for p, applied := range c.applied {
 				if applied {
@@ -428,12 +480,30 @@ func TestSparseRestoreOnFailure(t *testing.T) {
 					}
 				}
 			}
-			got := make([]float64, 10)
-			if err := cl.Residual("w", got); err != nil {
-				t.Fatal(err)
+			for _, when := range []string{"after Wait", "after Close"} {
+				if when == "after Close" {
+					cl.Close()
+				}
+				r := make([]float64, 10)
+				if err := cl.Residual("w", r); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(r, want) {
+					t.Fatalf("residual %s %v, want %v", when, r, want)
+				}
 			}
-			if !slices.Equal(got, want) {
-				t.Fatalf("residual %v, want %v", got, want)
+			for len(got) > 0 {
+				read = append(read, <-got)
+			}
+			// What the hub read is what it was sent: both partitions, as
+			// push-pulls that ask to hear of the push, unless deaf.
+			if c.deaf != (len(read) == 0) || !c.deaf && len(read) != 2 {
+				t.Fatalf("the hub read %d requests", len(read))
+			}
+			for _, m := range read {
+				if m.Type != msgSparsePushPull || m.Part&askPushed == 0 {
+					t.Fatalf("the hub read %v with Part %d", m.Type, m.Part)
+				}
 			}
 			if c.name == "one of two" && !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("a corrupt answer: %v, want ErrCorrupt", err)
@@ -739,5 +809,437 @@ func TestSparseDeclareChecks(t *testing.T) {
 	defer small.Close()
 	if err := small.Declare(ctx, "big", KeyConfig{Len: 1 << 18, Sparse: SparseConfig{Method: TopK, Ratio: 1, Codec: CodecRaw}}); err == nil || !strings.Contains(err.Error(), "MaxFrame") {
 		t.Fatalf("a push larger than a frame: %v", err)
+	}
+}
+
+// TestSparseLeaveKeepsAppliedPush: a worker push-pulls (BSP, its pull
+// waiting for the others) and then closes its client, or fails (as when
+// gossip or another hub's loss breaks it), with no pause: whatever the
+// timing, what the hubs summed plus every worker's residual is the sum
+// of every gradient, exactly (integer gradients): a partition the hub
+// applied is never put back into the leaver's residual, one it never got
+// is. A worker that closes waits for the hubs' acks, so its residual is
+// the reference's: its last push landed. Random jobs: 2 to 4 workers, 1
+// to 3 hubs, every size, top-k and random-k, float32 and float64, rounds
+// before the last.
+func TestSparseLeaveKeepsAppliedPush(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 1))
+	for iter := range 24 {
+		workers, hubs := 2+rng.IntN(3), 1+rng.IntN(3)
+		n, part := sizes[rng.IntN(len(sizes))], []int{2, 3, 7, 16}[rng.IntN(4)]
+		before := rng.IntN(3)
+		fail := iter%2 == 1
+		sc := SparseConfig{Method: []SparseMethod{TopK, RandomK}[rng.IntN(2)], Ratio: []float64{0.1, 0.3, 0.5}[rng.IntN(3)],
+			ErrorFeedback: true, Codec: append(codecs, CodecDefault)[rng.IntN(5)], Seed: rng.Uint64()}
+		f32 := rng.IntN(2) == 0
+		name := fmt.Sprintf("%d/%d workers %d hubs n %d part %d %v fail %v f32 %v", iter, workers, hubs, n, part, sc, fail, f32)
+		t.Run(name, func(t *testing.T) {
+			_, addrs := startHubs(t, hubs, workers, fail || rng.IntN(2) == 0) // a failed worker needs elastic hubs
+			cs := dialAll(t, workers, addrs, 4*part)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cfg := KeyConfig{Len: n, Sparse: sc}
+			if err := each(workers, func(w int) error { return cs[w].Declare(ctx, "w", cfg) }); err != nil {
+				t.Fatal(err)
+			}
+			total := make([]float64, n)
+			refs := make([]SparseRef, workers)
+			for w := range refs {
+				refs[w] = SparseRef{Cfg: sc, Key: "w", PartElems: part}
+			}
+			push := func(w, clock int, dst []float64) *Handle {
+				g := grads[float64](rng, n, true)
+				for i, v := range g {
+					total[i] += v
+				}
+				if f32 {
+					RefPush(&refs[w], as32(g), clock)
+					return PushPull(cs[w], "w", as32(g), 1, make([]float32, n))
+				}
+				RefPush(&refs[w], g, clock)
+				return PushPull(cs[w], "w", g, 1, dst)
+			}
+			for clock := range before {
+				hs := make([]*Handle, workers)
+				for w := range workers {
+					hs[w] = push(w, clock, make([]float64, n))
+				}
+				for w, h := range hs {
+					if err := h.Wait(ctx); err != nil {
+						t.Fatalf("round %d worker %d: %v", clock, w, err)
+					}
+				}
+			}
+			// Worker 0's last push, and it leaves.
+			h0 := push(0, before, make([]float64, n))
+			if fail {
+				cs[0].Fail(&HubLostError{Hub: hubs - 1, Addr: "test", Reason: "a hub lost, as the test says"})
+			} else {
+				cs[0].Close()
+			}
+			if err := h0.Wait(ctx); err == nil && n > 0 {
+				t.Fatal("worker 0's push-pull answered without the others' pushes")
+			}
+			r0 := make([]float64, n)
+			if err := cs[0].Residual("w", r0); err != nil {
+				t.Fatal(err)
+			}
+			if !fail && !slices.Equal(r0, refs[0].Resid) {
+				t.Fatalf("worker 0 closed: residual %v, want the reference's %v (its last push landed)", r0, refs[0].Resid)
+			}
+			// The others finish the round: the hubs combine it with what
+			// they applied of worker 0's.
+			value := make([]float64, n) // worker 1's
+			hs := make([]*Handle, workers)
+			for w := 1; w < workers; w++ {
+				dst := value
+				if w > 1 {
+					dst = make([]float64, n)
+				}
+				hs[w] = push(w, before, dst)
+			}
+			for w := 1; w < workers; w++ {
+				if err := hs[w].Wait(ctx); err != nil {
+					t.Fatalf("worker %d: %v", w, err)
+				}
+			}
+			if f32 { // (the float32 pushes pulled into a buffer of their own)
+				if err := Pull(cs[1], "w", value).Wait(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			left := slices.Clone(total)
+			for w := range workers {
+				r := r0
+				if w > 0 {
+					r = make([]float64, n)
+					if err := cs[w].Residual("w", r); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for i := range left {
+					left[i] -= r[i]
+				}
+			}
+			if !slices.Equal(value, left) {
+				t.Fatalf("the hubs hold %v; the gradients less the residuals are %v (worker 0's residual %v, reference %v)", value, left, r0, refs[0].Resid)
+			}
+		})
+	}
+}
+
+// TestSparseDeclareRecordedOnceAccepted: a declare a hub refuses leaves
+// the key undeclared on the worker (pushes get ErrUnknownKey), and a
+// corrected declare is the one the worker's pushes use: both workers'
+// push-pulls then sum as the reference says. A declare whose context
+// ends before the answers is retried to the same partitions. A
+// re-declare with another length or other sparse settings than the
+// accepted one is refused on the worker, naming the key and both
+// settings, and the key keeps its own.
+func TestSparseDeclareRecordedOnceAccepted(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 37))
+	for iter := range 8 {
+		n, part, hubs := sizes[1+rng.IntN(len(sizes)-1)], []int{3, 7, 16}[rng.IntN(3)], 1+rng.IntN(3)
+		good := SparseConfig{Method: []SparseMethod{TopK, RandomK}[iter%2], Ratio: 0.5, ErrorFeedback: rng.IntN(2) == 0, Seed: rng.Uint64()}
+		wrong := good
+		switch iter % 4 {
+		case 0, 1:
+			wrong.Method = TopK + RandomK - good.Method
+		case 2:
+			wrong.Ratio = 0.25
+		case 3:
+			wrong.Seed++
+		}
+		t.Run(fmt.Sprintf("%d/n %d part %d hubs %d %v then %v", iter, n, part, hubs, wrong, good), func(t *testing.T) {
+			_, addrs := startHubs(t, hubs, 2, false)
+			cs := dialAll(t, 2, addrs, 4*part)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			// Worker 1's first declare of "a" gives up at once (ctx done):
+			// the hubs may or may not have it; it is not declared here.
+			gone, stop := context.WithCancel(ctx)
+			stop()
+			if err := cs[1].Declare(gone, "a", KeyConfig{Len: n, Sparse: good}); err == nil {
+				t.Fatal("a declare with its context done succeeded")
+			}
+			if err := Push(cs[1], "a", make([]float64, n), 1).Wait(ctx); !errors.Is(err, ErrUnknownKey) {
+				t.Fatalf("a push of a key whose declare gave up: %v", err)
+			}
+			if err := cs[1].Declare(ctx, "a", KeyConfig{Len: n + 1, Sparse: good}); !errors.Is(err, ErrShape) {
+				t.Fatalf("declared again with another length than placed: %v", err)
+			}
+			if err := each(2, func(w int) error { return cs[w].Declare(ctx, "a", KeyConfig{Len: n, Sparse: good}) }); err != nil {
+				t.Fatal(err)
+			}
+			// Worker 1 declares "w" wrong, is refused, and corrects it.
+			if err := cs[0].Declare(ctx, "w", KeyConfig{Len: n, Sparse: good}); err != nil {
+				t.Fatal(err)
+			}
+			if err := cs[1].Declare(ctx, "w", KeyConfig{Len: n, Sparse: wrong}); !errors.Is(err, ErrShape) {
+				t.Fatalf("declared %v against %v: %v", wrong, good, err)
+			}
+			if err := Push(cs[1], "w", make([]float64, n), 1).Wait(ctx); !errors.Is(err, ErrUnknownKey) {
+				t.Fatalf("a push of a refused key: %v", err)
+			}
+			if err := cs[1].Declare(ctx, "w", KeyConfig{Len: n, Sparse: good}); err != nil {
+				t.Fatalf("the corrected declare: %v", err)
+			}
+			// Re-declares that differ from the accepted config.
+			other := good
+			other.ErrorFeedback = !good.ErrorFeedback
+			for _, bad := range []KeyConfig{{Len: n + 1, Sparse: good}, {Len: n, Sparse: wrong}, {Len: n, Sparse: other}, {Len: n}} {
+				err := cs[0].Declare(ctx, "w", bad)
+				if !errors.Is(err, ErrShape) || !strings.Contains(err.Error(), `key "w"`) || !strings.Contains(err.Error(), good.String()) || !strings.Contains(err.Error(), bad.Sparse.String()) {
+					t.Fatalf("re-declare %d elements %v over %d %v: %v", bad.Len, bad.Sparse, n, good, err)
+				}
+			}
+			if err := cs[0].Declare(ctx, "w", KeyConfig{Len: n, Sparse: good}); err != nil {
+				t.Fatalf("the same declare again: %v", err)
+			}
+			// Both keys work, as the reference says.
+			for _, key := range []string{"w", "a"} {
+				ref := NewTable(2)
+				if err := ref.Declare(key, KeyConfig{Len: n}); err != nil {
+					t.Fatal(err)
+				}
+				refs := []SparseRef{{Cfg: good, Key: key, PartElems: part}, {Cfg: good, Key: key, PartElems: part}}
+				for clock := range 3 {
+					got := make([][]float64, 2)
+					if err := each(2, func(w int) error {
+						g := grads[float64](rand.New(rand.NewPCG(uint64(w), uint64(clock))), n, true)
+						got[w] = make([]float64, n)
+						return PushPull(cs[w], key, g, 1, got[w]).Wait(ctx)
+					}); err != nil {
+						t.Fatalf("key %q round %d: %v", key, clock, err)
+					}
+					for w := range 2 {
+						g := grads[float64](rand.New(rand.NewPCG(uint64(w), uint64(clock))), n, true)
+						if err := ref.Push(key, w, clock, RefPush(&refs[w], g, clock), 1); err != nil {
+							t.Fatal(err)
+						}
+					}
+					want, _, _, _ := ref.Pull(key, 0, clock+1)
+					for w := range 2 {
+						if !slices.Equal(got[w], want) {
+							t.Fatalf("key %q round %d: worker %d got %v, want %v", key, clock, w, got[w], want)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSparseDeclareSizesFloat64: a key Declare accepts can be pushed as
+// float32 and as float64, whatever the frame: the largest push of
+// either type (every index as far from the last as it can be, values
+// that do not compress) fits, so that no push fails on the worker after
+// it took its clock. Frames are cut between what the largest float32
+// push and the largest float64 push take, where only float32 fits.
+func TestSparseDeclareSizesFloat64(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 64))
+	refused, accepted := 0, 0
+	for iter := range 16 {
+		part := 50 + rng.IntN(400)
+		sc := SparseConfig{Method: []SparseMethod{TopK, RandomK}[rng.IntN(2)], Ratio: []float64{0.3, 0.5, 1}[rng.IntN(3)],
+			Codec: codecs[rng.IntN(len(codecs))], ErrorFeedback: rng.IntN(2) == 0}
+		k := SparseK(part, sc.Ratio)
+		// The worst payloads, encoded as a push does: the k largest
+		// magnitudes at the partition's end, random bits.
+		worst := func(size int) int {
+			g := make([]float64, part)
+			for i := part - k; i < part; i++ {
+				g[i] = 1e30 * (1 + rng.Float64())
+			}
+			idx := topK(g, k)
+			var p []byte
+			var err error
+			var z zstdCodec
+			wire := idx
+			if sc.Method == RandomK {
+				wire = nil
+			}
+			if size == 4 {
+				vals := make([]float32, k)
+				for j, i := range idx {
+					vals[j] = float32(g[i])
+				}
+				p, err = appendSparse(nil, sc.codec(), vals, wire, &z)
+			} else {
+				vals := make([]float64, k)
+				for j, i := range idx {
+					vals[j] = g[i]
+				}
+				p, err = appendSparse(nil, sc.codec(), vals, wire, &z)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(p)
+		}
+		lo, hi := worst(4), worst(8)
+		frame := msgHeaderSize + pad8(maxKeyLen) + lo + rng.IntN(hi-lo+1)
+		frame = max(frame, 4*part+msgHeaderSize+maxKeyLen+8) // a dense partition fits (ClientConfig.validate)
+		t.Run(fmt.Sprintf("%d/part %d %v frame %d", iter, part, sc, frame), func(t *testing.T) {
+			_, addrs := startHubs(t, 1, 1, false)
+			cfg := clientConfig(0, 1, addrs, 4*part)
+			cfg.MaxFrame = frame
+			c, err := Dial(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			n := part + rng.IntN(2*part)
+			if err := c.Declare(ctx, "w", KeyConfig{Len: n, Staleness: Async, Sparse: sc}); err != nil {
+				if !strings.Contains(err.Error(), "float64") || !strings.Contains(err.Error(), "MaxFrame") {
+					t.Fatalf("refused without saying why: %v", err)
+				}
+				refused++
+				return
+			}
+			accepted++
+			for round := range 3 {
+				g := make([]float64, n)
+				for i := range g {
+					g[i] = math.Float64frombits(rng.Uint64()>>2 | 1<<62) // large, random bits
+				}
+				if err := Push(c, "w", g, 1).Wait(ctx); err != nil {
+					t.Fatalf("round %d: a float64 push of a key Declare accepted: %v", round, err)
+				}
+				if err := Push(c, "w", as32(g), 1).Wait(ctx); err != nil {
+					t.Fatalf("round %d: a float32 push of a key Declare accepted: %v", round, err)
+				}
+			}
+		})
+	}
+	if refused == 0 || accepted == 0 {
+		t.Fatalf("%d keys refused, %d accepted: the frames do not straddle the limit", refused, accepted)
+	}
+}
+
+// TestSparseWaitAfterFailureSettled: when a client fails with many
+// partitions of a push in flight (none written: the hub reads nothing
+// after the declares), Wait returns only once Fail has put every one back
+// into the residual: the residual read as soon as Wait returns is the
+// final one, the whole gradient, as it is after Close.
+func TestSparseWaitAfterFailureSettled(t *testing.T) {
+	const parts, part = 3000, 3
+	n := parts*part - 1
+	dial, _ := fakeHub(t, func(message) []message { return nil }, parts)
+	cfg := clientConfig(0, 1, []string{"fake"}, 4*part)
+	cfg.Dial = dial
+	cl, err := Dial(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.Declare(ctx, "w", KeyConfig{Len: n, Sparse: SparseConfig{Method: TopK, Ratio: 0.5, ErrorFeedback: true}}); err != nil {
+		t.Fatal(err)
+	}
+	g := grads[float64](rand.New(rand.NewPCG(1, 1)), n, true)
+	h := PushPull(cl, "w", g, 1, make([]float64, n))
+	seen := make(chan []float64, 1)
+	go func() {
+		_ = h.Wait(ctx)
+		r := make([]float64, n)
+		_ = cl.Residual("w", r)
+		seen <- r
+	}()
+	cl.Fail(errors.New("boom"))
+	r := <-seen
+	if !slices.Equal(r, g) {
+		missing := 0
+		for i := range r {
+			if r[i] != g[i] {
+				missing++
+			}
+		}
+		t.Fatalf("when Wait returned, %d of %d elements were not back in the residual", missing, n)
+	}
+	if err := h.Wait(ctx); err == nil {
+		t.Fatal("the push-pull succeeded")
+	}
+}
+
+// TestRandomKSameOnWorkerAndHub: through the real push path, the indices
+// each worker's random-k push selects are the ones the hub applies, at
+// every clock. Gradients are positive integers and error feedback is on,
+// so a worker's selection is where its residual is zero after the push
+// (what it sent left nothing), and what the hubs applied is where the
+// value grew in the round (every worker sent something positive there):
+// the two sets must be equal, for every worker, with ⌈ratio·len⌉
+// elements in each partition, and they must change from clock to clock.
+func TestRandomKSameOnWorkerAndHub(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 2))
+	for iter := range 12 {
+		workers, hubs, part := 1+rng.IntN(3), 1+rng.IntN(3), []int{3, 5, 16, 40}[rng.IntN(4)]
+		n := sizes[1+rng.IntN(len(sizes)-1)]
+		num, den := []int{1, 1, 1, 3}[iter%4], []int{10, 4, 2, 4}[iter%4] // the ratio
+		sc := SparseConfig{Method: RandomK, Ratio: float64(num) / float64(den), ErrorFeedback: true, Seed: rng.Uint64()}
+		t.Run(fmt.Sprintf("%d/%d workers %d hubs n %d part %d %v", iter, workers, hubs, n, part, sc), func(t *testing.T) {
+			_, addrs := startHubs(t, hubs, workers, false)
+			cs := dialAll(t, workers, addrs, 4*part)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := each(workers, func(w int) error { return cs[w].Declare(ctx, "w", KeyConfig{Len: n, Sparse: sc}) }); err != nil {
+				t.Fatal(err)
+			}
+			prev := make([]float64, n) // the value before the round
+			var drawn [][]bool
+			choice := false // some partition sends less than all of it
+			for off := 0; off < n; off += part {
+				l := min(part, n-off)
+				choice = choice || max(1, (num*l+den-1)/den) < l
+			}
+			for clock := range 6 {
+				values := make([][]float64, workers)
+				if err := each(workers, func(w int) error {
+					g := make([]float64, n)
+					for i := range g {
+						g[i] = float64(1 + rand.New(rand.NewPCG(uint64(w), uint64(clock*n+i))).IntN(50))
+					}
+					values[w] = make([]float64, n)
+					return PushPull(cs[w], "w", g, 1, values[w]).Wait(ctx)
+				}); err != nil {
+					t.Fatal(err)
+				}
+				applied := make([]bool, n)
+				for i := range applied {
+					applied[i] = values[0][i] != prev[i]
+				}
+				for w := range workers {
+					r := make([]float64, n)
+					if err := cs[w].Residual("w", r); err != nil {
+						t.Fatal(err)
+					}
+					for i := range r {
+						if sel := r[i] == 0; sel != applied[i] {
+							t.Fatalf("clock %d: element %d: worker %d selected it %v, the hub applied it %v", clock, i, w, sel, applied[i])
+						}
+					}
+				}
+				for off := 0; off < n; off += part {
+					l := min(part, n-off)
+					count := 0
+					for _, a := range applied[off : off+l] {
+						if a {
+							count++
+						}
+					}
+					if want := max(1, (num*l+den-1)/den); count != want {
+						t.Fatalf("clock %d: partition at %d of %d: %d applied, want %d", clock, off, l, count, want)
+					}
+				}
+				drawn = append(drawn, applied)
+				prev = values[0]
+			}
+			if choice && !slices.ContainsFunc(drawn[1:], func(d []bool) bool { return !slices.Equal(d, drawn[0]) }) {
+				t.Fatal("every clock drew the same indices")
+			}
+		})
 	}
 }

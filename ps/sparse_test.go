@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -228,8 +229,8 @@ func TestSparseCodecRoundTrip(t *testing.T) {
 					} else {
 						idx, want, p = encodeFor(t, s, g, &z)
 					}
-					if len(p) > s.maxWire() {
-						t.Fatalf("%+v: %d bytes, more than maxWire %d", s, len(p), s.maxWire())
+					if w, ok := s.maxWire(); !ok || len(p) > w {
+						t.Fatalf("%+v: %d bytes, more than maxWire %d (%v)", s, len(p), w, ok)
 					}
 					gotIdx, got, err := decodeSparse(s, p, &z)
 					if err != nil {
@@ -375,8 +376,8 @@ func FuzzDecodeSparse(f *testing.F) {
 		if err != nil || !slices.Equal(idx, idx2) || !slices.EqualFunc(vals, vals2, sameFloat) {
 			t.Fatalf("%+v: re-encoded selection differs: %v", s, err)
 		}
-		if (s.codec == CodecVarint || s.codec == CodecRaw) && len(p) > s.maxPayload() {
-			t.Fatalf("%+v: %d bytes accepted, more than the %d cap", s, len(p), s.maxPayload())
+		if limit, _ := s.maxPayload(); (s.codec == CodecVarint || s.codec == CodecRaw) && len(p) > limit {
+			t.Fatalf("%+v: %d bytes accepted, more than the %d cap", s, len(p), limit)
 		}
 	})
 }
@@ -401,6 +402,16 @@ func TestSparseConfigValidate(t *testing.T) {
 		if err := c.s.validate(); (err == nil) != c.ok {
 			t.Errorf("%+v: %v", c.s, err)
 		}
+		// String says what is wrong with an invalid config, in a form
+		// ParseSparse refuses; a valid one reads back as itself.
+		text := c.s.String()
+		back, err := ParseSparse(text)
+		if c.ok && (err != nil || back != c.s) {
+			t.Errorf("%q: %+v, %v", text, back, err)
+		}
+		if !c.ok && (err == nil || !strings.HasPrefix(text, "invalid sparse config (")) {
+			t.Errorf("an invalid config is written %q, which parses: %v", text, err)
+		}
 	}
 	for _, m := range []SparseMethod{Dense, TopK, RandomK, 9} {
 		if m.String() == "" {
@@ -415,6 +426,58 @@ func TestSparseConfigValidate(t *testing.T) {
 	_ = fmt.Sprint(DefaultSparseCodec)
 }
 
+// TestSparseMaxPayloadOverflow: the bounds on a payload are computed
+// without overflow: against math/big over random counts up to the
+// largest, they are the exact product when it fits in an int, and say
+// it does not otherwise (on 32-bit ints from about 180 million elements).
+func TestSparseMaxPayloadOverflow(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 386))
+	maxInt := new(big.Int).SetUint64(math.MaxInt)
+	for range 5000 {
+		s := sparseSpec{method: []SparseMethod{TopK, RandomK}[rng.IntN(2)], codec: codecs[rng.IntN(len(codecs))],
+			dtype: []uint8{reduce.Float32, reduce.Float64}[rng.IntN(2)]}
+		switch rng.IntN(3) {
+		case 0:
+			s.n = rng.IntN(1 << 20)
+		case 1:
+			s.n = int(rng.Int64N(math.MaxInt))
+		default:
+			s.n = math.MaxInt - rng.IntN(1000)
+		}
+		switch rng.IntN(5) {
+		case 0:
+			s.k = s.n
+		case 1:
+			s.k = s.n / 3
+		case 2:
+			s.k = int(rng.Int64N(int64(s.n)/2+1)) * 2
+		default:
+			s.k = math.MaxInt/12 + rng.IntN(3) - 1 // the edge for 12 bytes an element
+		}
+		s.k = min(s.k, s.n)
+		per := int64(reduce.Size(s.dtype))
+		if s.method == TopK && s.codec == CodecRaw {
+			per += 4
+		} else if s.method == TopK {
+			per += int64(len(binary.AppendUvarint(nil, uint64(s.n))))
+		}
+		want := new(big.Int).Mul(big.NewInt(int64(s.k)), big.NewInt(per))
+		got, ok := s.maxPayload()
+		if fits := want.Cmp(maxInt) <= 0; ok != fits || ok && int64(got) != want.Int64() {
+			t.Fatalf("%+v: maxPayload %d %v, want %v (fits %v)", s, got, ok, want, fits)
+		}
+		w, wok := s.maxWire()
+		if wok && (!ok || w < got) || !ok && wok {
+			t.Fatalf("%+v: maxWire %d %v under maxPayload %d %v", s, w, wok, got, ok)
+		}
+	}
+	// A partition too large to bound is refused by the decoder.
+	huge := sparseSpec{method: TopK, codec: CodecVarint, dtype: reduce.Float64, n: math.MaxInt, k: math.MaxInt / 2}
+	if _, _, err := decodeSparse(huge, make([]byte, 64), nil); err == nil || !strings.Contains(err.Error(), "more than this platform") {
+		t.Fatalf("a partition too large to bound: %v", err)
+	}
+}
+
 // TestSparseMessageRoundTrip: sparse pushes, a sparse declare and the
 // error flags cross the wire unchanged; old fields keep their places.
 func TestSparseMessageRoundTrip(t *testing.T) {
@@ -424,6 +487,8 @@ func TestSparseMessageRoundTrip(t *testing.T) {
 		{Type: msgSparsePush, ID: 5, Key: "empty@0", DType: reduce.Float64, Code: uint8(TopK), Kind: uint8(CodecRaw)},
 		{Type: msgDeclare, ID: 6, Key: "w@0", Count: 100, Kind: uint8(TopK), WantOff: math.Float64bits(0.01), WantLen: 77},
 		{Type: msgError, ID: 7, Code: codeBadRequest, Kind: errPushed | errCorruptFlag, Data: []byte("corrupt")},
+		{Type: msgSparsePushPull, ID: 8, Key: "w@0", DType: reduce.Float32, Code: uint8(TopK), Kind: uint8(CodecVarint), Part: askPushed, Count: 4, N: 1, Data: make([]byte, 5)},
+		{Type: msgPushed, ID: 8},
 	} {
 		got, err := decodeMessage(m.encode())
 		if err != nil {
@@ -436,9 +501,12 @@ func TestSparseMessageRoundTrip(t *testing.T) {
 		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", m) {
 			t.Fatalf("round trip: got %+v, want %+v", got, m)
 		}
-		if !strings.HasPrefix(m.Type.String(), "sparse") && m.Type >= msgSparsePush {
+		if !strings.HasPrefix(m.Type.String(), "sparse") && m.Type >= msgSparsePush && m.Type != msgPushed {
 			t.Fatalf("%d is named %q", m.Type, m.Type)
 		}
+	}
+	if msgPushed.String() != "pushed" || msgPushed != 12 || askPushed != 1 {
+		t.Fatal("msgPushed or askPushed changed")
 	}
 	if msgSparsePush != 10 || msgSparsePushPull != 11 || TopK != 1 || RandomK != 2 || CodecRaw != 1 || CodecZstd != 4 || errPushed != 1 || errCorruptFlag != 2 {
 		t.Fatal("a value that crosses the wire changed")

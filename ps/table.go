@@ -76,7 +76,8 @@ func NewTable(workers int) *Table {
 }
 
 // Declare creates a key. Declaring an existing key with the same length
-// and mode is a no-op (every worker may declare); anything else is an error.
+// and mode is a no-op (every worker may declare); anything else is an error,
+// and so is declaring a key a corrupt sparse push has failed (its error).
 func (t *Table) Declare(name string, cfg KeyConfig) error {
 	if cfg.Len < 0 || cfg.Staleness < Async || cfg.Init != nil && len(cfg.Init) != cfg.Len {
 		return fmt.Errorf("ps: key %q: bad config (len %d, staleness %d, init %d)", name, cfg.Len, cfg.Staleness, len(cfg.Init))
@@ -91,6 +92,9 @@ func (t *Table) Declare(name string, cfg KeyConfig) error {
 		return fmt.Errorf("ps: key %q: %w", name, err)
 	}
 	if k, ok := t.keys[name]; ok {
+		if k.failed != nil {
+			return k.failed // a failed key stays failed, for declares too
+		}
 		if k.cfg.Len != cfg.Len || k.cfg.Update != cfg.Update || k.cfg.Staleness != cfg.Staleness {
 			return fmt.Errorf("%w: key %q declared with length %d, mode %d, staleness %d; now %d, %d, %d",
 				ErrShape, name, k.cfg.Len, k.cfg.Update, k.cfg.Staleness, cfg.Len, cfg.Update, cfg.Staleness)

@@ -32,6 +32,9 @@ const (
 	// sent, Data=payload.
 	msgSparsePush
 	msgSparsePushPull // a sparse push of Clock, then a pull of Clock+1
+	// ID: the hub has applied the push of request ID, a sparse push-pull
+	// that asked (askPushed); the pull's answer follows.
+	msgPushed
 	msgEnd
 )
 
@@ -42,11 +45,20 @@ const (
 //     before it failed (a push-pull whose pull failed), so that a worker
 //     with error feedback does not take back what the hub has;
 //     errCorruptFlag when the error is ErrCorrupt.
+//   - msgSparsePushPull: Part, bits: askPushed asks the hub to say
+//     msgPushed as soon as it has applied the push, when the pull's answer
+//     does not come with it (a BSP round still open), so that a worker
+//     knows which partitions landed before every answer is in. A hub that
+//     predates msgPushed ignores the bit (the worker then learns it from
+//     the answer), and a worker that does not set it never gets one.
 
 // errPushed is msgError's Kind for an error after the push was applied.
 const errPushed uint8 = 1
 
-var msgName = [...]string{"?", "declare", "push", "pull", "pushpull", "round", "share", "reply", "error", "lost", "sparsepush", "sparsepushpull"}
+// askPushed is msgSparsePushPull's Part bit that asks for msgPushed.
+const askPushed uint32 = 1
+
+var msgName = [...]string{"?", "declare", "push", "pull", "pushpull", "round", "share", "reply", "error", "lost", "sparsepush", "sparsepushpull", "pushed"}
 
 func (t msgType) String() string {
 	if t > 0 && t < msgEnd {
