@@ -148,7 +148,7 @@ func ParseSparse(s string) (SparseConfig, error) {
 	}
 	r, err := strconv.ParseFloat(ratio, 64)
 	if !ok || err != nil {
-		return c, fmt.Errorf("ps: sparse %q: no ratio after %s:", s, method)
+		return c, fmt.Errorf("ps: sparse %q: want a ratio after %q, e.g. %s:0.01", s, method+":", method)
 	}
 	c.Ratio, c.ErrorFeedback = r, true
 	for _, f := range fields[1:] {
