@@ -39,11 +39,14 @@ import (
 // blocked on the hub (-metrics' wall_ns − wait_ns): its compute, the
 // overhead it paid and the little else a rank does between the two.
 //
-// The heuristic's run calibrates the solver's: the slow ranks' price,
-// the two resource weights (either side of the weight at which the
-// solver starts trading time for resources), the overhead and the
-// deadline all follow from the per-sample costs it measured, so that
-// the tests mean the same on a fast or a slow machine.
+// The heuristic's run calibrates the solver's: the slow ranks' price
+// and the two resource weights (either side of the weight at which the
+// solver starts trading time for resources) follow from the per-sample
+// costs it measured; the overhead and the deadline from the model hub 0
+// plans with, fixed + perSample·x per rank, fitted to its records, so
+// that under that model the solver meets the deadline with a margin and
+// the proportional split misses it (or the report says that no overhead
+// allows both). So the tests mean the same on a fast or a slow machine.
 //
 // Run time: six jobs of one epoch of 20000 samples (157 iterations of a
 // global batch of 128) on -np ranks and a hub: with -np 4 on 2 shared
@@ -160,19 +163,82 @@ func assignStudy(o options) (string, error) {
 	}
 	prices := perRank(func(r int) string { return strconv.FormatFloat(price[r], 'g', -1, 64) })
 	// The slow ranks' overhead, paid (fmnist -overhead) and declared
-	// alike: half the heuristic's median makespan, in whole milliseconds
-	// (more would leave a slow rank too little time under the deadline
-	// for even the one sample it must take, once a step's fixed costs
-	// count). The deadline lies between the solver's makespan and the
-	// heuristic's with that overhead (geometric mean), and above the
-	// largest the solver would have needed in any round of the two runs
-	// with the speeds the hub had then.
-	overMs := math.Ceil(1000 * median(shareMakespans(heur.m, make([]float64, np))) / 2)
-	overD := time.Duration(overMs) * time.Millisecond
-	over := make([]float64, np)
-	for _, r := range slowRanks {
-		over[r] = overD.Seconds()
+	// alike, and the deadline, from the model hub 0 plans with: each
+	// rank's compute for a share of x samples is fixed + perSample·x,
+	// here fitted by least squares to the heuristic run's records (the
+	// hub fits its own, from its reports, in the deadline run). For an
+	// overhead o on each slow rank, tOpt(o) is the makespan of the
+	// solver's best split under that model plus o, tProp(o) that of the
+	// proportional split the hub settles on (it measures compute alone,
+	// so it splits as without the overhead). The overhead is the one, on
+	// a grid of 0.5 ms up to half the heuristic's median makespan, at
+	// which the model separates the two most (tProp/tOpt largest); the
+	// deadline is their geometric mean, at least deadlineMargin·tOpt (so
+	// that the solver's model meets it with that margin). If it is not
+	// below tProp, the report says that the deadline cannot separate the
+	// rules.
+	const deadlineMargin = 1.15
+	fits := make([]affineFit, np)
+	for r := range fits {
+		// The LB-BSP run's shares settle: when they do not spread enough
+		// to determine a rank's slope through the noise, its BSP records
+		// (the even share) are added, as hub 0's fit also starts from
+		// the even split's round.
+		lb := heur.m[r][1:shareRounds(heur.m)]
+		if fits[r] = fitAffine(lb); !fits[r].determined() {
+			fits[r] = fitAffine(append(slices.Clone(lb), bsp.m[r][1:shareRounds(bsp.m)]...))
+			fits[r].withEven = true
+		}
 	}
+	speeds := make([]float64, np)
+	for r := range speeds {
+		speeds[r] = 1 / cost[r]
+	}
+	propShares, err := ps.Shares(batch, speeds)
+	if err != nil {
+		return "", err
+	}
+	type calib struct {
+		over                []float64 // seconds per rank
+		opt                 []int
+		tOpt, tProp, deadln float64
+	}
+	calibrate := func(o time.Duration) (calib, error) {
+		c := calib{over: make([]float64, np)}
+		perSampleSpeed := make([]float64, np)
+		fixedOver := make([]time.Duration, np)
+		for r, f := range fits {
+			if isSlow(r) {
+				c.over[r] = o.Seconds()
+			}
+			perSampleSpeed[r] = 1 / f.perSample
+			fixedOver[r] = time.Duration((f.fixed + c.over[r]) * float64(time.Second))
+		}
+		// Hub 0's kind of model offline: the per-sample parts as speeds,
+		// the fixed parts added to the overheads (ShareConfig.Split).
+		x, err := ps.ShareConfig{Rule: ps.ShareOptimal, Overhead: fixedOver}.Split(batch, perSampleSpeed, nil)
+		if err != nil {
+			return c, fmt.Errorf("assign: the solver on the fitted costs, overhead %v: %w", o, err)
+		}
+		c.opt, c.tOpt, c.tProp = x, affineMakespan(x, fits, c.over), affineMakespan(propShares, fits, c.over)
+		c.deadln = math.Ceil(math.Max(math.Sqrt(c.tOpt*c.tProp), deadlineMargin*c.tOpt)*1e4) / 1e4 // 0.1 ms
+		return c, nil
+	}
+	halfMs := median(shareMakespans(heur.m, make([]float64, np))) * 1000 / 2
+	var cal calib
+	overD := time.Duration(0)
+	for o := 500 * time.Microsecond; o.Seconds()*1000 <= math.Max(halfMs, 0.5); o += 500 * time.Microsecond {
+		c, err := calibrate(o)
+		if err != nil {
+			return "", err
+		}
+		if overD == 0 || c.tProp/c.tOpt > cal.tProp/cal.tOpt {
+			cal, overD = c, o
+		}
+	}
+	over, optShares, tOpt, tProp, deadline := cal.over, cal.opt, cal.tOpt, cal.tProp, cal.deadln
+	separates := deadline < tProp
+	overMs := 1000 * overD.Seconds()
 	overheads := perRank(func(r int) string {
 		if isSlow(r) {
 			return overD.String()
@@ -180,42 +246,14 @@ func assignStudy(o options) (string, error) {
 		return time.Duration(0).String()
 	})
 	overheadFlag := []string{"-overhead", ints(slowRanks) + ":" + overD.String()}
-	speeds := make([]float64, np)
-	for r := range speeds {
-		speeds[r] = 1 / cost[r]
+	// A slow rank at the one sample every rank takes, with the overhead:
+	// how far below the deadline the model puts it (the least over the
+	// slow ranks) is how much the hub's own fit of it may be off before a
+	// round has no split within the deadline.
+	slack := math.Inf(1)
+	for _, r := range slowRanks {
+		slack = min(slack, deadline-(fits[r].fixed+fits[r].perSample+over[r]))
 	}
-	probe, err := ps.ParseShareConfig("optimal:overhead=" + overheads)
-	if err != nil {
-		return "", err
-	}
-	optShares, err := probe.Split(batch, speeds, nil)
-	if err != nil {
-		return "", fmt.Errorf("assign: the solver on the measured costs: %w", err)
-	}
-	propShares, err := ps.Shares(batch, speeds)
-	if err != nil {
-		return "", err
-	}
-	tOpt, tProp := modelMakespan(optShares, cost, over), modelMakespan(propShares, cost, over)
-	// The rounds of both runs: the deadline run's first split follows an
-	// even one, as every BSP round does.
-	worstRound := 0.0
-	rounds := shareEWMA(heur.m, ps.DefaultHubConfig().SpeedAlpha)
-	rounds = append(rounds, shareEWMA(bsp.m, ps.DefaultHubConfig().SpeedAlpha)[1:]...)
-	for k, sp := range rounds {
-		if k == 0 {
-			continue // split evenly, before any speed is known
-		}
-		if x, err := probe.Split(batch, sp, nil); err == nil {
-			c := make([]float64, np)
-			for r := range c {
-				c[r] = 1 / sp[r]
-			}
-			worstRound = max(worstRound, modelMakespan(x, c, over))
-		}
-	}
-	deadline := math.Max(math.Sqrt(tOpt*tProp), 1.1*worstRound)
-	deadline = math.Ceil(deadline*1e4) / 1e4 // 0.1 ms
 
 	timeFirst := fmt.Sprintf("optimal:time=1,resource=%g,price=%s", wA, prices)
 	resourceFirst := fmt.Sprintf("optimal:time=1,resource=%g,price=%s,cap=%s", wB, prices, caps)
@@ -257,7 +295,7 @@ func assignStudy(o options) (string, error) {
 	rep.f("in proportion (the default rule) or by the solver with `gorun --hub-share SPEC`:\n\n")
 	rep.f("- time first: `%s`;\n", timeFirst)
 	rep.f("- resource first: `%s`: the slow ranks also hold at most %d samples (a memory cap);\n", resourceFirst, capSlow)
-	rep.f("- deadline: `%s` with `%s`: time only, the overhead of %.0f ms the slow ranks pay declared to the solver, and a deadline of %.1f ms; ", deadlineSpec, cmdOverhead, overMs, 1000*deadline)
+	rep.f("- deadline: `%s` with `%s`: time only, the overhead of %g ms the slow ranks pay declared to the solver, and a deadline of %.1f ms; ", deadlineSpec, cmdOverhead, overMs, 1000*deadline)
 	rep.f("against it the proportional rule with the same overhead paid (LB-BSP (proportional) + overhead), whose hub, measuring compute alone, splits as without it.\n\n")
 	rep.f("The first two runs calibrate the solver's settings (printed above as they were passed). With equal shares (BSP) the ranks measured these seconds per sample: %s ms (compute over samples, from the second iteration on), ",
 		perRank(func(r int) string { return fmt.Sprintf("%.3f", 1000*even[r]) }))
@@ -358,17 +396,34 @@ func assignStudy(o options) (string, error) {
 	rep.f("\n![idle share per rank](%s/idle.png)\n\n![measured makespan per iteration](%s/makespan.png)\n\n", rep.name, rep.name)
 
 	rep.f("## How the overhead and the deadline were chosen\n\n")
-	rep.f("The overhead is %.0f ms on each slow rank, half the LB-BSP run's median makespan, rounded up (with more, a slow rank would have too little time left under the deadline for the one sample every rank takes); ", overMs)
-	rep.f("the slow ranks pay it (`%s`) and the solver is told it (`overhead=%s`). ", cmdOverhead, overheads)
-	rep.f("With the LB-BSP run's costs per sample (%s ms), the solver's split of %d samples is %v with a makespan of %.2f ms in its model, the proportional split %v with %.2f ms. ",
-		perRank(func(r int) string { return fmt.Sprintf("%.3f", 1000*cost[r]) }), batch, optShares, 1000*tOpt, propShares, 1000*tProp)
-	rep.f("The deadline is the geometric mean of the two, %.2f ms, raised to 1.1 times the largest makespan the solver would have needed in any round of the BSP and LB-BSP runs with the speeds the hub had then (%.2f ms), so that noise in the measured speeds does not make a round infeasible: %.1f ms. ",
-		1000*math.Sqrt(tOpt*tProp), 1000*worstRound, 1000*deadline)
-	rep.f("The model is only the calibration: the deadline test above is judged on the makespans the two runs measured.")
-	if deadline >= tProp {
-		rep.f(" The deadline is not below the proportional split's makespan: the speeds varied too much in this run for a deadline between the two, so the deadline test cannot separate the rules.")
+	rep.f("Hub 0 plans with a model of each rank's compute for a share of x samples, fixed + perSample·x, which it fits to the rank's reports by weighted least squares (package ps, \"Load balancing (LB-BSP)\"): ")
+	rep.f("the fixed part is a step's compute that does not grow with the share (for a straggler, with the sleep that follows it). ")
+	rep.f("The study fits the same model by least squares to the LB-BSP run's records (`batch` and `compute_ns` of iterations 1 to K−1, with the hub's clamp: the fixed part within [0, 0.99 × the mean time], the line through the means): ")
+	fitText := make([]string, np)
+	for r, f := range fits {
+		from := "LB-BSP"
+		if f.withEven {
+			from = "LB-BSP and BSP"
+		}
+		fitText[r] = fmt.Sprintf("rank %d: %.3f + %.4f·x ms (%s, shares %d to %d, residuals' standard deviation %.2f ms)", r, 1000*f.fixed, 1000*f.perSample, from, f.lo, f.hi, 1000*f.resid)
 	}
-	rep.f("\n\n")
+	rep.f("%s. ", strings.Join(fitText, "; "))
+	rep.f("A rank marked LB-BSP and BSP is one whose LB-BSP shares, settled near the proportional split, did not spread enough to determine the slope through the noise in its times (the least-squares slope less than twice its standard error): its BSP records, at the even share, are added to the fit, as hub 0's fit too starts from the even split's round. ")
+	rep.f("For an overhead o on each slow rank, the solver's best split of %d samples under this model (ShareConfig.Split with each rank's fixed part added to its overhead, as hub 0 adds it) has a modelled makespan T_opt = max_i (fixed_i + perSample_i·x_i + o_i), ", batch)
+	rep.f("and the proportional split, by the LB-BSP run's samples per second (%s ms a sample, compute over samples; the hub measures compute alone, so it splits so with the overhead too), T_prop. ",
+		perRank(func(r int) string { return fmt.Sprintf("%.3f", 1000*cost[r]) }))
+	rep.f("Of the overheads from 0.5 ms to %g ms (half the LB-BSP run's median makespan) in steps of 0.5 ms, the model separates the two rules most (T_prop/T_opt largest) at %g ms: ", math.Floor(math.Max(halfMs, 0.5)*2)/2, overMs)
+	rep.f("the solver's split is %v with T_opt = %.2f ms, the proportional split %v with T_prop = %.2f ms (%.2f times). ", optShares, 1000*tOpt, propShares, 1000*tProp, tProp/tOpt)
+	rep.f("The slow ranks pay that overhead (`%s`) and the solver is told it (`overhead=%s`; the fixed parts it fits itself). ", cmdOverhead, overheads)
+	rep.f("The deadline is the geometric mean of T_opt and T_prop, %.2f ms, and at least %g × T_opt = %.2f ms, so that the solver's model meets it with a margin, rounded up to 0.1 ms: %.1f ms. ",
+		1000*math.Sqrt(tOpt*tProp), deadlineMargin, 1000*deadlineMargin*tOpt, 1000*deadline)
+	if separates {
+		rep.f("The proportional split's modelled makespan is %.1f %% above it, so the heuristic is expected to miss the deadline and the solver to meet it. ", 100*(tProp/deadline-1))
+	} else {
+		rep.f("**The deadline does not separate the rules**: the proportional split's modelled makespan (%.2f ms) is not above it, for no overhead on the grid leaves room between %g × T_opt and T_prop with the costs this run measured, so the heuristic is expected to meet it as well. ", 1000*tProp, deadlineMargin)
+	}
+	rep.f("A slow rank at the one sample every rank takes, overhead included, is modelled %.2f ms under the deadline: that is how far hub 0's own fit of a slow rank, made in the run from the shares the solver gives it, may be off (a slow round raises it) before a round has no split within the deadline and the run fails. ", 1000*slack)
+	rep.f("The model is only the calibration: the deadline test above is judged on the makespans the two runs measured.\n\n")
 
 	// The checks, from the numbers above.
 	rep.f("## Checks\n\n")
@@ -421,15 +476,26 @@ func assignStudy(o options) (string, error) {
 		}
 		rep.f("- Deadline %.1f ms (overhead paid, measured): the solver **%s** it (%.0f %% of its iterations within it, 95th percentile %.2f ms), the heuristic **%s** it (%.0f %%, 95th percentile %.2f ms); ",
 			1000*deadline, meets(ds), 100*ds, 1000*dp, meets(hs), 100*hs, 1000*hp)
-		rep.f("\"meets\" means at least 95 %% of the iterations, since measured compute times and sleeps vary from one iteration to the next while the solver plans with the hub's smoothed speeds.\n")
+		rep.f("\"meets\" means at least 95 %% of the iterations, since measured compute times and sleeps vary from one iteration to the next while the solver plans with the hub's fitted models.")
+		if !separates {
+			rep.f(" The model expected the heuristic to meet this deadline as well (see how it was chosen): the test cannot separate the rules in this run.")
+		}
+		rep.f("\n")
 		rep.f("- What the deadline costs: the solver's deadline run took %.2f s per epoch against %.2f s for the proportional rule paying the same overhead, and %.2f s for the proportional rule without it; the slow ranks paid %.2f and %.2f ms per iteration (measured).\n",
 			dl.res.Time/epochs, heurOver.res.Time/epochs, heur.res.Time/epochs, 1000*sharePaid(dl.m, slowRanks), 1000*sharePaid(heurOver.m, slowRanks))
 	}
 	if lost {
-		rep.f("- Where the solver lost or failed: it plans with the hub's model, t_i = x_i/v_i + o_i with v_i the measured samples per second, which has no fixed part. ")
-		rep.f("A step's fixed compute (which the straggler's sleep multiplies as well) makes a rank with a small share look slower per sample than it is, so a split that gives a rank few samples tends to keep it there, ")
-		rep.f("and under a deadline the one sample every rank must take can cost more than the model allowed. The mean shares in the first table show where each run settled; ")
-		rep.f("the proportional rule, by contrast, settles where every rank takes the same time, whatever the shape of its cost (its fixed point: x_i proportional to x_i/t_i).\n")
+		var resid, shares []string
+		for _, r := range slowRanks {
+			resid = append(resid, fmt.Sprintf("%.2f", 1000*fits[r].resid))
+			shares = append(shares, fmt.Sprintf("%d to %d", fits[r].lo, fits[r].hi))
+		}
+		rep.f("- Where the solver lost or failed: it plans with hub 0's model of each rank, t_i = fixed_i + perSample_i·x_i + o_i, which the hub refits every round from the rank's reports by least squares, the newest weighing most (package ps, \"Load balancing (LB-BSP)\"); ")
+		rep.f("under a deadline, a round whose models put no split within it fails every rank's share request (the error lists the models hub 0 held). ")
+		rep.f("The model is a line through noisy times: fitted to the LB-BSP run, the slow ranks' residuals have a standard deviation of %s ms (the machine is shared, and a straggler sleeps %g times whatever its compute took, a delay included), so one slow round can raise the fixed part the hub fits for a slow rank by milliseconds; ", strings.Join(resid, " and "), slow-1)
+		rep.f("and a line fitted to the shares a rank has held (the slow ranks' %s samples in the records the study fitted) need not hold at the one or two samples a deadline leaves it. ", strings.Join(shares, " and "))
+		rep.f("In the study's model a slow rank at one sample with the overhead was %.2f ms under the %.1f ms deadline: a hub model of it that much higher makes the round infeasible. ", 1000*slack, 1000*deadline)
+		rep.f("The mean shares in the first table show where each run settled; the proportional rule, by contrast, settles where every rank takes the same time, whatever the shape of its cost (its fixed point: x_i proportional to x_i/t_i).\n")
 	}
 	if solA.res.Failed == "" && solB.res.Failed == "" {
 		rep.f("- The trade: resource first spends %.2f s per epoch against time first's %.2f s (%.2f×), for a price-weighted busy time per iteration (median) of %.2f against %.2f ms.\n",
@@ -592,31 +658,76 @@ func shareCosts(m [][]shareIter) []float64 {
 	return c
 }
 
-// shareEWMA is the speeds hub 0 had when it split round k: an
-// exponentially weighted mean (weight alpha on the newest) of each
-// rank's samples per second in rounds 0..k−1, as ps.Speed keeps it.
-func shareEWMA(m [][]shareIter, alpha float64) [][]float64 {
-	n := shareRounds(m)
-	out := make([][]float64, n)
-	sp := make([]ps.Speed, len(m))
-	for k := range n {
-		out[k] = make([]float64, len(m))
-		for i := range m {
-			out[k][i] = sp[i].Rate()
-		}
-		for i := range m {
-			sp[i].Alpha = alpha
-			sp[i].Observe(m[i][k].batch, time.Duration(m[i][k].compute*float64(time.Second)))
-		}
-	}
-	return out
+// affineFit is a rank's compute for a share of x samples modelled as
+// fixed + perSample·x seconds, as hub 0 models it for the optimal rule,
+// with resid the standard deviation of the fit's residuals, lo and hi
+// the least and largest share it was fitted on, and slope and slopeSE
+// the least-squares slope before the clamp and its standard error.
+type affineFit struct {
+	fixed, perSample, resid float64
+	slope, slopeSE          float64
+	lo, hi                  int
+	withEven                bool // fitted to the BSP run's records too
 }
 
-// modelMakespan is max_i (x_i·c_i + o_i).
-func modelMakespan(x []int, cost, over []float64) float64 {
+// determined reports whether the shares spread enough, for the noise in
+// the times, to determine the slope: the least-squares slope is at least
+// twice its standard error.
+func (f affineFit) determined() bool { return f.slope >= 2*f.slopeSE }
+
+// fitAffine fits fixed + perSample·x to the iterations' (batch,
+// compute) by ordinary least squares, with hub 0's clamp (package ps,
+// "Load balancing"): the fixed part within [0, 0.99·ȳ], and the line
+// through the means (x̄, ȳ), so perSample = (ȳ − fixed)/x̄ stays
+// positive. Shares that do not vary leave no fixed part (ȳ/x̄ a
+// sample). Iterations without samples or time are left out, as the hub
+// leaves them out.
+func fitAffine(it []shareIter) affineFit {
+	var xs, ys []float64
+	f := affineFit{lo: math.MaxInt, slope: math.NaN(), slopeSE: math.NaN()}
+	for _, v := range it {
+		if v.batch > 0 && v.compute > 0 {
+			xs, ys = append(xs, float64(v.batch)), append(ys, v.compute)
+			f.lo, f.hi = min(f.lo, v.batch), max(f.hi, v.batch)
+		}
+	}
+	if len(xs) == 0 {
+		f.perSample, f.resid = math.NaN(), math.NaN()
+		return f
+	}
+	mx, my := mean(xs), mean(ys)
+	sxx, sxy := 0.0, 0.0
+	for k := range xs {
+		sxx += (xs[k] - mx) * (xs[k] - mx)
+		sxy += (xs[k] - mx) * (ys[k] - my)
+	}
+	if sxx > 0 {
+		f.slope = sxy / sxx
+		f.fixed = min(max(my-f.slope*mx, 0), 0.99*my)
+		if len(xs) > 2 {
+			ss := 0.0
+			for k := range xs {
+				e := ys[k] - (my - f.slope*mx) - f.slope*xs[k]
+				ss += e * e
+			}
+			f.slopeSE = math.Sqrt(ss / float64(len(xs)-2) / sxx)
+		}
+	}
+	f.perSample = (my - f.fixed) / mx
+	ss := 0.0
+	for k := range xs {
+		e := ys[k] - f.fixed - f.perSample*xs[k]
+		ss += e * e
+	}
+	f.resid = math.Sqrt(ss / float64(len(xs)))
+	return f
+}
+
+// affineMakespan is max_i (fixed_i + perSample_i·x_i + over_i).
+func affineMakespan(x []int, fits []affineFit, over []float64) float64 {
 	T := 0.0
 	for i := range x {
-		T = max(T, float64(x[i])*cost[i]+over[i])
+		T = max(T, fits[i].fixed+fits[i].perSample*float64(x[i])+over[i])
 	}
 	return T
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"encoding/xml"
 	"image/png"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -197,6 +199,177 @@ func checkAssign(t *testing.T, text, jobs string) {
 	table := regexp.MustCompile(`(?m)^\| (LB-BSP \(proportional\)|solver, deadline) \+ overhead \| ([0-9.]+|NaN) \(([0-9.]+|NaN)\) \| [0-9]+ % \| ([0-9.]+|NaN) ms \| ([0-9.]+|NaN) \| ([0-9.]+|NaN) \|$`).FindAllString(text, -1)
 	if len(verdicts) != 3 || !deadline.MatchString(text) || len(table) != 2 || strings.Contains(text, "lacks") {
 		t.Fatalf("assign: the checks are missing (%d verdicts, %d deadline rows):\n%s", len(verdicts), len(table), text)
+	}
+	checkAssignCalibration(t, text, jobs)
+}
+
+// checkAssignCalibration checks the assign report's calibration against
+// naive references computed here from the runs' metrics files: each
+// rank's fit (fixed + perSample·x, least squares by the normal equations
+// over iterations 1..K−1 of the LB-BSP run, with the BSP run's added
+// where the slope is less than twice its standard error; the hub's
+// clamp), the solver's modelled makespan T_opt against a brute force
+// over every split, the proportional split's T_prop, the overhead as the
+// grid's best separating one, and the deadline's rule (at least 1.15 ×
+// T_opt, said to separate the rules only if below T_prop).
+func checkAssignCalibration(t *testing.T, text, jobs string) {
+	t.Helper()
+	metrics := func(mode string) string {
+		for _, line := range strings.Split(jobs, "\n") {
+			if strings.Contains(line, " -mode "+mode+" ") && !strings.Contains(line, "--hub-share") && !strings.Contains(line, " -overhead ") {
+				if m := regexp.MustCompile(` -metrics (\S+)`).FindStringSubmatch(line); m != nil {
+					return m[1]
+				}
+			}
+		}
+		t.Fatalf("assign: no %s job with -metrics:\n%s", mode, jobs)
+		return ""
+	}
+	type point struct{ x, y float64 }
+	read := func(prefix string) [][]point {
+		var out [][]point
+		for r := 0; ; r++ {
+			b, err := os.ReadFile(prefix + "." + strconv.Itoa(r))
+			if err != nil {
+				break
+			}
+			var pts []point
+			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				var m struct {
+					Batch   int   `json:"batch"`
+					Compute int64 `json:"compute_ns"`
+				}
+				if err := json.Unmarshal([]byte(line), &m); err != nil {
+					t.Fatal(err)
+				}
+				pts = append(pts, point{float64(m.Batch), float64(m.Compute) / 1e6}) // ms
+			}
+			out = append(out, pts)
+		}
+		k := len(out[0])
+		for _, p := range out {
+			k = min(k, len(p))
+		}
+		for r := range out {
+			out[r] = out[r][1:k]
+		}
+		return out
+	}
+	lb, even := read(metrics("lbbsp")), read(metrics("bsp"))
+	np := len(lb)
+	// ols is the normal equations' solution, the slope's standard error,
+	// and the clamped fit.
+	ols := func(pts []point) (slope, se, fixed, perSample float64) {
+		var n, sx, sy, sxx, sxy float64
+		for _, p := range pts {
+			if p.x > 0 && p.y > 0 {
+				n, sx, sy, sxx, sxy = n+1, sx+p.x, sy+p.y, sxx+p.x*p.x, sxy+p.x*p.y
+			}
+		}
+		slope = (n*sxy - sx*sy) / (n*sxx - sx*sx)
+		a := (sy - slope*sx) / n
+		ss := 0.0
+		for _, p := range pts {
+			if p.x > 0 && p.y > 0 {
+				e := p.y - a - slope*p.x
+				ss += e * e
+			}
+		}
+		se = math.Sqrt(ss / (n - 2) / (sxx - sx*sx/n))
+		fixed = min(max(a, 0), 0.99*sy/n)
+		return slope, se, fixed, (sy/n - fixed) / (sx / n)
+	}
+	fitRE := regexp.MustCompile(`rank ([0-9]+): ([0-9.]+) \+ ([0-9.]+)·x ms \((LB-BSP|LB-BSP and BSP), shares`)
+	got := fitRE.FindAllStringSubmatch(text, -1)
+	if len(got) != np {
+		t.Fatalf("assign: %d fits in the report for %d ranks:\n%s", len(got), np, text)
+	}
+	fixed, perSample := make([]float64, np), make([]float64, np)
+	for r, g := range got {
+		slope, se, f, p := ols(lb[r])
+		from := "LB-BSP"
+		if slope < 2*se {
+			_, _, f, p = ols(append(slices.Clone(lb[r]), even[r]...))
+			from = "LB-BSP and BSP"
+		}
+		fixed[r], perSample[r] = f, p
+		gf, _ := strconv.ParseFloat(g[2], 64)
+		gp, _ := strconv.ParseFloat(g[3], 64)
+		if g[1] != strconv.Itoa(r) || g[4] != from || math.Abs(gf-f) > 0.001 || math.Abs(gp-p) > 0.0001 {
+			t.Fatalf("assign: rank %d's fit is %s + %s·x ms (%s), the reference %.3f + %.4f·x ms (%s)", r, g[2], g[3], g[4], f, p, from)
+		}
+	}
+	calRE := regexp.MustCompile(`from 0\.5 ms to ([0-9.]+) ms .* at ([0-9.]+) ms: the solver's split is \[([0-9 ]+)\] with T_opt = ([0-9.]+) ms, the proportional split \[([0-9 ]+)\] with T_prop = ([0-9.]+) ms .* rounded up to 0\.1 ms: ([0-9.]+) ms\. (The proportional split's modelled makespan is [0-9.]+ % above it|\*\*The deadline does not separate the rules\*\*)`)
+	m := calRE.FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("assign: no calibration sentence:\n%s", text)
+	}
+	num := func(s string) float64 {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	split := func(s string) []float64 {
+		var x []float64
+		for _, f := range strings.Fields(s) {
+			x = append(x, num(f))
+		}
+		return x
+	}
+	hi, o, prop, tOpt, tProp, deadline := num(m[1]), num(m[2]), split(m[5]), num(m[4]), num(m[6]), num(m[7])
+	batch := 0
+	for _, x := range split(m[3]) {
+		batch += int(x)
+	}
+	slow := func(r int) bool { return r >= np/2 }
+	makespan := func(x []float64, o float64) float64 {
+		T := 0.0
+		for r := range x {
+			v := fixed[r] + perSample[r]*x[r]
+			if slow(r) {
+				v += o
+			}
+			T = max(T, v)
+		}
+		return T
+	}
+	// best is the least makespan over every split with a sample or more
+	// each.
+	best := func(o float64) float64 {
+		x := make([]float64, np)
+		var rec func(r, left int) float64
+		rec = func(r, left int) float64 {
+			if r == np-1 {
+				x[r] = float64(left)
+				return makespan(x, o)
+			}
+			b := math.Inf(1)
+			for v := 1; v <= left-(np-1-r); v++ {
+				x[r] = float64(v)
+				b = min(b, rec(r+1, left-v))
+			}
+			return b
+		}
+		return rec(0, batch)
+	}
+	if bf := best(o); math.Abs(bf-tOpt) > 0.006 {
+		t.Fatalf("assign: T_opt %.2f ms at overhead %g ms, a brute force finds %.4f ms", tOpt, o, bf)
+	}
+	if v := makespan(prop, o); math.Abs(v-tProp) > 0.006 {
+		t.Fatalf("assign: T_prop %.2f ms, the proportional split %v under the fits %.4f ms", tProp, prop, v)
+	}
+	for g := 0.5; g <= hi+1e-9; g += 0.5 {
+		if r := makespan(prop, g) / best(g); r > tProp/tOpt*(1+0.002) {
+			t.Fatalf("assign: overhead %g ms separates the rules more (%.3f) than the chosen %g ms (%.3f)", g, r, o, tProp/tOpt)
+		}
+	}
+	if deadline < 1.15*tOpt-0.005 || deadline > max(math.Sqrt(tOpt*tProp), 1.15*tOpt)+0.105 {
+		t.Fatalf("assign: deadline %.1f ms for T_opt %.2f and T_prop %.2f ms", deadline, tOpt, tProp)
+	}
+	if separates := strings.HasPrefix(m[8], "The proportional"); separates != (deadline < tProp) {
+		t.Fatalf("assign: deadline %.1f ms, T_prop %.2f ms, yet the report says %q", deadline, tProp, m[8])
 	}
 }
 
