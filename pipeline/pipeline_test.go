@@ -7,38 +7,19 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorun/gorun/collective"
+	"github.com/gorun/gorun/internal/commtest"
 	"github.com/gorun/gorun/transport"
 )
 
-// onAll runs f on every rank of n in-memory ranks and returns their
-// errors, by rank.
+// onAll runs f on every rank of an in-memory job on nw and returns each
+// rank's error.
 func onAll(t *testing.T, nw *transport.MemNetwork, f func(c *collective.Comm) error) []error {
 	t.Helper()
-	comms, err := collective.NewLocalOn(nw, collective.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make([]error, len(comms))
-	var wg sync.WaitGroup
-	for _, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[c.Rank()] = f(c)
-		}()
-	}
-	wg.Wait()
-	for _, c := range comms {
-		wg.Add(1)
-		go func() { defer wg.Done(); c.Close() }()
-	}
-	wg.Wait()
-	return errs
+	return commtest.OnAll(t, nw, f)
 }
 
 func randomData(rng *rand.Rand, n, d int) *Dataset {

@@ -12,31 +12,15 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/collective"
+	"github.com/gorun/gorun/internal/commtest"
 	"github.com/gorun/gorun/transport"
 )
 
-// onAll runs f on every rank of an in-memory job of n ranks and returns
-// each rank's error.
+// onAll runs f on every rank of an in-memory job on nw and returns each
+// rank's error.
 func onAll(t *testing.T, nw *transport.MemNetwork, f func(c *collective.Comm) error) []error {
 	t.Helper()
-	comms, err := collective.NewLocalOn(nw, collective.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make([]error, len(comms))
-	var wg sync.WaitGroup
-	for _, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[c.Rank()] = f(c)
-		}()
-	}
-	wg.Wait()
-	for _, c := range comms {
-		c.Close()
-	}
-	return errs
+	return commtest.OnAll(t, nw, f)
 }
 
 // run is onAll on a fresh network that fails the test on any error.
