@@ -7,6 +7,9 @@
 # ranks on the 2 cores).
 #   sudo bash bench/wire.sh [ROUNDS] [RATES] [SIZES]
 #        (defaults: 3, "1gbit 100mbit shm", "16MiB,64MiB")
+# STRATEGY=hub times the hub strategy's all-reduce instead (gorun --strategy
+# hub, HUBS colocated hubs, default 4: one on each host), whose hubs decode,
+# sum in float32 and encode the result once.
 # Prints one line per run and, per rate and size, each format's median time
 # and its speed-up over float32 round by round; writes the runs to OUT
 # (default results/wire/<date>-<commit>.tsv) and the tables beside it (.txt).
@@ -17,7 +20,21 @@ rounds=${1:-3}
 rates=${2:-"1gbit 100mbit shm"}
 sizes=${3:-"16MiB,64MiB"}
 target=${TARGET:-2s}
-out=${OUT:-$repo/results/wire/$(date +%F)-$(git -C "$repo" rev-parse --short HEAD).tsv}
+strategy=${STRATEGY:-ring}
+tag=""
+extra=()
+case $strategy in
+ring) ;;
+hub)
+    tag=-hub
+    extra=(--strategy hub -x "GORUN_COLOCATED_HUBS=${HUBS:-4}")
+    ;;
+*)
+    echo "wire.sh: STRATEGY=$strategy: want ring or hub" >&2
+    exit 2
+    ;;
+esac
+out=${OUT:-$repo/results/wire/$(date +%F)-$(git -C "$repo" rev-parse --short HEAD)$tag.tsv}
 mkdir -p "$(dirname "$out")"
 export TESTNET_DIR=${TESTNET_DIR:-/tmp/gorun-wire-bench}
 make -C "$repo" build >/dev/null
@@ -38,7 +55,7 @@ for rate in $rates; do
     for r in $(seq "$rounds"); do
         for i in 0 1 2; do
             w=${wires[$(((i + r - 1) % 3))]}
-            "$repo/bin/gorun" -q --tag-output=false "${where[@]}" --wire "$w" "$repo/bin/allreduce" -sizes "$sizes" -target "$target" |
+            "$repo/bin/gorun" -q --tag-output=false "${where[@]}" --wire "$w" "${extra[@]}" "$repo/bin/allreduce" -sizes "$sizes" -target "$target" |
                 awk -v rate="$rate" -v r="$r" -v w="$w" '$1 ~ /^[0-9]+[KMG]iB$/ {
                     n = $1 + 0; u = substr($1, length(n) + 1); m = (u == "KiB" ? 1024 : u == "MiB" ? 1048576 : 1073741824)
                     printf "%s\t%s\t%s\t%d\t%s\n", rate, r, w, n * m, $2 }' |
@@ -50,7 +67,7 @@ awk -F '\t' 'NR > 1 { t[$1, $4, $3, $2] = $5; if (!(($1, $4) in seen)) { seen[$1
 END {
     for (k = 1; k <= n; k++) {
         split(order[k], a, SUBSEP); rate = a[1]; b = a[2]
-        printf "\n%s, %d MiB: ring all-reduce of 4 ranks, us per call\n", rate, b / 1048576
+        printf "\n%s, %d MiB: %s all-reduce of 4 ranks, us per call\n", rate, b / 1048576, strategy
         for (wi = 1; wi <= 3; wi++) {
             w = (wi == 1 ? "full" : wi == 2 ? "fp16" : "bf16"); line = ""; sp = ""
             for (r = 1; r <= maxr; r++) {
@@ -60,5 +77,5 @@ END {
             printf "  %-5s %s%s\n", w, line, (sp == "" ? "" : "   float32/" w ", round by round:" sp)
         }
     }
-}' "$out" | tee "${out%.tsv}.txt"
+}' strategy="$strategy" "$out" | tee "${out%.tsv}.txt"
 echo "runs: $out, tables: ${out%.tsv}.txt"

@@ -63,10 +63,19 @@ func reduceAll[T Number](ctx context.Context, x *call, buf []T, op Op, kind uint
 	fold := reducer[T](op)
 	p := c.planFor(kind, bytesOf[T](len(buf)))
 	if wire != WireFull {
-		// The ring's executors carry the wire format (the small-buffer
-		// algorithms and the hub stay at full precision: a few bytes
+		// The ring's executors and the hub carry the wire format (the
+		// small-buffer algorithms stay at full precision: a few bytes
 		// saved is not worth a rounding).
 		switch p {
+		case viaHub:
+			if bytesOf[T](len(buf)) <= c.cfg.SmallBytes {
+				break
+			}
+			if dtype[T]() != reduce.Float32 {
+				return fmt.Errorf("%w: wire format %v, buffer of %s", ring.ErrWireType, wire, reduce.DTypeName(dtype[T]()))
+			}
+			b := reduce.AsBytes(buf)
+			return c.hubRound(ctx, x.o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: len(buf), Wire: wire})
 		case viaRing, viaHalving:
 			x.o.Wire = wire
 			return ring.AllReduce(ctx, x.net, buf, fold, x.o)

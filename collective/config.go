@@ -199,11 +199,13 @@ type Config struct {
 	// all-reduces (AllReduce, GroupAllReduce and their Start forms) large
 	// enough to leave the small-buffer algorithms: WireFP16 or WireBF16
 	// halve the bytes sent, every sum is still taken in float32, and the
-	// result is the sum rounded to the format once per ring step (bit for
-	// bit the same on every rank). Other element types, small buffers and
-	// the hub strategy stay at full precision. Every rank must set the
-	// same: ranks that differ fail at their first such all-reduce, naming
-	// the wire format. AllReduceWire picks one for a single call.
+	// result is the sum rounded to the format once per ring step, or on
+	// the hub strategy the float32 sum of the rounded parts rounded once
+	// by the hub (bit for bit the same on every rank either way). Other
+	// element types and small buffers stay at full precision. Every rank
+	// must set the same: ranks that differ fail at their first such
+	// all-reduce, naming the wire format. AllReduceWire picks one for a
+	// single call.
 	Wire Wire
 
 	// Timing (GORUN_TIMING=1, set by gorun --metrics) makes the Comm also

@@ -152,7 +152,7 @@ func rankMain(mode string) int {
 			}
 			_ = binary.Write(h, binary.LittleEndian, math.Float32bits(v))
 		}
-		fmt.Printf("WIRE %v digest %x worst %.2f of the bound, %d of %d not the float32 sum\n", cfg.Wire, h.Sum64(), worst, changed, n)
+		fmt.Printf("WIRE %v digest %x worst %.2f of the bound, %d of %d not the float32 sum, strategy %v\n", cfg.Wire, h.Sum64(), worst, changed, n, c.Strategy())
 		return 0
 	case "stall":
 		// Five all-reduces, then the last rank stays in its own code for
@@ -286,25 +286,32 @@ func launchWith(t *testing.T, np int, mode string, grace time.Duration, set func
 
 // TestProcessesWire: float32 all-reduces of 100 003 elements between
 // real processes in fp16 and bf16 (GORUN_WIRE, as gorun --wire sets it),
-// over shared memory and over TCP: every rank's sum within the format's
+// over shared memory and over TCP, with the ring and with the hub
+// strategy (two colocated hubs): every rank's sum within the format's
 // bound of the exact sum, the same bits on every rank, and not the plain
 // float32 sums (the format was used).
 func TestProcessesWire(t *testing.T) {
-	for _, wire := range []string{"fp16", "bf16"} {
-		for _, shm := range []string{"1", "0"} {
-			res, out := launchWith(t, 3, "wire", 5*time.Second, func(c *launcher.Config) {
-				c.Env = append(c.Env, "GORUN_WIRE="+wire, "GORUN_SHM="+shm)
-			})
-			lines := regexp.MustCompile(`WIRE (\S+) digest (\S+) .*, (\d+) of 100003 not the float32 sum`).FindAllStringSubmatch(out, -1)
-			if res.ExitCode != 0 || len(lines) != 3 {
-				t.Fatalf("%s shm %s: exit %d:\n%s", wire, shm, res.ExitCode, out)
-			}
-			for _, l := range lines {
-				if changed, _ := strconv.Atoi(l[3]); l[1] != wire || l[2] != lines[0][2] || changed < 50000 {
-					t.Fatalf("%s shm %s: ranks differ, or the format was not used:\n%s", wire, shm, out)
+	for _, strategy := range []string{"ring", "hub"} {
+		for _, wire := range []string{"fp16", "bf16"} {
+			for _, shm := range []string{"1", "0"} {
+				what := fmt.Sprintf("%s %s shm %s", strategy, wire, shm)
+				res, out := launchWith(t, 3, "wire", 5*time.Second, func(c *launcher.Config) {
+					c.Env = append(c.Env, "GORUN_WIRE="+wire, "GORUN_SHM="+shm, "GORUN_STRATEGY="+strategy)
+					if strategy == "hub" {
+						c.Env = append(c.Env, "GORUN_COLOCATED_HUBS=2")
+					}
+				})
+				lines := regexp.MustCompile(`WIRE (\S+) digest (\S+) .*, (\d+) of 100003 not the float32 sum, strategy (\S+)`).FindAllStringSubmatch(out, -1)
+				if res.ExitCode != 0 || len(lines) != 3 {
+					t.Fatalf("%s: exit %d:\n%s", what, res.ExitCode, out)
 				}
+				for _, l := range lines {
+					if changed, _ := strconv.Atoi(l[3]); l[1] != wire || l[2] != lines[0][2] || changed < 50000 || l[4] != strategy {
+						t.Fatalf("%s: ranks differ, or the format or strategy was not used:\n%s", what, out)
+					}
+				}
+				t.Logf("%s: %s", what, strings.TrimSpace(strings.SplitN(out, "\n", 2)[0]))
 			}
-			t.Logf("%s shm %s: %s", wire, shm, strings.TrimSpace(strings.SplitN(out, "\n", 2)[0]))
 		}
 	}
 }

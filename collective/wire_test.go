@@ -26,24 +26,47 @@ func wireBound(w Wire, n int, absSum float64) float64 {
 	return float64(n)*(u+math.Ldexp(1, -24))*absSum*1.125 + float64(n)*math.Ldexp(1, -25)
 }
 
+// hubWireBound is wireBound for the hub strategy, which rounds less: each
+// rank's part is rounded to the format once, the hub sums in float32 and
+// rounds the result once, so the error is at most u of the magnitudes
+// twice plus float32's adds, and half of fp16's subnormal spacing per
+// rounding.
+func hubWireBound(w Wire, n int, absSum float64) float64 {
+	u := math.Ldexp(1, -11)
+	if w == WireBF16 {
+		u = math.Ldexp(1, -8)
+	}
+	return (2*u+float64(n)*math.Ldexp(1, -24))*absSum*1.125 + float64(n+1)*math.Ldexp(1, -25)
+}
+
 // TestAllReduceWire: float32 all-reduces with Config.Wire (every size
 // from empty to above the small-buffer limit, ranks 1-9, ring, halving
-// and node-aware plans) and with AllReduceWire end bit for bit the same
-// on every rank and within wireBound of a float64 reference; sums and
-// averages alike. Other element types with Config.Wire are exact (they
+// and node-aware plans, and the hub strategy with one and three hubs)
+// and with AllReduceWire end bit for bit the same on every rank and
+// within wireBound (hubWireBound) of a float64 reference; sums,
+// averages, maxima and minima alike. Other element types with Config.Wire are exact (they
 // never travel in a lossy format).
 func TestAllReduceWire(t *testing.T) {
 	rng := rand.New(rand.NewPCG(36, 2))
+	type plan struct {
+		algo Algorithm
+		hubs int // > 0: the hub strategy with this many colocated hubs
+	}
 	for _, w := range []Wire{WireFP16, WireBF16} {
-		for _, algo := range []Algorithm{Auto, Ring, Halving} {
+		for _, pl := range []plan{{algo: Auto}, {algo: Ring}, {algo: Halving}, {hubs: 1}, {hubs: 3}} {
 			for size := 1; size <= 9; size++ {
 				for _, n := range []int{0, 1, 2, size - 1, 7, 97, 1009, 4099} {
 					if n < 0 {
 						continue
 					}
-					for _, op := range []Op{Sum, Avg} {
+					for _, op := range []Op{Sum, Avg, Max, Min} {
 						cfg := DefaultConfig()
-						cfg.Algorithm, cfg.SmallBytes, cfg.SegmentBytes, cfg.Wire = algo, 256, 1024, w
+						cfg.Algorithm, cfg.SmallBytes, cfg.SegmentBytes, cfg.Wire = pl.algo, 256, 1024, w
+						bound := wireBound
+						if pl.hubs > 0 {
+							cfg.Strategy, cfg.ColocatedHubs, cfg.HubPartitionBytes = StrategyHub, min(pl.hubs, size), 1024
+							bound = hubWireBound
+						}
 						in := make([][]float32, size)
 						exact := make([]float64, n)
 						abs := make([]float64, n)
@@ -52,13 +75,25 @@ func TestAllReduceWire(t *testing.T) {
 							for i := range in[r] {
 								v := float32(rng.NormFloat64() * 100)
 								in[r][i] = v
-								exact[i] += float64(v)
+								switch {
+								case op == Max && r > 0:
+									exact[i] = math.Max(exact[i], float64(v))
+								case op == Min && r > 0:
+									exact[i] = math.Min(exact[i], float64(v))
+								case op == Max || op == Min:
+									exact[i] = float64(v)
+								default:
+									exact[i] += float64(v)
+								}
 								abs[i] += math.Abs(float64(v))
 							}
 						}
 						got := make([][]float32, size)
 						perCall := n%2 == 1 // half the cases through AllReduceWire, the rest through Config.Wire
 						errs := onAll(t, size, cfg, func(c *Comm) error {
+							if pl.hubs > 0 && c.Strategy() != StrategyHub {
+								return fmt.Errorf("strategy %v, want the hub", c.Strategy())
+							}
 							got[c.Rank()] = append([]float32(nil), in[c.Rank()]...)
 							if perCall {
 								c.cfg.Wire = WireFull
@@ -66,7 +101,7 @@ func TestAllReduceWire(t *testing.T) {
 							}
 							return AllReduce(context.Background(), c, got[c.Rank()], op)
 						})
-						what := fmt.Sprintf("%v algo %d size %d n %d %v per-call %v", w, algo, size, n, op, perCall)
+						what := fmt.Sprintf("%v algo %d hubs %d size %d n %d %v per-call %v", w, pl.algo, pl.hubs, size, n, op, perCall)
 						if err := errors.Join(errs...); err != nil {
 							t.Fatalf("%s: %v", what, err)
 						}
@@ -74,7 +109,7 @@ func TestAllReduceWire(t *testing.T) {
 						if op == Avg {
 							div = float64(size)
 						}
-						if op == Sum && n*4 > cfg.SmallBytes && size > 1 {
+						if op != Avg && n*4 > cfg.SmallBytes && (size > 1 || pl.hubs > 0) {
 							// The wire was used: every sum is a value of
 							// the format.
 							rounded := append([]float32(nil), got[0]...)
@@ -93,7 +128,7 @@ func TestAllReduceWire(t *testing.T) {
 									t.Fatalf("%s: element %d: rank %d has %v, rank 0 %v", what, i, r, got[r][i], got[0][i])
 								}
 							}
-							if d, b := math.Abs(float64(got[0][i])-exact[i]/div), wireBound(w, size, abs[i])/div; d > b {
+							if d, b := math.Abs(float64(got[0][i])-exact[i]/div), bound(w, size, abs[i])/div; d > b {
 								t.Fatalf("%s: element %d: %v, exact %v: off by %g, bound %g", what, i, got[0][i], exact[i]/div, d, b)
 							}
 						}
@@ -123,25 +158,30 @@ func TestAllReduceWire(t *testing.T) {
 // TestAllReduceWireSaturates: fp16 sums beyond its range saturate at
 // ±65504 rather than turning into infinities.
 func TestAllReduceWireSaturates(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.SmallBytes = 16
-	const n = 64
-	got := make([][]float32, 3)
-	errs := onAll(t, 3, cfg, func(c *Comm) error {
-		buf := make([]float32, n)
-		for i := range buf {
-			buf[i] = 40000 * float32(1-2*(i%2))
+	for _, hub := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.SmallBytes = 16
+		if hub {
+			cfg.Strategy, cfg.ColocatedHubs = StrategyHub, 2
 		}
-		got[c.Rank()] = buf
-		return AllReduceWire(context.Background(), c, buf, Sum, WireFP16)
-	})
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	for r := range got {
-		for i, v := range got[r] {
-			if want := float32(65504 * (1 - 2*(i%2))); v != want {
-				t.Fatalf("rank %d element %d: %v, want %v", r, i, v, want)
+		const n = 64
+		got := make([][]float32, 3)
+		errs := onAll(t, 3, cfg, func(c *Comm) error {
+			buf := make([]float32, n)
+			for i := range buf {
+				buf[i] = 40000 * float32(1-2*(i%2))
+			}
+			got[c.Rank()] = buf
+			return AllReduceWire(context.Background(), c, buf, Sum, WireFP16)
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("hub %v: %v", hub, err)
+		}
+		for r := range got {
+			for i, v := range got[r] {
+				if want := float32(65504 * (1 - 2*(i%2))); v != want {
+					t.Fatalf("hub %v: rank %d element %d: %v, want %v", hub, r, i, v, want)
+				}
 			}
 		}
 	}
@@ -151,24 +191,31 @@ func TestAllReduceWireSaturates(t *testing.T) {
 // it, and none hangs; a bad format in the environment or the Config is
 // refused up front.
 func TestWireMismatch(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.SmallBytes = 16
-	errs := onAll(t, 3, cfg, func(c *Comm) error {
-		w := WireFP16
-		if c.Rank() == 1 {
-			w = WireBF16
+	for _, hub := range []bool{false, true} {
+		for _, other := range []Wire{WireBF16, WireFull} {
+			cfg := DefaultConfig()
+			cfg.SmallBytes = 16
+			if hub {
+				cfg.Strategy, cfg.ColocatedHubs = StrategyHub, 2
+			}
+			errs := onAll(t, 3, cfg, func(c *Comm) error {
+				w := WireFP16
+				if c.Rank() == 1 {
+					w = other
+				}
+				return AllReduceWire(context.Background(), c, make([]float32, 1000), Sum, w)
+			})
+			named := false
+			for r, err := range errs {
+				if err == nil {
+					t.Fatalf("hub %v, rank 1 %v: rank %d succeeded with a wire format its peers do not share", hub, other, r)
+				}
+				named = named || contains(err.Error(), "wire format")
+			}
+			if !named {
+				t.Fatalf("hub %v, rank 1 %v: no rank named the wire format: %v", hub, other, errs)
+			}
 		}
-		return AllReduceWire(context.Background(), c, make([]float32, 1000), Sum, w)
-	})
-	named := false
-	for r, err := range errs {
-		if err == nil {
-			t.Fatalf("rank %d succeeded with a wire format its peers do not share", r)
-		}
-		named = named || contains(err.Error(), "wire format")
-	}
-	if !named {
-		t.Fatalf("no rank named the wire format: %v", errs)
 	}
 	bad := DefaultConfig()
 	bad.Size, bad.Wire = 1, reduce.Wire(9)

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/gorun/gorun/reduce"
+	"github.com/gorun/gorun/transport"
 )
 
 // Round kinds of Collective.
@@ -30,6 +31,15 @@ type Collective struct {
 	// in rank order.
 	Send, Recv       []byte
 	WantOff, WantLen int
+	// Wire, for a RoundReduce of float32 data, is the format the data
+	// travels in both ways (reduce.WireFP16 or WireBF16: half the
+	// bytes). The hub decodes every part and folds it in float32, then
+	// encodes the result once, so every worker gets the same bits: the
+	// float32 reduction of the rounded parts, rounded to the format
+	// (reduce.Wire has the rounding and saturation rules). The zero
+	// value, WireFull, sends the buffer as it is. Every worker must use
+	// the same; a round whose parts differ fails, naming it.
+	Wire reduce.Wire
 }
 
 // The floor of RoundPartitionBytes: a round's partitions are at least
@@ -107,15 +117,32 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 	if size == 0 {
 		return fmt.Errorf("%w: unknown element type %d", ErrBadRequest, r.DType)
 	}
-	parts := RoundPartitions(r.Kind, r.Count, size, c.cfg.Workers, len(c.hubs), c.RoundRule())
+	es := size // bytes an element takes on the wire
+	if r.Wire != reduce.WireFull {
+		switch {
+		case !r.Wire.Valid():
+			return fmt.Errorf("%w: unknown wire format %d", ErrBadRequest, uint8(r.Wire))
+		case r.Kind != kindReduce || r.DType != reduce.DTypeOf[float32]():
+			return fmt.Errorf("%w: wire format %v needs a reduction of float32 data, not round kind %d of %s", ErrBadRequest, r.Wire, r.Kind, reduce.DTypeName(r.DType))
+		}
+		es = r.Wire.Size()
+	}
+	// Partitions are cut by the bytes that travel.
+	parts := RoundPartitions(r.Kind, r.Count, es, c.cfg.Workers, len(c.hubs), c.RoundRule())
 	h := c.newHandle(kindOther, len(parts))
 	win := newWindow(c, h, len(c.hubs), c.cfg.RoundWindow)
 	isRoot := r.Kind == kindBroadcast && r.Root == c.cfg.Worker
 	for i, p := range parts {
-		m := &message{Type: msgRound, Kind: r.Kind, Code: uint8(r.Op), DType: r.DType, Clock: r.Seq, Part: uint32(i),
+		m := &message{Type: msgRound, Kind: r.Kind, Code: uint8(r.Op), DType: r.DType, Wire: uint8(r.Wire), Clock: r.Seq, Part: uint32(i),
 			Root: uint32(r.Root), Count: uint64(r.Count), Off: uint64(p.Off), N: uint64(p.Len)}
 		if r.Kind != kindBroadcast || isRoot {
 			m.Data = r.Send[p.Off*size : (p.Off+p.Len)*size]
+			if es != size {
+				enc := transport.GetBuf(p.Len * es)
+				// Encode cannot fail: the lengths agree and r.Wire is valid.
+				_ = reduce.Encode(r.Wire, enc, reduce.FromBytes[float32](m.Data))
+				m.Data, m.release = enc, func() { transport.PutBuf(enc) }
+			}
 			c.addBytes(int64(len(m.Data)), 0)
 		}
 		lo, hi := max(p.Off, r.WantOff), min(p.Off+p.Len, r.WantOff+r.WantLen)
@@ -128,12 +155,18 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 		if hi > lo {
 			m.WantOff, m.WantLen = uint64(lo-p.Off), uint64(hi-lo)
 		}
-		want := max(0, hi-lo) * size
+		want := max(0, hi-lo) * es
 		if r.Kind == kindGather {
 			want = c.cfg.Workers * p.Len * size
 		}
 		on := func(rep *message) {
 			c.addBytes(0, int64(len(rep.Data)))
+			if es != size {
+				if hi > lo {
+					decodeInto(r.Wire, r.Recv[lo*size:hi*size], rep.Data)
+				}
+				return
+			}
 			if r.Kind != kindGather {
 				copy(r.Recv[lo*size:], rep.Data)
 				return
@@ -223,4 +256,16 @@ func (c *Client) HubBytes() (sent, recvd []int64) {
 		recvd = append(recvd, h.recvd.Load())
 	}
 	return sent, recvd
+}
+
+// decodeInto decodes src, hi-lo elements in format w (their length checked
+// by the call's want), into dst's float32 bytes, aligned or not.
+func decodeInto(w reduce.Wire, dst, src []byte) {
+	if f, ok := reduce.View[float32](dst); ok {
+		_ = reduce.Decode(w, f, src)
+		return
+	}
+	f := make([]float32, len(dst)/4)
+	_ = reduce.Decode(w, f, src)
+	copy(dst, reduce.AsBytes(f))
 }

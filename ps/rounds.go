@@ -34,6 +34,8 @@ type core struct {
 	split  ShareConfig // how serveShares splits a batch
 	zstd   zstdCodec   // decodes sparse pushes compressed with zstd
 
+	wireScratch []float32 // foldWire's decoded part for ops other than sum
+
 	left, removed int
 	out           []reply
 }
@@ -377,15 +379,29 @@ func (c *core) round(w int, m *message) {
 	size := uint64(reduce.Size(r.spec.DType))
 	var result []byte
 	var release func()
-	switch r.spec.Kind {
-	case kindReduce:
+	switch {
+	case r.spec.Kind == kindReduce && r.spec.Wire != 0:
+		// Encoded once, so every worker gets the same bits: the float32
+		// result rounded to the wire format.
+		w := reduce.Wire(r.spec.Wire)
+		size = uint64(w.Size())
+		result = transport.GetBuf(len(r.acc) / 4 * w.Size())
+		if err := reduce.Encode(w, result, reduce.FromBytes[float32](r.acc)); err != nil {
+			c.failRound(r, err)
+			return
+		}
+		if r.accBuf != nil {
+			transport.PutBuf(r.accBuf)
+		}
+		release = giveBack(result, len(r.reqs))
+	case r.spec.Kind == kindReduce:
 		result = r.acc
 		release = giveBack(r.accBuf, len(r.reqs))
-	case kindGather:
+	case r.spec.Kind == kindGather:
 		for i := range r.reqs {
 			result = append(result, r.reqs[i].data...)
 		}
-	case kindBroadcast:
+	case r.spec.Kind == kindBroadcast:
 		result = r.reqs[r.spec.Root].data
 	}
 	for i := range r.reqs {
@@ -394,7 +410,7 @@ func (c *core) round(w int, m *message) {
 		if r.spec.Kind != kindGather {
 			out = result[q.want[0]*size : (q.want[0]+q.want[1])*size]
 		}
-		c.reply(i, q.id, message{DType: r.spec.DType, Data: out, release: release})
+		c.reply(i, q.id, message{DType: r.spec.DType, Wire: r.spec.Wire, Data: out, release: release})
 	}
 }
 
@@ -433,11 +449,16 @@ func checkRound(r *roundState, w int, m *message) error {
 		return mismatch("the partition", [2]uint64{f.Off, f.N}, [2]uint64{m.Off, m.N})
 	case m.Root != f.Root:
 		return mismatch("the root", f.Root, m.Root)
+	case m.Wire != f.Wire:
+		return mismatch("the wire format", reduce.Wire(f.Wire), reduce.Wire(m.Wire))
 	}
 	if m.Kind == kindReduce && !reduce.Op(m.Code).Valid() {
 		return fmt.Errorf("%w: unknown op %d", ErrBadRequest, m.Code)
 	}
 	size := uint64(reduce.Size(m.DType))
+	if m.Wire != 0 {
+		size = uint64(reduce.Wire(m.Wire).Size())
+	}
 	want := m.N * size
 	if m.Kind == kindBroadcast && uint32(w) != m.Root {
 		want = 0
@@ -463,7 +484,15 @@ func (c *core) fold(r *roundState, w int, data, buf []byte) {
 	}
 	for r.next < len(r.reqs) && r.reqs[r.next].arrived {
 		d := r.reqs[r.next].data
-		if r.next == 0 {
+		if r.spec.Wire != 0 {
+			if err := c.foldWire(r, d); err != nil {
+				c.failRound(r, err)
+				return
+			}
+			if b := r.reqs[r.next].buf; b != nil {
+				transport.PutBuf(b)
+			}
+		} else if r.next == 0 {
 			r.acc, r.accBuf = d, r.reqs[0].buf
 		} else if err := reduce.Bytes(r.spec.DType, reduce.Op(r.spec.Code), r.acc, d); err != nil {
 			c.failRound(r, err)
@@ -474,6 +503,39 @@ func (c *core) fold(r *roundState, w int, data, buf []byte) {
 		r.reqs[r.next].data, r.reqs[r.next].buf = nil, nil
 		r.next++
 	}
+}
+
+// foldWire folds a part of a round whose float32 data travels in a 2-byte
+// wire format: the first part is decoded into a pooled float32
+// accumulator, the others added into it in float32 (or decoded and then
+// folded with the op), never summed in half precision.
+func (c *core) foldWire(r *roundState, d []byte) error {
+	w := reduce.Wire(r.spec.Wire)
+	n := len(d) / w.Size()
+	if r.next == 0 {
+		r.accBuf = transport.GetBuf(n * 4)
+		r.acc = r.accBuf[:n*4]
+		acc, ok := reduce.View[float32](r.acc)
+		if !ok {
+			r.accBuf = nil
+			r.acc = make([]byte, n*4)
+			acc, _ = reduce.View[float32](r.acc)
+		}
+		return reduce.Decode(w, acc, d)
+	}
+	acc, _ := reduce.View[float32](r.acc)
+	switch reduce.Op(r.spec.Code) {
+	case reduce.Sum, reduce.Avg:
+		return reduce.DecodeAdd(w, acc, d)
+	}
+	if cap(c.wireScratch) < n {
+		c.wireScratch = make([]float32, n)
+	}
+	tmp := c.wireScratch[:n]
+	if err := reduce.Decode(w, tmp, d); err != nil {
+		return err
+	}
+	return reduce.Bytes(r.spec.DType, reduce.Op(r.spec.Code), r.acc, reduce.AsBytes(tmp))
 }
 
 // failRound answers every worker of the round that has arrived with err;

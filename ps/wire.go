@@ -52,6 +52,12 @@ const (
 //     predates msgPushed ignores the bit (the worker then learns it from
 //     the answer), and a worker that does not set it never gets one.
 
+//   - msgRound and msgReply: the byte after the key length (reserved
+//     before, so older peers refuse it loudly) is Wire, the reduce.Wire
+//     a reduction round's float32 data travels in both ways: a worker's
+//     part and the hub's answer carry N elements of Wire.Size() bytes.
+//     Zero is the data as DType says. Only float32 reductions take one.
+
 // errPushed is msgError's Kind for an error after the push was applied.
 const errPushed uint8 = 1
 
@@ -91,6 +97,7 @@ type message struct {
 	DType   uint8
 	Code    uint8 // msgError: error code; msgRound: reduce op; msgDeclare: update mode
 	Kind    uint8 // msgRound: round kind
+	Wire    uint8 // msgRound, msgReply: reduce.Wire of a float32 reduction's data (0: as DType says)
 	ID      uint32
 	Clock   uint32 // push and pull clock; msgRound: collective sequence number
 	Samples uint32
@@ -140,7 +147,7 @@ func (m *message) appendHeader(b []byte) []byte {
 	b = le.AppendUint64(b, math.Float64bits(m.LR))
 	b = le.AppendUint64(b, math.Float64bits(m.Mom))
 	b = le.AppendUint16(b, uint16(len(m.Key)))
-	b = append(b, 0, 0) // reserved
+	b = append(b, m.Wire, 0) // the wire format; reserved
 	b = append(b, m.Key...)
 	return append(b, make([]byte, pad8(len(m.Key))-len(m.Key))...)
 }
@@ -175,7 +182,8 @@ func decodeMessage(p []byte) (message, error) {
 		Mom:     math.Float64frombits(le.Uint64(p[84:])),
 	}
 	keyLen := int(le.Uint16(p[92:]))
-	if p[94] != 0 || p[95] != 0 {
+	m.Wire = p[94]
+	if p[95] != 0 {
 		return message{}, &transport.FrameError{Msg: "paramhub message: reserved bytes set"}
 	}
 	if m.Type == 0 || m.Type >= msgEnd {
@@ -194,10 +202,18 @@ func decodeMessage(p []byte) (message, error) {
 	if m.Type == msgRound && (m.Kind == 0 || m.Kind >= kindEnd) {
 		return message{}, &transport.FrameError{Msg: fmt.Sprintf("unknown round kind %d", m.Kind)}
 	}
+	if m.Wire != 0 {
+		if err := checkWireField(&m); err != nil {
+			return message{}, err
+		}
+	}
 	switch m.Type {
 	case msgPush, msgPushPull, msgPull, msgRound, msgReply:
 		if m.Data != nil || m.Type == msgPull || m.Type == msgRound {
 			size := reduce.Size(m.DType)
+			if m.Wire != 0 {
+				size = reduce.Wire(m.Wire).Size()
+			}
 			if size == 0 {
 				return message{}, &transport.FrameError{Msg: fmt.Sprintf("paramhub %v: unknown element type %d", m.Type, m.DType)}
 			}
@@ -211,4 +227,21 @@ func decodeMessage(p []byte) (message, error) {
 		}
 	}
 	return m, nil
+}
+
+// checkWireField validates a message's Wire: a known 2-byte format, on a
+// round or reply of float32 data, and for a round a reduction.
+func checkWireField(m *message) error {
+	w := reduce.Wire(m.Wire)
+	switch {
+	case !w.Valid() || w == reduce.WireFull:
+		return &transport.FrameError{Msg: fmt.Sprintf("paramhub %v: unknown wire format %d", m.Type, m.Wire)}
+	case m.Type != msgRound && m.Type != msgReply:
+		return &transport.FrameError{Msg: fmt.Sprintf("paramhub %v: a wire format (%v) on a message that takes none", m.Type, w)}
+	case m.DType != reduce.DTypeOf[float32]():
+		return &transport.FrameError{Msg: fmt.Sprintf("paramhub %v: wire format %v for %s data (float32 only)", m.Type, w, reduce.DTypeName(m.DType))}
+	case m.Type == msgRound && m.Kind != kindReduce:
+		return &transport.FrameError{Msg: fmt.Sprintf("paramhub round: wire format %v on a round of kind %d (reductions only)", w, m.Kind)}
+	}
+	return nil
 }

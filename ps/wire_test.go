@@ -3,7 +3,10 @@ package ps
 import (
 	"bytes"
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/gorun/gorun/reduce"
 )
 
 func sampleMessages() []message {
@@ -15,6 +18,38 @@ func sampleMessages() []message {
 		{Type: msgShare, ID: 5, Count: 512, Samples: 64, Nanos: 123456},
 		{Type: msgReply, ID: 6, DType: 1, Stale: 1, Data: make([]byte, 4)},
 		{Type: msgError, ID: 7, Code: codeShape, Data: []byte("ps: shape mismatch")},
+		{Type: msgRound, ID: 8, Kind: kindReduce, Code: 1, DType: reduce.Float32, Wire: uint8(reduce.WireBF16), Clock: 5, Count: 9, Off: 3, N: 3, Data: make([]byte, 6)},
+		{Type: msgReply, ID: 9, DType: reduce.Float32, Wire: uint8(reduce.WireFP16), Data: make([]byte, 2)},
+	}
+}
+
+// TestMessageWireRefused: a wire format the decoder cannot take is a
+// frame error that says why: unknown, on a message that takes none, on
+// data that is not float32, on a round that is not a reduction, or data
+// that is not whole elements of the format.
+func TestMessageWireRefused(t *testing.T) {
+	f32 := reduce.Float32
+	for _, c := range []struct {
+		m    message
+		want string
+	}{
+		{message{Type: msgRound, Kind: kindReduce, DType: f32, Wire: 9, N: 1, Data: make([]byte, 2)}, "unknown wire format 9"},
+		{message{Type: msgRound, Kind: kindReduce, DType: f32, Wire: uint8(reduce.WireFP16), N: 1, Data: make([]byte, 2)}, ""},
+		{message{Type: msgPush, Key: "k", DType: f32, Wire: uint8(reduce.WireFP16), Data: make([]byte, 2)}, "takes none"},
+		{message{Type: msgRound, Kind: kindReduce, DType: reduce.Float64, Wire: uint8(reduce.WireFP16), N: 1, Data: make([]byte, 2)}, "float32 only"},
+		{message{Type: msgRound, Kind: kindGather, DType: f32, Wire: uint8(reduce.WireBF16), N: 1, Data: make([]byte, 2)}, "reductions only"},
+		{message{Type: msgRound, Kind: kindReduce, DType: f32, Wire: uint8(reduce.WireBF16), N: 2, Data: make([]byte, 3)}, "not whole"},
+	} {
+		_, err := decodeMessage(c.m.encode())
+		if c.want == "" {
+			if err != nil {
+				t.Fatalf("%+v: %v", c.m, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%+v: got %v, want an error with %q", c.m, err, c.want)
+		}
 	}
 }
 
@@ -64,7 +99,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded message does not decode: %v", err)
 		}
-		if !bytes.Equal(m2.Data, m.Data) || m2.Key != m.Key || m2.Type != m.Type || m2.Count != m.Count {
+		if !bytes.Equal(m2.Data, m.Data) || m2.Key != m.Key || m2.Type != m.Type || m2.Count != m.Count || m2.Wire != m.Wire {
 			t.Fatal("re-encoding changed the message")
 		}
 	})
