@@ -131,6 +131,7 @@ type Client struct {
 
 	iter       iterCounters
 	shareClock atomic.Uint32
+	relaxed    atomic.Int64 // Share answers whose deadline was relaxed
 	mmu        sync.Mutex
 	metrics    []Metrics
 	zstd       zstdCodec // sparse pushes' CodecZstd

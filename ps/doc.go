@@ -194,19 +194,24 @@
 // that does (else the nearest smaller one; a probe round costs at most
 // three more solver calls). A probe
 // separates a fit for good, so a job probes at most once per worker
-// (workers that compute the shares they are given); a round that no probe
-// can split fails with the deadline's error, followed by the models the
-// hub held. ShareConfig.Overhead is not fitted: it is time outside the
-// reported compute, declared.
+// (workers that compute the shares they are given). A round that no probe
+// can split is, under ShareConfig.Miss's default MissRelax, split for the
+// least makespan (time weight only, no deadline), the split closest to
+// the deadline, and its answers say so (Client.DeadlineRelaxed counts
+// them); the next round tries the deadline again. Under MissFail it fails
+// with the deadline's error, followed by the models the hub held.
+// ShareConfig.Overhead is not fitted: it is time outside the reported
+// compute, declared.
 //
 // The share configuration is hub 0's alone (nothing of it travels on the
 // wire), and NewHub refuses a config it cannot use: an unknown rule,
 // optimal-only fields with the proportional rule, slices that are not one
 // entry per worker, negative values, an accuracy weight, or more workers
 // than the solver takes. What the solver cannot do (caps that sum below
-// the batch, a deadline no split meets) fails that share request on every
-// worker with a HubError carrying the solver's message, which names the
-// binding limit; the hub never falls back to the proportional split.
+// the batch, or under MissFail a deadline no split meets) fails that
+// share request on every worker with a HubError carrying the solver's
+// message, which names the binding limit; the hub never falls back to the
+// proportional split.
 // ShareConfig.Split is the rule as a pure function of measured speeds, to
 // try a configuration offline: it has no fixed parts and no probes (add
 // fitted fixed parts to Overhead to split by the hub's kind of model).

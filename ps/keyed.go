@@ -200,12 +200,22 @@ func (c *Client) Share(ctx context.Context, total, samples int, compute time.Dur
 	var share int
 	h := c.newHandle(kindOther, 1)
 	clock := c.shareClock.Add(1) - 1
-	c.send(0, &message{Type: msgShare, Clock: clock, Count: uint64(total), Samples: uint32(samples), Nanos: int64(compute)}, h, func(m *message) { share = int(m.Count) }, 0)
+	c.send(0, &message{Type: msgShare, Clock: clock, Count: uint64(total), Samples: uint32(samples), Nanos: int64(compute)}, h, func(m *message) {
+		share = int(m.Count)
+		if m.Kind&shareRelaxed != 0 {
+			c.relaxed.Add(1)
+		}
+	}, 0)
 	if err := h.Wait(ctx); err != nil {
 		return 0, err
 	}
 	return share, nil
 }
+
+// DeadlineRelaxed is how many of this worker's Share calls hub 0 answered
+// with a split that ignores ShareConfig.Deadline, because no split met it
+// (ShareConfig.Miss, MissRelax).
+func (c *Client) DeadlineRelaxed() int { return int(c.relaxed.Load()) }
 
 // ReportLost tells every hub that worker is lost (found dead by gossip:
 // a frozen or cut-off worker whose connections to the hubs may still look

@@ -37,6 +37,7 @@ type core struct {
 	wireScratch []float32 // foldWire's decoded part for ops other than sum
 
 	left, removed int
+	relaxed       int // share rounds split without their deadline (MissRelax)
 	out           []reply
 }
 
@@ -291,13 +292,18 @@ func (c *core) serveShares() {
 			continue
 		}
 		delete(c.shares, clock)
-		shares, err := c.split.splitHub(r.total, c.speeds, c.fits, who)
+		shares, relaxed, err := c.split.splitHub(r.total, c.speeds, c.fits, who)
+		var flag uint8
+		if relaxed {
+			flag = shareRelaxed
+			c.relaxed++
+		}
 		for j, i := range who {
 			if err != nil {
 				c.replyErr(i, r.reqs[i].id, err)
 				continue
 			}
-			c.reply(i, r.reqs[i].id, message{Count: uint64(shares[j])})
+			c.reply(i, r.reqs[i].id, message{Count: uint64(shares[j]), Kind: flag})
 		}
 	}
 }

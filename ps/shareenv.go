@@ -22,6 +22,8 @@ import (
 // at most once:
 //
 //	deadline=D       Deadline, a Go duration (0: none)
+//	miss=relax|fail  Miss: what a round no split meets the deadline by
+//	                 gets (default relax: the least makespan that round)
 //	time=W           Weights.Time
 //	resource=W       Weights.Resource (with price); time and resource
 //	                 both left out (or 0) mean {Time: 1}
@@ -94,13 +96,22 @@ func parseShare(s string) (ShareConfig, error) {
 		key, v, ok := strings.Cut(opt, "=")
 		key, v = strings.TrimSpace(key), strings.TrimSpace(v)
 		if !ok || key == "" {
-			return c, fmt.Errorf("option %q: want key=value (deadline, time, resource, price, cap or overhead)", strings.TrimSpace(opt))
+			return c, fmt.Errorf("option %q: want key=value (deadline, miss, time, resource, price, cap or overhead)", strings.TrimSpace(opt))
 		}
 		if seen[key] {
 			return c, fmt.Errorf("%s given twice", key)
 		}
 		seen[key] = true
 		switch key {
+		case "miss":
+			switch strings.ToLower(v) {
+			case "relax":
+				c.Miss = MissRelax
+			case "fail":
+				c.Miss = MissFail
+			default:
+				return c, fmt.Errorf("miss=%s: want relax or fail", v)
+			}
 		case "deadline":
 			if c.Deadline, err = parseShareDuration(v); err != nil {
 				return c, fmt.Errorf("deadline: %w", err)
@@ -154,8 +165,11 @@ func parseShare(s string) (ShareConfig, error) {
 				}
 			}
 		default:
-			return c, fmt.Errorf("unknown option %q (want deadline, time, resource, price, cap or overhead)", key)
+			return c, fmt.Errorf("unknown option %q (want deadline, miss, time, resource, price, cap or overhead)", key)
 		}
+	}
+	if seen["miss"] && c.Deadline == 0 {
+		return c, fmt.Errorf("miss=%v without a deadline: it says what a missed deadline does", c.Miss)
 	}
 	// The hub's own check, for the number of workers the lists name: it
 	// should find nothing the options above let through.
@@ -188,7 +202,7 @@ func parseShareDuration(v string) (time.Duration, error) {
 }
 
 // String is c in ParseShareConfig's form: the rule, then the options
-// that are set, in the order deadline, time, resource, price, cap,
+// that are set, in the order deadline, miss, time, resource, price, cap,
 // overhead. For every configuration ParseShareConfig returns,
 // ParseShareConfig(c.String()) is c again (an empty list reads back as
 // none).
@@ -196,6 +210,9 @@ func (c ShareConfig) String() string {
 	var opts []string
 	if c.Deadline != 0 {
 		opts = append(opts, "deadline="+c.Deadline.String())
+	}
+	if c.Miss != MissRelax {
+		opts = append(opts, "miss="+c.Miss.String())
 	}
 	for _, w := range []struct {
 		name string

@@ -16,7 +16,7 @@ import (
 // sameShare compares two configurations field by field (an empty list and
 // none are the same).
 func sameShare(a, b ShareConfig) bool {
-	return a.Rule == b.Rule && a.Deadline == b.Deadline && a.Weights == b.Weights &&
+	return a.Rule == b.Rule && a.Deadline == b.Deadline && a.Miss == b.Miss && a.Weights == b.Weights &&
 		slices.Equal(a.Overhead, b.Overhead) && slices.Equal(a.Cap, b.Cap) && slices.Equal(a.Price, b.Price)
 }
 
@@ -53,6 +53,9 @@ func randomShare(rng *rand.Rand) ShareConfig {
 	}
 	if rng.IntN(2) == 0 {
 		c.Deadline = d()
+		if c.Deadline != 0 && rng.IntN(2) == 0 {
+			c.Miss = MissFail
+		}
 	}
 	if rng.IntN(2) == 0 {
 		c.Weights.Time = f()
@@ -122,6 +125,8 @@ func TestParseShareConfig(t *testing.T) {
 			Rule: ShareOptimal, Deadline: 1500 * time.Millisecond, Weights: assign.Weights{Time: 1, Resource: 0.2},
 			Price: []float64{1, 1, 0.5, 0.5}, Cap: []int{0, 0, 64, 64}, Overhead: []time.Duration{0, 0, 20 * time.Millisecond, 20 * time.Millisecond}}},
 		{"optimal:overhead=1ms,cap=7", ShareConfig{Rule: ShareOptimal, Overhead: []time.Duration{time.Millisecond}, Cap: []int{7}}},
+		{"optimal:deadline=20ms,miss=fail", ShareConfig{Rule: ShareOptimal, Deadline: 20 * time.Millisecond, Miss: MissFail}},
+		{"optimal:miss=Relax,deadline=20ms", ShareConfig{Rule: ShareOptimal, Deadline: 20 * time.Millisecond}},
 	} {
 		got, err := ParseShareConfig(c.in)
 		if err != nil || !sameShare(got, c.want) {
@@ -143,6 +148,8 @@ func TestParseShareConfigErrors(t *testing.T) {
 		{"optimal:=3", `option "=3": want key=value`},
 		{"optimal:speed=3", `unknown option "speed"`},
 		{"optimal:deadline=1s,deadline=2s", "deadline given twice"},
+		{"optimal:deadline=1s,miss=retry", "miss=retry: want relax or fail"},
+		{"optimal:miss=fail", "miss=fail without a deadline"},
 		{"optimal:deadline=soon", `deadline: "soon" is not a duration`},
 		{"optimal:deadline=-1s", "deadline: -1s is negative"},
 		{"optimal:time=-1", "time: -1 is not in [0, 1e+12]"},

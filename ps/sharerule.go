@@ -77,14 +77,42 @@ type ShareConfig struct {
 	// Weights.Resource.
 	Price []float64
 	// Deadline bounds every worker's time per iteration (its modelled
-	// compute plus Overhead); 0 = none. A batch that cannot meet it fails
-	// the share request with assign.ErrInfeasible's message.
+	// compute plus Overhead); 0 = none. What a round no split can meet
+	// gets is Miss's choice.
 	Deadline time.Duration
+	// Miss is what hub 0 does with a share round whose models no split
+	// meets Deadline by (a worker slowed for a while, a noisy estimate):
+	// MissRelax (the zero value) splits that round for the least makespan
+	// instead, the split that comes closest to the deadline, and tells
+	// the workers (Client.DeadlineRelaxed counts such rounds); MissFail
+	// fails the share request with assign.ErrInfeasible's message, naming
+	// the binding constraint. Split, a pure function, always fails.
+	Miss DeadlineMiss
 	// Weights weigh the slowest worker's time (Time) against the resource
 	// cost (Resource, with Price). Zero means {Time: 1}: minimise the
 	// round's makespan. Accuracy must stay 0: the LB-BSP batch is fixed,
 	// so there is no extra sample for it to pay for.
 	Weights assign.Weights
+}
+
+// DeadlineMiss is ShareConfig.Miss.
+type DeadlineMiss uint8
+
+// The deadline miss rules.
+const (
+	MissRelax DeadlineMiss = iota // split the round for the least makespan, and say so
+	MissFail                      // fail the share request
+	missEnd
+)
+
+func (m DeadlineMiss) String() string {
+	switch m {
+	case MissRelax:
+		return "relax"
+	case MissFail:
+		return "fail"
+	}
+	return fmt.Sprintf("DeadlineMiss(%d)", uint8(m))
 }
 
 // validate checks c for a hub of the given number of workers.
@@ -93,8 +121,8 @@ func (c *ShareConfig) validate(workers int) error {
 		return fmt.Errorf("ps: hub: Share.Rule: unknown share rule %d", c.Rule)
 	}
 	if c.Rule == ShareProportional {
-		if len(c.Overhead) > 0 || len(c.Cap) > 0 || len(c.Price) > 0 || c.Deadline != 0 || c.Weights != (assign.Weights{}) {
-			return fmt.Errorf("ps: hub: Share.Overhead, Cap, Price, Deadline and Weights are read by the optimal share rule only; the rule is %v", c.Rule)
+		if len(c.Overhead) > 0 || len(c.Cap) > 0 || len(c.Price) > 0 || c.Deadline != 0 || c.Miss != MissRelax || c.Weights != (assign.Weights{}) {
+			return fmt.Errorf("ps: hub: Share.Overhead, Cap, Price, Deadline, Miss and Weights are read by the optimal share rule only; the rule is %v", c.Rule)
 		}
 		return nil
 	}
@@ -126,6 +154,9 @@ func (c *ShareConfig) validate(workers int) error {
 	}
 	if c.Deadline < 0 {
 		return fmt.Errorf("ps: hub: Share.Deadline is negative (%v); 0 means none", c.Deadline)
+	}
+	if c.Miss >= missEnd {
+		return fmt.Errorf("ps: hub: Share.Miss: unknown deadline miss rule %d", c.Miss)
 	}
 	w := c.Weights
 	for _, v := range []float64{w.Time, w.Accuracy, w.Resource} {
@@ -191,8 +222,26 @@ func (c ShareConfig) Split(total int, speeds []float64, who []int) ([]int, error
 // worker (in who's order, at most probeTries of them) is held at the
 // nearest share that does (costFit.probeShare). Every probe separates a
 // fit for good, so probes end within a round per worker; a round no
-// probe can split fails with the deadline's error.
-func (c ShareConfig) splitHub(total int, speeds []Speed, fits []costFit, who []int) ([]int, error) {
+// probe can split fails with the deadline's error, or under MissRelax is
+// split for the least makespan (relaxed true).
+func (c ShareConfig) splitHub(total int, speeds []Speed, fits []costFit, who []int) (shares []int, relaxed bool, err error) {
+	x, err := c.splitHubStrict(total, speeds, fits, who)
+	if err == nil || c.Rule != ShareOptimal || c.Deadline == 0 || c.Miss != MissRelax || !errors.Is(err, assign.ErrInfeasible) {
+		return x, false, err
+	}
+	// The deadline no split meets is dropped for this round, and with it
+	// the weights: the least makespan is what comes closest to it.
+	q := c
+	q.Deadline, q.Weights = 0, assign.Weights{Time: 1}
+	y, rerr := q.splitHubStrict(total, speeds, fits, who)
+	if rerr != nil {
+		return nil, false, err
+	}
+	return y, true, nil
+}
+
+// splitHubStrict is splitHub under MissFail.
+func (c ShareConfig) splitHubStrict(total int, speeds []Speed, fits []costFit, who []int) ([]int, error) {
 	rates := make([]float64, len(who))
 	for j, i := range who {
 		rates[j] = speeds[i].Rate()

@@ -305,6 +305,8 @@ func TestShareConfigInvalid(t *testing.T) {
 		{ShareConfig{Rule: ShareOptimal, Cap: []int{0, 0, -5}}, "Cap of worker 2 is negative"},
 		{ShareConfig{Rule: ShareOptimal, Price: []float64{0, math.NaN(), 0}}, "Price of worker 1 is NaN"},
 		{ShareConfig{Rule: ShareOptimal, Deadline: -time.Second}, "Deadline is negative"},
+		{ShareConfig{Miss: MissFail}, "optimal share rule only"},
+		{ShareConfig{Rule: ShareOptimal, Deadline: time.Second, Miss: 9}, "unknown deadline miss rule 9"},
 		{ShareConfig{Rule: ShareOptimal, Weights: assign.Weights{Time: math.Inf(1)}}, "must be finite"},
 		{ShareConfig{Rule: ShareOptimal, Weights: assign.Weights{Time: 1, Accuracy: 0.5}}, "Accuracy is 0.5"},
 	} {

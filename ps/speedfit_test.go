@@ -416,7 +416,14 @@ func TestOptimalFittedBruteForce(t *testing.T) {
 // every round's shares, up to the first round that failed and its error.
 func shareRun(t *testing.T, workers []affineWorker, total, rounds int, share ShareConfig) ([][]int, error) {
 	t.Helper()
-	n := len(workers)
+	out, _, err := shareRunWith(t, len(workers), total, rounds, share, func(_, w, x int) time.Duration { return workers[w].compute(x) })
+	return out, err
+}
+
+// shareRunWith is shareRun with each report's compute time from
+// compute(round, worker, share); it also returns the clients.
+func shareRunWith(t *testing.T, n, total, rounds int, share ShareConfig, compute func(round, w, x int) time.Duration) ([][]int, []*Client, error) {
+	t.Helper()
 	cfg := DefaultHubConfig()
 	cfg.Workers, cfg.JobID, cfg.Secret, cfg.ListenAddr = n, "job", []byte(testSecret), "127.0.0.1:0"
 	cfg.Share = share
@@ -433,19 +440,80 @@ func shareRun(t *testing.T, workers []affineWorker, total, rounds int, share Sha
 		err := each(n, func(w int) error {
 			var d time.Duration
 			if shares[w] > 0 {
-				d = workers[w].compute(shares[w])
+				d = compute(round, w, shares[w])
 			}
 			var err error
 			next[w], err = cs[w].Share(t.Context(), total, shares[w], d)
 			return err
 		})
 		if err != nil {
-			return out, fmt.Errorf("round %d: %w", round, err)
+			return out, cs, fmt.Errorf("round %d: %w", round, err)
 		}
 		shares = next
 		out = append(out, next)
 	}
-	return out, nil
+	return out, cs, nil
+}
+
+// TestHubSharesDeadlineMiss: a deadline 10 % above the optimum, met at the
+// workers' true costs, and a slow spell of worker 1 (three times its cost
+// for a few rounds) that no split can meet it through. Under MissFail the
+// job's share request fails with the deadline's error; under MissRelax
+// (the default) every round is answered, the spell's rounds are split for
+// the least makespan and counted the same on every worker
+// (Client.DeadlineRelaxed), and once the spell has passed the split meets
+// the deadline again.
+func TestHubSharesDeadlineMiss(t *testing.T) {
+	ms := time.Millisecond
+	workers := []affineWorker{{fixed: 0.002, perSample: 0.0002}, {fixed: 0.004, perSample: 0.0008}, {fixed: 0.001, perSample: 0.0004}}
+	const total, rounds, spellFrom, spellTo = 120, 40, 15, 19
+	cost, fixed := make([]float64, 3), make([]float64, 3)
+	for i, w := range workers {
+		cost[i], fixed[i] = w.perSample, w.fixed
+	}
+	best, ok := bruteAffine(total, cost, fixed, nil, 0)
+	if !ok {
+		t.Fatal("no split")
+	}
+	compute := func(round, w, x int) time.Duration {
+		d := workers[w].compute(x)
+		if w == 1 && round >= spellFrom && round <= spellTo {
+			d *= 3
+		}
+		return d
+	}
+	makespan := func(x []int) float64 {
+		T := 0.0
+		for i := range x {
+			T = max(T, cost[i]*float64(x[i])+fixed[i])
+		}
+		return T
+	}
+	share := ShareConfig{Rule: ShareOptimal, Deadline: time.Duration(best * 1.1 * 1e9), Miss: MissFail}
+	if _, _, err := shareRunWith(t, 3, total, rounds, share, compute); err == nil || !strings.Contains(err.Error(), "infeasible: deadline") {
+		t.Fatalf("miss=fail: %v, want the deadline's error", err)
+	}
+	share.Miss = MissRelax
+	out, cs, err := shareRunWith(t, 3, total, rounds, share, compute)
+	if err != nil {
+		t.Fatalf("miss=relax: %v", err)
+	}
+	relaxed := cs[0].DeadlineRelaxed()
+	for w, c := range cs {
+		if c.DeadlineRelaxed() != relaxed {
+			t.Fatalf("worker %d counted %d relaxed rounds, worker 0 %d", w, c.DeadlineRelaxed(), relaxed)
+		}
+	}
+	if relaxed == 0 || relaxed > rounds-spellFrom {
+		t.Fatalf("%d relaxed rounds for a spell of %d: %v", relaxed, spellTo-spellFrom+1, out)
+	}
+	for _, X := range out[rounds-5:] {
+		checkSplit(t, X, total, nil)
+		if T := makespan(X); T > share.Deadline.Seconds() {
+			t.Fatalf("after the spell: %v takes %v, deadline %v (rounds %v)", X, time.Duration(T*1e9).Round(ms/100), share.Deadline, out)
+		}
+	}
+	t.Logf("best %.2fms, deadline %v, %d rounds relaxed, last split %v", best*1e3, share.Deadline, relaxed, out[rounds-1])
 }
 
 // TestHubSharesFixedCost: workers whose compute is a fixed part plus a
@@ -655,7 +723,7 @@ func TestCoreDeadlineProbe(t *testing.T) {
 		}
 		best, _ := bruteAffineGreedy(total, cost, fixed)
 		c := newCore(n, false, 0.3)
-		c.split = ShareConfig{Rule: ShareOptimal, Deadline: time.Duration(best * (0.9 + 0.4*rng.Float64()) * 1e9)}
+		c.split = ShareConfig{Rule: ShareOptimal, Deadline: time.Duration(best * (0.9 + 0.4*rng.Float64()) * 1e9), Miss: MissFail}
 		joinAll(t, c)
 		shares := make([]int, n)
 		probed := 0
@@ -795,7 +863,25 @@ func TestSplitHubProbe(t *testing.T) {
 		}
 		cfg.Deadline = time.Duration(T * (0.5 + rng.Float64()) * 1e9)
 		want, werr := cfg.optimal(total, rates, fixed, nil)
-		got, err := cfg.splitHub(total, speeds, fits, who)
+		cfg.Miss = MissFail
+		got, relaxed, err := cfg.splitHub(total, speeds, fits, who)
+		if relaxed {
+			t.Fatalf("trial %d: relaxed under MissFail", trial)
+		}
+		// MissRelax: the same answer where one is given, and the least
+		// makespan where MissFail fails.
+		cfg.Miss = MissRelax
+		rgot, rrelaxed, rerr := cfg.splitHub(total, speeds, fits, who)
+		if err == nil && (rerr != nil || rrelaxed || fmt.Sprint(rgot) != fmt.Sprint(got)) {
+			t.Fatalf("trial %d: MissRelax gave %v %v %v where MissFail gave %v", trial, rgot, rrelaxed, rerr, got)
+		}
+		if err != nil {
+			least := ShareConfig{Rule: ShareOptimal, Weights: assign.Weights{Time: 1}}
+			want, _, _ := least.splitHub(total, speeds, fits, who)
+			if rerr != nil || !rrelaxed || fmt.Sprint(rgot) != fmt.Sprint(want) {
+				t.Fatalf("trial %d: MissRelax gave %v %v %v, want the least makespan %v, relaxed", trial, rgot, rrelaxed, rerr, want)
+			}
+		}
 		probing := false
 		for i := range n {
 			probing = probing || fits[i].probing()

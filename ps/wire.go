@@ -58,6 +58,12 @@ const (
 //     part and the hub's answer carry N elements of Wire.Size() bytes.
 //     Zero is the data as DType says. Only float32 reductions take one.
 
+//   - msgReply to a msgShare: Kind, bits: shareRelaxed when no split met
+//     the deadline and the round was split without it (ShareConfig.Miss).
+
+// shareRelaxed is a share reply's Kind bit: the deadline was relaxed.
+const shareRelaxed uint8 = 1
+
 // errPushed is msgError's Kind for an error after the push was applied.
 const errPushed uint8 = 1
 

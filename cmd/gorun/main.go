@@ -119,7 +119,7 @@ func launchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "wdir", Usage: "working `DIR` of the ranks (default: the current directory)"},
 		&cli.StringFlag{Name: "strategy", Usage: "collective strategy for the ranks: ring or hub (sets GORUN_STRATEGY)"},
 		&cli.StringFlag{Name: "wire", Usage: "wire `FORMAT` of the ranks' float32 all-reduces: full, fp16 or bf16 (half the bytes; sums still in float32; sets GORUN_WIRE)"},
-		&cli.StringFlag{Name: "hub-share", Usage: "how hub 0 splits an LB-BSP batch: proportional (the default) or optimal[:OPTIONS], e.g. `optimal:deadline=1.5s,cap=0/0/64/64,overhead=0s/0s/20ms/20ms` (per-worker lists one entry per rank; also time=, resource=, price=; sets GORUN_HUB_SHARE)"},
+		&cli.StringFlag{Name: "hub-share", Usage: "how hub 0 splits an LB-BSP batch: proportional (the default) or optimal[:OPTIONS], e.g. `optimal:deadline=1.5s,cap=0/0/64/64,overhead=0s/0s/20ms/20ms` (per-worker lists one entry per rank; also miss=relax|fail, time=, resource=, price=; sets GORUN_HUB_SHARE)"},
 		&cli.IntFlag{Name: "hubs", Usage: "start `K` dedicated ParamHub processes on the job's hosts (sets GORUN_HUBS)"},
 		&cli.BoolFlag{Name: "hub-elastic", Usage: "hubs finish BSP rounds without a lost rank instead of failing (--elastic with --strategy hub)"},
 		&cli.BoolFlag{Name: "elastic", Usage: "a lost rank does not end the job while --min-np ranks run: gorun fences ranks others suspect and sends the rest each new membership on GORUN_CONTROL_FD (ring); with --strategy hub, --hub-elastic"},

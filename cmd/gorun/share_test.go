@@ -28,7 +28,8 @@ func shareSpeed(r int) (int, time.Duration) { return 10, time.Duration(r+1) * 10
 // shareRank joins the job with the hub strategy (collective.ConfigFromEnv,
 // as every gorun rank does), asks hub 0 for its LB-BSP share of TOTAL
 // samples twice, first with nothing measured and then reporting
-// shareSpeed, and prints "SHARE rank first second".
+// shareSpeed, and prints "SHARE rank first second relaxed" (relaxed:
+// Client.DeadlineRelaxed).
 func shareRank(args []string) int {
 	total, err := strconv.Atoi(args[0])
 	if err != nil {
@@ -59,7 +60,7 @@ func shareRank(args []string) int {
 		fmt.Fprintln(os.Stderr, "share rank: second share:", err)
 		return 3
 	}
-	fmt.Printf("SHARE %d %d %d\n", c.Rank(), first, second)
+	fmt.Printf("SHARE %d %d %d %d\n", c.Rank(), first, second, c.Hub().DeadlineRelaxed())
 	return 0
 }
 
@@ -67,13 +68,23 @@ func shareRank(args []string) int {
 // rank's two shares.
 func shares(t *testing.T, total int, flags ...string) (first, second []int) {
 	t.Helper()
+	first, second, relaxed := sharesRelaxed(t, total, flags...)
+	if fmt.Sprint(relaxed) != "[0 0 0]" {
+		t.Fatalf("gorun %v: relaxed deadlines %v without a deadline", flags, relaxed)
+	}
+	return first, second
+}
+
+// sharesRelaxed is shares, with each rank's count of relaxed rounds.
+func sharesRelaxed(t *testing.T, total int, flags ...string) (first, second, relaxed []int) {
+	t.Helper()
 	args := append(append([]string{"-np", "3", "--strategy", "hub"}, flags...), os.Args[0], shareRankArg, strconv.Itoa(total))
 	r := gorun(t, args...)
 	if r.code != 0 {
 		t.Fatalf("gorun %v: exit %d\n%s\n%s", flags, r.code, r.stdout, r.stderr)
 	}
-	first, second = make([]int, 3), make([]int, 3)
-	m := regexp.MustCompile(`(?m)^\[\d\] SHARE (\d) (\d+) (\d+)$`).FindAllStringSubmatch(r.stdout, -1)
+	first, second, relaxed = make([]int, 3), make([]int, 3), make([]int, 3)
+	m := regexp.MustCompile(`(?m)^\[\d\] SHARE (\d) (\d+) (\d+) (\d+)$`).FindAllStringSubmatch(r.stdout, -1)
 	if len(m) != 3 {
 		t.Fatalf("gorun %v: want a SHARE line from each of 3 ranks:\n%s", flags, r.stdout)
 	}
@@ -81,8 +92,40 @@ func shares(t *testing.T, total int, flags ...string) (first, second []int) {
 		rank, _ := strconv.Atoi(l[1])
 		first[rank], _ = strconv.Atoi(l[2])
 		second[rank], _ = strconv.Atoi(l[3])
+		relaxed[rank], _ = strconv.Atoi(l[4])
 	}
-	return first, second
+	return first, second, relaxed
+}
+
+// TestHubShareDeadlineMiss: a deadline no split can meet (1 ms, where
+// the slowest rank takes 3 ms a sample). With miss=relax, the default,
+// the measured round is split for the least makespan, as the optimal
+// rule without the deadline splits it, and every rank counts one relaxed
+// round; with miss=fail the job fails, naming the deadline.
+func TestHubShareDeadlineMiss(t *testing.T) {
+	const total = 30
+	speeds := make([]float64, 3)
+	for r := range speeds {
+		var s ps.Speed
+		s.Observe(shareSpeed(r))
+		speeds[r] = s.Rate()
+	}
+	want, err := ps.ShareConfig{Rule: ps.ShareOptimal}.Split(total, speeds, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (ps.ShareConfig{Rule: ps.ShareOptimal, Deadline: time.Millisecond}).Split(total, speeds, nil); err == nil {
+		t.Fatal("the test needs a deadline no split meets")
+	}
+	_, second, relaxed := sharesRelaxed(t, total, "--hub-share", "optimal:deadline=1ms")
+	if fmt.Sprint(second) != fmt.Sprint(want) || fmt.Sprint(relaxed) != "[1 1 1]" {
+		t.Fatalf("miss=relax: shares %v, relaxed %v; want the least makespan %v and one relaxed round on every rank", second, relaxed, want)
+	}
+	args := []string{"-np", "3", "--strategy", "hub", "--hub-share", "optimal:deadline=1ms,miss=fail", os.Args[0], shareRankArg, strconv.Itoa(total)}
+	r := gorun(t, args...)
+	if r.code == 0 || !strings.Contains(r.stderr+r.stdout, "infeasible: deadline") {
+		t.Fatalf("miss=fail: exit %d, want a failure naming the deadline:\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
 }
 
 // TestHubShareFlag: --hub-share reaches hub 0, colocated in rank 0 or a

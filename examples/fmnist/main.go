@@ -83,6 +83,10 @@
 // -metrics' JSON lines (the hub modes: ps.Metrics from Client.Tick)
 // carry each iteration's wall_ns and overhead_ns beside.
 //
+// Under -mode lbbsp with gorun --hub-share optimal:deadline=D, rank 0's
+// result line ends with relaxed=N when hub 0 split N iterations without
+// the deadline because no split met it (ps.ShareConfig.Miss).
+//
 // -wire fp16|bf16 (ring only) sends the gradients as 2-byte elements:
 // the same buckets, as float32 buffers of a Bucketer[float32] on a Comm
 // whose Config.Wire is the format, each layer's gradient divided by the
@@ -591,6 +595,11 @@ func runRank(ctx context.Context, o options, c *collective.Comm, cfg collective.
 	if o.compressSet && o.mode != "ring" {
 		// Every worker's pushes over every worker's iterations.
 		bucketing += fmt.Sprintf(" push_B=%d", tot[6]/max(1, tot[3]))
+	}
+	if o.mode == "lbbsp" && wk.hub != nil && wk.hub.DeadlineRelaxed() > 0 {
+		// Iterations hub 0 split without the --hub-share deadline, which
+		// no split met (the same count on every rank).
+		bucketing += fmt.Sprintf(" relaxed=%d", wk.hub.DeadlineRelaxed())
 	}
 	if o.overheadSet {
 		// Every rank's over every rank's iterations, as compute_ms.
