@@ -365,8 +365,16 @@ func checkAssignCalibration(t *testing.T, text, jobs string) {
 			t.Fatalf("assign: overhead %g ms separates the rules more (%.3f) than the chosen %g ms (%.3f)", g, r, o, tProp/tOpt)
 		}
 	}
-	if deadline < 1.15*tOpt-0.005 || deadline > max(math.Sqrt(tOpt*tProp), 1.15*tOpt)+0.105 {
-		t.Fatalf("assign: deadline %.1f ms for T_opt %.2f and T_prop %.2f ms", deadline, tOpt, tProp)
+	mm := regexp.MustCompile(`The deadline's margin over T_opt, ([0-9.]+), is the larger of 1\.15 and the spread of the LB-BSP run's measured makespans \(95th percentile over median: ([0-9.]+)\)`).FindStringSubmatch(text)
+	if mm == nil {
+		t.Fatalf("assign: no sentence on the deadline's margin:\n%s", text)
+	}
+	margin := num(mm[1])
+	if math.Abs(margin-max(1.15, num(mm[2]))) > 0.0001 {
+		t.Fatalf("assign: margin %v, the larger of 1.15 and %v", margin, mm[2])
+	}
+	if deadline < margin*tOpt-0.005 || deadline > max(math.Sqrt(tOpt*tProp), margin*tOpt)+0.105 {
+		t.Fatalf("assign: deadline %.1f ms for T_opt %.2f, T_prop %.2f ms and margin %.4f", deadline, tOpt, tProp, margin)
 	}
 	if separates := strings.HasPrefix(m[8], "The proportional"); separates != (deadline < tProp) {
 		t.Fatalf("assign: deadline %.1f ms, T_prop %.2f ms, yet the report says %q", deadline, tProp, m[8])

@@ -64,6 +64,11 @@ func pipelineStudy(o options) (string, error) {
 			if err != nil {
 				return "", err
 			}
+			// The study reads only the curve: the per-rank files
+			// (megabytes each) are not kept.
+			for r := range o.np {
+				_ = os.Remove(fmt.Sprintf("%s.%d.csv", prefix, r))
+			}
 			dropped := 0
 			if m := droppedRE.FindStringSubmatch(r.Output); m != nil {
 				dropped = atoi(m[1])
@@ -78,7 +83,7 @@ func pipelineStudy(o options) (string, error) {
 	rep.f("%g epoch(s) of a global batch of 128, SGD with momentum 0.9 and learning rate 0.02, seeds %s (the seed draws the initial weights and the epochs' order). ", epochs, intsOf(seeds))
 	rep.f("The trainer's data goes through package pipeline: `-standardize` standardizes every pixel with its mean and variance over all ranks' samples (the test set with the same statistics; without it the pixels are scaled to [0, 1]); ")
 	rep.f("`-filter TOL` then drops the training samples whose every pixel lies within TOL standard deviations of its mean; `-sampling` deals each epoch as a new permutation (shuffle), as draws with replacement (resample), or in epoch 0's order every epoch (fixed).\n\n")
-	rep.f("Command: `bin/studies -np %d pipeline` (each job's command is in the report's source).\n\n", o.np)
+	rep.f("Command: `bin/studies -np %d pipeline` (each variant's job is listed at the end).\n\n", o.np)
 
 	rep.f("## Every run\n\n| variant | seed | training samples dropped | time (s) | final test loss | final test accuracy |\n| --- | --- | --- | --- | --- | --- |\n")
 	for vi, v := range variants {
@@ -207,6 +212,12 @@ func pipelineStudy(o options) (string, error) {
 	default:
 		rep.f("**On this data the survey's claim holds only in part**: more accurate and not less robust: %s; more accurate but less robust: %s; within the seeds' noise: %s; less accurate: %s.\n",
 			list(held), list(shaky), list(flat), list(lost))
+	}
+	rep.f("\n## Jobs\n\nThe first seed's job of each variant (the others differ in `-seed` and `-csv`):\n\n")
+	for vi, v := range variants {
+		if len(runs[vi]) > 0 {
+			rep.f("- %s: `%s`\n", v.name, runs[vi][0].res.Command)
+		}
 	}
 	return rep.write(o)
 }
