@@ -40,13 +40,15 @@ func shareObjective(c ps.ShareConfig, x []int, speeds []float64) float64 {
 // solver finds for the speeds the hub measured (an optimum of the same
 // objective, within every cap and the deadline) and exactly
 // ShareConfig.Split's; before any speed is known, Split's even split.
-// A problem the solver refuses (fewer samples than workers, caps or a
-// deadline too tight) fails the request on every rank. Random speeds,
+// A problem the solver refuses (fewer samples than workers, caps or,
+// with miss=fail, a deadline too tight) fails the request on every rank;
+// with miss=relax a deadline too tight gives the least makespan, counted
+// relaxed on every rank. Random speeds,
 // caps, prices, overheads and deadlines on 1, 2, 3, 5 and 7 ranks.
 func TestHubShareOptimal(t *testing.T) {
 	rng := rand.New(rand.NewPCG(37, 1))
 	ctx := context.Background()
-	var counts [3]int // refused at first, refused once measured, split
+	var counts [4]int // refused at first, refused once measured, relaxed once measured, split
 	for _, n := range []int{1, 2, 3, 5, 7} {
 		for trial, total := range slices.Repeat([]int{n - 1, n, n + 1, 13, 97, 128}, 3) {
 			if total < 1 {
@@ -82,6 +84,9 @@ func TestHubShareOptimal(t *testing.T) {
 			}
 			if rng.IntN(3) == 0 {
 				sc.Deadline = time.Duration(20+rng.IntN(400)) * time.Millisecond
+				if trial%2 == 1 {
+					sc.Miss = ps.MissFail
+				}
 			}
 			name := fmt.Sprintf("trial %d: %d ranks, batch %d, %v", trial, n, total, sc)
 			// The spec goes through its text form, as gorun gives it.
@@ -91,7 +96,7 @@ func TestHubShareOptimal(t *testing.T) {
 			}
 			cfg := DefaultConfig()
 			cfg.Strategy, cfg.HubShare = StrategyHub, parsed
-			first, second := make([]int, n), make([]int, n)
+			first, second, relaxed := make([]int, n), make([]int, n), make([]int, n)
 			errs := onAll(t, n, cfg, func(c *Comm) error {
 				r := c.Rank()
 				x, err := c.Hub().Share(ctx, total, 0, 0)
@@ -100,7 +105,7 @@ func TestHubShareOptimal(t *testing.T) {
 				}
 				first[r] = x
 				x, err = c.Hub().Share(ctx, total, samples[r], compute[r])
-				second[r] = x
+				second[r], relaxed[r] = x, c.Hub().DeadlineRelaxed()
 				return err
 			})
 			even, errEven := sc.Split(total, make([]float64, n), nil)
@@ -120,10 +125,28 @@ func TestHubShareOptimal(t *testing.T) {
 					t.Fatalf("%s: Split refuses (%v), the ranks said %v", name, errEven, errs)
 				}
 				continue
-			case errWant != nil:
+			case errWant != nil && sc.Miss == ps.MissFail:
 				counts[1]++
 				if failed != n || !strings.Contains(fmt.Sprint(errs[0]), "deadline") {
 					t.Fatalf("%s: Split refuses the measured round (%v), the ranks said %v", name, errWant, errs)
+				}
+				continue
+			case errWant != nil:
+				// MissRelax: the least makespan within the caps, said to
+				// every rank, unless the caps alone refuse it.
+				least := sc
+				least.Deadline, least.Weights, least.Miss = 0, assign.Weights{Time: 1}, ps.MissRelax
+				lw, lerr := least.Split(total, speeds, nil)
+				if lerr != nil {
+					counts[1]++
+					if failed != n {
+						t.Fatalf("%s: Split refuses the measured round even without the deadline (%v), the ranks said %v", name, lerr, errs)
+					}
+					continue
+				}
+				counts[2]++
+				if failed > 0 || fmt.Sprint(second) != fmt.Sprint(lw) || slices.Max(relaxed) != 1 || slices.Min(relaxed) != 1 {
+					t.Fatalf("%s: the deadline no split meets (%v): the ranks got %v, relaxed %v, errors %v; want the least makespan %v, relaxed on every rank", name, errWant, second, relaxed, errs, lw)
 				}
 				continue
 			case failed > 0:
@@ -166,13 +189,16 @@ func TestHubShareOptimal(t *testing.T) {
 			if sum != total || math.Abs(got-best) > 1e-9*max(1, math.Abs(best)) {
 				t.Fatalf("%s: shares %v (sum %d) cost %v, the solver's %v cost %v", name, second, sum, got, a.Samples, best)
 			}
-			counts[2]++
+			if fmt.Sprint(relaxed) != fmt.Sprint(make([]int, n)) {
+				t.Fatalf("%s: relaxed %v where the deadline was met", name, relaxed)
+			}
+			counts[3]++
 		}
 	}
-	if counts[0] == 0 || counts[1] == 0 || counts[2] < 20 {
-		t.Fatalf("cases refused at first, refused once measured, split: %v; the draw should cover all three", counts)
+	if counts[0] == 0 || counts[1] == 0 || counts[2] == 0 || counts[3] < 20 {
+		t.Fatalf("cases refused at first, refused once measured, relaxed once measured, split: %v; the draw should cover all four", counts)
 	}
-	t.Logf("cases refused at first, refused once measured, split: %v", counts)
+	t.Logf("cases refused at first, refused once measured, relaxed once measured, split: %v", counts)
 }
 
 // TestHubShareConfig: GORUN_HUB_SHARE becomes Config.HubShare; a spec

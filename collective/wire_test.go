@@ -193,27 +193,31 @@ func TestAllReduceWireSaturates(t *testing.T) {
 func TestWireMismatch(t *testing.T) {
 	for _, hub := range []bool{false, true} {
 		for _, other := range []Wire{WireBF16, WireFull} {
-			cfg := DefaultConfig()
-			cfg.SmallBytes = 16
-			if hub {
-				cfg.Strategy, cfg.ColocatedHubs = StrategyHub, 2
-			}
-			errs := onAll(t, 3, cfg, func(c *Comm) error {
-				w := WireFP16
-				if c.Rank() == 1 {
-					w = other
+			// 300 000 elements: several partitions per hub, which ranks
+			// of different formats cut differently.
+			for _, n := range []int{1000, 300_000} {
+				cfg := DefaultConfig()
+				cfg.SmallBytes = 16
+				if hub {
+					cfg.Strategy, cfg.ColocatedHubs = StrategyHub, 2
 				}
-				return AllReduceWire(context.Background(), c, make([]float32, 1000), Sum, w)
-			})
-			named := false
-			for r, err := range errs {
-				if err == nil {
-					t.Fatalf("hub %v, rank 1 %v: rank %d succeeded with a wire format its peers do not share", hub, other, r)
+				errs := onAll(t, 3, cfg, func(c *Comm) error {
+					w := WireFP16
+					if c.Rank() == 1 {
+						w = other
+					}
+					return AllReduceWire(context.Background(), c, make([]float32, n), Sum, w)
+				})
+				named := false
+				for r, err := range errs {
+					if err == nil {
+						t.Fatalf("hub %v, rank 1 %v, n %d: rank %d succeeded with a wire format its peers do not share", hub, other, n, r)
+					}
+					named = named || contains(err.Error(), "wire format")
 				}
-				named = named || contains(err.Error(), "wire format")
-			}
-			if !named {
-				t.Fatalf("hub %v, rank 1 %v: no rank named the wire format: %v", hub, other, errs)
+				if !named {
+					t.Fatalf("hub %v, rank 1 %v, n %d: no rank named the wire format: %v", hub, other, n, errs)
+				}
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
 )
 
@@ -167,6 +168,7 @@ type call struct {
 	h     *Handle
 	on    func(m *message) // consumes a reply's data; runs under h.mu
 	want  int              // bytes of data the reply must carry; -1: any
+	wire  uint8            // the wire format the reply must carry (the request's)
 	after func()           // if set, runs once the reply is taken, whatever it was
 	// ack, if set, runs exactly once when the call's push is settled
 	// (takeAck): applied true when the hub said it applied the push
@@ -484,6 +486,11 @@ func (c *Client) answer(h *hubLink, p []byte) error {
 		cl.h.finish(lost, nil)
 		return lost
 	}
+	if m.Wire != cl.wire {
+		lost := &HubLostError{Hub: h.idx, Addr: h.addr, Reason: fmt.Sprintf("answered in wire format %v where %v was due", reduce.Wire(m.Wire), reduce.Wire(cl.wire))}
+		cl.h.finish(lost, nil)
+		return lost
+	}
 	// on copies the data out (pullInto, a collective round's copy, a
 	// share's count): it keeps no reference to p.
 	cl.h.finish(nil, func() {
@@ -537,7 +544,7 @@ func (c *Client) send(i int, m *message, h *Handle, on func(*message), want int)
 
 // sendAfter is send with a function to run when the reply has been taken.
 func (c *Client) sendAfter(i int, m *message, h *Handle, on func(*message), want int, after func()) {
-	c.sendCall(i, m, &call{h: h, on: on, want: want, after: after})
+	c.sendCall(i, m, &call{h: h, on: on, want: want, wire: m.Wire, after: after})
 }
 
 // sendCall registers cl on hub i and queues m. A call with an ack made

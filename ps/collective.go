@@ -135,15 +135,23 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 	for i, p := range parts {
 		m := &message{Type: msgRound, Kind: r.Kind, Code: uint8(r.Op), DType: r.DType, Wire: uint8(r.Wire), Clock: r.Seq, Part: uint32(i),
 			Root: uint32(r.Root), Count: uint64(r.Count), Off: uint64(p.Off), N: uint64(p.Len)}
+		var prep func()
 		if r.Kind != kindBroadcast || isRoot {
 			m.Data = r.Send[p.Off*size : (p.Off+p.Len)*size]
 			if es != size {
-				enc := transport.GetBuf(p.Len * es)
-				// Encode cannot fail: the lengths agree and r.Wire is valid.
-				_ = reduce.Encode(r.Wire, enc, reduce.FromBytes[float32](m.Data))
-				m.Data, m.release = enc, func() { transport.PutBuf(enc) }
+				// Encoded when the window sends it: the round's sends
+				// start at once, and only partitions on their way hold
+				// an encoded copy.
+				src := m.Data
+				m.Data = nil
+				prep = func() {
+					enc := transport.GetBuf(p.Len * es)
+					// Encode cannot fail: the lengths agree and r.Wire is valid.
+					_ = reduce.Encode(r.Wire, enc, reduce.FromBytes[float32](src))
+					m.Data, m.release = enc, func() { transport.PutBuf(enc) }
+				}
 			}
-			c.addBytes(int64(len(m.Data)), 0)
+			c.addBytes(int64(p.Len*es), 0)
 		}
 		lo, hi := max(p.Off, r.WantOff), min(p.Off+p.Len, r.WantOff+r.WantLen)
 		if r.Kind == kindBroadcast {
@@ -162,6 +170,7 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 		on := func(rep *message) {
 			c.addBytes(0, int64(len(rep.Data)))
 			if es != size {
+				// The reply path has checked the length and the format.
 				if hi > lo {
 					decodeInto(r.Wire, r.Recv[lo*size:hi*size], rep.Data)
 				}
@@ -175,7 +184,7 @@ func (c *Client) Collective(ctx context.Context, r Collective) error {
 				copy(r.Recv[(w*r.Count+p.Off)*size:(w*r.Count+p.Off+p.Len)*size], rep.Data[w*p.Len*size:])
 			}
 		}
-		win.add(p.Hub, windowed{m: m, on: on, want: want})
+		win.add(p.Hub, windowed{m: m, on: on, want: want, prep: prep})
 	}
 	win.start()
 	return h.Wait(ctx)
@@ -204,6 +213,7 @@ type windowed struct {
 	m    *message
 	on   func(*message)
 	want int
+	prep func() // if not nil, fills m.Data just before m is sent
 }
 
 func newWindow(c *Client, h *Handle, hubs, limit int) *window {
@@ -244,6 +254,9 @@ func (w *window) next(hub int) {
 	var after func()
 	if w.limited(hub) {
 		after = func() { w.next(hub) }
+	}
+	if p.prep != nil {
+		p.prep()
 	}
 	w.c.sendAfter(hub, p.m, w.h, p.on, p.want, after)
 }

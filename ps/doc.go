@@ -228,6 +228,16 @@
 // ClientConfig.RoundWindow partitions outstanding on each hub, and a hub
 // sends each partition's result as soon as the partition is complete.
 //
+// A reduction of float32 data may travel in a 2-byte format
+// (Collective.Wire: fp16 or bf16). Partitions are then cut by the bytes
+// that travel, so a partition of PartitionBytes holds twice the elements,
+// and the hub keeps a float32 accumulator of twice PartitionBytes for it:
+// it decodes each worker's part, folds it in float32 and encodes the
+// result once, which every worker decodes (the same bits everywhere). A
+// worker encodes a partition just before the window sends it. Workers
+// whose formats differ fail the round with an error naming the wire
+// format; a hub that answers in another format than asked is a lost hub.
+//
 // # Failure
 //
 // A worker's connection that breaks without a goodbye is a lost worker:

@@ -78,6 +78,9 @@ type HubStats struct {
 	Removed           int // workers removed after they were lost (elastic)
 	ShmLinks          int // worker connections that ran over shared memory
 	Left              int // workers that closed cleanly
+	// DeadlineRelaxed counts the share rounds hub 0 split without
+	// ShareConfig.Deadline because no split met it (MissRelax).
+	DeadlineRelaxed int
 }
 
 // Hub is a ParamHub server: a Table of keyed tensors for push and pull,
@@ -442,7 +445,7 @@ func (h *Hub) handle(ev hubEvent) {
 		}
 	}
 	h.mu.Lock()
-	h.stats.Left, h.stats.Removed = c.left, c.removed
+	h.stats.Left, h.stats.Removed, h.stats.DeadlineRelaxed = c.left, c.removed, c.relaxed
 	h.mu.Unlock()
 	if c.allGone() {
 		select {

@@ -214,7 +214,8 @@ func (c *Client) Share(ctx context.Context, total, samples int, compute time.Dur
 
 // DeadlineRelaxed is how many of this worker's Share calls hub 0 answered
 // with a split that ignores ShareConfig.Deadline, because no split met it
-// (ShareConfig.Miss, MissRelax).
+// (ShareConfig.Miss, MissRelax). Probe rounds (see the package doc) are
+// not counted.
 func (c *Client) DeadlineRelaxed() int { return int(c.relaxed.Load()) }
 
 // ReportLost tells every hub that worker is lost (found dead by gossip:

@@ -399,6 +399,7 @@ func (c *core) round(w int, m *message) {
 		if r.accBuf != nil {
 			transport.PutBuf(r.accBuf)
 		}
+		r.acc, r.accBuf = nil, nil
 		release = giveBack(result, len(r.reqs))
 	case r.spec.Kind == kindReduce:
 		result = r.acc
@@ -447,6 +448,10 @@ func checkRound(r *roundState, w int, m *message) error {
 		return mismatch("the collective", f.Kind, m.Kind)
 	case m.DType != f.DType:
 		return mismatch("the element type", reduce.DTypeName(f.DType), reduce.DTypeName(m.DType))
+	case m.Wire != f.Wire:
+		// Before the partition: partitions are cut by the bytes that
+		// travel, so workers whose formats differ cut differently.
+		return mismatch("the wire format", reduce.Wire(f.Wire), reduce.Wire(m.Wire))
 	case m.Code != f.Code:
 		return mismatch("the op", reduce.Op(f.Code), reduce.Op(m.Code))
 	case m.Count != f.Count:
@@ -455,8 +460,6 @@ func checkRound(r *roundState, w int, m *message) error {
 		return mismatch("the partition", [2]uint64{f.Off, f.N}, [2]uint64{m.Off, m.N})
 	case m.Root != f.Root:
 		return mismatch("the root", f.Root, m.Root)
-	case m.Wire != f.Wire:
-		return mismatch("the wire format", reduce.Wire(f.Wire), reduce.Wire(m.Wire))
 	}
 	if m.Kind == kindReduce && !reduce.Op(m.Code).Valid() {
 		return fmt.Errorf("%w: unknown op %d", ErrBadRequest, m.Code)
@@ -523,6 +526,7 @@ func (c *core) foldWire(r *roundState, d []byte) error {
 		r.acc = r.accBuf[:n*4]
 		acc, ok := reduce.View[float32](r.acc)
 		if !ok {
+			transport.PutBuf(r.accBuf)
 			r.accBuf = nil
 			r.acc = make([]byte, n*4)
 			acc, _ = reduce.View[float32](r.acc)
@@ -556,6 +560,12 @@ func (c *core) failRound(r *roundState, err error) {
 			c.replyErr(i, q.id, r.err)
 			q.answered = true
 		}
+	}
+	if r.spec.Wire != 0 && r.accBuf != nil {
+		// A wire round's accumulator is the round's own (foldWire's
+		// GetBuf); a plain round's is worker 0's frame, which may still
+		// be referred to.
+		transport.PutBuf(r.accBuf)
 	}
 	r.acc, r.accBuf = nil, nil
 }

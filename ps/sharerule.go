@@ -158,6 +158,9 @@ func (c *ShareConfig) validate(workers int) error {
 	if c.Miss >= missEnd {
 		return fmt.Errorf("ps: hub: Share.Miss: unknown deadline miss rule %d", c.Miss)
 	}
+	if c.Miss != MissRelax && c.Deadline == 0 {
+		return fmt.Errorf("ps: hub: Share.Miss is %v without a Deadline: it says what a missed deadline does", c.Miss)
+	}
 	w := c.Weights
 	for _, v := range []float64{w.Time, w.Accuracy, w.Resource} {
 		if !(v >= 0) || math.IsInf(v, 0) {
@@ -213,17 +216,19 @@ func (c ShareConfig) Split(total int, speeds []float64, who []int) ([]int, error
 // worker numbers, not nil) with their Speed and their costFit.
 // ShareProportional splits by speed, as Split does. ShareOptimal takes
 // each worker's model from its fit (costFit.model). A round the deadline
-// makes infeasible fails, as Split fails on the same speeds, unless some
-// worker's fit is probing (unfitted after two reports or more): its
+// makes infeasible is, as Split judges the same speeds, a miss (below),
+// unless some worker's fit is probing (unfitted after two reports or more): its
 // proportional estimate overstates what a larger share costs when a step
 // has a fixed part, and may be what makes the round infeasible. The round
 // is then a probe, split without the deadline; if that split moves no
 // probing worker's share enough for its fit to separate, the first such
 // worker (in who's order, at most probeTries of them) is held at the
 // nearest share that does (costFit.probeShare). Every probe separates a
-// fit for good, so probes end within a round per worker; a round no
-// probe can split fails with the deadline's error, or under MissRelax is
-// split for the least makespan (relaxed true).
+// fit for good, so probes end within a round per worker. A round no
+// probe can split is a miss: under MissFail it fails with the deadline's
+// error, under MissRelax it is split for the least makespan (relaxed
+// true). Probe rounds, split without the deadline too, are not misses:
+// they are how the models learn whether it can be met.
 func (c ShareConfig) splitHub(total int, speeds []Speed, fits []costFit, who []int) (shares []int, relaxed bool, err error) {
 	x, err := c.splitHubStrict(total, speeds, fits, who)
 	if err == nil || c.Rule != ShareOptimal || c.Deadline == 0 || c.Miss != MissRelax || !errors.Is(err, assign.ErrInfeasible) {

@@ -307,6 +307,7 @@ func TestShareConfigInvalid(t *testing.T) {
 		{ShareConfig{Rule: ShareOptimal, Deadline: -time.Second}, "Deadline is negative"},
 		{ShareConfig{Miss: MissFail}, "optimal share rule only"},
 		{ShareConfig{Rule: ShareOptimal, Deadline: time.Second, Miss: 9}, "unknown deadline miss rule 9"},
+		{ShareConfig{Rule: ShareOptimal, Miss: MissFail}, "Share.Miss is fail without a Deadline"},
 		{ShareConfig{Rule: ShareOptimal, Weights: assign.Weights{Time: math.Inf(1)}}, "must be finite"},
 		{ShareConfig{Rule: ShareOptimal, Weights: assign.Weights{Time: 1, Accuracy: 0.5}}, "Accuracy is 0.5"},
 	} {

@@ -416,13 +416,13 @@ func TestOptimalFittedBruteForce(t *testing.T) {
 // every round's shares, up to the first round that failed and its error.
 func shareRun(t *testing.T, workers []affineWorker, total, rounds int, share ShareConfig) ([][]int, error) {
 	t.Helper()
-	out, _, err := shareRunWith(t, len(workers), total, rounds, share, func(_, w, x int) time.Duration { return workers[w].compute(x) })
+	out, _, _, err := shareRunWith(t, len(workers), total, rounds, share, func(_, w, x int) time.Duration { return workers[w].compute(x) })
 	return out, err
 }
 
 // shareRunWith is shareRun with each report's compute time from
-// compute(round, worker, share); it also returns the clients.
-func shareRunWith(t *testing.T, n, total, rounds int, share ShareConfig, compute func(round, w, x int) time.Duration) ([][]int, []*Client, error) {
+// compute(round, worker, share); it also returns the clients and the hub.
+func shareRunWith(t *testing.T, n, total, rounds int, share ShareConfig, compute func(round, w, x int) time.Duration) ([][]int, []*Client, *Hub, error) {
 	t.Helper()
 	cfg := DefaultHubConfig()
 	cfg.Workers, cfg.JobID, cfg.Secret, cfg.ListenAddr = n, "job", []byte(testSecret), "127.0.0.1:0"
@@ -447,12 +447,12 @@ func shareRunWith(t *testing.T, n, total, rounds int, share ShareConfig, compute
 			return err
 		})
 		if err != nil {
-			return out, cs, fmt.Errorf("round %d: %w", round, err)
+			return out, cs, h, fmt.Errorf("round %d: %w", round, err)
 		}
 		shares = next
 		out = append(out, next)
 	}
-	return out, cs, nil
+	return out, cs, h, nil
 }
 
 // TestHubSharesDeadlineMiss: a deadline 10 % above the optimum, met at the
@@ -490,15 +490,18 @@ func TestHubSharesDeadlineMiss(t *testing.T) {
 		return T
 	}
 	share := ShareConfig{Rule: ShareOptimal, Deadline: time.Duration(best * 1.1 * 1e9), Miss: MissFail}
-	if _, _, err := shareRunWith(t, 3, total, rounds, share, compute); err == nil || !strings.Contains(err.Error(), "infeasible: deadline") {
+	if _, _, _, err := shareRunWith(t, 3, total, rounds, share, compute); err == nil || !strings.Contains(err.Error(), "infeasible: deadline") {
 		t.Fatalf("miss=fail: %v, want the deadline's error", err)
 	}
 	share.Miss = MissRelax
-	out, cs, err := shareRunWith(t, 3, total, rounds, share, compute)
+	out, cs, hub, err := shareRunWith(t, 3, total, rounds, share, compute)
 	if err != nil {
 		t.Fatalf("miss=relax: %v", err)
 	}
 	relaxed := cs[0].DeadlineRelaxed()
+	if hs := hub.Stats().DeadlineRelaxed; hs != relaxed {
+		t.Fatalf("the hub counted %d relaxed rounds, worker 0 %d", hs, relaxed)
+	}
 	for w, c := range cs {
 		if c.DeadlineRelaxed() != relaxed {
 			t.Fatalf("worker %d counted %d relaxed rounds, worker 0 %d", w, c.DeadlineRelaxed(), relaxed)

@@ -224,7 +224,11 @@ func decodeMessage(p []byte) (message, error) {
 				return message{}, &transport.FrameError{Msg: fmt.Sprintf("paramhub %v: unknown element type %d", m.Type, m.DType)}
 			}
 			if len(m.Data)%size != 0 {
-				return message{}, &transport.FrameError{Msg: fmt.Sprintf("paramhub %v: %d data bytes are not whole %s elements", m.Type, len(m.Data), reduce.DTypeName(m.DType))}
+				what := reduce.DTypeName(m.DType)
+				if m.Wire != 0 {
+					what = fmt.Sprintf("%v (%s on the wire)", reduce.Wire(m.Wire), what)
+				}
+				return message{}, &transport.FrameError{Msg: fmt.Sprintf("paramhub %v: %d data bytes are not whole %s elements", m.Type, len(m.Data), what)}
 			}
 		}
 	case msgDeclare:
