@@ -212,7 +212,7 @@ func newStream[T Elem](to, step int, buf []T, seg int) *stream[T] {
 // inline says whether s goes as one small frame, which fits in the
 // transport's buffers and so is written without a sender goroutine.
 func (s *stream[T]) inline() bool {
-	return len(s.segs) == 1 && len(s.buf)*reduce.SizeOf[T]() <= inlineBytes
+	return len(s.segs) == 1 && len(s.buf)*reduce.SizeOf[T]() <= peerInlineBytes
 }
 
 // writer writes the streams of one step (or of a tree collective) with

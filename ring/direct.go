@@ -42,8 +42,19 @@ func Direct[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst, s
 	return directReduce(ctx, tr, buf, fold, seg, o, snd)
 }
 
-// inlineBytes bounds what Direct writes without a sender goroutine.
+// inlineBytes bounds what Direct writes without a sender goroutine, over
+// all its peers: each peer's frame is at most inlineBytes/(size-1).
 const inlineBytes = 256 << 10
+
+// peerInlineBytes bounds one frame to one peer that an executor writes
+// without a sender goroutine before it receives from that peer (an
+// exchange's swap, an all-to-all's streams). The peer may be writing to
+// this rank the same way, so the write must complete without the peer
+// reading: a TCP peer's reader drains its socket into memory, but a
+// shared-memory ring takes at most half its capacity a frame, and rings
+// are 64 KiB at least (256 KiB at 64 ranks a host, where two ranks
+// exchanging 256 KiB frames inline each waited for the other to read).
+const peerInlineBytes = 16 << 10
 
 // directReduce receives every peer's buffer and reduces in rank order.
 // snd, if not nil, must finish before buf is overwritten.

@@ -131,9 +131,10 @@ func (x *exchanger[T]) recvFold(from int, step uint32, dst []T, fold func(dst, s
 }
 
 // swap sends data to peer and, if dst is not nil, receives peer's data of
-// the same step into dst. Small buffers are written inline, since they fit
-// in the socket buffers; large ones from a sender goroutine, so that the
-// two ranks never both block writing.
+// the same step into dst. Small buffers (peerInlineBytes) are written
+// inline, since they fit in the socket buffers and the shared rings;
+// larger ones from a sender goroutine, so that the two ranks never both
+// block writing.
 func (x *exchanger[T]) swap(peer int, step uint32, data, dst []T) error {
 	return x.swapFold(peer, step, data, dst, nil)
 }
@@ -141,7 +142,7 @@ func (x *exchanger[T]) swap(peer int, step uint32, data, dst []T) error {
 // swapFold is swap that reduces what it receives into dst with fold.
 func (x *exchanger[T]) swapFold(peer int, step uint32, data, dst []T, fold func(dst, src []T)) error {
 	segs := segments(Span{0, len(data)}, x.seg)
-	if len(segs) == 1 && len(data)*reduce.SizeOf[T]() <= inlineBytes {
+	if len(segs) == 1 && len(data)*reduce.SizeOf[T]() <= peerInlineBytes {
 		h := x.o.Header
 		h.Step = step
 		if err := x.tr.Send(x.ctx, peer, h, reduce.AsBytes(data)); err != nil {

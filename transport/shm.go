@@ -524,6 +524,9 @@ func shmPoll(word, sleeping *atomic.Uint32, spin time.Duration, yield bool, read
 		}
 		if start.IsZero() {
 			start = time.Now()
+			if spin > 0 && tooBusyToSpin() {
+				spin = 0 // this wait parks at once (see spinOverloadPerCPU)
+			}
 		}
 		if time.Since(start) < spin {
 			runtime.Gosched()

@@ -80,6 +80,9 @@ func (s *spinReader) Read(p []byte) (int, error) {
 				}
 				if start.IsZero() {
 					start = time.Now()
+					if tooBusyToSpin() {
+						return false // park at once (see spinOverloadPerCPU)
+					}
 				} else if time.Since(start) > s.spin {
 					return false
 				}
