@@ -96,6 +96,13 @@ type Config struct {
 	// connections, so that their last words are not lost to a reset; 0
 	// does not wait [200 ms].
 	DrainTimeout time.Duration
+	// LingerTimeout is how long Close of a healthy transport, after its
+	// goodbyes, waits for each peer to read them (a peer half-closes its
+	// side of the connection when it reads a goodbye) before it closes the
+	// connections: closing with a peer's frames unread makes the kernel
+	// reset the connection, and a reset drops what the peer had not yet
+	// read of this rank's last frames [2 s].
+	LingerTimeout time.Duration
 	// AcceptPause is how long the accept loop waits after a failed accept
 	// (out of file descriptors, a connection reset before it was
 	// accepted) before it accepts again [50 ms].
@@ -128,6 +135,7 @@ func DefaultConfig() Config {
 		NoticeTimeout:    500 * time.Millisecond,
 		ByeTimeout:       time.Second,
 		DrainTimeout:     200 * time.Millisecond,
+		LingerTimeout:    2 * time.Second,
 		AcceptPause:      50 * time.Millisecond,
 		RetryPause:       defaultRetryPause,
 		MaxRetryPause:    defaultMaxRetryPause,
@@ -165,8 +173,8 @@ func (c *Config) validate() error {
 		return errors.New("transport: AbortTimeout, NoticeTimeout and ByeTimeout must be positive")
 	case c.AcceptPause <= 0 || c.RetryPause <= 0 || c.MaxRetryPause < c.RetryPause:
 		return errors.New("transport: AcceptPause and RetryPause must be positive, and MaxRetryPause at least RetryPause")
-	case c.ExplainWait < 0 || c.DrainTimeout < 0:
-		return errors.New("transport: ExplainWait and DrainTimeout must not be negative")
+	case c.ExplainWait < 0 || c.DrainTimeout < 0 || c.LingerTimeout < 0:
+		return errors.New("transport: ExplainWait, DrainTimeout and LingerTimeout must not be negative")
 	}
 	return nil
 }

@@ -43,6 +43,9 @@ type TCP struct {
 	closeCtx  context.Context // cancelled when Close starts tearing down
 	cancel    context.CancelFunc
 	closeOnce sync.Once
+	// lingering is set once Close waits for its readers: a connection
+	// that ends now is expected, not a lost peer.
+	lingering atomic.Bool
 
 	lostMu sync.Mutex
 	lost   map[int]string // peers found lost here (see Lost)
@@ -77,6 +80,9 @@ type peerConn struct {
 	// data (see PeerLost).
 	reads atomic.Uint64
 	stuck atomic.Bool
+	// readDone is closed when its reader returns (nil for a connection
+	// that never had one).
+	readDone chan struct{}
 }
 
 // Listen starts listening; the transport is usable after Connect.
@@ -201,7 +207,7 @@ func (t *TCP) register(peer int, c net.Conn, sp *shmPeer, sameHost, dialed bool,
 		_ = tc.SetReadBuffer(4 << 20)
 		_ = tc.SetWriteBuffer(4 << 20)
 	}
-	pc := &peerConn{peer: peer, c: c, pong: make(chan struct{}, 1), sameHost: sameHost, dialed: dialed, port: port}
+	pc := &peerConn{peer: peer, c: c, pong: make(chan struct{}, 1), sameHost: sameHost, dialed: dialed, port: port, readDone: make(chan struct{})}
 	if sp != nil {
 		t.attach(pc, sp)
 	}
@@ -217,6 +223,7 @@ func (t *TCP) register(peer int, c net.Conn, sp *shmPeer, sameHost, dialed bool,
 func (t *TCP) readLoop(pc *peerConn) {
 	defer t.wg.Done()
 	defer t.readers.Done()
+	defer close(pc.readDone)
 	alive := func() bool { return t.w.Err() == nil }
 	fr := NewReader(bufio.NewReaderSize(newSpinReader(pc.c, &pc.spin, t.cfg.SpinTime, t.cfg.SpinYield, alive), readBufferSize), t.cfg.MaxPayload)
 	bye := false
@@ -227,6 +234,9 @@ func (t *TCP) readLoop(pc *peerConn) {
 		}
 		if err != nil {
 			pc.broken.Store(true)
+			if t.lingering.Load() {
+				return // Close is waiting for this: the end is expected
+			}
 			select {
 			case <-t.closing:
 				return
@@ -275,6 +285,12 @@ func (t *TCP) readLoop(pc *peerConn) {
 				t.w.markLeft(pc.peer)
 			}
 			putBuf(p)
+			// The peer is closing and waits (LingerTimeout) until this
+			// side has read all it sent, the goodbye last: say so by
+			// half-closing. Nothing written to it now would be read.
+			if tc, ok := pc.c.(*net.TCPConn); ok {
+				_ = tc.CloseWrite()
+			}
 		case TypePing:
 			t.wg.Add(1) // safe: this reader holds a count until it returns
 			go func() {
@@ -637,6 +653,19 @@ func (t *TCP) PeerLost(peer int, reason string) {
 				return // the process gossip gave up on was replaced meanwhile
 			}
 			if got == confirmBroken {
+				// A peer that said goodbye and exited breaks the ping
+				// too: its last frames, the goodbye last, may still wait
+				// to be read here (this rank behind, on a busy host).
+				// The reader gets the window to reach them; a goodbye
+				// among them makes it a peer that left (lose no-ops).
+				if pc.readDone != nil {
+					select {
+					case <-pc.readDone:
+					case <-time.After(window):
+					case <-t.closing:
+						return
+					}
+				}
 				t.lose(peer, reason+", and its data connection is broken")
 				return
 			}
@@ -748,11 +777,19 @@ func (t *TCP) Close() error {
 		wg.Wait()
 		cancel()
 		t.w.fail(fmt.Errorf("transport: rank %d: %w", t.cfg.Rank, ErrClosed))
-		if failed != nil && t.cfg.DrainTimeout > 0 {
-			// Let the readers drain what peers still send, briefly, so
-			// that closing does not reset connections whose last words
-			// are still on the way.
-			t.waitReaders(t.cfg.DrainTimeout)
+		// Let the readers take in what peers still send until each peer
+		// has read the goodbye and half-closed its side (a healthy
+		// transport, within LingerTimeout), or briefly after a failure
+		// (DrainTimeout), so that closing does not reset connections
+		// whose last frames, either way, are still on the way: a reset
+		// drops what the peer has not yet read.
+		wait := t.cfg.DrainTimeout
+		if failed == nil {
+			wait = t.cfg.LingerTimeout
+		}
+		if wait > 0 {
+			t.lingering.Store(true)
+			t.waitReaders(wait)
 		}
 		t.mu.Lock()
 		close(t.closing)
