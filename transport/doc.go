@@ -182,9 +182,15 @@
 //
 // TypeBye, with no payload, is what Close of a healthy transport sends
 // every connected peer (each within Config.ByeTimeout) before it
-// half-closes the connection. A peer that said goodbye has left: the end
-// of its connection is not a loss, and a Recv from it fails (ErrPeerLost)
-// once its frames are used up. A connection that ends, or breaks, without
+// half-closes the connection. A peer reading a goodbye half-closes its
+// side in turn, and Close waits for that (within Config.LingerTimeout)
+// before it closes the connection: closed with frames unread, the kernel
+// would reset it and drop what the peer had not yet read. A peer that
+// said goodbye has left: the end of its connection is not a loss, and a
+// Recv from it fails (ErrPeerLost) once its frames are used up. When
+// gossip declares a connected peer dead and a ping finds its connection
+// broken, the reader first gets the confirmation window to read what is
+// left on it: a goodbye there makes the peer one that left, not lost. A connection that ends, or breaks, without
 // a goodbye makes its peer lost, unless the transport fails otherwise
 // within Config.ExplainWait (a peer that exits because of another rank's
 // failure sends that failure first, in an abort).
