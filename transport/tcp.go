@@ -656,15 +656,14 @@ func (t *TCP) PeerLost(peer int, reason string) {
 				// A peer that said goodbye and exited breaks the ping
 				// too: its last frames, the goodbye last, may still wait
 				// to be read here (this rank behind, on a busy host).
-				// The reader gets the window to reach them; a goodbye
-				// among them makes it a peer that left (lose no-ops).
-				if pc.readDone != nil {
-					select {
-					case <-pc.readDone:
-					case <-time.After(window):
-					case <-t.closing:
-						return
-					}
+				// The reader reaches them as long as it makes progress
+				// or waits for this rank to take frames from a full
+				// inbox; a goodbye among them makes it a peer that left
+				// (lose no-ops). A reader that stands still for a window
+				// with room in the inbox has nothing more to read.
+				t.awaitReader(pc, window)
+				if isClosed(t.closing) {
+					return
 				}
 				t.lose(peer, reason+", and its data connection is broken")
 				return
@@ -673,6 +672,31 @@ func (t *TCP) PeerLost(peer int, reason string) {
 			return
 		}
 	}()
+}
+
+// awaitReader waits until pc's reader has returned, while it makes
+// progress or is stuck on a full inbox, at most a window of neither, or
+// until the transport closes.
+func (t *TCP) awaitReader(pc *peerConn, window time.Duration) {
+	if pc.readDone == nil {
+		return
+	}
+	for {
+		reads := pc.reads.Load()
+		timer := time.NewTimer(window)
+		select {
+		case <-pc.readDone:
+			timer.Stop()
+			return
+		case <-t.closing:
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		if !pc.stuck.Load() && pc.reads.Load() == reads {
+			return
+		}
+	}
 }
 
 // What a confirmation of gossip's verdict on a connected peer found.
