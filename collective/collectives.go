@@ -62,36 +62,30 @@ func reduceAll[T Number](ctx context.Context, x *call, buf []T, op Op, kind uint
 	c := x.c
 	fold := reducer[T](op)
 	p := c.planFor(kind, bytesOf[T](len(buf)))
+	var hubWire Wire
 	if wire != WireFull {
 		// The ring's executors and the hub carry the wire format (the
 		// small-buffer algorithms stay at full precision: a few bytes
 		// saved is not worth a rounding).
 		switch p {
 		case viaHub:
-			if bytesOf[T](len(buf)) <= c.cfg.SmallBytes {
-				break
+			if bytesOf[T](len(buf)) > c.cfg.SmallBytes {
+				if dtype[T]() != reduce.Float32 {
+					return fmt.Errorf("%w: wire format %v, buffer of %s", ring.ErrWireType, wire, reduce.DTypeName(dtype[T]()))
+				}
+				hubWire = wire
 			}
-			if dtype[T]() != reduce.Float32 {
-				return fmt.Errorf("%w: wire format %v, buffer of %s", ring.ErrWireType, wire, reduce.DTypeName(dtype[T]()))
-			}
-			b := reduce.AsBytes(buf)
-			return c.hubRound(ctx, x.o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: len(buf), Wire: wire})
 		case viaRing, viaHalving:
+			p = viaRing // halving carries no wire format; the ring does
 			x.o.Wire = wire
-			return ring.AllReduce(ctx, x.net, buf, fold, x.o)
 		case viaHierarchical:
-			t, err := x.tiers()
-			if err != nil {
-				return err
-			}
 			x.o.Wire = wire
-			return ring.Hierarchical(ctx, t, buf, fold, x.o)
 		}
 	}
 	switch p {
 	case viaHub:
 		b := reduce.AsBytes(buf)
-		return c.hubRound(ctx, x.o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: len(buf)})
+		return c.hubRound(ctx, x.o.Header.Seq, ps.Collective{Kind: ps.RoundReduce, Op: op, DType: dtype[T](), Count: len(buf), Send: b, Recv: b, WantLen: len(buf), Wire: hubWire})
 	case viaHierarchical:
 		t, err := x.tiers()
 		if err != nil {
