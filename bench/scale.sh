@@ -8,7 +8,10 @@
 # /proc/meminfo every 50 ms, less what was there before: it counts the
 # segments a rank has mapped and already unlinked, which du on /dev/shm
 # misses), the peak RSS and open sockets per rank,
-# and the exit time (rank 0's Close / MPI_Finalize).
+# the exit time (rank 0's Close / MPI_Finalize), and where the wall time
+# went: when the last rank started, had joined and had done its collectives
+# (started, joined, worked: ms from the launcher's start; the test hosts
+# share this machine's clock) and the tail from there to the launcher's exit.
 #   bash bench/scale.sh [ROUNDS] [MODE] [SIZES]        (defaults: 3, local)
 #   MODE local: SIZES = rank counts on this machine (default "2 4 8 16 32")
 #   MODE hosts: SIZES = test host counts H (default "4 8 16 32"); each H
@@ -55,7 +58,8 @@ make -C "$repo" build >/dev/null
 (cd "$repo" && go build -o "$work/scale" ./examples/scale)
 mpicc.openmpi -O2 -o "$work/scale_ompi" "$repo/bench/mpi/scale_mpi.c"
 mpicc.mpich -O2 -o "$work/scale_mpich" "$repo/bench/mpi/scale_mpi.c"
-printf '%s\n' mode hosts n round runner status rc wall_s shm_peak_kib join_ms_max rss_kib_max sockets_max sockets_mean exit_ms |
+printf '%s\n' mode hosts n round runner status rc wall_s shm_peak_kib join_ms_max rss_kib_max sockets_max sockets_mean exit_ms \
+    started_ms joined_ms worked_ms |
     paste -sd '\t' >"$out"
 
 if [ "$mode" != local ]; then
@@ -151,9 +155,13 @@ run() { # RUNNER HOSTS N ROUND
     # "scale n=8 join_ms_max=1.2 ...", "scale exit_ms=..." -> the five
     # figures, "-" if missing
     local vals
-    vals=$(echo "$got" | awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+    # and the last rank's start, join and end of work, in ms from the
+    # launcher's start (the test hosts share this machine's clock)
+    vals=$(echo "$got" | awk -v t0="$t0" '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
         END { split("join_ms_max rss_kib_max sockets_max sockets_mean exit_ms", k, " ")
-              for (i = 1; i <= 5; i++) printf "%s%s", (i > 1 ? "\t" : ""), (v[k[i]] == "" ? "-" : v[k[i]]) }')
+              for (i = 1; i <= 5; i++) printf "%s%s", (i > 1 ? "\t" : ""), (v[k[i]] == "" ? "-" : v[k[i]])
+              split("started_unix_ms joined_unix_ms worked_unix_ms", u, " ")
+              for (i = 1; i <= 3; i++) printf "\t%s", (v[u[i]] == "" ? "-" : sprintf("%.1f", v[u[i]] - t0 * 1000)) }')
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$mode" "$h" "$n" "$r" "$runner" "$status" "$rc" \
         "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')" "$peak" "$vals" >>"$out"
 }
@@ -171,14 +179,15 @@ table() { # N
         if ($6 != "ok") { fails[$5]++; next }
         w[$5] = w[$5] " " $8; wall[$5, $4] = $8; if ($4 > maxr) maxr = $4
         sh[$5] = sh[$5] " " $9; j[$5] = j[$5] " " $10; rs[$5] = rs[$5] " " $11; sm[$5] = sm[$5] " " $12; sa[$5] = sa[$5] " " $13; ex[$5] = ex[$5] " " $14
+        st[$5] = st[$5] " " $15; jd[$5] = jd[$5] " " $16; wk[$5] = wk[$5] " " $17; tl[$5] = tl[$5] " " ($8 * 1000 - $17)
     }
     END {
         printf "\n%s N=%d%s\n", mode, n, (mode != "local" ? " (" h " hosts x " n / h ")" : "")
-        printf "  %-7s %4s %10s %17s %9s %9s %9s %10s %8s %8s\n", "runner", "ok", "wall_s", "min-max", "join_ms", "exit_ms", "shm_KiB", "rss_KiB", "sock_max", "sock_avg"
+        printf "  %-7s %4s %10s %17s %9s %9s %9s %10s %8s %8s %8s %8s %8s %8s\n", "runner", "ok", "wall_s", "min-max", "join_ms", "exit_ms", "shm_KiB", "rss_KiB", "sock_max", "sock_avg", "started", "joined", "worked", "tail"
         for (i = 1; i <= nr; i++) { r = order[i]
-            printf "  %-7s %2d/%-2d %9s %8s-%-8s %9s %9s %9s %10s %8s %8s\n", r, runs[r] - fails[r], runs[r],
+            printf "  %-7s %2d/%-2d %9s %8s-%-8s %9s %9s %9s %10s %8s %8s %8s %8s %8s %8s\n", r, runs[r] - fails[r], runs[r],
                 w[r] == "" ? "-" : med(w[r]), w[r] == "" ? "-" : lo(w[r]), w[r] == "" ? "-" : hi(w[r]),
-                med(j[r]), med(ex[r]), med(sh[r]), med(rs[r]), med(sm[r]), med(sa[r]) }
+                med(j[r]), med(ex[r]), med(sh[r]), med(rs[r]), med(sm[r]), med(sa[r]), med(st[r]), med(jd[r]), med(wk[r]), med(tl[r]) }
         for (k = 1; k <= 2; k++) { o = (k == 1 ? "hydra" : "mpirun"); if (!(o in seen) || !("gorun" in seen)) continue
             line = ""; for (rd = 1; rd <= maxr; rd++) if ((("gorun", rd) in wall) && ((o, rd) in wall)) line = line sprintf(" %.2f", wall["gorun", rd] / wall[o, rd])
             printf "  gorun/%s wall, round by round:%s\n", o, line == "" ? " -" : line }

@@ -3,6 +3,10 @@ package transport
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -54,4 +58,44 @@ func TestGoodbyeBehindDataAfterGossip(t *testing.T) {
 	if err := ts[0].Err(); err != nil {
 		t.Fatalf("the transport failed: %v", err)
 	}
+}
+
+// TestLingerNamesSlowPeer: a rank whose Close gave up waiting for a peer
+// to read its goodbye says at debug level which peer kept it waiting (rank
+// 0 here, its reader held up by a full inbox).
+func TestLingerNamesSlowPeer(t *testing.T) {
+	var logged strings.Builder
+	var mu sync.Mutex
+	ts := mesh(t, 2, func(r int, c *Config) {
+		c.Shm = false
+		if r == 1 {
+			c.LingerTimeout = 100 * time.Millisecond
+			c.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+	})
+	big := make([]byte, 64<<10)
+	for range inboxDepth + 8 {
+		if err := ts[1].Send(context.Background(), 0, Header{}, big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ts[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), "peers had not read the goodbye within the linger") || !strings.Contains(logged.String(), "ranks=[0]") {
+		t.Fatalf("rank 1's log does not name rank 0 as the peer it waited for:\n%s", logged.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

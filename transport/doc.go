@@ -185,7 +185,8 @@
 // half-closes the connection. A peer reading a goodbye half-closes its
 // side in turn, and Close waits for that (within Config.LingerTimeout)
 // before it closes the connection: closed with frames unread, the kernel
-// would reset it and drop what the peer had not yet read. A peer that
+// would reset it and drop what the peer had not yet read (peers that kept
+// it waiting the whole LingerTimeout are named in a debug log). A peer that
 // said goodbye has left: the end of its connection is not a loss, and a
 // Recv from it fails (ErrPeerLost) once its frames are used up. When
 // gossip declares a connected peer dead and a ping finds its connection

@@ -839,8 +839,31 @@ func (t *TCP) Close() error {
 
 func (t *TCP) waitReaders(d time.Duration) {
 	deadline := time.Now().Add(d)
-	for _, pc := range t.peers() {
+	pcs := t.peers()
+	for _, pc := range pcs {
 		_ = pc.c.SetReadDeadline(deadline)
 	}
-	t.readers.Wait()
+	done := make(chan struct{})
+	go func() { t.readers.Wait(); close(done) }()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return
+	case <-timer.C:
+	}
+	// Say which peers kept this rank waiting the whole time: they neither
+	// read the goodbye nor closed.
+	var slow []int
+	for _, pc := range pcs {
+		select {
+		case <-pc.readDone:
+		default:
+			slow = append(slow, pc.peer)
+		}
+	}
+	if len(slow) > 0 {
+		t.log.Debug("closing: peers had not read the goodbye within the linger", "ranks", slow, "linger", d)
+	}
+	<-done
 }

@@ -6,6 +6,8 @@
  * from rank 0, checked; MPI_Barrier; then every rank's join time, peak RSS
  * (VmHWM) and open sockets, gathered to all, and rank 0 prints
  *   scale n=<N> join_ms_max=<..> rss_kib_max=<..> sockets_max=<..> sockets_mean=<..>
+ *   scale started_unix_ms=<..> joined_unix_ms=<..> worked_unix_ms=<..>
+ * (the last rank's start, MPI_Init done and collectives done, unix ms)
  * and after MPI_Finalize "scale exit_ms=<..>" (how long rank 0's took).
  * A mismatch prints the rank and index and exits 1.
  */
@@ -61,10 +63,19 @@ static long long sockets(void) {
     return k;
 }
 
+/* the wall clock, in unix microseconds: the test hosts share one */
+static long long unix_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 int main(int argc, char **argv) {
     double t0 = now();
+    long long start_us = unix_us();
     MPI_Init(&argc, &argv);
     long long join_us = (long long)((now() - t0) * 1e6);
+    long long joined_us = unix_us();
     int rank, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
@@ -94,19 +105,27 @@ int main(int argc, char **argv) {
         }
     MPI_Barrier(MPI_COMM_WORLD);
 
-    long long mine[3] = {join_us, rss_kib(), sockets()};
-    long long *all = malloc(sizeof(long long) * 3 * n);
-    MPI_Allgather(mine, 3, MPI_LONG_LONG, all, 3, MPI_LONG_LONG, MPI_COMM_WORLD);
+    long long worked = unix_us();
+    enum { K = 6 };
+    long long mine[K] = {join_us, rss_kib(), sockets(), start_us, joined_us, worked};
+    long long *all = malloc(sizeof(long long) * K * n);
+    MPI_Allgather(mine, K, MPI_LONG_LONG, all, K, MPI_LONG_LONG, MPI_COMM_WORLD);
     if (rank == 0) {
-        long long jm = 0, rm = 0, sm = 0, ss = 0;
+        long long jm = 0, rm = 0, sm = 0, ss = 0, st = 0, jd = 0, wk = 0;
         for (int r = 0; r < n; r++) {
-            if (all[3 * r] > jm) jm = all[3 * r];
-            if (all[3 * r + 1] > rm) rm = all[3 * r + 1];
-            if (all[3 * r + 2] > sm) sm = all[3 * r + 2];
-            ss += all[3 * r + 2];
+            long long *v = all + K * r;
+            if (v[0] > jm) jm = v[0];
+            if (v[1] > rm) rm = v[1];
+            if (v[2] > sm) sm = v[2];
+            ss += v[2];
+            if (v[3] > st) st = v[3];
+            if (v[4] > jd) jd = v[4];
+            if (v[5] > wk) wk = v[5];
         }
         printf("scale n=%d join_ms_max=%.1f rss_kib_max=%lld sockets_max=%lld sockets_mean=%.1f\n", n, jm / 1000.0,
                rm, sm, (double)ss / n);
+        printf("scale started_unix_ms=%.1f joined_unix_ms=%.1f worked_unix_ms=%.1f\n", st / 1000.0, jd / 1000.0,
+               wk / 1000.0);
         fflush(stdout);
     }
     free(all);

@@ -6,7 +6,12 @@
 //
 //	scale n=<N> join_ms_max=<..> rss_kib_max=<..> sockets_max=<..> sockets_mean=<..>
 //
-// and, after its Close, "scale exit_ms=<..>" (how long Close took). With
+//	scale started_unix_ms=<..> joined_unix_ms=<..> worked_unix_ms=<..>
+//
+// (the last rank's start, Join done and collectives done, in unix
+// milliseconds: on test hosts, which share one clock, bench/scale.sh turns
+// them into a job's phases) and, after its Close, "scale exit_ms=<..>"
+// (how long Close took). With
 // -idle DUR every rank then sits joined and idle for DUR (gossip and
 // failure detection running, no collectives) and rank 0 prints the CPU the
 // ranks used meanwhile, as a share of one core:
@@ -23,6 +28,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -51,13 +57,22 @@ func fail(format string, args ...any) {
 
 func main() {
 	idle := flag.Duration("idle", 0, "after the job, sit idle this long and report the ranks' CPU meanwhile")
+	debug := flag.Bool("debug", false, "log the runtime's debug messages to stderr")
 	flag.Parse()
 	ctx := context.Background()
-	c, err := collective.Join(ctx)
+	cfg, err := collective.ConfigFromEnv(os.LookupEnv)
+	if err != nil {
+		fail("%v", err)
+	}
+	if *debug {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	c, err := collective.New(ctx, cfg)
 	if err != nil {
 		fail("join: %v", err)
 	}
-	joinUS := time.Since(t0).Microseconds()
+	joined := time.Now()
+	joinUS := joined.Sub(t0).Microseconds()
 	rank, n := c.Rank(), c.Size()
 
 	for _, count := range []int{1, 4096, 262144} { // 8 B, 32 KiB, 2 MiB
@@ -94,21 +109,27 @@ func main() {
 		fail("rank %d: barrier: %v", rank, err)
 	}
 
-	mine := []int64{joinUS, rssKiB(), sockets()}
-	all := make([]int64, 3*n)
+	worked := time.Now()
+	const k = 6
+	mine := []int64{joinUS, rssKiB(), sockets(), t0.UnixMicro(), joined.UnixMicro(), worked.UnixMicro()}
+	all := make([]int64, k*n)
 	if err := collective.AllGather(ctx, c, mine, all); err != nil {
 		fail("rank %d: all-gather: %v", rank, err)
 	}
 	if rank == 0 {
-		var joinMax, rssMax, sockMax, sockSum int64
+		var joinMax, rssMax, sockMax, sockSum, startMax, joinedMax, workedMax int64
 		for r := range n {
-			joinMax = max(joinMax, all[3*r])
-			rssMax = max(rssMax, all[3*r+1])
-			sockMax = max(sockMax, all[3*r+2])
-			sockSum += all[3*r+2]
+			v := all[k*r : k*r+k]
+			joinMax = max(joinMax, v[0])
+			rssMax = max(rssMax, v[1])
+			sockMax = max(sockMax, v[2])
+			sockSum += v[2]
+			startMax, joinedMax, workedMax = max(startMax, v[3]), max(joinedMax, v[4]), max(workedMax, v[5])
 		}
 		fmt.Printf("scale n=%d join_ms_max=%.1f rss_kib_max=%d sockets_max=%d sockets_mean=%.1f\n",
 			n, float64(joinMax)/1000, rssMax, sockMax, float64(sockSum)/float64(n))
+		fmt.Printf("scale started_unix_ms=%.1f joined_unix_ms=%.1f worked_unix_ms=%.1f\n",
+			float64(startMax)/1000, float64(joinedMax)/1000, float64(workedMax)/1000)
 	}
 	if *idle > 0 {
 		idleCPU(ctx, c, *idle)
