@@ -27,7 +27,9 @@
 # results/scale/<date>-<commit>.tsv), the tables to OUT's .txt and a chart of wall
 # time against N to OUT's .png. A failed run is a row FAIL with its exit
 # code (124: it took longer than TIMEOUT, default 300 s).
-# ONLY="gorun hydra" runs a subset of gorun, mpirun and hydra.
+# ONLY="gorun hydra" runs a subset of gorun, mpirun and hydra. SCALE_ARGS
+# are passed to gorun's job (examples/scale: -debug logs the runtime's debug
+# messages); LOGS=DIR keeps every run's output as DIR/RUNNER-N-ROUND.out/.err.
 # Needs openmpi-bin libopenmpi-dev mpich libmpich-dev.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -84,7 +86,7 @@ cmd() { # RUNNER N -> the command line, one word a line
     local runner=$1 n=$2
     if [ "$mode" = local ]; then
         case $runner in
-        gorun) printf '%s\n' "$repo/bin/gorun" --tag-output=false -q -np "$n" "$work/scale" ;;
+        gorun) printf '%s\n' "$repo/bin/gorun" --tag-output=false -q -np "$n" "$work/scale" ${SCALE_ARGS:-} ;;
         mpirun) printf '%s\n' mpirun --allow-run-as-root --oversubscribe -np "$n" "$work/scale_ompi" ;;
         hydra) printf '%s\n' mpiexec.hydra -n "$n" "$work/scale_mpich" ;;
         esac
@@ -92,7 +94,7 @@ cmd() { # RUNNER N -> the command line, one word a line
         printf '%s\n' env SLURM_CONF="$TESTNET_SLURM_CONF" TIMED_OUT="$work/inner" salloc -Q -N "$h" \
             --ntasks-per-node="$slots" -J "bench-$runner" "$work/timed"
         case $runner in
-        gorun) printf '%s\n' "$repo/bin/gorun" --tag-output=false -q --launcher srun "$work/scale" ;;
+        gorun) printf '%s\n' "$repo/bin/gorun" --tag-output=false -q --launcher srun "$work/scale" ${SCALE_ARGS:-} ;;
         mpirun) printf '%s\n' env OMPI_MCA_oob_tcp_if_include=198.18.0.0/24 OMPI_MCA_btl_tcp_if_include=198.18.0.0/24 \
             mpirun --allow-run-as-root -np "$n" "$work/scale_ompi" ;;
         hydra) printf '%s\n' mpiexec.hydra -launcher slurm -localhost 198.18.0.1 -n "$n" "$work/scale_mpich" ;;
@@ -100,7 +102,7 @@ cmd() { # RUNNER N -> the command line, one word a line
     else
         case $runner in
         gorun) printf '%s\n' "$repo/bin/gorun" --tag-output=false -q --ssh "$TESTNET_SSH" \
-            -hostfile "$TESTNET_HOSTFILE" -np "$n" "$work/scale" ;;
+            -hostfile "$TESTNET_HOSTFILE" -np "$n" "$work/scale" ${SCALE_ARGS:-} ;;
         mpirun) printf '%s\n' env OMPI_MCA_oob_tcp_if_include=198.18.0.0/24 OMPI_MCA_btl_tcp_if_include=198.18.0.0/24 \
             mpirun --allow-run-as-root --mca plm_rsh_agent "$TESTNET_SSH" -hostfile "$TESTNET_HOSTFILE" \
             -np "$n" "$work/scale_ompi" ;;
@@ -142,6 +144,11 @@ run() { # RUNNER HOSTS N ROUND
     fi
     kill "$watch" 2>/dev/null || true
     wait "$watch" 2>/dev/null || true
+    if [ -n "${LOGS:-}" ]; then
+        mkdir -p "$LOGS"
+        cp "$work/stdout" "$LOGS/$runner-$n-$r.out"
+        cp "$work/stderr" "$LOGS/$runner-$n-$r.err"
+    fi
     local peak status=ok
     peak=$(($(cat "$work/shm") - base))
     if [ "$peak" -lt 0 ]; then peak=0; fi
