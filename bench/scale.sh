@@ -28,8 +28,9 @@
 # time against N to OUT's .png. A failed run is a row FAIL with its exit
 # code (124: it took longer than TIMEOUT, default 300 s).
 # ONLY="gorun hydra" runs a subset of gorun, mpirun and hydra. SCALE_ARGS
-# are passed to gorun's job (examples/scale: -debug logs the runtime's debug
-# messages); LOGS=DIR keeps every run's output as DIR/RUNNER-N-ROUND.out/.err.
+# are passed to gorun's job (examples/scale: -log info logs the runtime's
+# messages of level info and above, e.g. a Close that waited for a peer);
+# LOGS=DIR keeps every run's output as DIR/RUNNER-N-ROUND.out/.err.
 # Needs openmpi-bin libopenmpi-dev mpich libmpich-dev.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)

@@ -61,7 +61,7 @@ func TestGoodbyeBehindDataAfterGossip(t *testing.T) {
 }
 
 // TestLingerNamesSlowPeer: a rank whose Close gave up waiting for a peer
-// to read its goodbye says at debug level which peer kept it waiting (rank
+// to read its goodbye says at level Info which peer kept it waiting (rank
 // 0 here, its reader held up by a full inbox).
 func TestLingerNamesSlowPeer(t *testing.T) {
 	var logged strings.Builder
@@ -70,7 +70,7 @@ func TestLingerNamesSlowPeer(t *testing.T) {
 		c.Shm = false
 		if r == 1 {
 			c.LingerTimeout = 100 * time.Millisecond
-			c.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			c.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		}
 	})
 	big := make([]byte, 64<<10)

@@ -186,8 +186,8 @@
 // side in turn, and Close waits for that (within Config.LingerTimeout)
 // before it closes the connection: closed with frames unread, the kernel
 // would reset it and drop what the peer had not yet read (peers that kept
-// it waiting the whole LingerTimeout are named in a debug log). A peer that
-// said goodbye has left: the end of its connection is not a loss, and a
+// it waiting the whole LingerTimeout are named in the log, at level Info).
+// A peer that said goodbye has left: the end of its connection is not a loss, and a
 // Recv from it fails (ErrPeerLost) once its frames are used up. When
 // gossip declares a connected peer dead and a ping finds its connection
 // broken, the reader first gets the confirmation window to read what is

@@ -863,7 +863,7 @@ func (t *TCP) waitReaders(d time.Duration) {
 		}
 	}
 	if len(slow) > 0 {
-		t.log.Debug("closing: peers had not read the goodbye within the linger", "ranks", slow, "linger", d)
+		t.log.Info("closing: peers had not read the goodbye within the linger", "ranks", slow, "linger", d)
 	}
 	<-done
 }

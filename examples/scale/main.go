@@ -57,15 +57,19 @@ func fail(format string, args ...any) {
 
 func main() {
 	idle := flag.Duration("idle", 0, "after the job, sit idle this long and report the ranks' CPU meanwhile")
-	debug := flag.Bool("debug", false, "log the runtime's debug messages to stderr")
+	logLevel := flag.String("log", "", "log the runtime's messages of this level and above to stderr: debug, info, warn or error (default: none)")
 	flag.Parse()
 	ctx := context.Background()
 	cfg, err := collective.ConfigFromEnv(os.LookupEnv)
 	if err != nil {
 		fail("%v", err)
 	}
-	if *debug {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if *logLevel != "" {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(*logLevel)); err != nil {
+			fail("-log %q: %v", *logLevel, err)
+		}
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 	}
 	c, err := collective.New(ctx, cfg)
 	if err != nil {
