@@ -196,7 +196,10 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	mc.Logger = logger
 	member, err := membership.Start(mc, membership.Events{
 		Dead: func(rank int, reason string) {
-			logger.Warn("rank lost", "rank", rank, "reason", reason)
+			// Gossip's verdict only: the transport checks it (a rank on
+			// an overloaded host may be declared dead and answer) and
+			// says what it decided.
+			logger.Debug("gossip declared a rank dead", "rank", rank, "reason", reason)
 			tr.PeerLost(rank, reason)
 		},
 		Left: tr.PeerLeft,

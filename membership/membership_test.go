@@ -663,3 +663,29 @@ func TestStall(t *testing.T) {
 		t.Fatalf("got %v, want a stall naming rank 1", err)
 	}
 }
+
+// TestLogWriterLevels: memberlist's lines about a foreign label or a failed
+// decryption are warnings about the job secret; a stream that ended before
+// its first byte (the empty label: a dial given up on an overloaded host)
+// is not, and neither is the rest of memberlist's chatter.
+func TestLogWriterLevels(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		warn bool
+	}{
+		{`[ERR] memberlist: discarding stream with unacceptable label "": from=10.0.0.2:4000`, false},
+		{`[ERR] memberlist: discarding stream with unacceptable label "otherjob": from=10.0.0.2:4000`, true},
+		{`[ERR] memberlist: discarding packet with unacceptable label "": from=10.0.0.2:4000`, true},
+		{`[ERR] memberlist: Failed to decrypt packet: No installed keys could decrypt the message`, true},
+		{`[DEBUG] memberlist: Stream connection from=10.0.0.2:4000`, false},
+	} {
+		var b strings.Builder
+		w := &logWriter{log: slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+		if _, err := w.Write([]byte(c.line + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(b.String(), "level=WARN"); got != c.warn {
+			t.Errorf("%s: logged %q, want a warning: %v", c.line, b.String(), c.warn)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,9 @@ type peerConn struct {
 	// readDone is closed when its reader returns (nil for a connection
 	// that never had one).
 	readDone chan struct{}
+	// outwaited is set when Close's linger ran out on it: the peer had
+	// neither read the goodbye nor closed.
+	outwaited atomic.Bool
 }
 
 // Listen starts listening; the transport is usable after Connect.
@@ -235,7 +239,10 @@ func (t *TCP) readLoop(pc *peerConn) {
 		if err != nil {
 			pc.broken.Store(true)
 			if t.lingering.Load() {
-				return // Close is waiting for this: the end is expected
+				// Close is waiting for this: the end is expected, or its
+				// wait ran out.
+				pc.outwaited.Store(errors.Is(err, os.ErrDeadlineExceeded))
+				return
 			}
 			select {
 			case <-t.closing:
@@ -843,27 +850,15 @@ func (t *TCP) waitReaders(d time.Duration) {
 	for _, pc := range pcs {
 		_ = pc.c.SetReadDeadline(deadline)
 	}
-	done := make(chan struct{})
-	go func() { t.readers.Wait(); close(done) }()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-done:
-		return
-	case <-timer.C:
-	}
-	// Say which peers kept this rank waiting the whole time: they neither
-	// read the goodbye nor closed.
+	t.readers.Wait()
+	// Say which peers kept this rank waiting the whole time.
 	var slow []int
 	for _, pc := range pcs {
-		select {
-		case <-pc.readDone:
-		default:
+		if pc.outwaited.Load() {
 			slow = append(slow, pc.peer)
 		}
 	}
 	if len(slow) > 0 {
 		t.log.Info("closing: peers had not read the goodbye within the linger", "ranks", slow, "linger", d)
 	}
-	<-done
 }
