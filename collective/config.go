@@ -183,7 +183,9 @@ type Config struct {
 	HostKey string
 
 	// Gossip timers: a silent rank is declared dead after roughly
-	// ProbeInterval * (a few + SuspicionMult).
+	// ProbeInterval * (a few + SuspicionMult). A job of more than 64 ranks
+	// stretches ProbeInterval and ProbeTimeout by Size/64, at most 4 times
+	// (package membership).
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
 	SuspicionMult int

@@ -58,6 +58,9 @@ type Config struct {
 	// connect.
 	Host string
 
+	// ProbeInterval and ProbeTimeout are gossip's timers for jobs of up to
+	// 64 ranks; a larger job stretches them, and gossip's own interval, by
+	// Size/64, at most 4 times (see gossipStretch).
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
 	// SuspicionMult scales how long a suspect is given before it is
@@ -78,7 +81,8 @@ type Config struct {
 }
 
 // DefaultConfig has timers for a LAN: a silent member is declared dead in
-// about two seconds.
+// about two seconds (in a job of more than 64 ranks, up to four times as
+// long).
 func DefaultConfig() Config {
 	return Config{
 		BindAddr:      "0.0.0.0",
@@ -178,6 +182,11 @@ func Start(cfg Config, ev Events) (*Member, error) {
 	mc.SuspicionMaxTimeoutMult = 2
 	mc.AwarenessMaxMultiplier = 4
 	mc.GossipInterval = 50 * time.Millisecond
+	if f := gossipStretch(cfg.Size); f > 1 {
+		mc.ProbeInterval *= f
+		mc.ProbeTimeout *= f
+		mc.GossipInterval *= f
+	}
 	mc.GossipToTheDeadTime = 2 * time.Second
 	// A rank restarted on another host (gorun --max-restarts) comes back
 	// under its name at a new address: once the old one is dead, the new
@@ -614,6 +623,20 @@ func (m *Member) Close() error {
 		m.joins.Wait()
 	})
 	return err
+}
+
+// gossipStretch is how much a job of size ranks stretches gossip's probe
+// interval, probe timeout and gossip interval: 1 up to 64 ranks, then
+// size/64, at most 4. A member's own gossip work does not grow with the
+// job, but a member that misses probes for want of CPU is suspected, and
+// every verdict reaches every member: at 256 ranks on 64 test hosts
+// sharing 2 cores, with the timers for 64, gossip declared live ranks
+// dead about 4,000 times a second, taking them back as often, and that
+// churn took most of the CPU (a small job's wall time 60-80 s; stretched
+// 4 times, 20-24 s; results/scale). A silent member is then declared dead
+// in as many times as long.
+func gossipStretch(size int) time.Duration {
+	return time.Duration(min(4, max(1, size/64)))
 }
 
 // leaveLinger is how long a leaving member keeps gossiping.

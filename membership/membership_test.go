@@ -689,3 +689,13 @@ func TestLogWriterLevels(t *testing.T) {
 		}
 	}
 }
+
+// TestGossipStretch: gossip's timers hold up to 64 ranks and stretch with
+// the job beyond, at most 4 times.
+func TestGossipStretch(t *testing.T) {
+	for size, want := range map[int]time.Duration{1: 1, 2: 1, 63: 1, 64: 1, 127: 1, 128: 2, 200: 3, 256: 4, 4096: 4} {
+		if got := gossipStretch(size); got != want {
+			t.Errorf("gossipStretch(%d) = %d, want %d", size, got, want)
+		}
+	}
+}
