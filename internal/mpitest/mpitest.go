@@ -359,10 +359,11 @@ func jobRunning(id string) bool {
 	if id == "" {
 		return false
 	}
-	want := []byte("GORUN_JOB_ID=" + id + "\x00")
+	want := "GORUN_JOB_ID=" + id
 	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
 	for _, p := range procs {
-		if b, err := os.ReadFile(p); err == nil && bytes.Contains(append([]byte{0}, b...), append([]byte{0}, want...)) {
+		// As internal/soak finds its run's ranks: one NUL-separated entry.
+		if b, err := os.ReadFile(p); err == nil && slices.ContainsFunc(bytes.Split(b, []byte{0}), func(kv []byte) bool { return string(kv) == want }) {
 			return true
 		}
 	}
