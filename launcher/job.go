@@ -207,10 +207,15 @@ func (j *job) baseSpec(secret string) *proto.HostSpec {
 	var pmiSpec *proto.PMISpec
 	if cfg.PMI != PMIOff {
 		nodes := make([]int, j.np)
+		var names []string
 		for _, p := range j.places {
 			nodes[p.Rank] = p.NodeRank
+			for len(names) <= p.NodeRank {
+				names = append(names, "")
+			}
+			names[p.NodeRank] = j.hosts[p.Host].Name
 		}
-		pmiSpec = &proto.PMISpec{KVS: "kvs_gorun_" + j.jobID, Size: j.np, Mapping: pmi.ProcessMapping(nodes)}
+		pmiSpec = &proto.PMISpec{KVS: "kvs_gorun_" + j.jobID, Size: j.np, Mapping: pmi.ProcessMapping(nodes), Nodes: nodes, NodeNames: names}
 	}
 	return &proto.HostSpec{
 		Version: proto.Version, JobID: j.jobID, Program: cfg.Program, Args: cfg.Args,

@@ -274,6 +274,9 @@ func (n *Node) Serve(ctx context.Context, rank int, conn io.ReadWriter) (Result,
 			res.Aborted = true
 			res.Code, _ = strconv.Atoi(a["exitcode"])
 			res.Msg = a["msg"]
+			if m, ok := a["message"]; ok {
+				res.Msg = m // MPICH 4.2
+			}
 			if n.cfg.Abort != nil {
 				n.cfg.Abort(rank, res.Code, res.Msg)
 			}

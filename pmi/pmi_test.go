@@ -404,6 +404,7 @@ func TestParseLineRestOfLine(t *testing.T) {
 		{"cmd=put kvsname=k key=a value=", "value", ""},
 		{"cmd=put kvsname=k key=a value=key=b", "value", "key=b"},
 		{"cmd=abort exitcode=3 msg=it went wrong ", "msg", "it went wrong "},
+		{"cmd=abort exitcode=3 message=application called MPI_Abort(MPI_COMM_WORLD, 3) - process 1", "message", "application called MPI_Abort(MPI_COMM_WORLD, 3) - process 1"}, // MPICH 4.2
 	} {
 		r, err := ParseLine(tc.line)
 		if err != nil || r.Args[tc.key] != tc.want {

@@ -29,7 +29,8 @@ type Request struct {
 // ParseLine parses one request line, without its newline: space-separated
 // key=value tokens, the first of which is cmd= or mcmd=. Keys are unique
 // and non-empty, values may be empty, and the line holds no control
-// characters. The value of a put and the message of an abort run to the
+// characters. The value of a put and the message of an abort (msg=, or
+// message= as MPICH 4.2 names it) run to the
 // end of the line, spaces included: they are the last field of their
 // line in every PMI-1 client, and Open MPI's encoded values hold spaces.
 func ParseLine(line string) (Request, error) {
@@ -82,7 +83,7 @@ func ParseLine(line string) (Request, error) {
 
 // restOfLine reports whether key's value in r runs to the end of the line.
 func restOfLine(r Request, key string) bool {
-	return !r.Multi && (r.Cmd == "put" && key == "value" || r.Cmd == "abort" && key == "msg")
+	return !r.Multi && (r.Cmd == "put" && key == "value" || r.Cmd == "abort" && (key == "msg" || key == "message"))
 }
 
 // nextToken splits s, which starts with a token, at the first space or tab

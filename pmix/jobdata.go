@@ -1,7 +1,6 @@
 package pmix
 
 import (
-	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -23,8 +22,6 @@ const (
 	keyNumNodes    = "pmix.num.nodes"
 	keyNumApps     = "pmix.job.napps"
 	keyTmpDir      = "pmix.tmpdir"
-	keyNsDir       = "pmix.nsdir"
-	keyProcDir     = "pmix.pdir"
 	keyNodeList    = "pmix.nlist"
 	keySessionID   = "pmix.session.id"
 	keyNodeArray   = "pmix.node.arr"
@@ -59,9 +56,6 @@ func joinRanks(r []int) string {
 	return b.String()
 }
 
-// nsDir is the namespace's directory under the host's directory.
-func (s *Server) nsDir() string { return filepath.Join(s.cfg.TmpDir, s.cfg.Nspace) }
-
 func (s *Server) buildJobData() []byte {
 	var e encoder
 	e.packedString(s.cfg.Nspace)
@@ -80,8 +74,10 @@ func (s *Server) buildJobData() []byte {
 	e.kval(keyNodeList, String(strings.Join(names, ",")))
 	e.kval(keySpawned, Bool(false))
 	if s.cfg.TmpDir != "" {
+		// Open MPI 5 makes its session directories under it (and would
+		// use a namespace or process directory as given, without
+		// making it: those are left to it).
 		e.kval(keyTmpDir, String(s.cfg.TmpDir))
-		e.kval(keyNsDir, String(s.nsDir()))
 	}
 
 	// This node, as lone keys: the client files them under its own
@@ -135,9 +131,6 @@ func (s *Server) buildJobData() []byte {
 				{Key: keyGlobalRank, Value: Rank(uint32(r))},
 				{Key: keyAppRank, Value: Rank(uint32(r))},
 				{Key: keyReinc, Value: Uint32(0)},
-			}
-			if id == s.cfg.Host && s.cfg.TmpDir != "" {
-				in = append(in, Info{Key: keyProcDir, Value: String(filepath.Join(s.nsDir(), strconv.Itoa(r)))})
 			}
 			e.kval(keyProcData, InfoArray(in))
 		}

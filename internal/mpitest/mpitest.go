@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,9 @@ import (
 var sources = map[string]string{
 	// mpicheck SEED COUNT...: for each count, all-reduce (sum, max, min),
 	// broadcast from rank COUNT % size and all-gather of each rank's
-	// COUNT values (see Value), printed in full.
+	// COUNT values (see Value), then in the communicators of MPI_Comm_split
+	// by rank parity, ordered by descending rank, an all-gather and a sum
+	// reduced to each one's rank 0; printed in full.
 	"mpicheck": `#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +56,16 @@ int main(int argc, char **argv) {
         show(r, "bcast", c, o, c);
         MPI_Allgather(v, c, MPI_LONG, g, c, MPI_LONG, MPI_COMM_WORLD);
         show(r, "allgather", c, g, c * n);
+        MPI_Comm sub;
+        MPI_Comm_split(MPI_COMM_WORLD, r % 2, n - r, &sub);
+        int sr, sn;
+        MPI_Comm_rank(sub, &sr);
+        MPI_Comm_size(sub, &sn);
+        MPI_Allgather(v, c, MPI_LONG, g, c, MPI_LONG, sub);
+        show(r, "split-allgather", c, g, c * sn);
+        MPI_Reduce(v, o, c, MPI_LONG, MPI_SUM, 0, sub);
+        if (sr == 0) show(r, "split-reduce", c, o, c);
+        MPI_Comm_free(&sub);
         free(v); free(o); free(g);
     }
     MPI_Finalize();
@@ -200,10 +213,10 @@ func compile(t testing.TB, dir, name, src, cc string, flags ...string) string {
 // pmixDir is where Debian's libpmix-dev keeps PMIx's headers and library.
 const pmixDir = "/usr/lib/x86_64-linux-gnu/pmix2"
 
-// BuildPMIxClient compiles a program that calls PMIx_Init and prints
-// what it got, as Open MPI 5's MPI_Init does first: the stand-in for an
-// MPI gorun cannot serve. It needs libpmix-dev (a part of OpenMPI's
-// packages here).
+// BuildPMIxClient compiles a program that calls PMIx_Init, prints what
+// it got and calls PMIx_Finalize: a bare PMIx client, as Open MPI 5's
+// MPI_Init is first. It needs libpmix-dev (a part of OpenMPI's packages
+// here).
 func BuildPMIxClient(t testing.TB, dir string) string {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(pmixDir, "include", "pmix.h")); err != nil {
@@ -215,10 +228,12 @@ func BuildPMIxClient(t testing.TB, dir string) string {
 int main(void) {
     pmix_proc_t me;
     pmix_status_t rc = PMIx_Init(&me, NULL, 0);
-    printf("PMIx_Init %s nspace=%s rank=%u\n", PMIx_Error_string(rc), me.nspace, me.rank);
+    printf("PMIx_Init %s nspace=%s rank=%u\n", rc == PMIX_SUCCESS ? "ok" : PMIx_Error_string(rc), me.nspace, me.rank);
     fflush(stdout);
-    sleep(30); /* a singleton would go on alone */
-    return 0;
+    if (rc != PMIX_SUCCESS) return 1;
+    rc = PMIx_Finalize(NULL, 0);
+    printf("PMIx_Finalize %s\n", rc == PMIX_SUCCESS ? "ok" : PMIx_Error_string(rc));
+    return rc == PMIX_SUCCESS ? 0 : 1;
 }
 `
 	return compile(t, dir, "pmixclient", src, "gcc", "-I"+pmixDir+"/include", "-L"+pmixDir+"/lib", "-Wl,-rpath,"+pmixDir+"/lib", "-lpmix")
@@ -267,6 +282,30 @@ func Expected(rank, size int, seed int64, counts []int) []string {
 			}
 		}
 		show("allgather", c, g)
+		// MPI_Comm_split(world, r%2, size-r): the ranks of r's parity,
+		// highest first.
+		var members []int
+		for m := size - 1; m >= 0; m-- {
+			if m%2 == rank%2 {
+				members = append(members, m)
+			}
+		}
+		g = nil
+		for _, m := range members {
+			for i := range c {
+				g = append(g, Value(m, i, seed))
+			}
+		}
+		show("split-allgather", c, g)
+		if members[0] == rank {
+			red := make([]int64, c)
+			for _, m := range members {
+				for i := range c {
+					red[i] += Value(m, i, seed)
+				}
+			}
+			show("split-reduce", c, red)
+		}
 	}
 	return lines
 }
@@ -368,4 +407,21 @@ func jobRunning(id string) bool {
 		}
 	}
 	return false
+}
+
+// OpenMPIMajor is the major version of the Open MPI that mpicc.openmpi
+// builds with (4 on Debian 12, 5 on Debian 13), or 0 if there is none.
+// With GORUN_REQUIRE_OPENMPI5=1 (the Debian 13 root) anything but 5
+// fails t.
+func OpenMPIMajor(t testing.TB) int {
+	t.Helper()
+	out, err := exec.Command("ompi_info", "--version").CombinedOutput()
+	major := 0
+	if m := regexp.MustCompile(`Open MPI v(\d+)\.`).FindSubmatch(out); err == nil && m != nil {
+		major, _ = strconv.Atoi(string(m[1]))
+	}
+	if os.Getenv("GORUN_REQUIRE_OPENMPI5") == "1" && major != 5 {
+		t.Fatalf("GORUN_REQUIRE_OPENMPI5=1, but ompi_info --version says %q (%v)", out, err)
+	}
+	return major
 }

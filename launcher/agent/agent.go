@@ -100,7 +100,13 @@ func Run(ctx context.Context, cfg Config) error {
 			return fail(c, err)
 		}
 		defer a.ompi.close()
-		a.background(a.watchTrap)
+		if a.pmix, err = a.pmixServer(); err != nil {
+			return fail(c, err)
+		}
+		defer a.pmix.close()
+		if a.pmix != nil {
+			a.background(a.servePMIx)
+		}
 		a.background(a.watchSingletons)
 	}
 	if err := c.Send(&proto.Message{Kind: proto.MsgReady, Ready: ready}); err != nil {
@@ -372,6 +378,7 @@ type agent struct {
 	prog   string
 	pmi    *pmi.Node  // nil: no PMI
 	ompi   *ompiRoute // nil: no PMI
+	pmix   *pmixHost  // nil: no PMI
 
 	mu          sync.Mutex
 	procs       []*rankProc // in spec.Ranks order; a restart takes its rank's place

@@ -30,10 +30,9 @@ const ompiLibFD = pmiFD + 1
 
 // ompiRoute is what the host's ranks share for Open MPI.
 type ompiRoute struct {
-	lib  *os.File     // nil: this gorun has no library (the trap then says so)
-	dir  string       // the job's directory for Open MPI's files on this host
-	env  []string     // the part of every rank's environment that is the same
-	trap net.Listener // where a PMIx client lands (see trapEnv)
+	lib *os.File // nil: this gorun has no library (Open MPI 4 then uses PMIx)
+	dir string   // the job's directory for Open MPI's files on this host
+	env []string // the part of every rank's environment that is the same
 
 	sawSingleton atomic.Bool // see singleton
 }
@@ -57,6 +56,7 @@ func (a *agent) openMPIRoute() (*ompiRoute, error) {
 		"OMPI_MCA_orte_tmpdir_base=" + dir,
 		"OMPI_MCA_btl_vader_backing_directory=" + dir,
 		"OMPI_MCA_osc_sm_backing_directory=" + dir,
+		"OMPI_MCA_btl_sm_backing_directory=" + dir, // Open MPI 5's name
 		"GORUN_PMI_CLIQUE=" + a.clique(),
 	}
 	if len(a.spec.Ranks) > 0 {
@@ -66,69 +66,24 @@ func (a *agent) openMPIRoute() (*ompiRoute, error) {
 		}
 	}
 	if r.lib, err = pmilib.Open(); err != nil {
-		a.log.Warn("no PMI-1 library for Open MPI", "err", err)
+		a.log.Warn("no PMI-1 library for Open MPI 4; it will bootstrap through PMIx", "err", err)
 		r.lib = nil
-		// Open MPI 4 then skips its flux component and, as a PMIx
-		// client, lands in the trap, which says why.
 		r.env = append(r.env, "OMPI_MCA_pmix=^flux")
 	} else {
-		r.env = append(r.env, "FLUX_PMI_LIBRARY_PATH=/proc/self/fd/"+strconv.Itoa(ompiLibFD))
-	}
-	if r.trap, err = net.Listen("tcp4", "127.0.0.1:0"); err != nil {
-		r.close()
-		return nil, fmt.Errorf("PMIx trap: %w", err)
+		// Open MPI 4 would prefer its PMIx component (ext3x, or pmix3x
+		// in a build with its own PMIx), PMIx's variables being set for
+		// Open MPI 5: keep it on flux. Open MPI 5's pmix framework has
+		// no components, so excluding some changes nothing there (naming
+		// one, flux, would fail its MPI_Init).
+		r.env = append(r.env, "FLUX_PMI_LIBRARY_PATH=/proc/self/fd/"+strconv.Itoa(ompiLibFD), "OMPI_MCA_pmix=^ext3x,pmix3x")
 	}
 	return r, nil
-}
-
-// The trap. gorun is no PMIx server, but a PMIx client that finds none
-// runs as a singleton: N silent one-rank jobs. So every rank is told that
-// a PMIx server listens on a port of the agent's; Open MPI 5, an Open MPI
-// 4 that does not use its flux component, or any other PMIx program,
-// connects there in its MPI_Init, and the agent fails the rank with a
-// message that says what to do instead. Open MPI 4's flux route reads
-// none of these variables (its ext3x component looks at PMIX_SERVER_URI
-// and PMIX_ID only, which are left unset), so it is not disturbed.
-
-// trapEnv is a rank's PMIx environment pointing at the trap. It leaves
-// PMIX_NAMESPACE unset: Open MPI 4 would then choose its ext3x component
-// over flux even with FLUX_JOB_ID set; a PMIx client connects without it.
-func (r *ompiRoute) trapEnv() []string {
-	uri := "gorun.0;tcp4://" + r.trap.Addr().String()
-	var env []string
-	for _, v := range []string{"41", "4", "3", "21", "2"} {
-		env = append(env, "PMIX_SERVER_URI"+v+"="+uri)
-	}
-	return env
-}
-
-// watchTrap fails the rank whose PMIx client connects to the trap, until
-// stop.
-func (a *agent) watchTrap(stop <-chan struct{}) {
-	r := a.ompi
-	go func() {
-		<-stop
-		_ = r.trap.Close()
-	}()
-	for {
-		c, err := r.trap.Accept()
-		if err != nil {
-			return
-		}
-		rank := a.trapRank(c)
-		_ = c.Close()
-		what := "started a PMIx client (Open MPI 5, or an Open MPI 4 that does not use its flux component)"
-		if r.lib == nil {
-			what = "started Open MPI, but " + pmilib.ErrNone.Error()
-		}
-		a.failRankNumber(rank, what+": gorun serves MPI programs through PMI-1 (MPICH and its derivatives, Open MPI 4.x through its flux component), and this program would run as one-rank jobs. "+ompiAdvice)
-	}
 }
 
 // ompiAdvice ends every message about an MPI program gorun cannot serve.
 const ompiAdvice = "Start it with its own mpirun, or build it against MPICH (mpicc.mpich); `--pmi=none` runs it as separate one-rank jobs on purpose."
 
-// trapRank finds which of the host's ranks the client on c belongs to:
+// trapRank finds which of the host's ranks the PMIx client on c belongs to:
 // the process that holds the other end of c (found through
 // /proc/net/tcp and the processes' descriptors) is in the process group
 // of the rank that started it. It returns -1 if it cannot tell.
@@ -256,8 +211,8 @@ func (a *agent) watchSingletons(stop <-chan struct{}) {
 	a.failRankNumber(-1, singletonFailure)
 }
 
-// close removes the job's Open MPI files on this host and the memfd, and
-// closes the trap. It is idempotent.
+// close removes the job's Open MPI files on this host and the memfd. It
+// is idempotent.
 func (r *ompiRoute) close() {
 	if r == nil {
 		return
@@ -265,9 +220,6 @@ func (r *ompiRoute) close() {
 	if r.lib != nil {
 		_ = r.lib.Close()
 		r.lib = nil
-	}
-	if r.trap != nil {
-		_ = r.trap.Close()
 	}
 	// A file Open MPI's last exiting rank still had open may be unlinked
 	// a moment late, or land while the directory is being emptied: tried

@@ -82,6 +82,12 @@ func (a *agent) pmiNode() (*pmi.Node, error) {
 
 // releasePMI passes the launcher's release of a barrier to the node.
 func (a *agent) releasePMI(m *proto.Message) {
+	if ours, err := a.pmix.release(m); ours {
+		if err != nil {
+			_ = a.conn.Send(&proto.Message{Kind: proto.MsgError, Err: err.Error()})
+		}
+		return
+	}
 	if a.pmi == nil {
 		return
 	}

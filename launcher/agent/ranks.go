@@ -251,7 +251,7 @@ func (a *agent) openChannels(p *rankProc) channels {
 			f.extra, f.theirs = append(f.extra, theirs), append(f.theirs, theirs) // descriptor pmiFD
 			f.env = append(f.env, pmi.Env(pmiFD, rs.Rank, a.spec.PMI.Size, rs.LocalRank, rs.LocalSize)...)
 			f.env = append(f.env, a.ompi.env...)
-			f.env = append(f.env, a.ompi.trapEnv()...)
+			f.env = append(f.env, a.pmix.env(rs.Rank)...)
 			if a.ompi.lib != nil {
 				f.extra = append(f.extra, a.ompi.lib) // descriptor ompiLibFD
 			}
@@ -363,6 +363,9 @@ func (a *agent) waitRank(p *rankProc, pumps *sync.WaitGroup) {
 		ex.Code = 1
 	}
 	ex.Failure = a.endPMI(p, ex.Code)
+	if ex.Failure == "" && p.spec.Hub == 0 {
+		ex.Failure = a.endPMIx(p.spec.Rank, ex.Code)
+	}
 	a.endControl(p)
 	if ex.Code == 0 && ex.Failure == "" && a.ompi.singleton() {
 		ex.Failure = "but " + singletonFailure

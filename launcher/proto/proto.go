@@ -27,7 +27,7 @@ const (
 	// 4: elastic ranks (HostSpec.Elastic, MsgView, MsgSuspect, MsgSignalRank);
 	// 5: restarts (HostSpec.MaxRestarts, MsgRestart, MsgJoin, Message.Joined);
 	// 6: a restart on another host (Message.RankSpec).
-	Version = 6
+	Version = 7
 
 	// MaxBannerLines is how many lines before Magic SkipBanner reads
 	// before it gives up.
@@ -127,6 +127,11 @@ type PMISpec struct {
 	KVS     string // the job's KVS name
 	Size    int    // ranks in the job
 	Mapping string // PMI_process_mapping ("" leaves it unset)
+	// Nodes is each rank's node (the index of its host among the hosts
+	// with ranks) and NodeNames each node's name: the placement a PMIx
+	// client reads at init.
+	Nodes     []int
+	NodeNames []string
 }
 
 // Ready is an agent's answer to the spec once its pre-flight passed.

@@ -1,0 +1,255 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorun/gorun/launcher/proto"
+	"github.com/gorun/gorun/pmi"
+	"github.com/gorun/gorun/pmix"
+)
+
+// PMIx on the host: the agent is the PMIx server of its ranks (package
+// pmix), for Open MPI 5 and any other PMIx program. Every rank is told
+// (PMIX_NAMESPACE, PMIX_RANK, PMIX_SERVER_URI41 ...) that its server
+// listens on a loopback port of the agent's. A connection is served as
+// the rank whose process group holds the client's socket (trapRank), and
+// only if the client names that rank: a process that is no rank of this
+// host is turned away. A PMIx fence goes to the launcher as a PMI barrier
+// does (MsgPMIFence, one per host and fence), its data as one put per
+// rank.
+//
+// Open MPI 4 reads PMIx's variables too, and would then prefer its PMIx
+// component to its flux one; OMPI_MCA_pmix=flux keeps it on the flux
+// route (gorun's PMI-1 library), which Open MPI 5, having no pmix
+// framework, does not read.
+
+// pmixKeyPrefix marks the launcher's puts that carry a rank's PMIx data.
+const pmixKeyPrefix = "\x00pmix:"
+
+// pmixHost is the host's PMIx server and what its sessions did.
+type pmixHost struct {
+	srv *pmix.Server
+	ln  net.Listener
+	// fenced: a PMIx fence went to the launcher, so its releases are the
+	// PMIx server's (a job's ranks speak PMI-1 or PMIx, not both).
+	fenced atomic.Bool
+
+	mu    sync.Mutex
+	ranks map[int]*pmixRank
+}
+
+// pmixRank is what one rank's PMIx sessions did (a rank may connect more
+// than once: a child it starts may call PMIx_Init too).
+type pmixRank struct {
+	res    pmix.Result
+	active int
+	idle   chan struct{} // closed while no session of the rank is active
+}
+
+// pmixServer creates the host's PMIx server and its listener, or returns
+// nil when the job has no PMI.
+func (a *agent) pmixServer() (*pmixHost, error) {
+	s := a.spec.PMI
+	if s == nil || a.ompi == nil {
+		return nil, nil
+	}
+	if len(s.Nodes) != s.Size || len(s.NodeNames) == 0 {
+		return nil, fmt.Errorf("PMIx: the launcher sent no placement (%d nodes for %d ranks)", len(s.Nodes), s.Size)
+	}
+	hosts := make([]pmix.Host, len(s.NodeNames))
+	for i, n := range s.NodeNames {
+		hosts[i].Name = n
+	}
+	for r, n := range s.Nodes {
+		if n < 0 || n >= len(hosts) {
+			return nil, fmt.Errorf("PMIx: rank %d on node %d of %d", r, n, len(hosts))
+		}
+		hosts[n].Ranks = append(hosts[n].Ranks, r)
+	}
+	me := -1
+	for _, rs := range a.spec.Ranks {
+		if rs.Hub == 0 {
+			me = s.Nodes[rs.Rank]
+			break
+		}
+	}
+	if me < 0 {
+		return nil, nil
+	}
+	cfg := pmix.DefaultConfig()
+	cfg.Nspace = "gorun." + a.spec.JobID
+	if len(cfg.Nspace) > pmix.MaxNspace {
+		cfg.Nspace = cfg.Nspace[:pmix.MaxNspace]
+	}
+	cfg.Hosts, cfg.Host = hosts, me
+	cfg.Hostname, _ = os.Hostname()
+	cfg.TmpDir = a.ompi.dir
+	cfg.UID, cfg.GID = uint32(os.Geteuid()), uint32(os.Getegid())
+	h := &pmixHost{ranks: map[int]*pmixRank{}}
+	cfg.Relay = func(epoch int, data map[int][]byte) error {
+		h.fenced.Store(true)
+		puts := make([]pmi.KV, 0, len(data))
+		for r, b := range data {
+			puts = append(puts, pmi.KV{Key: pmixKeyPrefix + strconv.Itoa(r), Value: string(b)})
+		}
+		sort.Slice(puts, func(i, j int) bool { return puts[i].Key < puts[j].Key })
+		return a.conn.Send(&proto.Message{Kind: proto.MsgPMIFence, Epoch: epoch, Puts: puts})
+	}
+	cfg.Abort = func(rank, code int, text string) {
+		_ = a.conn.Send(&proto.Message{Kind: proto.MsgPMIAbort, Rank: rank, Code: code, Err: text})
+	}
+	cfg.Refused = func(rank int, what string) {
+		a.log.Warn("a rank asked for what gorun's PMIx server does not serve; it was told PMIX_ERR_NOT_SUPPORTED", "rank", rank, "what", what)
+	}
+	srv, err := pmix.NewServer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	h.srv = srv
+	if h.ln, err = net.Listen("tcp4", "127.0.0.1:0"); err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("PMIx server: %w", err)
+	}
+	return h, nil
+}
+
+// env is rank's PMIx environment.
+func (h *pmixHost) env(rank int) []string {
+	if h == nil {
+		return nil
+	}
+	return h.srv.Env(rank, h.ln.Addr().String())
+}
+
+// close ends the server and its sessions. It is idempotent.
+func (h *pmixHost) close() {
+	if h == nil {
+		return
+	}
+	_ = h.ln.Close()
+	_ = h.srv.Close()
+}
+
+// release passes the launcher's release of a fence to the server, if the
+// fence was a PMIx one; it reports whether it was.
+func (h *pmixHost) release(m *proto.Message) (bool, error) {
+	if h == nil || !h.fenced.Load() {
+		return false, nil
+	}
+	data := map[int][]byte{}
+	for _, kv := range m.Puts {
+		r, err := strconv.Atoi(strings.TrimPrefix(kv.Key, pmixKeyPrefix))
+		if !strings.HasPrefix(kv.Key, pmixKeyPrefix) || err != nil {
+			continue
+		}
+		data[r] = []byte(kv.Value)
+	}
+	return true, h.srv.Release(m.Epoch, data)
+}
+
+// servePMIx accepts the ranks' PMIx clients until stop.
+func (a *agent) servePMIx(stop <-chan struct{}) {
+	h := a.pmix
+	go func() {
+		<-stop
+		h.close()
+	}()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c, err := h.ln.Accept()
+		if err != nil {
+			return
+		}
+		rank := a.trapRank(c)
+		if rank < 0 {
+			a.log.Warn("a process that is none of this host's ranks connected to the PMIx server; turned away", "from", c.RemoteAddr().String())
+			_ = c.Close()
+			continue
+		}
+		pr := h.begin(rank)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := h.srv.Serve(context.Background(), rank, c)
+			h.end(pr, res)
+			if err != nil && !errors.Is(err, pmix.ErrClosed) {
+				a.failRankNumber(rank, "PMIx: "+err.Error())
+			}
+		}()
+	}
+}
+
+func (h *pmixHost) begin(rank int) *pmixRank {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pr := h.ranks[rank]
+	if pr == nil {
+		pr = &pmixRank{}
+		h.ranks[rank] = pr
+	}
+	if pr.active == 0 {
+		pr.idle = make(chan struct{})
+	}
+	pr.active++
+	return pr
+}
+
+func (h *pmixHost) end(pr *pmixRank, res pmix.Result) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pr.res.Init = pr.res.Init || res.Init
+	pr.res.Finalized = pr.res.Finalized || res.Finalized
+	if res.Aborted {
+		pr.res.Aborted, pr.res.Status = true, res.Status
+	}
+	pr.active--
+	if pr.active == 0 {
+		close(pr.idle)
+	}
+}
+
+// endPMIx waits briefly for rank's sessions after its process exited, and
+// returns why the rank counts as failed in spite of exit code 0, if it
+// does.
+func (a *agent) endPMIx(rank, code int) string {
+	h := a.pmix
+	if h == nil {
+		return ""
+	}
+	h.mu.Lock()
+	pr := h.ranks[rank]
+	var idle chan struct{}
+	if pr != nil && pr.active > 0 {
+		idle = pr.idle
+	}
+	h.mu.Unlock()
+	if pr == nil {
+		return ""
+	}
+	if idle != nil {
+		t := time.NewTimer(pmiWait) // a child of the rank may hold its socket
+		select {
+		case <-idle:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	h.mu.Lock()
+	res := pr.res
+	h.mu.Unlock()
+	if code == 0 && res.Init && !res.Finalized && !res.Aborted {
+		return "without calling MPI_Finalize after MPI_Init (PMIx_Finalize after PMIx_Init)"
+	}
+	return ""
+}
