@@ -133,6 +133,7 @@ type job struct {
 	hosts   int
 	aborts  []string
 	refused []string
+	onAbort func()
 }
 
 func newJob(t *testing.T, placement [][]int) *job {
@@ -153,7 +154,11 @@ func newJob(t *testing.T, placement [][]int) *job {
 		cfg.Abort = func(rank, status int, msg string) {
 			j.mu.Lock()
 			j.aborts = append(j.aborts, fmt.Sprintf("%d %d %s", rank, status, msg))
+			f := j.onAbort
 			j.mu.Unlock()
+			if f != nil {
+				f()
+			}
 		}
 		cfg.Refused = func(rank int, what string) {
 			j.mu.Lock()
@@ -332,7 +337,6 @@ func TestRealClient(t *testing.T) {
 			if len(outs) != len(flatten(placement)) {
 				t.Fatalf("%d ranks ran, want %d", len(outs), len(flatten(placement)))
 			}
-			t.Logf("rank %d:\n%s", outs[0].rank, outs[0].out)
 			for _, o := range outs {
 				want := strings.Join(expected(o.rank, placement, 2), "\n") + "\n"
 				if o.code != 0 || o.out != want || o.err != nil || !o.res.Init || !o.res.Finalized {
@@ -349,4 +353,38 @@ func flatten(p [][]int) []int {
 		out = append(out, rs...)
 	}
 	return out
+}
+
+// TestRealClientAbortAndExit: PMIx_Abort reaches the server's Abort with
+// its rank, status and message, and the session says so; a client that
+// exits without PMIx_Finalize ends a session that says it initialized
+// and never finalized.
+func TestRealClientAbortAndExit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	bin := buildClient(t)
+	placement := [][]int{{0, 1, 2}}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	j := newJob(t, placement)
+	j.onAbort = cancel // the job ends the others, as gorun's launcher does
+	outs := j.run(ctx, bin, "1", "abort")
+	if len(j.aborts) != 1 || j.aborts[0] != "2 3 test abort" {
+		t.Fatalf("aborts %q, want rank 2's status 3", j.aborts)
+	}
+	for _, o := range outs {
+		if o.rank == 2 && !(o.res.Init && o.res.Aborted && o.res.Status == 3) {
+			t.Fatalf("rank 2's session %+v", o.res)
+		}
+	}
+
+	ctx, cancel = context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	j = newJob(t, placement)
+	for _, o := range j.run(ctx, bin, "1", "nofinalize") {
+		if o.code != 0 || !o.res.Init || o.res.Finalized || o.err != nil {
+			t.Fatalf("rank %d: exit %d, session %+v %v:\n%s%s", o.rank, o.code, o.res, o.err, o.out, o.stderr)
+		}
+	}
 }

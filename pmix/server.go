@@ -9,6 +9,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -24,6 +25,8 @@ const (
 	cmdNotify     = 12
 	cmdRegEvents  = 13
 	cmdDeregEvent = 14
+	cmdLog        = 16
+	cmdJobControl = 18
 )
 
 var cmdNames = map[byte]string{
@@ -66,6 +69,11 @@ type Config struct {
 	// serve (spawn, publish, groups, ...): the rank gets
 	// PMIX_ERR_NOT_SUPPORTED and the caller may say so. Optional.
 	Refused func(rank int, what string)
+	// Cleanup is called when a rank registers files (dirs false) or
+	// directories (dirs true) to remove when the job ends (PMIx job
+	// control with PMIX_REGISTER_CLEANUP, as Open MPI 5 does for its
+	// shared-memory segment). Without it such a request is refused.
+	Cleanup func(rank int, paths []string, dirs bool)
 }
 
 // DefaultConfig is a one-host, one-rank job.
@@ -269,7 +277,7 @@ func (s *Server) Serve(ctx context.Context, rank int, conn net.Conn) (Result, er
 	ss.rmu.Lock()
 	res := ss.res
 	ss.rmu.Unlock()
-	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)) {
+	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrClosedPipe)) {
 		s.mu.Lock()
 		closed := s.closed
 		s.mu.Unlock()
@@ -430,6 +438,19 @@ func (ss *session) handle(ctx context.Context, tag uint32, msg []byte) error {
 		return ss.status(tag, StatusSuccess)
 	case cmdDeregEvent:
 		return nil
+	case cmdLog:
+		// Open MPI prints a message itself when the server does not
+		// log it.
+		return ss.status(tag, StatusNotSupported)
+	case cmdJobControl:
+		st, err := s.jobControl(ss.rank, d)
+		if err != nil {
+			return fmt.Errorf("pmix: job control: %w", err)
+		}
+		if st != StatusSuccess {
+			ss.refuse("PMIx job control other than registering files for cleanup")
+		}
+		return ss.status(tag, st)
 	}
 	what, ok := cmdNames[cmd]
 	if !ok {
@@ -443,6 +464,69 @@ func (ss *session) refuse(what string) {
 	if f := ss.s.cfg.Refused; f != nil {
 		f(ss.rank, what)
 	}
+}
+
+// jobControl serves the one job control a rank's MPI asks for:
+// registering files and directories to remove at the job's end.
+func (s *Server) jobControl(rank int, d *decoder) (Status, error) {
+	n, err := d.packedSize()
+	if err != nil {
+		return 0, err
+	}
+	if n > 0 {
+		if n > maxCount {
+			return 0, fmt.Errorf("%d targets", n)
+		}
+		if _, err := d.count(n); err != nil {
+			return 0, err
+		}
+		for i := 0; i < n; i++ {
+			if _, err := d.proc(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	ni, err := d.packedSize()
+	if err != nil {
+		return 0, err
+	}
+	infos, err := d.infos(ni)
+	if err != nil {
+		return 0, err
+	}
+	var files, dirs []string
+	for _, in := range infos {
+		switch in.Key {
+		case "pmix.reg.cleanup", "pmix.reg.cleanupdir":
+			v, ok := in.Value.asString()
+			if !ok {
+				return StatusBadParam, nil
+			}
+			for _, p := range strings.Split(v, ",") {
+				if p == "" {
+					continue
+				}
+				if in.Key == "pmix.reg.cleanup" {
+					files = append(files, p)
+				} else {
+					dirs = append(dirs, p)
+				}
+			}
+		case "pmix.clnup.recurse", "pmix.clnup.empty", "pmix.clnup.ignore", "pmix.clnup.lvtop":
+		default:
+			return StatusNotSupported, nil
+		}
+	}
+	if s.cfg.Cleanup == nil || len(files)+len(dirs) == 0 {
+		return StatusNotSupported, nil
+	}
+	if len(files) > 0 {
+		s.cfg.Cleanup(rank, files, false)
+	}
+	if len(dirs) > 0 {
+		s.cfg.Cleanup(rank, dirs, true)
+	}
+	return StatusSuccess, nil
 }
 
 // commit stores a rank's puts: pairs of a scope and a buffer of kvals.

@@ -10,7 +10,9 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gorun/gorun/pmi/pmilib"
@@ -35,6 +37,10 @@ type ompiRoute struct {
 	env []string // the part of every rank's environment that is the same
 
 	sawSingleton atomic.Bool // see singleton
+
+	mu      sync.Mutex
+	cleanup []string  // files ranks registered for removal (PMIx job control)
+	started time.Time // when the route was made
 }
 
 // openMPIRoute prepares the route, once per host, before the ranks start.
@@ -50,7 +56,7 @@ func (a *agent) openMPIRoute() (*ompiRoute, error) {
 		return nil, fmt.Errorf("directory for Open MPI's session files: %w", err)
 	}
 	a.sentinel.removeAll(dir)
-	r := &ompiRoute{dir: dir}
+	r := &ompiRoute{dir: dir, started: time.Now()}
 	r.env = []string{
 		"FLUX_JOB_ID=" + strconv.FormatUint(uint64(ompiJobNumber(a.spec.JobID)), 10),
 		"OMPI_MCA_orte_tmpdir_base=" + dir,
@@ -221,6 +227,13 @@ func (r *ompiRoute) close() {
 		_ = r.lib.Close()
 		r.lib = nil
 	}
+	r.mu.Lock()
+	files := r.cleanup
+	r.cleanup = nil
+	r.mu.Unlock()
+	for _, f := range files {
+		removeOwnFile(f, r.started)
+	}
 	// A file Open MPI's last exiting rank still had open may be unlinked
 	// a moment late, or land while the directory is being emptied: tried
 	// again, briefly, rather than left behind.
@@ -270,4 +283,34 @@ func (a *agent) clique() string {
 		b.WriteString(strconv.Itoa(r.Rank))
 	}
 	return b.String()
+}
+
+// registerCleanup keeps files a rank registered for removal at the end of
+// the host's part of the job. Directories need nothing: Open MPI's are in
+// the job's directory, removed whole; one elsewhere is not removed (a
+// rank's request must not empty a directory of the user's).
+func (r *ompiRoute) registerCleanup(paths []string, dirs bool) {
+	if r == nil || dirs {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range paths {
+		if filepath.IsAbs(p) {
+			r.cleanup = append(r.cleanup, filepath.Clean(p))
+		}
+	}
+}
+
+// removeOwnFile removes f if it is a regular file of this user made since
+// the job began: what a rank registered is removed, nothing older.
+func removeOwnFile(f string, since time.Time) {
+	st, err := os.Lstat(f)
+	if err != nil || !st.Mode().IsRegular() || st.ModTime().Before(since) {
+		return
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || int(sys.Uid) != os.Geteuid() {
+		return
+	}
+	_ = os.Remove(f)
 }

@@ -111,6 +111,7 @@ func (a *agent) pmixServer() (*pmixHost, error) {
 	cfg.Refused = func(rank int, what string) {
 		a.log.Warn("a rank asked for what gorun's PMIx server does not serve; it was told PMIX_ERR_NOT_SUPPORTED", "rank", rank, "what", what)
 	}
+	cfg.Cleanup = func(rank int, paths []string, dirs bool) { a.ompi.registerCleanup(paths, dirs) }
 	srv, err := pmix.NewServer(cfg)
 	if err != nil {
 		return nil, err
