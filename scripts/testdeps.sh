@@ -22,13 +22,14 @@ set -euo pipefail
 # mpich, libmpich-dev: MPICH programs run under gorun's PMI-1;
 # openmpi-bin, libopenmpi-dev: Open MPI 4 programs, through gorun's PMI-1
 #   library; libpmix-dev: the PMIx client that stands in for Open MPI 5;
+# python3-mpi4py, python3-numpy: mpi4py programs on Open MPI under gorun;
 # python3-torch: Debian's PyTorch (at /usr/bin/python3), which the gorun
 #   backend's tests (python/) run DDP and every operation on;
 # slurmctld, slurmd, slurm-client, munge: a real Slurm on the test hosts
 #   (testhosts.sh slurm), under which gorun starts its agents with srun.
 pkgs=(openssh-server openssh-client iproute2 iptables util-linux procps
     dataset-fashion-mnist mpich libmpich-dev openmpi-bin libopenmpi-dev
-    libpmix-dev python3-torch slurmctld slurmd slurm-client munge)
+    libpmix-dev python3-mpi4py python3-numpy python3-torch slurmctld slurmd slurm-client munge)
 # shellcheck disable=SC2206 # split on purpose: a space-separated list
 pkgs+=(${TESTDEPS_EXTRA:-})
 

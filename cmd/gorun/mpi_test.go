@@ -59,6 +59,47 @@ func checkCollectives(t *testing.T, mpi mpitest.MPI) {
 	noLeftovers(t, mark)
 }
 
+// TestMPI4py: an mpi4py program on Debian's Python (on Open MPI: 4 through
+// the flux route, 5 through PMIx) gets the same collectives as the C
+// program, on 1 to 5 ranks; its MPI_Abort ends the job with its code,
+// naming the rank.
+func TestMPI4py(t *testing.T) {
+	version := mpitest.NeedMPI4py(t)
+	mark := marker(t)
+	dir := filepath.Join(t.TempDir(), mark)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "check.py")
+	if err := os.WriteFile(script, []byte(mpitest.MPI4pyCheck), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for np := 1; np <= 5; np++ {
+		seed := rand.Int64N(1 << 20)
+		counts := []int{0, 1, 3, 11, 1 + rand.IntN(30)}
+		args := []string{"-np", strconv.Itoa(np), mpitest.Python, script, strconv.FormatInt(seed, 10)}
+		for _, c := range counts {
+			args = append(args, strconv.Itoa(c))
+		}
+		r := gorun(t, args...)
+		if r.code != 0 {
+			t.Fatalf("mpi4py %s, np %d: exit %d:\n%s", version, np, r.code, r.stderr)
+		}
+		mpitest.Check(t, r.stdout, np, seed, counts)
+	}
+	abort := filepath.Join(dir, "abort.py")
+	if err := os.WriteFile(abort, []byte("from mpi4py import MPI\nimport time\nc = MPI.COMM_WORLD\nc.Barrier()\nif c.Get_rank() == 1:\n    c.Abort(3)\ntime.sleep(300)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := gorun(t, "-np", "3", "--grace", "1s", mpitest.Python, abort)
+	if r.code != 3 || !strings.Contains(r.stderr, "rank 1 on localhost called MPI_Abort with exit code 3") {
+		t.Fatalf("mpi4py abort: exit %d, want 3 naming rank 1:\n%s", r.code, r.stderr)
+	}
+	noLeftovers(t, mark)
+	noOpenMPIFiles(t)
+	t.Logf("mpi4py %s", version)
+}
+
 // TestMPICHFailures: MPI_Abort(…, 3) ends the job with 3 and names the
 // rank; a segfault ends it with the signal; returning without
 // MPI_Finalize fails the job instead of leaving the others in a barrier;

@@ -425,3 +425,63 @@ func OpenMPIMajor(t testing.TB) int {
 	}
 	return major
 }
+
+// Python is the interpreter mpi4py is tested with: Debian's, whatever
+// python3 comes first on PATH.
+const Python = "/usr/bin/python3"
+
+// MPI4pyCheck is mpicheck written with mpi4py's buffer interface: the same
+// arguments, the same output (Expected, Check).
+const MPI4pyCheck = `import sys
+from mpi4py import MPI
+import numpy as np
+
+comm = MPI.COMM_WORLD
+r, n = comm.Get_rank(), comm.Get_size()
+seed = int(sys.argv[1])
+
+def val(rank, i):
+    return (seed * 31 + rank * 1000003 + i * 7919) % 10007 - 5000
+
+def show(what, c, x):
+    print(f"{r} {what} {c}" + "".join(f" {int(v)}" for v in x), flush=True)
+
+print(f"{r} size {n}", flush=True)
+for c in map(int, sys.argv[2:]):
+    v = np.array([val(r, i) for i in range(c)], dtype=np.int64)
+    o = np.zeros(c, dtype=np.int64)
+    for op, name in ((MPI.SUM, "allreduce-sum"), (MPI.MAX, "allreduce-max"), (MPI.MIN, "allreduce-min")):
+        comm.Allreduce(v, o, op=op)
+        show(name, c, o)
+    root = c % n
+    b = v.copy() if r == root else np.zeros(c, dtype=np.int64)
+    comm.Bcast(b, root=root)
+    show("bcast", c, b)
+    g = np.zeros(c * n, dtype=np.int64)
+    comm.Allgather(v, g)
+    show("allgather", c, g)
+    sub = comm.Split(r % 2, n - r)
+    sg = np.zeros(c * sub.Get_size(), dtype=np.int64)
+    sub.Allgather(v, sg)
+    show("split-allgather", c, sg)
+    sub.Reduce(v, o, op=MPI.SUM, root=0)
+    if sub.Get_rank() == 0:
+        show("split-reduce", c, o)
+    sub.Free()
+`
+
+// NeedMPI4py skips t without mpi4py for Python (fails it with
+// GORUN_REQUIRE_OPENMPI=1 or GORUN_REQUIRE_OPENMPI5=1) and returns the
+// version.
+func NeedMPI4py(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command(Python, "-c", "import mpi4py, numpy; print(mpi4py.__version__)").CombinedOutput()
+	if err != nil {
+		msg := fmt.Sprintf("no mpi4py for %s (apt-get install python3-mpi4py python3-numpy): %v: %s", Python, err, out)
+		if os.Getenv("GORUN_REQUIRE_OPENMPI") == "1" || os.Getenv("GORUN_REQUIRE_OPENMPI5") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return strings.TrimSpace(string(out))
+}
