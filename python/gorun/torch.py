@@ -53,11 +53,33 @@ def world():
     return _core.world()
 
 
+# Reductions by RedOpType value, for ops given as plain ints (the values
+# are the same in torch 1.13 and 2.x).
+_OP_NAMES = {int(v): k for k, v in ReduceOp.RedOpType.__members__.items()}
+
+
+def _op_name(op):
+    """The name (SUM, AVG, ...) of a reduction in any form torch gives one:
+    an options object (AllreduceOptions and the like, whose reduceOp holds
+    it), a ReduceOp object (1.13's ReduceOp.SUM, _make_nccl_premul_sum's
+    result), a RedOpType (2.x's ReduceOp.SUM) or a RedOpType's int value."""
+    op = getattr(op, "reduceOp", op)
+    op = getattr(op, "op", op)  # a ReduceOp object wraps its RedOpType
+    if isinstance(op, int) and not isinstance(op, bool):
+        name = _OP_NAMES.get(op)
+    else:
+        name = getattr(op, "name", None)
+    if not isinstance(name, str):
+        raise ValueError(f"gorun: {op!r} is not a reduction (give a torch.distributed.ReduceOp)")
+    return name
+
+
 def _op_code(op, dtype):
-    if isinstance(op, ReduceOp):
-        op = op.op  # a ReduceOp object wrapping its RedOpType
-    name = getattr(op, "name", str(op))
+    name = _op_name(op)
     code = _OPS.get(name)
+    if name == "PREMUL_SUM":
+        raise ValueError("gorun: PREMUL_SUM (torch's _make_nccl_premul_sum) is not supported: "
+                         "multiply the tensor by the factor, then reduce with ReduceOp.SUM")
     if code is None:
         raise ValueError(f"gorun: unsupported reduction {name} (gorun has SUM, AVG, MIN, MAX and PRODUCT)")
     if code == _core.AVG and not dtype.is_floating_point:
@@ -349,7 +371,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
-        op = opts.reduceOp if opts is not None and hasattr(opts, "reduceOp") else (opts or dist.ReduceOp.SUM)
+        op = opts if opts is not None else dist.ReduceOp.SUM  # options, or an op as it stands
         return self._run(lambda: self._reduce(tensors, op, _core.ALLREDUCE, 0, self._t(opts)))
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -357,7 +379,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
 
     def reduce(self, tensors, opts):
         root = self._peer(opts.rootRank)
-        return self._run(lambda: self._reduce(tensors, opts.reduceOp, _core.REDUCE, root, self._t(opts)))
+        return self._run(lambda: self._reduce(tensors, opts, _core.REDUCE, root, self._t(opts)))
 
     def _reduce_scatter(self, out, inputs, op, timeout):
         _check(out)
@@ -379,14 +401,14 @@ class ProcessGroupGorun(dist.ProcessGroup):
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         if len(output_tensors) != 1:
             raise ValueError("gorun: reduce_scatter takes one output tensor")
-        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        op = opts if opts is not None else dist.ReduceOp.SUM
         ins = input_tensors[0]
         if len(ins) != self.size():
             raise ValueError(f"gorun: reduce_scatter: {len(ins)} inputs for {self.size()} ranks")
         return self._run(lambda: self._reduce_scatter(output_tensors[0], ins, op, self._t(opts)))
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        op = opts if opts is not None else dist.ReduceOp.SUM
         if input.numel() != output.numel() * self.size():
             raise ValueError(f"gorun: reduce_scatter: input of {input.numel()} elements, want "
                              f"{self.size()} x {output.numel()}")

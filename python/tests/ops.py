@@ -16,6 +16,8 @@ import torch.distributed as dist
 
 import gorun.torch as gt
 
+C10D = torch._C._distributed_c10d
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--seed", type=int, default=1)
 ap.add_argument("--init", choices=["env", "gorun"], default="gorun")
@@ -137,6 +139,60 @@ ts = [ins[R][0].clone(), ins[R][1].clone(), noncontig(ins[R][2])]
 dist.distributed_c10d._get_default_group().allreduce(ts).wait()
 for k, t in enumerate(ts):
     same(f"allreduce of 3 tensors: tensor {k}", t.clone(), reference(t.dtype, "sum", [ins[r][k] for r in range(N)]), t.dtype)
+
+# The reduction in every form torch hands a process group one: a ReduceOp
+# (1.13's ReduceOp.MAX, or one made from a RedOpType), a RedOpType (2.x's
+# ReduceOp.MAX), an options object, a plain int; through the group's own
+# methods, as DDP's hooks and torch's functional collectives call them.
+pg = dist.distributed_c10d._get_default_group()
+RedOpType = dist.ReduceOp.RedOpType
+for opname, form, op in [
+        ("max", "ReduceOp.MAX", dist.ReduceOp.MAX), ("min", "RedOpType.MIN", RedOpType.MIN),
+        ("product", "ReduceOp(RedOpType.PRODUCT)", dist.ReduceOp(RedOpType.PRODUCT)),
+        ("max", "int", int(RedOpType.MAX)), ("sum", "None", None)]:
+    case += 1
+    ins = [gen(torch.int64, 6, r, opname) for r in range(N)]
+    want = reference(torch.int64, opname, ins)
+    t = ins[R].clone()
+    (pg.allreduce([t], op) if op is not None else pg.allreduce([t])).wait()
+    same(f"group allreduce {opname} as {form}", t, want, torch.int64)
+    # Options hold a ReduceOp (or a RedOpType, converted), not an int.
+    held = dist.ReduceOp.SUM if op is None else RedOpType(op) if isinstance(op, int) else op
+    o = C10D.AllreduceOptions()
+    o.reduceOp = held
+    t = ins[R].clone()
+    pg.allreduce([t], o).wait()
+    same(f"group allreduce {opname} as AllreduceOptions({form})", t, want, torch.int64)
+    o = C10D.ReduceOptions()
+    o.reduceOp, o.rootRank, o.rootTensor = held, case % N, 0
+    t = ins[R].clone()
+    pg.reduce([t], o).wait()
+    if R == case % N:
+        same(f"group reduce {opname} as ReduceOptions({form})", t, want, torch.int64)
+    o = C10D.ReduceScatterOptions()
+    o.reduceOp = held
+    out = torch.zeros(2, dtype=torch.int64)
+    big = [gen(torch.int64, 2 * N, r, opname) for r in range(N)]
+    pg._reduce_scatter_base(out, big[R].clone(), o).wait()
+    same(f"group reduce_scatter {opname} as ReduceScatterOptions({form})", out,
+         reference(torch.int64, opname, big)[2 * R:2 * R + 2], torch.int64)
+
+# PREMUL_SUM (NCCL's scaled sum) and the bitwise ops are refused, naming
+# the op, before anything starts. (torch itself refuses a bare
+# ReduceOp.PREMUL_SUM in all_reduce's options; as an int it reaches the group.)
+refused = [("BAND", lambda t: dist.all_reduce(t, op=dist.ReduceOp.BAND)),
+           ("PREMUL_SUM", lambda t: pg.allreduce([t], int(RedOpType.PREMUL_SUM)))]
+if hasattr(dist, "_make_nccl_premul_sum"):
+    refused.append(("PREMUL_SUM", lambda t: dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0))))
+for name, call in refused:
+    t = torch.ones(3)
+    try:
+        call(t)
+        raise AssertionError(f"all_reduce with {name} was accepted")
+    except ValueError as e:
+        assert name in str(e), e
+        assert torch.equal(t, torch.ones(3)), t
+        checks += 1
 
 # AVG on integers is refused with a clear error.
 try:
