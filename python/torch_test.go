@@ -334,3 +334,33 @@ func TestTrainer(t *testing.T) {
 		t.Fatalf("elastic drill: exit %d:\n%s", code, out)
 	}
 }
+
+// TestFunctional: torch 2.x's functional collectives
+// (torch.distributed._functional_collectives) on the gorun backend, on the
+// default group, by its name and on a group of the even ranks, against
+// PyTorch's definition. Torch 1.13 has none: the test skips there, and
+// fails instead under GORUN_REQUIRE_TORCH2.
+func TestFunctional(t *testing.T) {
+	setup(t)
+	skipRE := regexp.MustCompile(`gorun-funcol-skip torch=(\S+):.*`)
+	okRE := regexp.MustCompile(`gorun-funcol-ok rank=(\d+) checks=(\d+)`)
+	for _, np := range []int{1, 3, 4} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			out, code := job(t, np, nil, "tests/funcol.py", "--seed", fmt.Sprint(np))
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+			if m := skipRE.FindStringSubmatch(out); m != nil {
+				if os.Getenv("GORUN_REQUIRE_TORCH2") != "" || !strings.HasPrefix(m[1], "1.") {
+					t.Fatalf("torch %s skipped: %s", m[1], m[0])
+				}
+				t.Skip(m[0])
+			}
+			for r, m := range everyRank(t, out, np, okRE) {
+				if m[2] == "0" {
+					t.Fatalf("rank %s checked nothing", r)
+				}
+			}
+		})
+	}
+}

@@ -314,9 +314,29 @@ class ProcessGroupGorun(dist.ProcessGroup):
         self._default_timeout = timeout  # seconds: init_process_group's, for calls that set none
         self._ranks = ranks  # group rank -> the communicator's rank for roots and peers (elastic views)
         self._lock = threading.Lock()  # operations start in call order
+        self._name = None  # torch's name for the group (2.x), see group_name
 
     def getBackendName(self):
         return "gorun"
+
+    # -- torch 2.x's view of the group ------------------------------------
+    # torch keeps a process group's name in the C++ backends it registers
+    # on the group; a group written in Python has none, so this answers
+    # for them (as torch's own Python "threaded" group does).
+    # The name is what the functional collectives
+    # (torch.distributed._functional_collectives) find the group by.
+
+    def _set_group_name(self, name):
+        self._name = name
+
+    @property
+    def group_name(self):
+        world = getattr(dist.distributed_c10d, "_world", None)  # torch 2.x
+        if self._name is None and world is not None:
+            self._name = world.pg_names.get(self)
+        if self._name is None:
+            raise RuntimeError("gorun: this process group has no name: make it with init_process_group or new_group")
+        return self._name
 
     def _t(self, opts):
         """An operation's timeout in seconds: its own, or the group's."""
@@ -381,22 +401,41 @@ class ProcessGroupGorun(dist.ProcessGroup):
         root = self._peer(opts.rootRank)
         return self._run(lambda: self._reduce(tensors, opts, _core.REDUCE, root, self._t(opts)))
 
-    def _reduce_scatter(self, out, inputs, op, timeout):
-        _check(out)
-        _reducible(out.dtype)
-        n = out.numel()
-        for t in inputs:
-            _check(t)
-            if t.numel() != n or t.dtype != out.dtype:
-                raise ValueError(f"gorun: reduce_scatter: an input of {t.numel()} {t.dtype} for an output of "
-                                 f"{n} {out.dtype}")
-        code = _op_code(op, out.dtype)
-        wide = _WIDE.get(out.dtype, out.dtype)
-        send = torch.cat([_flat(t).to(wide) for t in inputs]) if inputs else torch.empty(0, dtype=wide)
-        recv = torch.empty(n, dtype=wide)
-        pend = _Pending([out], lambda: _narrow(out, recv))
-        pend.add(self.comm, _core.REDUCE_SCATTER, _NATIVE[wide], code, 0, 0, send, recv, timeout=timeout)
+    def _reduce_scatters(self, pairs, op, timeout):
+        """One Work for the reduce-scatters of (output, inputs) pairs, every
+        pair checked before any starts."""
+        plans = []
+        for out, inputs in pairs:
+            _check(out)
+            _reducible(out.dtype)
+            n = out.numel()
+            for t in inputs:
+                _check(t)
+                if t.numel() != n or t.dtype != out.dtype:
+                    raise ValueError(f"gorun: reduce_scatter: an input of {t.numel()} {t.dtype} for an output of "
+                                     f"{n} {out.dtype}")
+            code = _op_code(op, out.dtype)
+            wide = _WIDE.get(out.dtype, out.dtype)
+            send = torch.cat([_flat(t).to(wide) for t in inputs]) if inputs else torch.empty(0, dtype=wide)
+            plans.append((out, code, send, torch.empty(n, dtype=wide)))
+        pend = _Pending([out for out, _ in pairs])
+        for out, code, send, recv in plans:
+            pend.add(self.comm, _core.REDUCE_SCATTER, _NATIVE[recv.dtype], code, 0, 0, send, recv, timeout=timeout)
+
+        def finish():
+            for out, _, _, recv in plans:
+                _narrow(out, recv)
+        pend.finish = finish
         return pend.work()
+
+    def _chunks(self, output, input):
+        """input (the tensor form's) as the list form's inputs for output."""
+        if input.numel() != output.numel() * self.size():
+            raise ValueError(f"gorun: reduce_scatter: input of {input.numel()} elements, want "
+                             f"{self.size()} x {output.numel()}")
+        if output.numel() == 0:
+            return [torch.empty(0, dtype=output.dtype)] * self.size()
+        return list(_flat(input).chunk(self.size()))
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         if len(output_tensors) != 1:
@@ -405,14 +444,21 @@ class ProcessGroupGorun(dist.ProcessGroup):
         ins = input_tensors[0]
         if len(ins) != self.size():
             raise ValueError(f"gorun: reduce_scatter: {len(ins)} inputs for {self.size()} ranks")
-        return self._run(lambda: self._reduce_scatter(output_tensors[0], ins, op, self._t(opts)))
+        return self._run(lambda: self._reduce_scatters([(output_tensors[0], ins)], op, self._t(opts)))
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op = opts if opts is not None else dist.ReduceOp.SUM
-        if input.numel() != output.numel() * self.size():
-            raise ValueError(f"gorun: reduce_scatter: input of {input.numel()} elements, want "
-                             f"{self.size()} x {output.numel()}")
-        return self._run(lambda: self._reduce_scatter(output, list(_flat(input).chunk(self.size())) if self.size() > 0 and output.numel() > 0 else [torch.empty(0, dtype=output.dtype)] * self.size(), op, self._t(opts)))
+        pairs = [(output, self._chunks(output, input))]
+        return self._run(lambda: self._reduce_scatters(pairs, op, self._t(opts)))
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        """Several reduce_scatter_tensor as one Work (torch 2.x's functional
+        collectives call this)."""
+        if len(outputs) != len(inputs):
+            raise ValueError(f"gorun: reduce_scatter_tensor_coalesced: {len(outputs)} outputs, {len(inputs)} inputs")
+        op = opts if opts is not None else dist.ReduceOp.SUM
+        pairs = [(o, self._chunks(o, i)) for o, i in zip(outputs, inputs)]
+        return self._run(lambda: self._reduce_scatters(pairs, op, self._t(opts)))
 
     # -- data movement --------------------------------------------------
 
@@ -439,11 +485,13 @@ class ProcessGroupGorun(dist.ProcessGroup):
             return pend.work()
         return self._run(build)
 
-    def _allgather_into(self, flat_out, t, timeout, finish=None, result=None):
-        _check(t)
-        send = _bytes(t)
-        pend = _Pending(result if result is not None else [flat_out], finish)
-        pend.add(self.comm, _core.ALLGATHER, _core.UINT8, 0, 0, 0, send, flat_out, timeout=timeout)
+    def _allgather_into(self, pairs, timeout, finish=None, result=None):
+        """One Work for the all-gathers of (flat uint8 output, input) pairs."""
+        for _, t in pairs:
+            _check(t)
+        pend = _Pending(result if result is not None else [o for o, _ in pairs], finish)
+        for flat_out, t in pairs:
+            pend.add(self.comm, _core.ALLGATHER, _core.UINT8, 0, 0, 0, _bytes(t), flat_out, timeout=timeout)
         return pend.work()
 
     def allgather(self, output_tensors, input_tensors, opts=None):
@@ -464,18 +512,32 @@ class ProcessGroupGorun(dist.ProcessGroup):
             def finish():
                 for i, o in enumerate(outs):
                     _unbytes(o, recv[i * nbytes:(i + 1) * nbytes])
-            return self._allgather_into(recv, t, self._t(opts), finish, output_tensors)
+            return self._allgather_into([(recv, t)], self._t(opts), finish, output_tensors)
         return self._run(build)
 
     def _allgather_base(self, output, input, opts=None):
-        if output.numel() != input.numel() * self.size() or output.dtype != input.dtype:
-            raise ValueError(f"gorun: all_gather_into_tensor: output of {output.numel()} {output.dtype}, want "
-                             f"{self.size()} x {input.numel()} {input.dtype}")
+        return self.allgather_into_tensor_coalesced([output], [input], opts)
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        """Several all_gather_into_tensor as one Work (all_gather_into_tensor
+        itself, and torch 2.x's functional collectives, call this)."""
+        if len(outputs) != len(inputs):
+            raise ValueError(f"gorun: all_gather_into_tensor: {len(outputs)} outputs, {len(inputs)} inputs")
+        for output, input in zip(outputs, inputs):
+            if output.numel() != input.numel() * self.size() or output.dtype != input.dtype:
+                raise ValueError(f"gorun: all_gather_into_tensor: output of {output.numel()} {output.dtype}, want "
+                                 f"{self.size()} x {input.numel()} {input.dtype}")
 
         def build():
-            _check(output)
-            recv = _bytes(output)
-            return self._allgather_into(recv, input, self._t(opts), _copy_back(output, recv), [output])
+            for output in outputs:
+                _check(output)
+            recvs = [_bytes(o) for o in outputs]
+            copies = [(o, r) for o, r in zip(outputs, recvs) if _copied(o, r)]
+
+            def finish():
+                for o, r in copies:
+                    _unbytes(o, r)
+            return self._allgather_into(list(zip(recvs, inputs)), self._t(opts), finish, list(outputs))
         return self._run(build)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
