@@ -364,3 +364,36 @@ func TestFunctional(t *testing.T) {
 		})
 	}
 }
+
+// TestBackendSpec: init_process_group("gorun"), and torch 2.x's
+// device:backend forms "cpu:gorun" and "cpu:gorun,cuda:gloo" (gorun for CPU
+// tensors, Gloo for CUDA ones; it runs without a GPU), with torch's
+// env:// rendezvous. Torch 1.13 refuses the device:backend forms with
+// ValueError, which the test accepts from a torch 1 only.
+func TestBackendSpec(t *testing.T) {
+	setup(t)
+	okRE := regexp.MustCompile(`gorun-backends-ok rank=(\d+) spec=(\S+) torch=(\S+) checks=(\d+)`)
+	refusedRE := regexp.MustCompile(`gorun-backends-refused rank=(\d+) torch=(\S+) error=(.*)`)
+	for _, spec := range []string{"gorun", "cpu:gorun", "cpu:gorun,cuda:gloo"} {
+		t.Run(spec, func(t *testing.T) {
+			out, code := job(t, 3, nil, "tests/backends.py", "--spec", spec)
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+			if refused := lines(out, refusedRE); len(refused) > 0 {
+				for r, m := range everyRank(t, out, 3, refusedRE) {
+					if !strings.HasPrefix(m[2], "1.") || os.Getenv("GORUN_REQUIRE_TORCH2") != "" || spec == "gorun" {
+						t.Fatalf("rank %s: torch %s refused %q: %s", r, m[2], spec, m[3])
+					}
+				}
+				t.Logf("torch %s refuses %q: %s", refused["0"][2], spec, refused["0"][3])
+				return
+			}
+			for r, m := range everyRank(t, out, 3, okRE) {
+				if m[2] != spec || m[4] == "0" {
+					t.Fatalf("rank %s: %v", r, m)
+				}
+			}
+		})
+	}
+}

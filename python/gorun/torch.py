@@ -22,6 +22,7 @@ model in DDP again, and go on (docs/pytorch.md shows the loop).
 """
 
 import atexit
+import inspect
 import io
 import threading
 import time
@@ -300,6 +301,66 @@ def _timeout(opts, default=None):
     return default
 
 
+def _first_tensor(x):
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            t = _first_tensor(y)
+            if t is not None:
+                return t
+    return None
+
+
+def _device_map(pg):
+    """Device type -> backend name, from the backend string pg was made with
+    ("cpu:gorun,cuda:nccl"; torch 2.x only, {} before it is registered)."""
+    config = getattr(dist.distributed_c10d, "BackendConfig", None)
+    if config is None:
+        return {}
+    entry = dist.distributed_c10d._world.pg_map.get(pg)
+    if entry is None:
+        return {}
+    return dict(config(dist.Backend(entry[0])).get_device_backend_map())
+
+
+def _make_backend(name, device_type, store, rank, size, timeout, group_name):
+    """torch's backend called name (gloo or nccl) for device_type's tensors
+    in a gorun group, made as init_process_group makes it, over the group's
+    store."""
+    c10d = dist.distributed_c10d
+    store = c10d.PrefixStore(f"{device_type}/", store)
+    t = timedelta(seconds=timeout)
+    if name == "gloo":
+        b = c10d.ProcessGroupGloo(store, rank, size, t)
+    elif name == "nccl":
+        opts = c10d.ProcessGroupNCCL.Options()
+        opts.is_high_priority_stream = False
+        opts._timeout = t
+        opts.group_name = group_name
+        b = c10d.ProcessGroupNCCL(store, rank, size, opts)
+    else:
+        raise ValueError(f"gorun: {device_type}:{name}: a gorun process group hands other devices' tensors to "
+                         "gloo or nccl only")
+    if hasattr(b, "_set_sequence_number_for_group"):
+        b._set_sequence_number_for_group()
+    return b
+
+
+def _routed(method):
+    """method's tensors go to the group's backend for their device when they
+    are not on the CPU and the group has one ("cpu:gorun,cuda:nccl")."""
+    def run(self, *args):
+        other = self._elsewhere(args)
+        if other is None:
+            return method(self, *args)
+        while args and args[-1] is None:
+            args = args[:-1]
+        return getattr(other, method.__name__)(*args)
+    run.__name__, run.__doc__ = method.__name__, method.__doc__
+    return run
+
+
 class ProcessGroupGorun(dist.ProcessGroup):
     """A torch.distributed process group over a gorun communicator.
 
@@ -315,14 +376,15 @@ class ProcessGroupGorun(dist.ProcessGroup):
         self._ranks = ranks  # group rank -> the communicator's rank for roots and peers (elastic views)
         self._lock = threading.Lock()  # operations start in call order
         self._name = None  # torch's name for the group (2.x), see group_name
+        self._others = {}  # device type -> the backend its tensors go to ("cpu:gorun,cuda:nccl")
 
     def getBackendName(self):
         return "gorun"
 
     # -- torch 2.x's view of the group ------------------------------------
-    # torch keeps a process group's name in the C++ backends it registers
-    # on the group; a group written in Python has none, so this answers
-    # for them (as torch's own Python "threaded" group does).
+    # torch keeps a process group's name and devices in the C++ backends
+    # it registers on the group; a group written in Python has none, so
+    # these answer for them (as torch's own Python "threaded" group does).
     # The name is what the functional collectives
     # (torch.distributed._functional_collectives) find the group by.
 
@@ -337,6 +399,39 @@ class ProcessGroupGorun(dist.ProcessGroup):
         if self._name is None:
             raise RuntimeError("gorun: this process group has no name: make it with init_process_group or new_group")
         return self._name
+
+    @property
+    def _device_types(self):
+        return [torch.device(d) for d in ["cpu"] + [d for d in _device_map(self) if d != "cpu"]]
+
+    def _get_backend(self, device):
+        d = torch.device(device).type
+        if d in self._others and self._others[d] is not None:
+            return self._others[d]
+        raise RuntimeError(f"gorun: no backend for {d} tensors in this process group")
+
+    def _backend_for(self, device_type):
+        """The backend for tensors of device_type other than the CPU, as the
+        group's backend string names it ("cpu:gorun,cuda:nccl"), made on
+        first use (every member of the group reaches it in the same
+        operation); None where the string names none."""
+        if device_type not in self._others:
+            name = _device_map(self).get(device_type)
+            if name is None or name == "gorun":
+                self._others[device_type] = None
+            else:
+                _, store = dist.distributed_c10d._world.pg_map[self]
+                self._others[device_type] = _make_backend(name, device_type, store, self.rank(), self.size(),
+                                                          self._default_timeout or 1800.0, self.group_name)
+        return self._others[device_type]
+
+    def _elsewhere(self, args):
+        """The backend that args' tensors go to when they are not on the
+        CPU and the group has one for their device; else None (gorun's)."""
+        t = _first_tensor(args)
+        if t is None or t.device.type == "cpu":
+            return None
+        return self._backend_for(t.device.type)
 
     def _t(self, opts):
         """An operation's timeout in seconds: its own, or the group's."""
@@ -388,15 +483,18 @@ class ProcessGroupGorun(dist.ProcessGroup):
         pend.finish = finish
         return pend.work()
 
+    @_routed
     def allreduce(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         op = opts if opts is not None else dist.ReduceOp.SUM  # options, or an op as it stands
         return self._run(lambda: self._reduce(tensors, op, _core.ALLREDUCE, 0, self._t(opts)))
 
+    @_routed
     def allreduce_coalesced(self, tensors, opts=None):
         return self.allreduce(tensors, opts)
 
+    @_routed
     def reduce(self, tensors, opts):
         root = self._peer(opts.rootRank)
         return self._run(lambda: self._reduce(tensors, opts, _core.REDUCE, root, self._t(opts)))
@@ -437,6 +535,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
             return [torch.empty(0, dtype=output.dtype)] * self.size()
         return list(_flat(input).chunk(self.size()))
 
+    @_routed
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         if len(output_tensors) != 1:
             raise ValueError("gorun: reduce_scatter takes one output tensor")
@@ -446,11 +545,13 @@ class ProcessGroupGorun(dist.ProcessGroup):
             raise ValueError(f"gorun: reduce_scatter: {len(ins)} inputs for {self.size()} ranks")
         return self._run(lambda: self._reduce_scatters([(output_tensors[0], ins)], op, self._t(opts)))
 
+    @_routed
     def _reduce_scatter_base(self, output, input, opts=None):
         op = opts if opts is not None else dist.ReduceOp.SUM
         pairs = [(output, self._chunks(output, input))]
         return self._run(lambda: self._reduce_scatters(pairs, op, self._t(opts)))
 
+    @_routed
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         """Several reduce_scatter_tensor as one Work (torch 2.x's functional
         collectives call this)."""
@@ -462,6 +563,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
 
     # -- data movement --------------------------------------------------
 
+    @_routed
     def broadcast(self, tensors, opts):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
@@ -494,6 +596,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
             pend.add(self.comm, _core.ALLGATHER, _core.UINT8, 0, 0, 0, _bytes(t), flat_out, timeout=timeout)
         return pend.work()
 
+    @_routed
     def allgather(self, output_tensors, input_tensors, opts=None):
         if len(input_tensors) != 1 or len(output_tensors) != 1:
             raise ValueError("gorun: allgather takes one input tensor and one output list")
@@ -515,9 +618,11 @@ class ProcessGroupGorun(dist.ProcessGroup):
             return self._allgather_into([(recv, t)], self._t(opts), finish, output_tensors)
         return self._run(build)
 
+    @_routed
     def _allgather_base(self, output, input, opts=None):
         return self.allgather_into_tensor_coalesced([output], [input], opts)
 
+    @_routed
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         """Several all_gather_into_tensor as one Work (all_gather_into_tensor
         itself, and torch 2.x's functional collectives, call this)."""
@@ -540,9 +645,11 @@ class ProcessGroupGorun(dist.ProcessGroup):
             return self._allgather_into(list(zip(recvs, inputs)), self._t(opts), finish, list(outputs))
         return self._run(build)
 
+    @_routed
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         raise NotImplementedError("gorun: allgather_coalesced is not supported; call all_gather per tensor")
 
+    @_routed
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         def build():
             _check(input)
@@ -570,6 +677,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
             return pend.work()
         return self._run(build)
 
+    @_routed
     def alltoall(self, output_tensors, input_tensors, opts=None):
         def build():
             n = self.size()
@@ -592,6 +700,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
             return pend.work()
         return self._run(build)
 
+    @_routed
     def gather(self, output_tensors, input_tensors, opts):
         root = self._peer(opts.rootRank)
 
@@ -613,6 +722,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
             return pend.work()
         return self._run(build)
 
+    @_routed
     def scatter(self, output_tensors, input_tensors, opts):
         root = self._peer(opts.rootRank)
 
@@ -640,6 +750,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
             return pend.work()
         return self._run(build)
 
+    @_routed
     def send(self, tensors, dst, tag):
         peer = self._place(dst)
 
@@ -651,6 +762,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
             return pend.work()
         return self._run(build)
 
+    @_routed
     def recv(self, tensors, src, tag):
         peer = self._place(src)
 
@@ -695,7 +807,13 @@ def _create(opts, pg_options=None):
     return ProcessGroupGorun(child, child.rank, child.size, timeout=timeout)
 
 
-dist.Backend.register_backend("gorun", _create, extended_api=True)
+# torch 2.x asks which devices a backend serves (and warns when it is not
+# told): the CPU's. init_process_group("cpu:gorun,cuda:nccl") then gives
+# CUDA tensors to NCCL through the group (_backend_for).
+if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+    dist.Backend.register_backend("gorun", _create, extended_api=True, devices=["cpu"])
+else:
+    dist.Backend.register_backend("gorun", _create, extended_api=True)
 
 
 class _Store(dist.Store):
