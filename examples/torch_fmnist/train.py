@@ -92,6 +92,10 @@ if args.backend == "gorun":
     elastic, restarts = gt.world().elastic, gt.world().restarts
     job_rank = gt.world().rank  # on an elastic job dist.get_rank() is the place in the current view
 else:
+    # env:// starts torch's TCPStore, which asks for libuv from torch 2.4
+    # on; Debian 13's PyTorch is built without it (USE_LIBUV=0 takes the
+    # store's other server; torch 1.13 ignores the variable).
+    os.environ.setdefault("USE_LIBUV", "0")
     dist.init_process_group("gloo")
     elastic, restarts = False, 0
     job_rank = dist.get_rank()

@@ -9,6 +9,7 @@ a failed check raises, naming the operation, dtype, size and rank.
 """
 
 import argparse
+import os
 import sys
 
 import torch
@@ -24,6 +25,9 @@ ap.add_argument("--init", choices=["env", "gorun"], default="gorun")
 args = ap.parse_args()
 
 if args.init == "env":
+    # env:// starts torch's TCPStore; Debian 13's PyTorch (2.6) has no
+    # libuv, which the store asks for unless USE_LIBUV=0 (1.13 ignores it).
+    os.environ.setdefault("USE_LIBUV", "0")
     dist.init_process_group("gorun")
 else:
     gt.init()
