@@ -1,0 +1,47 @@
+// Package pmix is a PMIx server: what Open MPI 5's MPI_Init (and any
+// other PMIx 4.1 to 5.x client) needs from the process manager that
+// started it, written from the protocol as OpenPMIx speaks it, without
+// libpmix.
+//
+// One Server serves one host's ranks of one job (one namespace). The
+// caller owns the sockets: it listens, accepts a client's connection,
+// decides which of its ranks the client is (gorun's agent: the process
+// group of the process holding the socket), and hands the connection to
+// Serve with that rank. Serve then reads the client's handshake and
+// answers its commands until the client goes away:
+//
+//   - the handshake: the client's PMIx version (4.1 to 5.x), buffer format
+//     ("v41", NON_DESC), job-data module ("hash") and native credential
+//     (this server's uid and gid) are checked, and it must name the
+//     rank Serve was given; otherwise it is refused with a status, and
+//     Serve returns an error naming the rank and why (ServedVersions);
+//   - its job data (PMIx_Init): size, placement, node and process maps,
+//     local and node ranks, the application, the session directory;
+//   - commit (the rank's puts, by scope), fence, get, abort, finalize,
+//     event registration, cleanup registration (job control);
+//   - anything else (spawn, publish, lookup, groups, queries, tools) gets
+//     PMIX_ERR_NOT_SUPPORTED at once, and Config.Refused hears of it.
+//
+// Fences: a rank's fence waits until every local rank entered the same
+// fence; the last one hands the host's data (each local rank's remote and
+// global puts since the previous fence) to Config.Relay. The caller
+// gathers every host's data (one message per host and fence) and calls
+// Release on every host's Server with all of it; then the local ranks'
+// fences return. A fence over part of the job is refused. A get of a
+// local rank's data waits for its commit; of another host's rank, it is
+// answered from the data fences brought, and "not found" if none did yet
+// (no direct modex: there is nothing to wait for that would come without
+// another fence).
+//
+// Nothing blocks forever: a fence or get waiting when the Server is
+// closed, or when Serve's context ends, answers with an error status, and
+// Serve returns. A rank that dies closes its socket; Serve returns its
+// Result, which says whether it initialized, finalized or aborted, so the
+// caller can fail a rank that exited without finalizing. A peer's death
+// elsewhere is the caller's to act on (gorun ends the job); Fail ends a
+// fence in progress with an error for the local ranks in it.
+//
+// Buffers: Relay's data and Release's are owned by the callee once
+// passed. Decoders never allocate beyond what a message holds, messages
+// are capped (MaxMessage, MaxHello), and both are fuzzed.
+package pmix
