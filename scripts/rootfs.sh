@@ -5,29 +5,34 @@
 # stable release: Open MPI 5 (a PMIx client only), MPICH 4.2, mpi4py 4,
 # PyTorch 2.6.
 #
-#   sudo bash scripts/rootfs.sh make [RELEASE]           make or refresh the root
+#   sudo bash scripts/rootfs.sh make [RELEASE]           make or bring up to date
 #   sudo bash scripts/rootfs.sh test [RELEASE] [PKG...]  go test PKGs inside it
 #   sudo bash scripts/rootfs.sh run  [RELEASE] -- CMD... run CMD inside it
 #
 # RELEASE is trixie (the default). The root lives in
 # ${GORUN_ROOTFS_DIR:-/srv/gorun-rootfs}/RELEASE and is kept between runs:
-# `make` (and `test`, which makes it first) rebuilds it only when the
-# package list below changed or the root is incomplete, so a second run on
-# a machine costs seconds. `test` runs the packages that exercise the
-# release's MPIs and PyTorch (./pmix ./pmi ./cmd/gorun ./python by default)
-# with GORUN_REQUIRE_OPENMPI5=1, GORUN_REQUIRE_MPICH=1 and
-# GORUN_REQUIRE_TORCH2=1, so that a missing piece fails instead of skipping.
+# `make` (which `test` and `run` do first) runs debootstrap only when there
+# is no complete root, and installs what the package list below gained
+# otherwise, so a second run on a machine costs seconds. `test` runs the
+# packages that exercise the release's MPIs and PyTorch (./pmix ./pmi
+# ./cmd/gorun ./python by default) with GORUN_REQUIRE_OPENMPI5=1,
+# GORUN_REQUIRE_MPICH=1 and GORUN_REQUIRE_TORCH2=1, so that a missing piece
+# fails instead of skipping; without packages named, the MPI programs over
+# SSH on the test hosts (./e2e -run 'MPI.*OverSSH', GORUN_REQUIRE_TESTNET=1) first.
 #
 # Inside the root the repository is at /gorun (bind-mounted, read-write),
 # this machine's Go at /usr/local/go and its module and build caches at
 # their usual places; /proc, /sys and /dev (with /dev/shm) are the host's.
-# Needs root and debootstrap (apt-get install debootstrap).
+# Each run mounts these in a mount namespace of its own, so runs side by
+# side do not unmount each other's, and nothing stays mounted after it; a
+# lock keeps `make` from changing the root under a run.
+# Needs root, debootstrap (installed if missing) and unshare (util-linux).
 set -euo pipefail
 
 cmd=${1:-make}
 shift || true
 release=trixie
-if [ $# -gt 0 ] && [ "$1" != -- ] && [[ "$1" != ./* ]]; then
+if [ $# -gt 0 ] && [ "$1" != -- ] && [[ "$1" != ./* ]] && [[ "$1" != -* ]]; then
     release=$1
     shift
 fi
@@ -42,88 +47,98 @@ GOROOT=${GOROOT:-$(go env GOROOT 2>/dev/null || echo /usr/local/go)}
 
 # What the tests use inside the root: the release's MPIs (with their
 # compilers and the PMIx headers, for a bare PMIx client), mpi4py,
-# PyTorch, and what `go test` needs (gcc for cgo, git for the module cache).
+# PyTorch, what `go test` needs (gcc for cgo, git for the module cache),
+# and sshd, iproute2 and iptables for the SSH test hosts (./e2e's MPI
+# tests, in network namespaces made from inside the root).
 pkgs=(openmpi-bin libopenmpi-dev libpmix-dev mpich libmpich-dev python3-mpi4py
-    python3-torch gcc libc6-dev make git procps ca-certificates)
-stamp="$release ${pkgs[*]}"
+    python3-numpy python3-torch gcc libc6-dev make git procps ca-certificates
+    openssh-server openssh-client iproute2 iptables util-linux)
 
 [ "$(id -u)" = 0 ] || { echo "rootfs: must run as root" >&2; exit 1; }
+mkdir -p "$base"
+exec 9>"$base/.lock"
 
-unmount() {
-    for m in "$R/gorun" "$R/usr/local/go" "$R/root/go" "$R/root/.cache/go-build" "$R/dev" "$R/sys" "$R/proc"; do
-        mountpoint -q "$m" 2>/dev/null && umount -R "$m" 2>/dev/null || true
-    done
-}
-
+# make_root brings the root up to date; the caller holds the lock
+# exclusively.
 make_root() {
-    if [ -f "$R/.gorun-rootfs" ] && [ "$(cat "$R/.gorun-rootfs")" = "$stamp" ]; then
+    if [ ! -f "$R/.gorun-rootfs-base" ]; then
+        command -v debootstrap >/dev/null || {
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null </dev/null ||
+                { echo "rootfs: apt-get install debootstrap" >&2; exit 1; }
+        }
+        rm -rf "$R"
+        local t0 t1
+        t0=$(date +%s)
+        debootstrap --variant=minbase --include=ca-certificates "$release" "$R" http://deb.debian.org/debian \
+            >"$R.debootstrap.log" 2>&1 ||
+            { echo "rootfs: debootstrap failed: see $R.debootstrap.log" >&2; exit 1; }
+        t1=$(date +%s)
+        echo "$release" >"$R/.gorun-rootfs-base"
+        echo "rootfs: debootstrap $release in $R: $((t1 - t0)) s" >&2
+    fi
+    if [ -f "$R/.gorun-rootfs" ] && [ "$(cat "$R/.gorun-rootfs")" = "${pkgs[*]}" ]; then
         return 0
     fi
-    command -v debootstrap >/dev/null || {
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null </dev/null ||
-            { echo "rootfs: apt-get install debootstrap" >&2; exit 1; }
-    }
-    unmount
-    rm -rf "$R"
-    mkdir -p "$base"
-    local t0 t1 t2
+    local t0 t1
     t0=$(date +%s)
-    debootstrap --variant=minbase --include=ca-certificates "$release" "$R" http://deb.debian.org/debian \
-        >"$R.debootstrap.log" 2>&1 ||
-        { echo "rootfs: debootstrap failed: see $R.debootstrap.log" >&2; exit 1; }
-    t1=$(date +%s)
     cp /etc/resolv.conf "$R/etc/resolv.conf"
-    mount -t proc proc "$R/proc"
-    chroot "$R" /bin/bash -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ${pkgs[*]}" \
-        >"$R.packages.log" 2>&1 </dev/null || {
-        umount "$R/proc"
-        echo "rootfs: installing packages failed: see $R.packages.log" >&2
-        exit 1
-    }
-    umount "$R/proc"
-    t2=$(date +%s)
-    echo "$stamp" >"$R/.gorun-rootfs"
-    echo "rootfs: $release made in $R (debootstrap $((t1 - t0)) s, packages $((t2 - t1)) s)" >&2
+    unshare -m --propagation private /bin/bash -c "mount -t proc proc '$R/proc' && chroot '$R' /bin/bash -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ${pkgs[*]}'" \
+        >"$R.packages.log" 2>&1 </dev/null ||
+        { echo "rootfs: installing packages failed: see $R.packages.log" >&2; exit 1; }
+    echo "${pkgs[*]}" >"$R/.gorun-rootfs"
+    t1=$(date +%s)
+    echo "rootfs: packages of $R: $((t1 - t0)) s" >&2
 }
 
-mount_root() {
-    unmount
-    mount -t proc proc "$R/proc"
-    mount --rbind /sys "$R/sys" && mount --make-rslave "$R/sys"
-    mount --rbind /dev "$R/dev" && mount --make-rslave "$R/dev"
-    mkdir -p "$R/gorun" "$R/usr/local/go" "$R/root/go" "$R/root/.cache/go-build"
-    mount --bind "$repo" "$R/gorun"
-    mount --bind "$GOROOT" "$R/usr/local/go"
+# in_root runs its arguments inside the root, in a mount namespace of its
+# own, holding the lock shared.
+in_root() {
     local gopath gocache
     gopath=$(go env GOPATH 2>/dev/null || echo /root/go)
     gocache=$(go env GOCACHE 2>/dev/null || echo /root/.cache/go-build)
     mkdir -p "$gopath" "$gocache"
-    mount --bind "$gopath" "$R/root/go"
-    mount --bind "$gocache" "$R/root/.cache/go-build"
     [ -f /etc/ssl/certs/ca-certificates.crt ] && cp /etc/ssl/certs/ca-certificates.crt "$R/etc/ssl/certs/ca-certificates.crt"
     cp /etc/resolv.conf "$R/etc/resolv.conf"
+    mkdir -p "$R/gorun" "$R/usr/local/go" "$R/root/go" "$R/root/.cache/go-build"
+    # The root is a mount point of its own, so that `ip netns exec` (the
+    # test hosts') can remount /sys inside it.
+    unshare -m --propagation private /usr/bin/env \
+        R="$R" REPO="$repo" GOROOT_HOST="$GOROOT" GOPATH_HOST="$gopath" GOCACHE_HOST="$gocache" \
+        GOPROXY_HOST="$(go env GOPROXY 2>/dev/null || true)" GOFLAGS_HOST="${GOFLAGS:-}" \
+        /bin/bash -c '
+set -e
+mount --bind "$R" "$R"
+mount -t proc proc "$R/proc"
+mount --rbind /sys "$R/sys"
+mount --rbind /dev "$R/dev"
+mount --bind "$REPO" "$R/gorun"
+mount --bind "$GOROOT_HOST" "$R/usr/local/go"
+mount --bind "$GOPATH_HOST" "$R/root/go"
+mount --bind "$GOCACHE_HOST" "$R/root/.cache/go-build"
+exec chroot "$R" /usr/bin/env -i HOME=/root PATH=/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    GOFLAGS="$GOFLAGS_HOST" GOPROXY="$GOPROXY_HOST" GOTOOLCHAIN=local TERM=dumb "$@"
+' rootfs "$@"
 }
 
-in_root() {
-    trap unmount EXIT
-    mount_root
-    chroot "$R" /usr/bin/env -i HOME=/root PATH=/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-        GOFLAGS="${GOFLAGS:-}" GOPROXY="$(go env GOPROXY 2>/dev/null || true)" GOTOOLCHAIN=local \
-        TERM=dumb "$@"
-}
-
+flock -x 9
+make_root
 case "$cmd" in
-    make)
-        make_root
-        ;;
+    make) exit 0 ;;
+esac
+flock -s 9
+case "$cmd" in
     run)
         [ "${1:-}" = -- ] && shift
-        make_root
         in_root "$@"
         ;;
     test)
-        make_root
-        [ $# -gt 0 ] || set -- ./pmix ./pmi ./cmd/gorun ./python
+        if [ $# -eq 0 ]; then
+            # The SSH test hosts' MPI tests (./e2e -run 'MPI.*OverSSH') run first,
+            # alone: the package's TestMain brings the hosts up.
+            in_root /bin/bash -c "cd /gorun && GORUN_REQUIRE_OPENMPI5=1 GORUN_REQUIRE_MPICH=1 GORUN_REQUIRE_TESTNET=1 \
+                go test -count=1 -timeout 20m -run 'MPI.*OverSSH' ./e2e"
+            set -- ./pmix ./pmi ./cmd/gorun ./python
+        fi
         in_root /bin/bash -c "cd /gorun && GORUN_REQUIRE_OPENMPI5=1 GORUN_REQUIRE_MPICH=1 GORUN_REQUIRE_TORCH2=1 \
             go test -count=1 -timeout 20m ${GORUN_ROOTFS_TESTFLAGS:-} $*"
         ;;
