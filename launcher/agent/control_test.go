@@ -14,7 +14,9 @@ import (
 
 func elastic(s *proto.HostSpec) { s.Elastic = true }
 
-func withPMI(s *proto.HostSpec) { s.PMI = &proto.PMISpec{KVS: "kvs_agenttest", Size: len(s.Ranks)} }
+func withPMI(s *proto.HostSpec) {
+	s.PMI = &proto.PMISpec{KVS: "kvs_agenttest", Size: len(s.Ranks), Nodes: make([]int, len(s.Ranks)), NodeNames: []string{"localhost"}}
+}
 
 // TestControlChannel: with an elastic spec every rank gets a control
 // channel after its other descriptors (3 alone, after PMI_FD and Open
