@@ -171,7 +171,14 @@ func (r *rig) hostProcs(i int) []string {
 		if err != nil {
 			continue // already gone
 		}
-		procs = append(procs, pid+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+		line := strings.ReplaceAll(string(cmdline), "\x00", " ")
+		if strings.HasPrefix(line, "slurmstepd:") {
+			// Slurm's own step daemon winds down in its own time (Debian
+			// 13's Slurm 24.11 has kept one for a minute after its step
+			// ended); what ran under it is in the namespace and listed.
+			continue
+		}
+		procs = append(procs, pid+" "+line)
 	}
 	return procs
 }

@@ -2,13 +2,16 @@ package e2e
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/mpitest"
 	"github.com/gorun/gorun/internal/proctest"
 )
 
@@ -114,5 +117,46 @@ func TestPerNodeLost(t *testing.T) {
 	}
 	waitCmd(t, cmds[1], "node 1", errs[1])
 	waitCmd(t, cmds[2], "node 2", errs[2])
+	r.noLeftovers(t)
+}
+
+// TestMPICHPerNode and TestOpenMPIPerNode: in a per-node start (one gorun
+// per test host, as a Kubernetes Indexed Job would start them), an
+// unmodified MPI program on 8 ranks over the 4 hosts gets the right
+// collective results: MPICH through PMI-1, Open MPI through its route
+// (Open MPI 5: each node's PMIx server, fences relayed through node 0).
+func TestMPICHPerNode(t *testing.T) { checkPerNodeMPI(t, mpitest.MPICH) }
+
+func TestOpenMPIPerNode(t *testing.T) {
+	checkPerNodeMPI(t, mpitest.OpenMPI)
+	mpitest.NoFilesLeft(t, "/dev/shm/gorun-*-ompi-*", "/dev/shm/sm_segment.*")
+}
+
+func checkPerNodeMPI(t *testing.T, mpi mpitest.MPI) {
+	r := needRig(t)
+	progs := mpitest.BuildWith(t, r.testbins, mpi)
+	seed := rand.Int64N(1 << 20)
+	counts := []int{0, 1, 5, 1 + rand.IntN(30)}
+	args := []string{progs["mpicheck"], strconv.FormatInt(seed, 10)}
+	for _, c := range counts {
+		args = append(args, strconv.Itoa(c))
+	}
+	const n = hosts
+	cmds := make([]*exec.Cmd, n)
+	errs := make([]*proctest.Buffer, n)
+	var out *proctest.Buffer
+	for i := n - 1; i >= 0; i-- {
+		cmd, o, e := r.startNode(t, i, n, "mpi-secret", args...)
+		cmds[i], errs[i] = cmd, e
+		if i == 0 {
+			out = o
+		}
+	}
+	for i := n - 1; i >= 0; i-- {
+		if code := waitCmd(t, cmds[i], fmt.Sprintf("node %d", i), errs[i]); code != 0 {
+			t.Fatalf("node %d exited %d:\n%s\nnode 0's output:\n%s\n%s", i, code, errs[i], out, errs[0])
+		}
+	}
+	mpitest.Check(t, out.String(), 2*n, seed, counts)
 	r.noLeftovers(t)
 }

@@ -138,12 +138,21 @@ func TestSlurmSbatch(t *testing.T) {
 // TestSlurmMPICH: an unmodified MPICH program on 6 ranks over 3 nodes of
 // a Slurm allocation, its agents started by srun, gets the right
 // collective results through gorun's PMI-1.
-func TestSlurmMPICH(t *testing.T) {
+func TestSlurmMPICH(t *testing.T) { checkSlurmMPI(t, mpitest.MPICH) }
+
+// TestSlurmOpenMPI: the same for an unmodified Open MPI program (Open MPI
+// 5 through each node's PMIx server in the agent srun started).
+func TestSlurmOpenMPI(t *testing.T) {
+	checkSlurmMPI(t, mpitest.OpenMPI)
+	mpitest.NoFilesLeft(t, "/dev/shm/gorun-*-ompi-*", "/dev/shm/sm_segment.*")
+}
+
+func checkSlurmMPI(t *testing.T, mpi mpitest.MPI) {
 	r, conf := needSlurm(t)
-	progs := mpitest.BuildWith(t, r.testbins, mpitest.MPICH)
+	progs := mpitest.BuildWith(t, r.testbins, mpi)
 	seed := rand.Int64N(1 << 20)
 	counts := []int{0, 1, 7, 1 + rand.IntN(30)}
-	args := []string{"-N", "3", "--ntasks-per-node=2", "-J", "e2e-mpich", r.gorun, progs["mpicheck"], strconv.FormatInt(seed, 10)}
+	args := []string{"-N", "3", "--ntasks-per-node=2", "-J", "e2e-mpi", r.gorun, progs["mpicheck"], strconv.FormatInt(seed, 10)}
 	for _, c := range counts {
 		args = append(args, strconv.Itoa(c))
 	}

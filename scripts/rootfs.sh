@@ -17,8 +17,9 @@
 # packages that exercise the release's MPIs and PyTorch (./pmix ./pmi
 # ./cmd/gorun ./python by default) with GORUN_REQUIRE_OPENMPI5=1,
 # GORUN_REQUIRE_MPICH=1 and GORUN_REQUIRE_TORCH2=1, so that a missing piece
-# fails instead of skipping; without packages named, the MPI programs over
-# SSH on the test hosts (./e2e -run 'MPI.*OverSSH', GORUN_REQUIRE_TESTNET=1) first.
+# fails instead of skipping; without packages named, the MPI programs on
+# the test hosts (./e2e -run MPI: over SSH, per-node and under srun;
+# GORUN_REQUIRE_TESTNET=1) first.
 #
 # Inside the root the repository is at /gorun (bind-mounted, read-write),
 # this machine's Go at /usr/local/go and its module and build caches at
@@ -48,11 +49,13 @@ GOROOT=${GOROOT:-$(go env GOROOT 2>/dev/null || echo /usr/local/go)}
 # What the tests use inside the root: the release's MPIs (with their
 # compilers and the PMIx headers, for a bare PMIx client), mpi4py,
 # PyTorch, what `go test` needs (gcc for cgo, git for the module cache),
-# and sshd, iproute2 and iptables for the SSH test hosts (./e2e's MPI
-# tests, in network namespaces made from inside the root).
+# and sshd, iproute2, iptables and Slurm for the test hosts (./e2e's MPI
+# tests over SSH, per-node and under srun, in network namespaces made from
+# inside the root).
 pkgs=(openmpi-bin libopenmpi-dev libpmix-dev mpich libmpich-dev python3-mpi4py
     python3-numpy python3-torch gcc libc6-dev make git procps ca-certificates
-    openssh-server openssh-client iproute2 iptables util-linux)
+    openssh-server openssh-client iproute2 iptables util-linux
+    slurmctld slurmd slurm-client munge)
 
 [ "$(id -u)" = 0 ] || { echo "rootfs: must run as root" >&2; exit 1; }
 mkdir -p "$base"
@@ -133,10 +136,11 @@ case "$cmd" in
         ;;
     test)
         if [ $# -eq 0 ]; then
-            # The SSH test hosts' MPI tests (./e2e -run 'MPI.*OverSSH') run first,
-            # alone: the package's TestMain brings the hosts up.
+            # The MPI tests on the test hosts (./e2e -run MPI: over SSH,
+            # per-node, under srun) run first, alone: the package's
+            # TestMain brings the hosts up.
             in_root /bin/bash -c "cd /gorun && GORUN_REQUIRE_OPENMPI5=1 GORUN_REQUIRE_MPICH=1 GORUN_REQUIRE_TESTNET=1 \
-                go test -count=1 -timeout 20m -run 'MPI.*OverSSH' ./e2e"
+                go test -count=1 -timeout 20m -run MPI ./e2e"
             set -- ./pmix ./pmi ./cmd/gorun ./python
         fi
         in_root /bin/bash -c "cd /gorun && GORUN_REQUIRE_OPENMPI5=1 GORUN_REQUIRE_MPICH=1 GORUN_REQUIRE_TORCH2=1 \
