@@ -125,7 +125,7 @@ func launchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "elastic", Usage: "a lost rank does not end the job while --min-np ranks run: gorun fences ranks others suspect and sends the rest each new membership on GORUN_CONTROL_FD (ring); with --strategy hub, --hub-elastic"},
 		&cli.IntFlag{Name: "min-np", Value: 1, Usage: "with --elastic or --hub-elastic: fail the job when a lost rank leaves fewer than `M` ranks running"},
 		&cli.IntFlag{Name: "max-restarts", Usage: "with --elastic (ring): restart a lost rank up to `R` times (GORUN_RESTART_COUNT=k), on its host or, if that host is gone, on one with a free slot; it joins the next view once it says join"},
-		&cli.StringFlag{Name: "pmi", Value: launcher.PMIOn, Usage: "process-manager interface for MPICH programs: pmi1 (PMI_FD for every rank) or none"},
+		&cli.StringFlag{Name: "pmi", Value: launcher.PMIOn, Usage: "what MPI programs bootstrap through: pmi1 (PMI-1 for MPICH and Open MPI 4, and a PMIx server for Open MPI 5, on every host) or none (MPI ranks run as singletons)"},
 		&cli.StringFlag{Name: "metrics", Usage: "serve the job's metrics (Prometheus text format) at http://`ADDR`/metrics while it runs, e.g. :9400 or 127.0.0.1:9400 (-v logs the URL)"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no live status line on the terminal"},
 		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log launcher progress to stderr"},
