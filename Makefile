@@ -75,22 +75,7 @@ check:
 # deadline (golang/go#75804, spurious "context deadline exceeded", fixed in Go 1.27).
 FUZZTIME ?= 500000x
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParseHostfile$$' -fuzztime $(FUZZTIME) ./launcher
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./transport
-	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(FUZZTIME) ./transport
-	$(GO) test -run '^$$' -fuzz '^FuzzShmRecord$$' -fuzztime $(FUZZTIME) ./transport
-	$(GO) test -run '^$$' -fuzz '^FuzzShmOffer$$' -fuzztime $(FUZZTIME) ./transport
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) ./ps
-	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) ./pmi
-	$(GO) test -run '^$$' -fuzz '^FuzzParseHello$$' -fuzztime $(FUZZTIME) ./pmix
-	$(GO) test -run '^$$' -fuzz '^FuzzMessage$$' -fuzztime $(FUZZTIME) ./pmix
-	$(GO) test -run '^$$' -fuzz '^FuzzExpandHostlist$$' -fuzztime $(FUZZTIME) ./launcher
-	$(GO) test -run '^$$' -fuzz '^FuzzParsePage$$' -fuzztime $(FUZZTIME) ./internal/inspect
-	$(GO) test -run '^$$' -fuzz '^FuzzParseEvents$$' -fuzztime $(FUZZTIME) ./internal/inspect
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/control
-	$(GO) test -run '^$$' -fuzz '^FuzzParseView$$' -fuzztime $(FUZZTIME) ./collective
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./scripts/delayline
-	$(GO) test -run '^$$' -fuzz '^FuzzRendezvousHandshake$$' -fuzztime $(FUZZTIME) ./launcher
+	GO=$(GO) bash scripts/fuzz.sh $(FUZZTIME)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./ring ./collective ./ps
