@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gorun/gorun/internal/jobenv"
 )
 
 // Shared memory between ranks on one host.
@@ -34,14 +36,15 @@ import (
 // reason when it is a failure rather than a choice.
 
 // ShmPrefix starts the name of every segment gorun creates; a job's
-// segments are ShmPrefix + sanitised job id + "-...". The launcher's agents
-// remove a job's leftovers (a rank killed between creating a segment and
-// its peer attaching) when its ranks are gone.
-const ShmPrefix = "gorun-"
+// segments are named as its other files in shared memory are
+// (jobenv.ShmName), and the launcher's agents remove a job's leftovers (a
+// rank killed between creating a segment and its peer attaching) when its
+// ranks are gone.
+const ShmPrefix = jobenv.ShmPrefix
 
 // DefaultShmDir is where segments are created unless Config.ShmDir says
 // otherwise (the launcher's agents look for leftovers there).
-const DefaultShmDir = "/dev/shm"
+const DefaultShmDir = jobenv.ShmDir
 
 // DefaultShmRingBytes is the largest capacity of one direction of a
 // pair's channel: four 512 KiB ring segments in flight. Hosts with many
@@ -56,16 +59,7 @@ const DefaultShmBudget = 16 << 20
 
 // ShmSegmentPattern is the glob of a job's segment files in dir.
 func ShmSegmentPattern(dir, jobID string) string {
-	return filepath.Join(dir, ShmPrefix+sanitize(jobID)+"-*")
-}
-
-func sanitize(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
-			return r
-		}
-		return '_'
-	}, s)
+	return filepath.Join(dir, jobenv.ShmName(jobID, "*"))
 }
 
 // shmPeer is a pair's channel: out is written by this rank, in by the peer.
@@ -129,7 +123,7 @@ func (o shmOffer) refusal(mine, dir, jobID string) string {
 		return "another host"
 	case o.RingCap < 4096 || o.RingCap&(o.RingCap-1) != 0 || o.RingCap > 1<<30:
 		return fmt.Sprintf("bad ring capacity %d", o.RingCap)
-	case filepath.Dir(o.Path) != filepath.Clean(dir) || !strings.HasPrefix(filepath.Base(o.Path), ShmPrefix+sanitize(jobID)+"-"):
+	case filepath.Dir(o.Path) != filepath.Clean(dir) || !strings.HasPrefix(filepath.Base(o.Path), jobenv.ShmName(jobID, "")):
 		return fmt.Sprintf("segment %q is not one of this job's", o.Path)
 	}
 	return ""
@@ -369,7 +363,7 @@ func offerSegment(hostKey string, ringCap int, off, dir, jobID, name string, res
 	default:
 		var nonce [16]byte
 		_, _ = rand.Read(nonce[:])
-		o.Path = filepath.Join(dir, fmt.Sprintf("%s%s-%s-%s", ShmPrefix, sanitize(jobID), sanitize(name), hex.EncodeToString(nonce[:])))
+		o.Path = filepath.Join(dir, jobenv.ShmName(jobID, jobenv.FileSafe(name)+"-"+hex.EncodeToString(nonce[:])))
 		if mem, err = createSegment(o.Path, 2*shmRingSize(ringCap), reserve); err != nil {
 			o.Path, o.Reason = "", err.Error()
 		}

@@ -242,3 +242,30 @@ func (r *Reader) Err(hint string) error {
 	}
 	return errors.Join(append(errs, r.bad...)...)
 }
+
+// The job's files in shared memory. Every file gorun makes there (the
+// transport's segments, the ranks' status pages) is named ShmPrefix, the
+// job's id made safe for a file name, "-" and a name of its own, so that
+// one glob (ShmPattern) finds a job's files: the agents remove a job's
+// leftovers with it when its ranks are gone.
+const (
+	ShmPrefix = "gorun-"
+	ShmDir    = "/dev/shm" // unless a transport is configured otherwise
+)
+
+// ShmName is the name of the job's file called name ("" gives the prefix
+// every one of the job's files starts with).
+func ShmName(jobID, name string) string { return ShmPrefix + FileSafe(jobID) + "-" + name }
+
+// ShmPattern is the glob of the job's files in dir.
+func ShmPattern(dir, jobID string) string { return dir + "/" + ShmName(jobID, "*") }
+
+// FileSafe maps s to letters, digits and '_'.
+func FileSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
+			return r
+		}
+		return '_'
+	}, s)
+}

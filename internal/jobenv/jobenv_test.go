@@ -1,7 +1,9 @@
 package jobenv
 
 import (
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -18,6 +20,25 @@ func TestRankEnvNames(t *testing.T) {
 	} {
 		if !slices.Contains(env, want) {
 			t.Errorf("no %s in %v", want, env)
+		}
+	}
+}
+
+// TestShmNames: a job's files in shared memory match its pattern, another
+// job's do not, and a job id is made safe for a file name.
+func TestShmNames(t *testing.T) {
+	for _, tc := range []struct {
+		job, other string
+	}{{"abc123", "abc1234"}, {"a/b c", "a_b_cd"}, {"", "x"}} {
+		name := ShmName(tc.job, "status-3")
+		if m, _ := filepath.Match(ShmPattern("/dev/shm", tc.job), "/dev/shm/"+name); !m {
+			t.Fatalf("%q does not match the pattern of job %q", name, tc.job)
+		}
+		if m, _ := filepath.Match(ShmPattern("/dev/shm", tc.job), "/dev/shm/"+ShmName(tc.other, "status-3")); m {
+			t.Fatalf("job %q's pattern matches job %q's file", tc.job, tc.other)
+		}
+		if strings.ContainsAny(name, "/ ") {
+			t.Fatalf("unsafe name %q", name)
 		}
 	}
 }

@@ -36,7 +36,7 @@ var allowed = map[string][]string{
 
 	// The data plane, bottom up: transport moves bytes, ring and ps are
 	// the two strategies, collective is the public API over them.
-	"transport":           {"internal/transporttest"}, // a test hook set in init(): to go with transport's split
+	"transport":           {"internal/jobenv", "internal/transporttest"}, // transporttest: a test hook set in init(), to go with transport's split
 	"ring":                {"reduce", "transport"},
 	"ps":                  {"assign", "internal/jobenv", "reduce", "transport"},
 	"collective":          {"internal/control", "internal/inspect", "internal/jobenv", "internal/tick", "membership", "ps", "reduce", "ring", "transport"},
@@ -45,11 +45,11 @@ var allowed = map[string][]string{
 	"capi":                {"collective", "reduce"},
 
 	// The launcher: it places and supervises processes and never touches
-	// the data plane (transport only for one file-name pattern, to move to
-	// internal/jobenv).
+	// the data plane (the names of a job's files in shared memory are
+	// internal/jobenv's).
 	"launcher/proto": {"internal/control", "internal/inspect", "pmi"},
 	"launcher":       {"assign", "internal/control", "internal/inspect", "internal/jobenv", "launcher/proto", "pmi"},
-	"launcher/agent": {"internal/control", "internal/inspect", "internal/jobenv", "launcher/proto", "pmi", "pmi/pmilib", "pmix", "transport"},
+	"launcher/agent": {"internal/control", "internal/inspect", "internal/jobenv", "launcher/proto", "pmi", "pmi/pmilib", "pmix"},
 
 	// The one command.
 	"cmd/gorun": {"bench", "collective", "internal/jobenv", "launcher", "launcher/agent", "ps", "reduce"},
@@ -78,7 +78,7 @@ var free = []string{"bench", "examples", "scripts"}
 // imports a test aid (transport's hook aside, named above).
 var never = []struct{ from, to []string }{
 	{[]string{"reduce", "transport", "ring", "ps", "membership", "collective"}, []string{"launcher", "launcher/agent", "launcher/proto", "pmi", "pmix", "cmd/gorun"}},
-	{[]string{"launcher", "launcher/proto", "launcher/agent", "pmi", "pmix"}, []string{"collective", "ring", "ps", "membership", "reduce"}},
+	{[]string{"launcher", "launcher/proto", "launcher/agent", "pmi", "pmix"}, []string{"collective", "ring", "ps", "membership", "reduce", "transport"}},
 	{[]string{"reduce", "ring", "ps", "membership", "collective", "launcher", "launcher/proto", "launcher/agent", "pmi", "pmix", "capi"}, []string{"internal/proctest", "internal/mpitest", "internal/soak", "internal/commtest", "internal/conformance", "internal/jobtest"}},
 }
 

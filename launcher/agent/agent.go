@@ -29,9 +29,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/launcher/proto"
 	"github.com/gorun/gorun/pmi"
-	"github.com/gorun/gorun/transport"
 )
 
 // Config is what the agent needs from its process.
@@ -85,7 +85,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer s.close()
 		a.sentinel = s
-		s.removeGlob(transport.ShmSegmentPattern(transport.DefaultShmDir, spec.JobID))
+		s.removeGlob(jobenv.ShmPattern(jobenv.ShmDir, spec.JobID))
 	}
 	ready, err := a.preflight()
 	if err != nil {
@@ -355,7 +355,7 @@ func (a *agent) stopBackground() {
 // its ranks are gone. Ranks remove each segment as soon as its pair has
 // mapped it, so only a rank killed in between leaves one behind.
 func (a *agent) removeSegments() {
-	left, _ := filepath.Glob(transport.ShmSegmentPattern(transport.DefaultShmDir, a.spec.JobID))
+	left, _ := filepath.Glob(jobenv.ShmPattern(jobenv.ShmDir, a.spec.JobID))
 	for _, f := range left {
 		if err := os.Remove(f); err == nil {
 			a.log.Info("removed a shared memory segment the job left", "file", f)

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/inspect"
+	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/launcher/proto"
-	"github.com/gorun/gorun/transport"
 )
 
 // What the agent tells the launcher about its ranks beyond their output:
@@ -30,7 +30,7 @@ const maxTimeline = 64 << 20
 // named like the job's segments so that the agent's sweep removes it too.
 // A restarted rank (restart k > 0) has a page of its own.
 func pagePath(jobID string, rank, restart int) string {
-	dir := transport.DefaultShmDir
+	dir := jobenv.ShmDir
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		dir = os.TempDir()
 	}
@@ -38,7 +38,7 @@ func pagePath(jobID string, rank, restart int) string {
 	if restart > 0 {
 		name += "-restart-" + strconv.Itoa(restart)
 	}
-	return strings.Replace(transport.ShmSegmentPattern(dir, jobID), "*", name, 1)
+	return filepath.Join(dir, jobenv.ShmName(jobID, name))
 }
 
 // timelinePath is where rank writes its timeline on its host; a
