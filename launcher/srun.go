@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gorun/gorun/internal/jobenv"
 )
 
 // Agents started by Slurm. Inside an allocation, where sites confine or
@@ -117,7 +119,7 @@ func StartSrun(ctx context.Context, l net.Listener, addrs []string, cfg SrunConf
 	if env == nil {
 		env = os.Environ()
 	}
-	cmd.Env = append(slices.Clone(env), "GORUN_JOB_SECRET="+cfg.Secret, SrunLauncherVar+"="+strings.Join(addrs, ","), SrunStepVar+"="+step)
+	cmd.Env = append(slices.Clone(env), jobenv.SecretVar+"="+cfg.Secret, SrunLauncherVar+"="+strings.Join(addrs, ","), SrunStepVar+"="+step)
 	said := newTail(20)
 	if cfg.Stderr != nil {
 		cmd.Stderr = io.MultiWriter(cfg.Stderr, said)
@@ -258,7 +260,7 @@ func AgentEnviron(env []string) []string {
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
 		switch {
-		case name == "GORUN_JOB_SECRET", name == SrunLauncherVar, name == SrunStepVar:
+		case name == jobenv.SecretVar, name == SrunLauncherVar, name == SrunStepVar:
 		case strings.HasPrefix(name, "SLURM_STEP_"), strings.HasPrefix(name, "SLURM_SRUN_COMM_"), strings.HasPrefix(name, "SLURM_CPU_BIND"):
 		case strings.HasPrefix(name, "PMI_"), strings.HasPrefix(name, "PMIX_"):
 		case slices.Contains(stepVars, name):

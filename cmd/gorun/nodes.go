@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/launcher/agent"
 	"github.com/urfave/cli/v2"
@@ -21,8 +22,8 @@ import (
 // other node dials it and runs its agent over that connection.
 
 // SecretVar is the environment variable that holds the job's secret in
-// per-node starts: the same on every node, never on a command line.
-const SecretVar = "GORUN_JOB_SECRET"
+// a per-node start and in gorun's srun step (jobenv's one name for it).
+const SecretVar = jobenv.SecretVar
 
 // nodeFlags are the per-node start's flags; each has an environment
 // variable too, for a pod template.
