@@ -277,7 +277,7 @@ func (s *Server) Serve(ctx context.Context, rank int, conn net.Conn) (Result, er
 	ss.rmu.Lock()
 	res := ss.res
 	ss.rmu.Unlock()
-	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrClosedPipe)) {
+	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrClosedPipe) {
 		s.mu.Lock()
 		closed := s.closed
 		s.mu.Unlock()
@@ -293,6 +293,8 @@ func (s *Server) Serve(ctx context.Context, rank int, conn net.Conn) (Result, er
 	return res, err
 }
 
+// run serves the session until it ends; it always returns why (io.EOF
+// when the client closed its end).
 func (ss *session) run(ctx context.Context) error {
 	s := ss.s
 	var hdr [hdrLen]byte
