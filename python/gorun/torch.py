@@ -376,6 +376,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
         self._ranks = ranks  # group rank -> the communicator's rank for roots and peers (elastic views)
         self._lock = threading.Lock()  # operations start in call order
         self._name = None  # torch's name for the group (2.x), see group_name
+        self._desc = None  # and its description
         self._others = {}  # device type -> the backend its tensors go to ("cpu:gorun,cuda:nccl")
 
     def getBackendName(self):
@@ -390,6 +391,13 @@ class ProcessGroupGorun(dist.ProcessGroup):
 
     def _set_group_name(self, name):
         self._name = name
+
+    def _set_group_desc(self, desc):
+        self._desc = desc
+
+    @property
+    def group_desc(self):
+        return self._desc or "undefined"
 
     @property
     def group_name(self):
@@ -647,7 +655,30 @@ class ProcessGroupGorun(dist.ProcessGroup):
 
     @_routed
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        raise NotImplementedError("gorun: allgather_coalesced is not supported; call all_gather per tensor")
+        """all_gather of several tensors as one Work: output_lists[r][i]
+        receives rank r's input_list[i]."""
+        n = self.size()
+        if len(output_lists) != n:
+            raise ValueError(f"gorun: all_gather_coalesced: {len(output_lists)} output lists for {n} ranks")
+        for outs in output_lists:
+            if len(outs) != len(input_list):
+                raise ValueError(f"gorun: all_gather_coalesced: an output list of {len(outs)} tensors for "
+                                 f"{len(input_list)} inputs")
+            for o, t in zip(outs, input_list):
+                if o.numel() != t.numel() or o.dtype != t.dtype:
+                    raise ValueError(f"gorun: all_gather_coalesced: an output of {o.numel()} {o.dtype} for an "
+                                     f"input of {t.numel()} {t.dtype}")
+
+        def build():
+            sizes = [_bytes(t).numel() for t in input_list]
+            recvs = [torch.empty(k * n, dtype=torch.uint8) for k in sizes]
+
+            def finish():
+                for r, outs in enumerate(output_lists):
+                    for o, recv, k in zip(outs, recvs, sizes):
+                        _unbytes(o, recv[r * k:(r + 1) * k])
+            return self._allgather_into(list(zip(recvs, input_list)), self._t(opts), finish, output_lists)
+        return self._run(build)
 
     @_routed
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):

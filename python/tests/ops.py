@@ -241,6 +241,17 @@ for dtype in DTYPES + [torch.complex64]:
             dist.scatter(out, scatter_list=sl if R == root else None, src=root)
             same(f"scatter {dtype} n={n} root={root}", out, [gen(dtype, n, 1000 + q) for q in range(N)][R], dtype)
 
+# all_gather_coalesced: tensors of several sizes (one empty) in one call
+# (torch wants one dtype); output_lists[q] receives rank q's inputs.
+for dtype in [torch.float32, torch.int8, torch.bfloat16]:
+    case += 1
+    ins = [[gen(dtype, n, r * 3 + k) for k, n in enumerate([5, 0, 3])] for r in range(N)]
+    outs = [[torch.zeros_like(t) for t in ins[R]] for _ in range(N)]
+    dist.all_gather_coalesced(outs, ins[R])
+    for q in range(N):
+        for k, t in enumerate(ins[q]):
+            same(f"all_gather_coalesced {dtype} rank {q} tensor {k}", outs[q][k], t, dtype)
+
 # reduce_scatter (list and tensor forms), every op and dtype.
 for dtype in DTYPES:
     for opname, op in OPS.items():
@@ -331,6 +342,28 @@ elif odds is not None:
     dist.all_reduce(t, group=odds)
     same("new_group odds all_reduce", t, reference(torch.int32, "sum", [gen(torch.int32, 4, r) for r in range(1, N, 2)]),
          torch.int32)
+
+# The object collectives (pickled Python objects over the tensor ones).
+case += 1
+objs = [{"rank": r, "data": list(range(r * 3)), "name": "x" * (r + 1)} for r in range(N)]
+got = [None] * N
+dist.all_gather_object(got, objs[R])
+if got != objs:
+    raise AssertionError(f"rank {R}/{N} all_gather_object: got {got}")
+root = case % N
+lst = [objs[R], R]
+dist.broadcast_object_list(lst, src=root)
+if lst != [objs[root], root]:
+    raise AssertionError(f"rank {R}/{N} broadcast_object_list from {root}: got {lst}")
+g = [None] * N if R == root else None
+dist.gather_object(objs[R], g, dst=root)
+if R == root and g != objs:
+    raise AssertionError(f"rank {R}/{N} gather_object to {root}: got {g}")
+out = [None]
+dist.scatter_object_list(out, [objs[(r + 1) % N] for r in range(N)] if R == root else None, src=root)
+if out[0] != objs[(R + 1) % N]:
+    raise AssertionError(f"rank {R}/{N} scatter_object_list from {root}: got {out[0]}")
+checks += 4
 
 dist.barrier()
 print(f"gorun-ops-ok rank={R} checks={checks}", flush=True)
