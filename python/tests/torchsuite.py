@@ -1,0 +1,88 @@
+"""PyTorch's own distributed suite (TestDistBackend over
+DistributedTest._DistTestBase, from the packaged
+torch/testing/_internal/distributed/distributed_test.py) on the gorun
+backend or on Gloo, driven as torch's test/distributed/test_distributed_spawn.py
+drives it (torch's test/ is not packaged). Every test starts WORLD_SIZE
+ranks; for gorun each gets a gorun job's environment on loopback, as the
+gorun launcher would give it, so this runs without gorun itself:
+
+    BACKEND=gorun WORLD_SIZE=3 PYTHONPATH=python GORUN_LIBRARY=... \
+        /usr/bin/python3 python/tests/torchsuite.py -v [-k PATTERN]
+    BACKEND=gloo WORLD_SIZE=3 /usr/bin/python3 python/tests/torchsuite.py -v
+
+It needs torch 2.x (the suite's FileStore rendezvous and CPU tests) and
+python3-setuptools and python3-expecttest (torch.testing imports them).
+FEATURES=ddp,subgroup,gpu also runs for BACKEND the tests the suite gates
+on those features of torch's own backends (most need CUDA and skip
+without it; the object collectives and DDP's checks on the CPU run).
+About 15 minutes for 278 tests on 2 cores; not part of go test.
+"""
+
+import os
+import secrets
+import socket
+
+os.environ.setdefault("USE_LIBUV", "0")
+BACKEND = os.environ["BACKEND"]
+
+import torch  # noqa: E402
+from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
+
+# FEATURES=ddp,subgroup: run the tests torch gates on those features of its
+# own backends for this backend too (before distributed_test's decorators
+# read the sets).
+for f in filter(None, os.environ.get("FEATURES", "").split(",")):
+    DistTestCases.backend_feature[f].add(BACKEND)
+
+from torch.testing._internal.common_utils import run_tests  # noqa: E402
+from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend  # noqa: E402
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Rank(torch.multiprocessing.get_context("spawn").Process):
+    """A rank started with its own gorun variables in its environment:
+    libgorun's Go runtime reads the process's starting environment."""
+
+    ports = []
+
+    def start(self):
+        rank = self._args[0]
+        os.environ["GORUN_RANK"], os.environ["GORUN_GOSSIP_PORT"] = str(rank), str(self.ports[rank])
+        super().start()
+
+
+class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+        torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
+
+    def _spawn_processes(self):
+        base = torch.multiprocessing.get_context("spawn").Process
+        if BACKEND != "gorun":
+            return self._start_processes(base)
+        n = int(os.environ["WORLD_SIZE"])
+        ports = [_free_port() for _ in range(n)]
+        os.environ.update({
+            "GORUN_SIZE": str(n), "GORUN_JOB_ID": secrets.token_hex(6), "GORUN_JOB_SECRET": secrets.token_hex(16),
+            "GORUN_PEERS": ",".join(f"127.0.0.1:{p}" for p in ports), "GORUN_ADDR": "127.0.0.1",
+            "GORUN_LOCAL_SIZE": str(n),
+        })
+
+        _Rank.ports = ports
+        self._start_processes(_Rank)
+
+    @classmethod
+    def _run(cls, rank, test_name, file_name, pipe, **kwargs):
+        if BACKEND == "gorun":
+            import gorun.torch  # noqa: F401 (registers the backend)
+        super()._run(rank, test_name, file_name, pipe, **kwargs)
+
+
+if __name__ == "__main__":
+    run_tests()
