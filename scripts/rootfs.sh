@@ -49,13 +49,14 @@ GOROOT=${GOROOT:-$(go env GOROOT 2>/dev/null || echo /usr/local/go)}
 # What the tests use inside the root: the release's MPIs (with their
 # compilers and the PMIx headers, for a bare PMIx client), mpi4py,
 # PyTorch, what `go test` needs (gcc for cgo, git for the module cache),
-# and sshd, iproute2, iptables and Slurm for the test hosts (./e2e's MPI
+# the real Fashion-MNIST (the trainers' tests learn it), and sshd,
+# iproute2, iptables and Slurm for the test hosts (./e2e's MPI
 # tests over SSH, per-node and under srun, in network namespaces made from
 # inside the root).
 pkgs=(openmpi-bin libopenmpi-dev libpmix-dev mpich libmpich-dev python3-mpi4py
     python3-numpy python3-torch gcc libc6-dev make git procps ca-certificates
     openssh-server openssh-client iproute2 iptables util-linux
-    slurmctld slurmd slurm-client munge)
+    slurmctld slurmd slurm-client munge dataset-fashion-mnist)
 
 [ "$(id -u)" = 0 ] || { echo "rootfs: must run as root" >&2; exit 1; }
 mkdir -p "$base"

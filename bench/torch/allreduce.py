@@ -9,6 +9,7 @@ line per size: "size=B backend=X np=N median_us=... p10_us=... busbw_GBps=..."
 """
 
 import argparse
+import os
 import statistics
 import time
 
@@ -26,6 +27,9 @@ if args.backend == "gorun":
     import gorun.torch as gt
     gt.init()
 else:
+    # Gloo's env:// rendezvous starts a TCPStore, which asks for libuv
+    # from torch 2.4 on; Debian 13's PyTorch 2.6 is built without it.
+    os.environ.setdefault("USE_LIBUV", "0")
     dist.init_process_group("gloo")
 R, N = dist.get_rank(), dist.get_world_size()
 for size in [int(s) for s in args.sizes.split(",")]:
