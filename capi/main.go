@@ -35,6 +35,7 @@ const (
 	opBarrier
 	opSend
 	opRecv
+	opRecvAny // receive from any source; counts is one int64 that gets the sender
 )
 
 // Result codes of gorun_result.
@@ -275,7 +276,8 @@ type op struct {
 	kind, dtype, redop, root, tag int
 	send, recv                    unsafe.Pointer
 	nsend, nrecv                  int
-	counts                        []int // AllToAllV: send counts then receive counts
+	counts                        []int  // AllToAllV: send counts then receive counts
+	from                          *int64 // RecvAny: where the sender's place goes
 }
 
 // gorun_start starts an operation and returns its id at once; gorun_next
@@ -291,7 +293,12 @@ func gorun_start(comm C.int64_t, kind, dtype, redop, root, tag C.int, send unsaf
 	reg.mu.Unlock()
 	c, err := reg.comm(int64(comm))
 	o := op{kind: int(kind), dtype: int(dtype), redop: int(redop), root: int(root), tag: int(tag), send: send, recv: recv, nsend: int(nsend), nrecv: int(nrecv)}
-	if ncounts > 0 && counts != nil {
+	if int(kind) == opRecvAny {
+		if ncounts != 1 || counts == nil {
+			err = fmt.Errorf("gorun: receive from any source: %d counts, want the sender's slot", ncounts)
+		}
+		o.from = (*int64)(unsafe.Pointer(counts))
+	} else if ncounts > 0 && counts != nil {
 		for _, x := range unsafe.Slice((*int64)(unsafe.Pointer(counts)), int(ncounts)) {
 			o.counts = append(o.counts, int(x))
 		}
@@ -396,6 +403,14 @@ func start[T collective.Number](ctx context.Context, c *collective.Comm, o op) (
 		return p2p.after(c, o.root, o.tag, true, func() error { return collective.Send(ctx, c, send, o.root, o.tag) }), nil
 	case opRecv:
 		return p2p.after(c, o.root, o.tag, false, func() error { return collective.Recv(ctx, c, recv, o.root, o.tag) }), nil
+	case opRecvAny:
+		// Receives from any source run one after another, as those of one
+		// source do.
+		return p2p.after(c, -1, o.tag, false, func() error {
+			from, err := collective.RecvAny(ctx, c, recv, o.tag)
+			*o.from = int64(from)
+			return err
+		}), nil
 	default:
 		return nil, fmt.Errorf("gorun: unknown operation %d", o.kind)
 	}

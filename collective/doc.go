@@ -122,7 +122,9 @@
 // in the order sent; tags are independent. Send returns once buf is
 // handed to the transport; Recv's buf must have the message's length,
 // else it fails with ErrSizeMismatch. A Recv wakes when its peer is lost,
-// the Comm closes or ctx ends.
+// the Comm closes or ctx ends. RecvAny(ctx, c, buf, tag) is a Recv from
+// whichever rank sends first (MPI_ANY_SOURCE) and returns that rank; it
+// wakes when any rank is lost.
 //
 // # Failure
 //

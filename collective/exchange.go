@@ -3,6 +3,7 @@ package collective
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/ring"
@@ -289,11 +290,24 @@ func Recv[T Number](ctx context.Context, c *Comm, buf []T, from, tag int) error 
 	}
 	ctx, stop := c.withClose(ctx)
 	defer stop()
+	return recvPieces(ctx, c, buf, from, src, tag, nil)
+}
+
+// recvPieces receives into buf a message from rank from of c (job rank
+// src) with tag, piece by piece; first, if not nil, is its first piece,
+// received already.
+func recvPieces[T Number](ctx context.Context, c *Comm, buf []T, from, src, tag int, first *transport.Frame) error {
 	b := reduce.AsBytes(buf)
 	key := transport.Key{Comm: c.id | transport.ChanP2P, Seq: uint32(tag)}
 	var mismatch error
 	for i, off := 0, 0; ; i++ {
-		f, err := c.mux.Recv(ctx, src, key)
+		var f transport.Frame
+		var err error
+		if i == 0 && first != nil {
+			f = *first
+		} else {
+			f, err = c.mux.Recv(ctx, src, key)
+		}
 		if err != nil {
 			if c.isClosed() {
 				err = ErrClosed
@@ -321,6 +335,53 @@ func Recv[T Number](ctx context.Context, c *Comm, buf []T, from, tag int) error 
 		return fmt.Errorf("collective: rank %d: recv from rank %d, tag %d: %w", c.cfg.Rank, from, tag, mismatch)
 	}
 	return nil
+}
+
+// RecvAny receives into buf the next message sent to this rank with tag
+// by any other rank of c, and returns the sender's rank in c. It is Recv
+// with the source left open (MPI_ANY_SOURCE): when several ranks have sent,
+// which message it takes is not set, and the others wait for the next
+// receive; a message is never lost or split. An any-source receive and a
+// Recv of the same tag from the same rank running at once match messages
+// in no set order. It fails when any rank of c is lost, c closes or ctx
+// ends; on a communicator of one rank it fails at once.
+func RecvAny[T Number](ctx context.Context, c *Comm, buf []T, tag int) (int, error) {
+	if tag < 0 || int64(tag) >= 1<<31 {
+		return -1, fmt.Errorf("collective: rank %d: recv from any rank: tag %d out of range", c.cfg.Rank, tag)
+	}
+	if c.isClosed() {
+		return -1, fmt.Errorf("collective: rank %d: recv from any rank: %w", c.cfg.Rank, ErrClosed)
+	}
+	me := c.index()
+	srcs := make([]int, 0, c.Size())
+	for i := 0; i < c.Size(); i++ {
+		if i == me {
+			continue
+		}
+		r, err := c.jobRank(i)
+		if err != nil {
+			return -1, err
+		}
+		srcs = append(srcs, r)
+	}
+	if len(srcs) == 0 {
+		return -1, fmt.Errorf("collective: rank %d: recv from any rank, tag %d: no other rank in a communicator of %d", c.cfg.Rank, tag, c.Size())
+	}
+	ctx, stop := c.withClose(ctx)
+	defer stop()
+	key := transport.Key{Comm: c.id | transport.ChanP2P, Seq: uint32(tag)}
+	src, f, err := c.mux.RecvAny(ctx, srcs, key)
+	if err != nil {
+		if c.isClosed() {
+			err = ErrClosed
+		}
+		return -1, fmt.Errorf("collective: rank %d: recv from any rank, tag %d: %w", c.cfg.Rank, tag, err)
+	}
+	from := slices.Index(srcs, src)
+	if from >= me {
+		from++
+	}
+	return from, recvPieces(ctx, c, buf, from, src, tag, &f)
 }
 
 // withClose is ctx ended also by Close.

@@ -597,3 +597,99 @@ func TestCreateGroup(t *testing.T) {
 		}
 	}
 }
+
+// TestRecvAny: at 2-7 ranks every other rank sends rank 0 several messages
+// of one tag (one sender's larger than a frame) while rank 0 receives from
+// any source: each message arrives once, whole, with its sender named,
+// and each sender's in the order sent; a message of another tag from the
+// same senders waits for its own Recv. On one rank it fails at once, and
+// a receive whose only peer dies fails naming the loss.
+func TestRecvAny(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	for size := 2; size <= 7; size++ {
+		per := 1 + rng.IntN(4)
+		n := lengths[rng.IntN(len(lengths))]
+		if size == 4 {
+			n = p2pPiece/4 + 5 // two frames each
+		}
+		msg := func(from, i int) []int32 {
+			m := make([]int32, n)
+			for j := range m {
+				m[j] = int32(from*1000000 + i*1000 + j%1000)
+			}
+			return m
+		}
+		errs := onAll(t, size, DefaultConfig(), func(c *Comm) error {
+			ctx := context.Background()
+			if r := c.Rank(); r != 0 {
+				if err := Send(ctx, c, []int64{int64(r)}, 0, 5); err != nil {
+					return err
+				}
+				for i := range per {
+					if err := Send(ctx, c, msg(r, i), 0, 9); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			next := make([]int, size)
+			buf := make([]int32, n)
+			for range (size - 1) * per {
+				from, err := RecvAny(ctx, c, buf, 9)
+				if err != nil {
+					return err
+				}
+				if from < 1 || from >= size || next[from] >= per {
+					return fmt.Errorf("size %d: sender %d, next %v", size, from, next)
+				}
+				if !slices.Equal(buf, msg(from, next[from])) {
+					return fmt.Errorf("size %d: message %d of rank %d differs", size, next[from], from)
+				}
+				next[from]++
+			}
+			for r := 1; r < size; r++ {
+				got := make([]int64, 1)
+				if err := Recv(ctx, c, got, r, 5); err != nil || got[0] != int64(r) {
+					return fmt.Errorf("size %d: tag 5 from rank %d: %v %v", size, r, got, err)
+				}
+			}
+			return nil
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := onAll(t, 1, DefaultConfig(), func(c *Comm) error {
+		_, err := RecvAny(context.Background(), c, make([]int32, 1), 0)
+		if err == nil || !strings.Contains(err.Error(), "no other rank") {
+			return fmt.Errorf("recv from any source on one rank: %v", err)
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		nw := transport.NewMemNetwork(2)
+		comms, err := NewLocalOn(nw, DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeAll(comms)
+		got := make(chan error, 1)
+		go func() {
+			_, err := RecvAny(context.Background(), comms[0], make([]int64, 1), 0)
+			got <- err
+		}()
+		synctest.Wait()
+		select {
+		case err := <-got:
+			t.Fatalf("recv from any source returned before its peer died: %v", err)
+		default:
+		}
+		nw.Kill(1)
+		if err := <-got; !errors.Is(err, ErrPeerLost) {
+			t.Fatalf("recv from any source, its peer dead: %v", err)
+		}
+	})
+}

@@ -160,9 +160,9 @@ func newJob(t *testing.T, placement [][]int) *job {
 				f()
 			}
 		}
-		cfg.Refused = func(rank int, what string) {
+		cfg.Refused = func(r Refusal) {
 			j.mu.Lock()
-			j.refused = append(j.refused, fmt.Sprintf("%d %s", rank, what))
+			j.refused = append(j.refused, fmt.Sprintf("%d %s %v", r.Rank, r.What, r.Strands))
 			j.mu.Unlock()
 		}
 		s, err := NewServer(cfg)

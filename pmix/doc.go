@@ -20,7 +20,10 @@
 //   - commit (the rank's puts, by scope), fence, get, abort, finalize,
 //     event registration, cleanup registration (job control);
 //   - anything else (spawn, publish, lookup, groups, queries, tools) gets
-//     PMIX_ERR_NOT_SUPPORTED at once, and Config.Refused hears of it.
+//     PMIX_ERR_NOT_SUPPORTED at once, and Config.Refused hears of it
+//     first, told whether the refusal strands other ranks (Refusal): one
+//     rank's spawn, connect or name lookup is made for others that wait
+//     in MPI for its answer, and only ending the job frees them.
 //
 // Fences: a rank's fence waits until every local rank entered the same
 // fence; the last one hands the host's data (each local rank's remote and

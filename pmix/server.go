@@ -38,6 +38,22 @@ var cmdNames = map[byte]string{
 	32: "device distances", 33: "refresh cache", 37: "resolve peers", 38: "resolve node",
 }
 
+// stranding are the commands that one rank of a collective MPI call makes
+// for all (MPI_Comm_spawn, MPI_Comm_connect and accept, and the name
+// service they use): refused, that rank fails and the others wait for it
+// forever.
+var stranding = map[byte]bool{6: true, 7: true, 9: true, 10: true}
+
+// Refusal is a request a Server refused.
+type Refusal struct {
+	Rank int
+	What string // what was asked, for a person ("PMIx spawn")
+	// Strands: the rank asked on behalf of others (a spawn, a connect, a
+	// lookup) that wait for its answer and will not hear of the refusal;
+	// only ending the job frees them.
+	Strands bool
+}
+
 // ErrClosed is returned by Serve and Release once the Server is closed.
 var ErrClosed = errors.New("pmix: server closed")
 
@@ -66,9 +82,10 @@ type Config struct {
 	// Abort is called when a rank calls PMIx_Abort, before its reply.
 	Abort func(rank, status int, msg string)
 	// Refused is called when a rank asks for what this server does not
-	// serve (spawn, publish, groups, ...): the rank gets
-	// PMIX_ERR_NOT_SUPPORTED and the caller may say so. Optional.
-	Refused func(rank int, what string)
+	// serve (spawn, publish, groups, ...), before the rank gets
+	// PMIX_ERR_NOT_SUPPORTED: the caller may say so, and should end the
+	// job when the refusal strands other ranks. Optional.
+	Refused func(Refusal)
 	// Cleanup is called when a rank registers files (dirs false) or
 	// directories (dirs true) to remove when the job ends (PMIx job
 	// control with PMIX_REGISTER_CLEANUP, as Open MPI 5 does for its
@@ -408,7 +425,7 @@ func (ss *session) handle(ctx context.Context, tag uint32, msg []byte) error {
 			return fmt.Errorf("pmix: fence: %w", err)
 		}
 		if !all {
-			ss.refuse("a fence over part of the job (PMIx_Fence with a subset of its processes)")
+			ss.refuse("a fence over part of the job (PMIx_Fence with a subset of its processes)", false)
 			return ss.status(tag, StatusNotSupported)
 		}
 		ss.wg.Add(1)
@@ -450,7 +467,7 @@ func (ss *session) handle(ctx context.Context, tag uint32, msg []byte) error {
 			return fmt.Errorf("pmix: job control: %w", err)
 		}
 		if st != StatusSuccess {
-			ss.refuse("PMIx job control other than registering files for cleanup")
+			ss.refuse("PMIx job control other than registering files for cleanup", false)
 		}
 		return ss.status(tag, st)
 	}
@@ -458,13 +475,13 @@ func (ss *session) handle(ctx context.Context, tag uint32, msg []byte) error {
 	if !ok {
 		what = "command " + strconv.Itoa(int(cmd))
 	}
-	ss.refuse("PMIx " + what)
+	ss.refuse("PMIx "+what, stranding[cmd])
 	return ss.status(tag, StatusNotSupported)
 }
 
-func (ss *session) refuse(what string) {
+func (ss *session) refuse(what string, strands bool) {
 	if f := ss.s.cfg.Refused; f != nil {
-		f(ss.rank, what)
+		f(Refusal{Rank: ss.rank, What: what, Strands: strands})
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -182,9 +183,9 @@ func testServer(t *testing.T, ranks int) (*Server, *[]string) {
 	cfg.UID, cfg.GID = 1000, 1000
 	var mu sync.Mutex
 	var refused []string
-	cfg.Refused = func(rank int, what string) {
+	cfg.Refused = func(r Refusal) {
 		mu.Lock()
-		refused = append(refused, what)
+		refused = append(refused, r.What+" "+strconv.FormatBool(r.Strands))
 		mu.Unlock()
 	}
 	s, err := NewServer(cfg)
@@ -279,7 +280,7 @@ func TestUnservedCommands(t *testing.T) {
 	if st := c.handshake(okHello(0)); st != StatusSuccess {
 		t.Fatalf("handshake: %v", st)
 	}
-	for i, cmd := range []byte{9, 6, 7, 24, 15, 99} {
+	for i, cmd := range []byte{9, 6, 7, 10, 24, 15, 99} {
 		if st := replyStatus(t, c.call(uint32(100+i), cmdMsg(cmd))); st != StatusNotSupported {
 			t.Fatalf("command %d: %v", cmd, st)
 		}
@@ -304,7 +305,10 @@ func TestUnservedCommands(t *testing.T) {
 	if ns, err := d.packedString(); err != nil || ns != "gorun" {
 		t.Fatalf("job data after refusals: %q %v", ns, err)
 	}
-	want := []string{"PMIx spawn", "PMIx publish", "PMIx lookup", "PMIx group construct", "PMIx query", "PMIx command 99", "PMIx job control other than registering files for cleanup"}
+	// Those one rank makes for others (spawn, connect and the name service
+	// they use) strand the others: the agent ends the job for them.
+	want := []string{"PMIx spawn true", "PMIx publish true", "PMIx lookup true", "PMIx connect true", "PMIx group construct false",
+		"PMIx query false", "PMIx command 99 false", "PMIx job control other than registering files for cleanup false"}
 	if strings.Join(*refused, "|") != strings.Join(want, "|") {
 		t.Fatalf("refused %q, want %q", *refused, want)
 	}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -261,6 +262,28 @@ func TestMismatch(t *testing.T) {
 	for r, m := range everyRank(t, out, 3, regexp.MustCompile(`gorun-mismatch-seen rank=(\d+) error=(\w+): (.*)`)) {
 		if m[2] != "Mismatch" || !regexp.MustCompile(`rank \d disagrees on buffer length`).MatchString(m[3]) {
 			t.Fatalf("rank %s: %s: %s", r, m[2], m[3])
+		}
+	}
+}
+
+// TestTimeout: an operation's timeout (its group's, from new_group) ends
+// it with Timeout, a TimeoutError whose message says " timeout " (torch's
+// tests look for that), no sooner than asked; it breaks the job's
+// communication, so the ranks waiting elsewhere fail with Aborted naming
+// it, and the job ends non-zero.
+func TestTimeout(t *testing.T) {
+	setup(t)
+	out, code := job(t, 3, nil, "tests/timeout.py")
+	if code == 0 {
+		t.Fatalf("gorun exited 0:\n%s", out)
+	}
+	for r, m := range everyRank(t, out, 3, regexp.MustCompile(`gorun-timeout-seen rank=(\d+) error=(\S+) took=([\d.]+): (.*)`)) {
+		took, _ := strconv.ParseFloat(m[3], 64)
+		switch {
+		case r == "0" && (m[2] != "Timeout(TimeoutError)" || !strings.Contains(m[4], " timeout ") || took < 0.5):
+			t.Fatalf("rank 0: %s after %ss: %s", m[2], m[3], m[4])
+		case r != "0" && (m[2] != "Aborted" || !strings.Contains(m[4], "rank 0")):
+			t.Fatalf("rank %s: %s: %s", r, m[2], m[4])
 		}
 	}
 }

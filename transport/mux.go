@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 )
@@ -66,15 +67,21 @@ func NewMux(base Receiver, size int) *Mux {
 // Transport.Recv the caller must Release the frame, and the peer's next
 // frame of any key waits for that.
 func (m *Mux) Recv(ctx context.Context, from int, k Key) (Frame, error) {
+	f, _, err := m.recv(ctx, from, k)
+	return f, err
+}
+
+// recv is Recv, and whether the frame holds the connection.
+func (m *Mux) recv(ctx context.Context, from int, k Key) (Frame, bool, error) {
 	p := &m.peers[from]
 	for {
 		if !p.take() {
 			f, got, err := p.slow(ctx, k)
 			switch {
 			case err != nil:
-				return Frame{}, err
+				return Frame{}, false, err
 			case got == gotFrame:
-				return f, nil
+				return f, false, nil
 			case got == gotNothing:
 				continue
 			}
@@ -82,17 +89,17 @@ func (m *Mux) Recv(ctx context.Context, from int, k Key) (Frame, error) {
 		f, err := m.base.Recv(ctx, from)
 		if err != nil {
 			p.idle()
-			return Frame{}, err
+			return Frame{}, false, err
 		}
 		if KeyOf(f.Header) == k {
 			if f.release == nil || f.Payload == nil {
 				// Nothing to hold (Release skips an empty payload).
 				f.Release()
 				p.idle()
-				return f, nil
+				return f, false, nil
 			}
 			p.held, f.release = f.release, p.release
-			return f, nil
+			return f, true, nil
 		}
 		kept := Frame{Header: f.Header}
 		if len(f.Payload) > 0 {
@@ -111,6 +118,108 @@ func (m *Mux) Recv(ctx context.Context, from int, k Key) (Frame, error) {
 		p.mu.Unlock()
 		p.idle()
 	}
+}
+
+// RecvAny returns the next frame of key k from whichever of the peers
+// from sends one first, and that peer. It waits on each peer as Recv does,
+// all at once; a frame that more than one brought at the same moment
+// stays first in its peer's queue for k, so no frame is lost or reordered.
+// It fails with the first error of a peer (a lost one, say) or ctx's.
+func (m *Mux) RecvAny(ctx context.Context, from []int, k Key) (int, Frame, error) {
+	for _, i := range from { // a frame already queued needs no wait
+		if f, ok := m.peers[i].dequeue(k); ok {
+			return i, f, nil
+		}
+	}
+	if len(from) == 0 {
+		return -1, Frame{}, errors.New("transport: receive from any peer of none")
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type got struct {
+		from int
+		f    Frame
+		held bool
+		err  error
+	}
+	ch := make(chan got, len(from))
+	for _, i := range from {
+		go func() {
+			f, held, err := m.recv(wctx, i, k)
+			ch <- got{i, f, held, err}
+		}()
+	}
+	win, won := got{from: -1}, false
+	var fail error
+	for range from {
+		g := <-ch
+		switch {
+		case g.err == nil && !won && fail == nil:
+			win, won = g, true
+			cancel()
+		case g.err == nil:
+			m.peers[g.from].unread(k, g.f, g.held)
+		case fail == nil && !won && wctx.Err() == nil:
+			fail = g.err
+			cancel()
+		}
+	}
+	switch {
+	case won:
+		return win.from, win.f, nil
+	case fail != nil:
+		return -1, Frame{}, fail
+	}
+	return -1, Frame{}, ctxErr(ctx)
+}
+
+// dequeue takes k's first queued frame, if there is one.
+func (p *muxPeer) dequeue(k Key) (Frame, bool) {
+	if p.queued.Load() == 0 {
+		return Frame{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	q := p.queues[k]
+	if len(q) == 0 {
+		return Frame{}, false
+	}
+	f := q[0]
+	q[0] = Frame{}
+	if len(q) == 1 {
+		delete(p.queues, k)
+	} else {
+		p.queues[k] = q[1:]
+	}
+	p.queued.Add(-1)
+	return f, true
+}
+
+// unread puts f back first in k's queue; a frame that held the
+// connection is copied and released once it is queued, so that no later
+// frame of k can come first.
+func (p *muxPeer) unread(k Key, f Frame, held bool) {
+	kept := f
+	if held {
+		kept = Frame{Header: f.Header, Payload: GetBuf(len(f.Payload)), release: PutBuf}
+		copy(kept.Payload, f.Payload)
+	}
+	p.mu.Lock()
+	if p.queues == nil {
+		p.queues = map[Key][]Frame{}
+	}
+	p.queues[k] = append([]Frame{kept}, p.queues[k]...)
+	p.queued.Add(1)
+	if held {
+		p.mu.Unlock()
+		f.Release()
+		return
+	}
+	if p.wake != nil { // a waiter may be parked on this key
+		close(p.wake)
+		p.wake = nil
+	}
+	p.mu.Unlock()
 }
 
 // take makes this caller the connection's reader without a lock: when

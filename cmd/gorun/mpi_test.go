@@ -227,6 +227,13 @@ func TestPMIxClient(t *testing.T) {
 			t.Fatalf("np %d: namespaces %v, want one", np, nspaces)
 		}
 	}
+	// A refused request that others wait on (a lookup for MPI_Comm_connect,
+	// say) ends the job naming the rank, instead of leaving them waiting.
+	r := gorun(t, "-np", "3", "--grace", "1s", pmix, "lookup")
+	if r.code == 0 || !strings.Contains(r.stderr, "rank 0") || !strings.Contains(r.stderr, "PMIx lookup") ||
+		!strings.Contains(r.stderr, "MPI's dynamic processes") {
+		t.Fatalf("a refused lookup others wait for: exit %d:\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
 	noLeftovers(t, mark)
 	noOpenMPIFiles(t)
 }

@@ -344,7 +344,29 @@ func more[T collective.Number](ctx context.Context, c *collective.Comm, kind int
 		if err := collective.Recv(ctx, c, a, prev, 7); err != nil {
 			return err
 		}
-		return errors.Join(compare("recv tag 7 "+what, a, in[prev], 1), compare("recv tag 3 "+what, b[:n/2], in[prev][:n/2], 1))
+		if err := errors.Join(compare("recv tag 7 "+what, a, in[prev], 1), compare("recv tag 3 "+what, b[:n/2], in[prev][:n/2], 1)); err != nil {
+			return err
+		}
+		// Every other rank sends to rank 0, which receives from any source:
+		// each sender once, with its own data.
+		if rank != 0 {
+			return collective.Send(ctx, c, in[rank], 0, 11)
+		}
+		seen := make([]bool, size)
+		for range size - 1 {
+			from, err := collective.RecvAny(ctx, c, a, 11)
+			if err != nil {
+				return err
+			}
+			if from <= 0 || from >= size || seen[from] {
+				return fmt.Errorf("recv from any source %s: sender %d (seen %v)", what, from, seen)
+			}
+			seen[from] = true
+			if err := compare(fmt.Sprintf("recv from any source (rank %d) %s", from, what), a, in[from], 1); err != nil {
+				return err
+			}
+		}
+		return nil
 	default: // a fused group of buffers
 		parts := rng.IntN(9)
 		bufs := make([][]T, parts)

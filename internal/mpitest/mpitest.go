@@ -224,13 +224,30 @@ func BuildPMIxClient(t testing.TB, dir string) string {
 	}
 	const src = `#include <pmix.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
-int main(void) {
+int main(int argc, char **argv) {
     pmix_proc_t me;
     pmix_status_t rc = PMIx_Init(&me, NULL, 0);
     printf("PMIx_Init %s nspace=%s rank=%u\n", rc == PMIX_SUCCESS ? "ok" : PMIx_Error_string(rc), me.nspace, me.rank);
     fflush(stdout);
     if (rc != PMIX_SUCCESS) return 1;
+    if (argc > 1 && strcmp(argv[1], "lookup") == 0) {
+        /* As MPI_Comm_connect does: rank 0 looks a port up for all, the
+           others wait for it in a fence. */
+        if (me.rank == 0) {
+            pmix_pdata_t pd;
+            PMIX_PDATA_CONSTRUCT(&pd);
+            strncpy(pd.key, "gorun-test-port", PMIX_MAX_KEYLEN);
+            rc = PMIx_Lookup(&pd, 1, NULL, 0);
+            printf("PMIx_Lookup %s\n", PMIx_Error_string(rc));
+            fflush(stdout);
+            sleep(600);
+        } else {
+            PMIx_Fence(NULL, 0, NULL, 0);
+        }
+        return 0;
+    }
     rc = PMIx_Finalize(NULL, 0);
     printf("PMIx_Finalize %s\n", rc == PMIX_SUCCESS ? "ok" : PMIx_Error_string(rc));
     return rc == PMIX_SUCCESS ? 0 : 1;

@@ -108,8 +108,13 @@ func (a *agent) pmixServer() (*pmixHost, error) {
 	cfg.Abort = func(rank, code int, text string) {
 		_ = a.conn.Send(&proto.Message{Kind: proto.MsgPMIAbort, Rank: rank, Code: code, Err: text})
 	}
-	cfg.Refused = func(rank int, what string) {
-		a.log.Warn("a rank asked for what gorun's PMIx server does not serve; it was told PMIX_ERR_NOT_SUPPORTED", "rank", rank, "what", what)
+	cfg.Refused = func(r pmix.Refusal) {
+		if r.Strands {
+			// The ranks waiting on this one's answer would wait forever.
+			a.failRankNumber(r.Rank, "asked for "+r.What+" (MPI's dynamic processes: MPI_Comm_spawn, MPI_Comm_connect and accept, MPI_Publish_name and MPI_Lookup_name), which gorun's PMIx server does not serve; the job ends, as the ranks waiting for this one's answer would wait forever")
+			return
+		}
+		a.log.Warn("a rank asked for what gorun's PMIx server does not serve; it was told PMIX_ERR_NOT_SUPPORTED", "rank", r.Rank, "what", r.What)
 	}
 	cfg.Cleanup = func(rank int, paths []string, dirs bool) { a.ompi.registerCleanup(paths, dirs) }
 	srv, err := pmix.NewServer(cfg)

@@ -25,7 +25,7 @@ SUM, AVG, MIN, MAX, PROD = 1, 2, 3, 4, 5
 
 # Operation kinds (capi/main.go).
 (ALLREDUCE, BROADCAST, REDUCE, ALLGATHER, REDUCE_SCATTER, ALLTOALL, ALLTOALLV,
- GATHER, SCATTER, BARRIER, SEND, RECV) = range(1, 13)
+ GATHER, SCATTER, BARRIER, SEND, RECV, RECV_ANY) = range(1, 14)
 
 # Facts gorun_info reports.
 _RANK, _SIZE, _JOB_SIZE, _RESTARTS, _EPOCH, _INDEX, _ELASTIC, _HUB = range(8)
@@ -72,10 +72,18 @@ class Aborted(GorunError):
     code = 5
 
 
-class Timeout(GorunError):
-    """The operation's timeout ended it (the communicator is broken afterwards)."""
+class Timeout(GorunError, TimeoutError):
+    """The operation's timeout ended it (the communicator is broken afterwards).
+
+    Its message begins "the operation's timeout ended it", as torch's own
+    backends say "Timed out" or "timeout" (torch's tests match on that).
+    """
 
     code = 6
+
+    def __init__(self, msg=""):
+        prefix = "the operation's timeout ended it: "
+        super().__init__(msg if msg.startswith(prefix) else prefix + msg)
 
 
 _BY_CODE = {c.code: c for c in (GorunError, PeerLost, ViewChanged, Mismatch, Closed, Aborted, Timeout)}
@@ -310,7 +318,9 @@ class Comm:
         the operation's id, for wait().
         """
         carr = None
-        if counts:
+        if isinstance(counts, ctypes.Array):  # an output slot (RECV_ANY's sender): the caller keeps it
+            carr = counts
+        elif counts:
             carr = (ctypes.c_int64 * len(counts))(*counts)
         op_id = _lib.gorun_start(self._h, kind, dtype, op, root, tag, send or None, nsend, recv or None, nrecv,
                                  carr, len(counts) if counts else 0, int(timeout * 1000) if timeout else 0)

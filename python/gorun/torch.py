@@ -22,6 +22,7 @@ model in DDP again, and go on (docs/pytorch.md shows the loop).
 """
 
 import atexit
+import ctypes
 import inspect
 import io
 import threading
@@ -184,6 +185,14 @@ class _Work(dist.Work):
 
     def get_future(self):
         return self._p.out
+
+    def _source_rank(self):
+        """The sender of a receive from any source (dist.recv without src)."""
+        src = getattr(self, "_source", None)
+        if src is None:
+            raise RuntimeError("gorun: only a receive from any source has a source rank")
+        self.wait()
+        return int(src[0])
 
     def is_completed(self):
         return self._p.src.done()
@@ -807,7 +816,18 @@ class ProcessGroupGorun(dist.ProcessGroup):
         return self._run(build)
 
     def recv_anysource(self, tensors, tag):
-        raise NotImplementedError("gorun: receiving from any source is not supported; name the source rank")
+        def build():
+            t = tensors[0]
+            _check(t)
+            recv = _bytes(t)
+            src = (ctypes.c_int64 * 1)(-1)
+            pend = _Pending(tensors, _copy_back(t, recv))
+            pend.add(self.comm, _core.RECV_ANY, _core.UINT8, 0, 0, tag, None, recv, counts=src,
+                     timeout=self._default_timeout)
+            w = pend.work()
+            w._source = src
+            return w
+        return self._run(build)
 
 
 def _group_of(comm, timeout=None):

@@ -324,6 +324,24 @@ if N > 1:
     for k, n in enumerate(sizes):
         same(f"isend/irecv in order: message {k} of {n}", got[k], gen(torch.float32, n, prv * 10 + k), torch.float32)
 
+# Receives from any source (recv without src): every other rank sends rank
+# 0 two messages of one tag; rank 0 gets each once, with its sender.
+if N > 1:
+    case += 1
+    if R != 0:
+        for k in range(2):
+            dist.send(gen(torch.int64, 11, R * 10 + k), dst=0, tag=9)
+    else:
+        seen = {}
+        for _ in range(2 * (N - 1)):
+            got = torch.zeros(11, dtype=torch.int64)
+            src = dist.recv(got, tag=9)
+            k = seen.get(src, 0)
+            if not 1 <= src < N or k > 1:
+                raise AssertionError(f"rank {R}/{N} recv from any source: sender {src}, seen {seen}")
+            same(f"recv from any source: message {k} of rank {src}", got, gen(torch.int64, 11, src * 10 + k), torch.int64)
+            seen[src] = k + 1
+
 # A group of the even ranks (new_group: every rank calls it, members use it).
 case += 1
 evens = list(range(0, N, 2))
