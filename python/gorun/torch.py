@@ -37,7 +37,7 @@ from . import _core
 from ._core import (Aborted, Closed, GorunError, Mismatch, PeerLost,  # noqa: F401 (re-exported)
                     Timeout, ViewChanged)
 
-__all__ = ["ProcessGroupGorun", "init", "resync", "is_view_changed", "world", "GorunError", "PeerLost", "ViewChanged",
+__all__ = ["ProcessGroupGorun", "MONITOR_TAG", "init", "resync", "is_view_changed", "world", "GorunError", "PeerLost", "ViewChanged",
            "Mismatch", "Closed", "Aborted", "Timeout"]
 
 _NATIVE = {
@@ -89,14 +89,18 @@ def _op_code(op, dtype):
     return code
 
 
-def _check(t):
+def _check_device(t):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"gorun: expected a tensor, got {type(t).__name__}")
     if t.device.type != "cpu":
         raise ValueError(f"gorun: tensors must be on the CPU; this one is on {t.device} "
                          "(move it with .cpu(), or use the nccl backend for GPU tensors)")
+
+
+def _check(t):
+    _check_device(t)
     if t.is_sparse:
-        raise ValueError("gorun: sparse tensors are not supported")
+        raise ValueError("gorun: sparse tensors are all-reduced (SUM) only")
 
 
 def _reducible(dtype):
@@ -505,6 +509,17 @@ class ProcessGroupGorun(dist.ProcessGroup):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         op = opts if opts is not None else dist.ReduceOp.SUM  # options, or an op as it stands
+        if any(isinstance(t, torch.Tensor) and t.is_sparse for t in tensors):
+            try:
+                for t in tensors:
+                    if not t.is_sparse:
+                        raise ValueError("gorun: an all-reduce of sparse and dense tensors together")
+                    _check_device(t)
+                    self._sparse_allreduce(t, op, self._t(opts))
+            except (GorunError, ValueError) as e:
+                return _failed_work(e)
+            pend = _Pending(tensors)
+            return pend.work()
         return self._run(lambda: self._reduce(tensors, op, _core.ALLREDUCE, 0, self._t(opts)))
 
     @_routed
@@ -783,6 +798,89 @@ class ProcessGroupGorun(dist.ProcessGroup):
             return pend.work()
         return self._run(build)
 
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        """A barrier that names the ranks that did not reach it in time, as
+        Gloo's does: rank 0 waits for each other rank in turn within the
+        timeout (the group's if None) and raises naming the first that did
+        not come ("Rank 2 failed to pass monitoredBarrier in 100 ms"), or
+        every one with wait_all_ranks; then it releases the others, which
+        raise if rank 0 does not. It runs on point-to-point messages of
+        a tag of its own (MONITOR_TAG), so a rank that never comes breaks
+        nothing: the group stays usable."""
+        secs = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        if secs is None:
+            secs = self._default_timeout if self._default_timeout is not None else 1800.0
+        me, n = self.rank(), self.size()
+        if n == 1:
+            return
+        tok = torch.zeros(1, dtype=torch.uint8)
+        if me != 0:
+            try:
+                self._p2p(_core.SEND, 0, tok, secs)
+                self._p2p(_core.RECV, 0, tok, secs)
+            except GorunError as e:
+                raise RuntimeError(f"Rank {me} successfully reached monitoredBarrier, but received errors while "
+                                   f"waiting for send/recv from rank 0 (gorun: {e}). Please check rank 0's error "
+                                   "for the faulty rank.") from e
+            return
+        ms = int(secs * 1000)
+        if secs <= 0:
+            raise RuntimeError(f"Rank 0 timed out in monitoredBarrier after {ms} ms")
+        deadline = time.monotonic() + secs
+        failed = []
+        for r in range(1, n):
+            try:
+                self._p2p(_core.RECV, r, tok, max(deadline - time.monotonic(), 0.001))
+            except GorunError as e:
+                if not wait_all_ranks:
+                    raise RuntimeError(f"Rank {r} failed to pass monitoredBarrier in {ms} ms (gorun: {e})") from e
+                failed.append(r)
+        if failed:
+            raise RuntimeError(f"Ranks {', '.join(map(str, failed))} failed to pass monitoredBarrier in {ms} ms")
+        for r in range(1, n):
+            self._p2p(_core.SEND, r, tok, secs)
+
+    def _p2p(self, kind, peer, t, timeout):
+        """A blocking send or receive of t (uint8) on MONITOR_TAG."""
+        self._blocking(kind, t if kind == _core.SEND else None, t if kind == _core.RECV else None,
+                       root=peer, tag=MONITOR_TAG, timeout=timeout)
+
+    def _blocking(self, kind, send, recv, root=0, tag=0, timeout=None):
+        """Run one operation on bytes (uint8 tensors, contiguous) to its end."""
+        with self._lock:
+            pend = _Pending([])
+            pend.add(self.comm, kind, _core.UINT8, 0, root, tag, send, recv, timeout=timeout)
+            w = pend.work()
+        w.wait()
+
+    def _sparse_allreduce(self, t, op, timeout):
+        """A SUM all-reduce of a sparse COO tensor, as Gloo's: every rank's
+        indices and values are gathered and summed, and t becomes the
+        (coalesced) sum. Its cost grows with every rank's nonzeros."""
+        if _op_name(op) != "SUM":
+            raise ValueError(f"gorun: sparse tensors are all-reduced with SUM only, not {_op_name(op)}")
+        if t.layout != torch.sparse_coo:
+            raise ValueError(f"gorun: sparse tensors of layout {t.layout} are not supported (only sparse_coo)")
+        c = t.coalesce()
+        idx, val = c.indices().contiguous(), c.values().contiguous()
+        n, k = self.size(), idx.shape[1]
+        counts = torch.zeros(n, dtype=torch.int64)
+        self._blocking(_core.ALLGATHER, _bytes(torch.tensor([k], dtype=torch.int64)), _bytes(counts), timeout=timeout)
+        m = int(counts.max())
+        pidx = torch.zeros(idx.shape[0], m, dtype=idx.dtype)
+        pidx[:, :k] = idx
+        pval = torch.zeros((m,) + tuple(val.shape[1:]), dtype=val.dtype)
+        pval[:k] = val
+        gidx = torch.empty((n,) + tuple(pidx.shape), dtype=idx.dtype)
+        gval = torch.empty((n,) + tuple(pval.shape), dtype=val.dtype)
+        self._blocking(_core.ALLGATHER, _bytes(pidx), _bytes(gidx), timeout=timeout)
+        self._blocking(_core.ALLGATHER, _bytes(pval), _bytes(gval), timeout=timeout)
+        total = None
+        for r in range(n):
+            part = torch.sparse_coo_tensor(gidx[r][:, :counts[r]], gval[r][:counts[r]], t.shape)
+            total = part if total is None else total + part
+        t.copy_(total.coalesce())
+
     def barrier(self, opts=None):
         def build():
             pend = _Pending([])
@@ -793,6 +891,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
     @_routed
     def send(self, tensors, dst, tag):
         peer = self._place(dst)
+        _user_tag(tag)
 
         def build():
             t = tensors[0]
@@ -805,6 +904,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
     @_routed
     def recv(self, tensors, src, tag):
         peer = self._place(src)
+        _user_tag(tag)
 
         def build():
             t = tensors[0]
@@ -816,6 +916,8 @@ class ProcessGroupGorun(dist.ProcessGroup):
         return self._run(build)
 
     def recv_anysource(self, tensors, tag):
+        _user_tag(tag)
+
         def build():
             t = tensors[0]
             _check(t)
@@ -828,6 +930,11 @@ class ProcessGroupGorun(dist.ProcessGroup):
             w._source = src
             return w
         return self._run(build)
+
+
+def _user_tag(tag):
+    if tag == MONITOR_TAG:
+        raise ValueError(f"gorun: tag {MONITOR_TAG} is monitored_barrier's own")
 
 
 def _group_of(comm, timeout=None):
@@ -865,6 +972,28 @@ if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
     dist.Backend.register_backend("gorun", _create, extended_api=True, devices=["cpu"])
 else:
     dist.Backend.register_backend("gorun", _create, extended_api=True)
+
+
+# The point-to-point tag of monitored_barrier's messages; send and recv
+# refuse it.
+MONITOR_TAG = (1 << 31) - 1
+
+_torch_monitored_barrier = dist.monitored_barrier
+
+
+def _monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """torch.distributed.monitored_barrier, which torch implements for Gloo
+    alone: on a gorun group it runs ProcessGroupGorun.monitored_barrier."""
+    c10d = dist.distributed_c10d
+    if group is not None and c10d._rank_not_in_group(group):
+        return _torch_monitored_barrier(group, timeout, wait_all_ranks)  # torch's warning, nothing else
+    pg = c10d._get_default_group() if group is None or group is c10d.GroupMember.WORLD else group
+    if not isinstance(pg, ProcessGroupGorun):
+        return _torch_monitored_barrier(c10d.GroupMember.WORLD if group is None else group, timeout, wait_all_ranks)
+    return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+
+dist.monitored_barrier = dist.distributed_c10d.monitored_barrier = _monitored_barrier
 
 
 class _Store(dist.Store):

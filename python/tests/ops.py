@@ -10,7 +10,9 @@ a failed check raises, naming the operation, dtype, size and rank.
 
 import argparse
 import os
+import re
 import sys
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -294,6 +296,29 @@ for dtype in [torch.float32, torch.int64, torch.float16, torch.bool, torch.uint8
     for j in range(N):
         same(f"all_to_all {dtype} from {j}", outs[j], data[(j, R)], dtype)
 
+# Sparse all-reduce (SUM, as Gloo): ranks hold different nonzeros (rank 0
+# none), indices repeat within a rank; the result is the coalesced sum.
+for dtype, shape, sd in [(torch.float32, (7, 3), 1), (torch.int64, (5, 4), 2), (torch.float64, (1,), 1)]:
+    case += 1
+
+    def sparse_of(r):
+        g = torch.Generator().manual_seed(r * 7 + case)
+        k = (r * 5 + case) % 4
+        idx = torch.stack([torch.randint(0, shape[d], (k,), generator=g) for d in range(sd)])
+        val = (torch.randint(-50, 50, (k,) + tuple(shape[sd:]), generator=g)).to(dtype)
+        return torch.sparse_coo_tensor(idx, val, shape)
+    t = sparse_of(R)
+    dist.all_reduce(t)
+    want = sum(sparse_of(r).to_dense() for r in range(N))
+    if not t.is_sparse:
+        raise AssertionError(f"rank {R}/{N} sparse all_reduce {dtype}: the result is not sparse")
+    same(f"sparse all_reduce {dtype} {shape}", t.to_dense(), want, dtype)
+try:
+    dist.all_reduce(sparse_of(R), op=dist.ReduceOp.MAX)
+    raise AssertionError(f"rank {R}/{N}: a sparse MAX all_reduce ran")
+except ValueError:
+    pass
+
 # send and recv around the ring, with tags, blocking and not.
 if N > 1:
     for dtype in [torch.float32, torch.int8, torch.bfloat16]:
@@ -382,6 +407,48 @@ dist.scatter_object_list(out, [objs[(r + 1) % N] for r in range(N)] if R == root
 if out[0] != objs[(R + 1) % N]:
     raise AssertionError(f"rank {R}/{N} scatter_object_list from {root}: got {out[0]}")
 checks += 4
+
+# monitored_barrier (torch implements it for Gloo alone; gorun.torch for
+# its groups): passes when all come; names the rank that does not, on rank
+# 0, while those that came hear of rank 0's failure; with wait_all_ranks
+# names every one that did not come; a timeout of 0 fails at once; and the
+# group goes on working after each.
+if N > 1:
+    case += 1
+
+    def expect(what, pattern, f):
+        try:
+            f()
+        except RuntimeError as e:
+            if not re.search(pattern, str(e)):
+                raise AssertionError(f"rank {R}/{N} {what}: {e}, want /{pattern}/")
+            return
+        raise AssertionError(f"rank {R}/{N} {what}: no error, want /{pattern}/")
+
+    dist.monitored_barrier(timeout=timedelta(seconds=60))
+    dist.monitored_barrier(timeout=timedelta(seconds=60), wait_all_ranks=True)
+    if R == 0:
+        expect("monitored_barrier without the last rank", f"^Rank {N - 1} failed to pass monitoredBarrier in 500 ms",
+               lambda: dist.monitored_barrier(timeout=timedelta(seconds=0.5)))
+    elif R < N - 1:
+        expect("monitored_barrier whose rank 0 failed", f"^Rank {R} successfully reached monitoredBarrier, but received errors",
+               lambda: dist.monitored_barrier(timeout=timedelta(seconds=1)))
+    t = gen(torch.float64, 5, R)
+    dist.all_reduce(t)
+    same("all_reduce after monitored_barrier", t, reference(torch.float64, "sum", [gen(torch.float64, 5, r) for r in range(N)]), torch.float64)
+    if R == 0:
+        expect("monitored_barrier with wait_all_ranks, alone", "^Ranks " + ", ".join(map(str, range(1, N))) + " failed to pass monitoredBarrier",
+               lambda: dist.monitored_barrier(timeout=timedelta(seconds=0.2), wait_all_ranks=True))
+        expect("monitored_barrier with a timeout of 0", "^Rank 0 timed out in monitoredBarrier after 0 ms",
+               lambda: dist.distributed_c10d._get_default_group().monitored_barrier(timedelta(seconds=0)))
+        try:
+            dist.send(torch.zeros(1), dst=1, tag=gt.MONITOR_TAG)
+            raise AssertionError(f"rank {R}/{N}: a send on monitored_barrier's tag")
+        except ValueError:
+            pass
+    dist.barrier()  # no rank's next monitored_barrier may meet rank 0's lone ones
+    dist.monitored_barrier(timeout=timedelta(seconds=60))
+    checks += 6
 
 dist.barrier()
 print(f"gorun-ops-ok rank={R} checks={checks}", flush=True)
