@@ -227,9 +227,16 @@ func TestPMIxClient(t *testing.T) {
 			t.Fatalf("np %d: namespaces %v, want one", np, nspaces)
 		}
 	}
+	// A refused request that strands no one gets its error, the agent
+	// warns naming the rank, and the job goes on.
+	r := gorun(t, "-np", "2", "--grace", "1s", pmix, "selffence")
+	if r.code != 0 || strings.Count(r.stdout, "PMIx_Fence self NOT-SUPPORTED") != 2 ||
+		!regexp.MustCompile(`(?m)^\[1\] gorun: this rank asked for a fence over part of the job`).MatchString(r.stderr) {
+		t.Fatalf("a refused fence over one rank: exit %d:\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
 	// A refused request that others wait on (a lookup for MPI_Comm_connect,
 	// say) ends the job naming the rank, instead of leaving them waiting.
-	r := gorun(t, "-np", "3", "--grace", "1s", pmix, "lookup")
+	r = gorun(t, "-np", "3", "--grace", "1s", pmix, "lookup")
 	if r.code == 0 || !strings.Contains(r.stderr, "rank 0") || !strings.Contains(r.stderr, "PMIx lookup") ||
 		!strings.Contains(r.stderr, "MPI's dynamic processes") {
 		t.Fatalf("a refused lookup others wait for: exit %d:\n%s\n%s", r.code, r.stdout, r.stderr)

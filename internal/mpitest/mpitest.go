@@ -248,6 +248,13 @@ int main(int argc, char **argv) {
         }
         return 0;
     }
+    if (argc > 1 && strcmp(argv[1], "selffence") == 0) {
+        /* A fence over this rank alone: refused, and the program goes on. */
+        pmix_proc_t self = me;
+        rc = PMIx_Fence(&self, 1, NULL, 0);
+        printf("PMIx_Fence self %s\n", PMIx_Error_string(rc));
+        fflush(stdout);
+    }
     rc = PMIx_Finalize(NULL, 0);
     printf("PMIx_Finalize %s\n", rc == PMIX_SUCCESS ? "ok" : PMIx_Error_string(rc));
     return rc == PMIX_SUCCESS ? 0 : 1;

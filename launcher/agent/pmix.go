@@ -114,7 +114,9 @@ func (a *agent) pmixServer() (*pmixHost, error) {
 			a.failRankNumber(r.Rank, "asked for "+r.What+" (MPI's dynamic processes: MPI_Comm_spawn, MPI_Comm_connect and accept, MPI_Publish_name and MPI_Lookup_name), which gorun's PMIx server does not serve; the job ends, as the ranks waiting for this one's answer would wait forever")
 			return
 		}
-		a.log.Warn("a rank asked for what gorun's PMIx server does not serve; it was told PMIX_ERR_NOT_SUPPORTED", "rank", r.Rank, "what", r.What)
+		// On the rank's own stderr, where its MPI's error about it goes.
+		text := "gorun: this rank asked for " + r.What + ", which gorun's PMIx server does not serve; it was told PMIX_ERR_NOT_SUPPORTED"
+		_ = a.conn.Send(&proto.Message{Kind: proto.MsgOutput, Rank: r.Rank, Stream: proto.StreamStderr, Data: []byte(text)})
 	}
 	cfg.Cleanup = func(rank int, paths []string, dirs bool) { a.ompi.registerCleanup(paths, dirs) }
 	srv, err := pmix.NewServer(cfg)
