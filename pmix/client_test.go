@@ -21,6 +21,7 @@ import (
 const pmixDir = "/usr/lib/x86_64-linux-gnu/pmix2"
 
 const clientSrc = `#include <pmix.h>
+#include <hwloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,22 @@ int main(int argc, char **argv) {
     printf("%u nodes %u\n", me.rank, u32(v));
     rc = PMIx_Get(&me, PMIX_APPNUM, &opt, 1, &v); CHECK("get appnum", rc);
     printf("%u appnum %u\n", me.rank, u32(v));
+    if (strcmp(mode, "topology") == 0) {
+        /* the topology PMIx took: from the job data's XML (its source
+           "hwloc", no root info), or discovered ("hwloc:VERSION",
+           Backend Linux) */
+        pmix_value_t *x;
+        if (PMIx_Get(&wild, "pmix.hwlocxml2", &opt, 1, &x) == PMIX_SUCCESS && x->type == PMIX_STRING)
+            printf("%u xml %zu\n", me.rank, strlen(x->data.string));
+        else
+            printf("%u xml none\n", me.rank);
+        pmix_topology_t topo = PMIX_TOPOLOGY_STATIC_INIT;
+        rc = PMIx_Load_topology(&topo); CHECK("PMIx_Load_topology", rc);
+        hwloc_topology_t ht = (hwloc_topology_t)topo.topology;
+        const char *be = hwloc_obj_get_info_by_name(hwloc_get_root_obj(ht), "Backend");
+        printf("%u topology %s backend %s pus %d cores %d\n", me.rank, topo.source, be ? be : "-",
+               hwloc_get_nbobjs_by_type(ht, HWLOC_OBJ_PU), hwloc_get_nbobjs_by_type(ht, HWLOC_OBJ_CORE));
+    }
     if (strcmp(mode, "abort") == 0 && me.rank == size - 1) {
         PMIx_Abort(3, "test abort", NULL, 0);
         sleep(30);
@@ -115,7 +132,7 @@ func buildClient(t *testing.T) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "client")
-	cmd := exec.Command("gcc", "-O1", "-o", bin, src, "-I"+pmixDir+"/include", "-L"+pmixDir+"/lib", "-Wl,-rpath,"+pmixDir+"/lib", "-lpmix")
+	cmd := exec.Command("gcc", "-O1", "-o", bin, src, "-I"+pmixDir+"/include", "-L"+pmixDir+"/lib", "-Wl,-rpath,"+pmixDir+"/lib", "-lpmix", "-lhwloc")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, b)
 	}
@@ -136,7 +153,7 @@ type job struct {
 	onAbort func()
 }
 
-func newJob(t *testing.T, placement [][]int) *job {
+func newJob(t *testing.T, placement [][]int, opts ...func(*Config)) *job {
 	j := &job{t: t, entered: map[int]map[int][]byte{}, hosts: len(placement)}
 	var hosts []Host
 	for i, rs := range placement {
@@ -164,6 +181,9 @@ func newJob(t *testing.T, placement [][]int) *job {
 			j.mu.Lock()
 			j.refused = append(j.refused, fmt.Sprintf("%d %s %v", r.Rank, r.What, r.Strands))
 			j.mu.Unlock()
+		}
+		for _, o := range opts {
+			o(&cfg)
 		}
 		s, err := NewServer(cfg)
 		if err != nil {
@@ -385,6 +405,63 @@ func TestRealClientAbortAndExit(t *testing.T) {
 	for _, o := range j.run(ctx, bin, "1", "nofinalize") {
 		if o.code != 0 || !o.res.Init || o.res.Finalized || o.err != nil {
 			t.Fatalf("rank %d: exit %d, session %+v %v:\n%s%s", o.rank, o.code, o.res, o.err, o.out, o.stderr)
+		}
+	}
+}
+
+// TestRealClientTopology: with Config.Topology, every rank's PMIx client
+// finds the XML in its job data and loads it as its topology (source
+// "hwloc", none of the root information hwloc's discovery adds), with
+// the PUs and cores hwloc's own discovery finds; without it, the client
+// discovers the machine itself, as before.
+func TestRealClientTopology(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	bin := buildClient(t)
+	xml, err := LocalTopology()
+	if err != nil {
+		t.Fatalf("LocalTopology: %v", err)
+	}
+	placement := [][]int{{0, 1, 2}}
+	run := func(opts ...func(*Config)) map[int][]string {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		lines := map[int][]string{}
+		for _, o := range newJob(t, placement, opts...).run(ctx, bin, "1", "topology") {
+			if o.code != 0 || o.err != nil || !o.res.Finalized {
+				t.Fatalf("rank %d: exit %d, session %+v %v:\n%s%s", o.rank, o.code, o.res, o.err, o.out, o.stderr)
+			}
+			for _, l := range strings.Split(o.out, "\n") {
+				if f := strings.Fields(l); len(f) > 1 && (f[1] == "xml" || f[1] == "topology") {
+					lines[o.rank] = append(lines[o.rank], strings.Join(f[1:], " "))
+				}
+			}
+		}
+		return lines
+	}
+	calls := 0
+	served := run(func(c *Config) { c.Topology = func() string { calls++; return xml } })
+	discovered := run()
+	if calls != 1 {
+		t.Errorf("Topology called %d times for 3 ranks, want 1", calls)
+	}
+	t.Logf("rank 0: served %q; without: %q", served[0], discovered[0])
+	for r := range 3 {
+		s, d := served[r], discovered[r]
+		if len(s) != 2 || len(d) != 2 {
+			t.Fatalf("rank %d: served %q, discovered %q", r, s, d)
+		}
+		if want := fmt.Sprintf("xml %d", len(xml)); s[0] != want || d[0] != "xml none" {
+			t.Errorf("rank %d: the XML in the job data: %q served, %q without; want %q and none", r, s[0], d[0], want)
+		}
+		// "topology SOURCE backend B pus N cores M"
+		sf, df := strings.Fields(s[1]), strings.Fields(d[1])
+		if sf[1] != "hwloc" || sf[3] != "-" || !strings.HasPrefix(df[1], "hwloc:") || df[3] != "Linux" {
+			t.Errorf("rank %d: served %q, discovered %q: want the XML's (hwloc, no backend) and hwloc's own (hwloc:VERSION, Linux)", r, s[1], d[1])
+		}
+		if strings.Join(sf[4:], " ") != strings.Join(df[4:], " ") {
+			t.Errorf("rank %d: from the XML %q, discovered %q", r, s[1], d[1])
 		}
 	}
 }

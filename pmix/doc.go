@@ -16,7 +16,8 @@
 //     rank Serve was given; otherwise it is refused with a status, and
 //     Serve returns an error naming the rank and why (ServedVersions);
 //   - its job data (PMIx_Init): size, placement, node and process maps,
-//     local and node ranks, the application, the session directory;
+//     local and node ranks, the application, the session directory, and
+//     the host's topology (below);
 //   - commit (the rank's puts, by scope), fence, get, abort, finalize,
 //     event registration, cleanup registration (job control);
 //   - anything else (spawn, publish, lookup, groups, queries, tools) gets
@@ -43,6 +44,33 @@
 // caller can fail a rank that exited without finalizing. A peer's death
 // elsewhere is the caller's to act on (gorun ends the job); Fail ends a
 // fence in progress with an error for the local ranks in it.
+//
+// Topology: the job data carries the host's hardware topology as hwloc's
+// XML (v2) under PMIX_HWLOC_XML_V2 ("pmix.hwlocxml2"), at the job level
+// (the wildcard rank), where both a rank's PMIx client (at PMIx_Init in
+// OpenPMIx 5, at PMIx_Load_topology in 4.2) and Open MPI 5
+// (opal_hwloc_base_get_topology) look before discovering the machine
+// themselves, which costs every rank tens of milliseconds of reading
+// /sys. Each loads the XML with hwloc_topology_set_xmlbuffer and
+// HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM: binding works as with a discovered
+// topology, and the allowed sets in the XML (the cpuset cgroup's CPUs and
+// nodes) restrict it as discovery would. No other key goes with it.
+// Config.Topology gives the XML, asked once per Server, when the first
+// rank asks for its job data; LocalTopology reads it from /sys as hwloc's
+// Linux discovery does. Without it, or when /sys cannot be read or does
+// not add up (LocalTopology's error), none is served and every rank
+// discovers the topology itself. The XML holds the machine, packages,
+// dies, cluster groups, caches, cores, PUs and NUMA nodes with their
+// memory, page sizes and distances, as hwloc finds them; not I/O devices
+// (PCI, NICs, GPUs: hwloc's own discovery adds those Open MPI uses to
+// pick a NIC near a bound rank, and gorun binds none), CPU kinds, or the
+// groups hwloc makes from NUMA distances on large machines. The keys of
+// hwloc's shared-memory topology (pmix.hwlocfile, .hwlocaddr,
+// .hwlocsize) are not served: they need hwloc's own memory layout. Nor
+// are a rank's PMIX_CPUSET and PMIX_LOCALITY_STRING: gorun does not bind
+// ranks, and for an unbound rank prterun sends an empty locality, which
+// Open MPI takes as none (its local peers are on the same node, nothing
+// finer).
 //
 // Buffers: Relay's data and Release's are owned by the callee once
 // passed. Decoders never allocate beyond what a message holds, messages

@@ -43,6 +43,11 @@ const (
 	keyAppRank     = "pmix.apprank"
 	keyReinc       = "pmix.reinc"
 	keySpawned     = "pmix.spawned"
+	// The topology as hwloc's XML (v2): where a PMIx client
+	// (pmix_hwloc_setup_topology) and Open MPI
+	// (opal_hwloc_base_get_topology) look for it at the job level before
+	// they discover it.
+	keyHwlocXML2 = "pmix.hwlocxml2"
 )
 
 func joinRanks(r []int) string {
@@ -136,6 +141,27 @@ func (s *Server) buildJobData() []byte {
 		}
 	}
 	return e.b
+}
+
+// jobDataReply is the job data with the topology, which Config.Topology
+// gives at the first request: a job-level key appended to the rest (the
+// client reads kvals until the buffer ends).
+func (s *Server) jobDataReply() []byte {
+	s.topoOnce.Do(func() {
+		s.jobReply = s.jobData
+		if s.cfg.Topology == nil {
+			return
+		}
+		xml := s.cfg.Topology()
+		if xml == "" || len(xml) > MaxTopology {
+			return
+		}
+		var e encoder
+		e.b = append(e.b, s.jobData...)
+		e.kval(keyHwlocXML2, String(xml))
+		s.jobReply = e.b
+	})
+	return s.jobReply
 }
 
 // Env is the environment that makes a rank's PMIx client connect to the

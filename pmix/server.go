@@ -91,6 +91,14 @@ type Config struct {
 	// control with PMIX_REGISTER_CLEANUP, as Open MPI 5 does for its
 	// shared-memory segment). Without it such a request is refused.
 	Cleanup func(rank int, paths []string, dirs bool)
+	// Topology returns this host's hardware topology as hwloc XML (v2),
+	// which the ranks' PMIx clients and Open MPI then load instead of
+	// discovering it (PMIX_HWLOC_XML_V2 in the job data; see
+	// LocalTopology). It is called once, when the first local rank asks
+	// for its job data, and that rank waits for it; "" (or an XML over
+	// MaxTopology) serves none, and the ranks discover the topology
+	// themselves. Optional.
+	Topology func() string
 }
 
 // DefaultConfig is a one-host, one-rank job.
@@ -140,7 +148,10 @@ type Server struct {
 	cfg     Config
 	size    int
 	local   map[int]bool
-	jobData []byte // the answer to every client's request for job data
+	jobData []byte // the job data but the topology
+
+	topoOnce sync.Once
+	jobReply []byte // jobData and the topology: the answer to every request for job data
 
 	mu       sync.Mutex
 	data     map[int]*rankData // local ranks' commits
@@ -397,7 +408,7 @@ func (ss *session) handle(ctx context.Context, tag uint32, msg []byte) error {
 	s := ss.s
 	switch cmd {
 	case cmdReq:
-		return ss.send(tag, s.jobData)
+		return ss.send(tag, s.jobDataReply())
 	case cmdAbort:
 		st, err := d.packedInt32()
 		if err != nil {

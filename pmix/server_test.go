@@ -439,3 +439,105 @@ func TestCloseWakesWaiters(t *testing.T) {
 		t.Fatal("Close did not end the session")
 	}
 }
+
+// jobKeys decodes a job-data reply: the namespace, then every kval.
+func jobKeys(t *testing.T, b []byte) map[string]Value {
+	t.Helper()
+	d := decoder{b: b}
+	if _, err := d.packedString(); err != nil {
+		t.Fatalf("job data: namespace: %v", err)
+	}
+	keys := map[string]Value{}
+	for !d.empty() {
+		if _, err := d.count(1); err != nil {
+			t.Fatalf("job data: %v", err)
+		}
+		kv, err := d.kval()
+		if err != nil {
+			t.Fatalf("job data: %v", err)
+		}
+		if _, dup := keys[kv.Key]; dup && kv.Key != keyNodeArray && kv.Key != keyProcData {
+			t.Fatalf("job data: %s twice", kv.Key)
+		}
+		keys[kv.Key] = kv.Value
+	}
+	return keys
+}
+
+// TestTopologyServed: Config.Topology's XML is in every rank's job data
+// as PMIX_HWLOC_XML_V2, asked for once however many ranks ask at once;
+// none is served when there is no Topology, when it gives "" or when
+// its XML is over MaxTopology.
+func TestTopologyServed(t *testing.T) {
+	const xml = `<?xml version="1.0" encoding="UTF-8"?>` + "\n<topology version=\"2.0\"/>\n"
+	for _, tc := range []struct {
+		name string
+		topo func() string
+		want string
+	}{
+		{"served", func() string { return xml }, xml},
+		{"none", nil, ""},
+		{"empty", func() string { return "" }, ""},
+		{"too large", func() string { return strings.Repeat("x", MaxTopology+1) }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Hosts = []Host{{Name: "h", Ranks: []int{0, 1, 2}}}
+			cfg.UID, cfg.GID = 1000, 1000
+			var mu sync.Mutex
+			n := 0
+			if tc.topo != nil {
+				cfg.Topology = func() string {
+					mu.Lock()
+					n++
+					mu.Unlock()
+					return tc.topo()
+				}
+			}
+			s, err := NewServer(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			// Every rank's request is in before any reply is read: the
+			// three sessions ask at once.
+			var clients []*fakeClient
+			body := cmdMsg(cmdReq)
+			for r := range 3 {
+				c, _ := serve(t, s, r)
+				if st := c.handshake(okHello(uint32(r))); st != StatusSuccess {
+					t.Fatalf("rank %d: handshake %v", r, st)
+				}
+				hdr := make([]byte, hdrLen)
+				binary.BigEndian.PutUint32(hdr[4:8], 1)
+				binary.BigEndian.PutUint32(hdr[8:12], uint32(len(body)))
+				if _, err := c.conn.Write(append(hdr, body...)); err != nil {
+					t.Fatal(err)
+				}
+				clients = append(clients, c)
+			}
+			for r, c := range clients {
+				hdr := make([]byte, hdrLen)
+				if _, err := io.ReadFull(c.conn, hdr); err != nil {
+					t.Fatalf("rank %d: reply: %v", r, err)
+				}
+				b := make([]byte, binary.BigEndian.Uint32(hdr[8:12]))
+				if _, err := io.ReadFull(c.conn, b); err != nil {
+					t.Fatalf("rank %d: reply: %v", r, err)
+				}
+				keys := jobKeys(t, b)
+				v, ok := keys[keyHwlocXML2]
+				got, _ := v.asString()
+				if ok != (tc.want != "") || got != tc.want {
+					t.Fatalf("rank %d: %s present %v, %d bytes, want %d", r, keyHwlocXML2, ok, len(got), len(tc.want))
+				}
+				if _, ok := keys[keyJobSize]; !ok {
+					t.Fatalf("rank %d: no job size", r)
+				}
+			}
+			if want := map[bool]int{true: 1, false: 0}[tc.topo != nil]; n != want {
+				t.Fatalf("Topology called %d times, want %d", n, want)
+			}
+		})
+	}
+}

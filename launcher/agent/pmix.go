@@ -28,6 +28,10 @@ import (
 // does (MsgPMIFence, one per host and fence), its data as one put per
 // rank.
 //
+// The host's hardware topology goes to the ranks in their job data
+// (pmix.Config.Topology): read from /sys once, when the first rank asks,
+// so that Open MPI 5 does not probe /sys in every rank.
+//
 // Open MPI 4 reads PMIx's variables too, and would then prefer its PMIx
 // component to its flux one; OMPI_MCA_pmix=flux keeps it on the flux
 // route (gorun's PMI-1 library), which Open MPI 5, having no pmix
@@ -119,6 +123,18 @@ func (a *agent) pmixServer() (*pmixHost, error) {
 		_ = a.conn.Send(&proto.Message{Kind: proto.MsgOutput, Rank: r.Rank, Stream: proto.StreamStderr, Data: []byte(text)})
 	}
 	cfg.Cleanup = func(rank int, paths []string, dirs bool) { a.ompi.registerCleanup(paths, dirs) }
+	cfg.Topology = func() string {
+		// Read once per host, at the first rank's PMIx_Init: a job whose
+		// ranks never start PMIx never reads /sys for it.
+		t0 := time.Now()
+		xml, err := pmix.LocalTopology()
+		if err != nil {
+			a.log.Info("PMIx: no topology for the ranks (each discovers it itself)", "err", err)
+			return ""
+		}
+		a.log.Debug("PMIx: the host's topology read", "bytes", len(xml), "elapsed", time.Since(t0))
+		return xml
+	}
 	srv, err := pmix.NewServer(cfg)
 	if err != nil {
 		return nil, err
