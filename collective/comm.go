@@ -156,18 +156,9 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		}
 		return c, nil
 	}
-	tc := transport.DefaultConfig()
-	tc.Rank, tc.Size, tc.JobID, tc.Secret = cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret
-	tc.ListenAddr, tc.MaxPayload, tc.Logger = cfg.DataListen, cfg.MaxFrame, logger
-	tc.SpinTime = cfg.SpinTime
-	tc.SpinYield = cfg.SpinYield
-	tc.Shm, tc.HostKey = cfg.Shm, cfg.hostKey()
-	// The hub strategy's traffic bypasses the rank mesh: every rank's
-	// loss must fail it, as the mesh cannot tell.
-	tc.WatchAll = cfg.Strategy == StrategyHub
+	tc := transportConfig(cfg, logger)
 	var el atomic.Pointer[elastic] // set once joined; a loss before is fatal
 	if cfg.Elastic {
-		tc.Elastic = true
 		tc.OnPeerLost = func(peer int, reason string) {
 			if e := el.Load(); e != nil {
 				e.suspect(peer, reason)
@@ -179,21 +170,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		return nil, err
 	}
 	port := tr.Addr().(*net.TCPAddr).Port
-	mc := membership.DefaultConfig()
-	mc.JobID, mc.Rank, mc.Size, mc.Secret = cfg.JobID, cfg.Rank, cfg.Size, cfg.Secret
-	mc.BindPort, mc.AdvertiseAddr = cfg.GossipPort, cfg.AdvertiseAddr
-	// One seed per rank (membership joins a few of them, never its own),
-	// or a list to try in full.
-	mc.Seeds = cfg.Seeds
-	mc.DataAddr = net.JoinHostPort(cfg.AdvertiseAddr, strconv.Itoa(port))
-	mc.Host = tr.HostKey()
-	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = cfg.ProbeInterval, cfg.ProbeTimeout, cfg.SuspicionMult
-	// Gossip is waited for while it makes progress: a start fails once
-	// JoinTimeout passes with no rank appearing, not at a fixed time, as
-	// a large job on loaded hosts takes longer than a deadline that suits
-	// a small one (256 ranks on 64 test hosts sharing 2 cores: 38-57 s).
-	mc.StallTimeout = cfg.JoinTimeout
-	mc.Logger = logger
+	mc := membershipConfig(cfg, net.JoinHostPort(cfg.AdvertiseAddr, strconv.Itoa(port)), tr.HostKey(), logger)
 	member, err := membership.Start(mc, membership.Events{
 		Dead: func(rank int, reason string) {
 			// Gossip's verdict only: the transport checks it (a rank on

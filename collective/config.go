@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/jobenv"
+	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/membership"
 	"github.com/gorun/gorun/ps"
 	"github.com/gorun/gorun/reduce"
@@ -271,8 +272,8 @@ func (c *Config) validate() error {
 		if c.JobID == "" {
 			errs = append(errs, errors.New("no job id"))
 		}
-		if len(c.Secret) < 16 {
-			errs = append(errs, errors.New("job secret missing or shorter than 16 bytes"))
+		if err := jobsecret.Check(c.Secret); err != nil {
+			errs = append(errs, err)
 		}
 		if len(c.Seeds) == 0 {
 			errs = append(errs, errors.New("no gossip seeds"))

@@ -30,14 +30,12 @@ func (c *Comm) startHub(ctx context.Context) error {
 		k := c.cfg.ColocatedHubs
 		mine := ""
 		if c.cfg.Rank < k {
-			hc := ps.DefaultHubConfig()
-			hc.Index, hc.Workers, hc.JobID, hc.Secret = c.cfg.Rank, c.cfg.Size, c.cfg.JobID, c.cfg.Secret
+			hc := hubConfig(c.cfg, c.cfg.Rank, c.cfg.Size, c.log)
 			host, _, err := net.SplitHostPort(c.cfg.DataListen)
 			if err != nil {
 				host = ""
 			}
-			hc.ListenAddr, hc.MaxFrame, hc.Logger = net.JoinHostPort(host, "0"), c.cfg.MaxFrame+ps.FrameSlack, c.log
-			hc.Elastic, hc.Share = c.cfg.HubElastic, c.cfg.HubShare
+			hc.ListenAddr = net.JoinHostPort(host, "0")
 			hc.Shm = c.cfg.shmOptions()
 			h, err := ps.NewHub(hc)
 			if err != nil {
@@ -58,12 +56,8 @@ func (c *Comm) startHub(ctx context.Context) error {
 // connectHubs connects this rank's hub client to the hubs at addrs (over
 // dial, if not nil) and ties it to the transport's failure.
 func (c *Comm) connectHubs(ctx context.Context, addrs []string, dial transport.DialFunc) error {
-	cc := ps.DefaultClientConfig()
+	cc := clientConfig(c.cfg, addrs, c.log)
 	cc.Dial = dial
-	cc.Worker, cc.Workers, cc.Hubs, cc.JobID, cc.Secret = c.cfg.Rank, c.cfg.Size, addrs, c.cfg.JobID, c.cfg.Secret
-	cc.PartitionBytes, cc.MaxFrame, cc.HubTimeout, cc.Logger = c.cfg.HubPartitionBytes, c.cfg.MaxFrame+ps.FrameSlack, c.cfg.HubTimeout, c.log
-	cc.ConnectTimeout = c.cfg.JoinTimeout
-	cc.RoundPartitionsPerHub, cc.RoundWindow = c.cfg.HubRoundPartitions, c.cfg.HubWindow
 	if len(c.Hosts()) > 1 {
 		// Hub links cross the network: cut small rounds finer (see
 		// ps.RoundSpreadBytes). On one host, over shared memory or
@@ -275,10 +269,8 @@ func startLocalHubs(comms []*Comm, cfg Config) error {
 	for i := range cfg.ColocatedHubs {
 		addr := fmt.Sprintf("in-memory-hub-%d", i)
 		ln := transport.NewMemListener(addr)
-		hc := ps.DefaultHubConfig()
-		hc.Index, hc.Workers, hc.JobID, hc.Secret = i, len(comms), cfg.JobID, cfg.Secret
-		hc.Listener, hc.MaxFrame, hc.Elastic, hc.Logger = ln, cfg.MaxFrame+ps.FrameSlack, cfg.HubElastic, cfg.Logger
-		hc.Share = cfg.HubShare
+		hc := hubConfig(cfg, i, len(comms), cfg.Logger)
+		hc.Listener = ln
 		h, err := ps.NewHub(hc)
 		if err != nil {
 			for _, h := range l.hubs {

@@ -67,7 +67,7 @@ func TestPerNodeStart(t *testing.T) {
 	}
 	nodes := make([]node, n)
 	start := func(i int) {
-		cmd, out, errb := r.startNode(t, i, n, "pod-secret", bin, "-rounds", "40", "-seed", "9")
+		cmd, out, errb := r.startNode(t, i, n, "pod-secret-of-16-bytes", bin, "-rounds", "40", "-seed", "9")
 		nodes[i] = node{cmd, out, errb}
 	}
 	start(3) // before node 0 listens: it keeps dialing
@@ -75,7 +75,7 @@ func TestPerNodeStart(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	start(0)
 	// While node 0 waits for node 2, a node 2 with another secret comes.
-	bad, _, badErr := r.startNode(t, 2, n, "another-secret", bin, "-rounds", "40", "-seed", "9")
+	bad, _, badErr := r.startNode(t, 2, n, "another-secret-16-bytes", bin, "-rounds", "40", "-seed", "9")
 	if code := waitCmd(t, bad, "the node with a wrong secret", badErr); code == 0 || !strings.Contains(badErr.String(), "does not know this job's secret") {
 		t.Fatalf("the node with a wrong secret exited %d:\n%s", code, badErr)
 	}
@@ -102,7 +102,7 @@ func TestPerNodeLost(t *testing.T) {
 	errs := make([]*proctest.Buffer, n)
 	var out0 *proctest.Buffer
 	for i := n - 1; i >= 0; i-- {
-		cmd, out, errb := r.startNode(t, i, n, "pod-secret", "sh", "-c", "echo up; sleep 60 & sleep 60; wait")
+		cmd, out, errb := r.startNode(t, i, n, "pod-secret-of-16-bytes", "sh", "-c", "echo up; sleep 60 & sleep 60; wait")
 		cmds[i], errs[i] = cmd, errb
 		if i == 0 {
 			out0 = out
@@ -146,7 +146,7 @@ func checkPerNodeMPI(t *testing.T, mpi mpitest.MPI) {
 	errs := make([]*proctest.Buffer, n)
 	var out *proctest.Buffer
 	for i := n - 1; i >= 0; i-- {
-		cmd, o, e := r.startNode(t, i, n, "mpi-secret", args...)
+		cmd, o, e := r.startNode(t, i, n, "mpi-secret-of-16-bytes", args...)
 		cmds[i], errs[i] = cmd, e
 		if i == 0 {
 			out = o

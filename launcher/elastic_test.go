@@ -27,12 +27,12 @@ func TestElasticConfig(t *testing.T) {
 	} {
 		cfg := DefaultConfig()
 		cfg.Strategy, cfg.Elastic, cfg.HubElastic = tc.strategy, tc.elastic, tc.hubFlag
-		env := strings.Join(jobEnv(cfg, "id", "secret", 4), " ")
+		env := strings.Join(jobEnv(cfg, "id", []byte("secret"), 4), " ")
 		j := &job{cfg: cfg, np: 4}
 		if got := cfg.elasticity(); got != tc.want ||
 			strings.Contains(env, jobenv.ElasticVar+"=1") != tc.ringEnv || strings.Contains(env, jobenv.HubElasticVar+"=1") != tc.hubEnv ||
-			j.baseSpec("secret").Elastic != tc.controlSpecs {
-			t.Errorf("strategy %q elastic %v hub-elastic %v: %v, env %q, spec elastic %v", tc.strategy, tc.elastic, tc.hubFlag, got, env, j.baseSpec("secret").Elastic)
+			j.baseSpec([]byte("secret")).Elastic != tc.controlSpecs {
+			t.Errorf("strategy %q elastic %v hub-elastic %v: %v, env %q, spec elastic %v", tc.strategy, tc.elastic, tc.hubFlag, got, env, j.baseSpec([]byte("secret")).Elastic)
 		}
 	}
 	for _, tc := range []struct {
@@ -78,7 +78,7 @@ func TestElasticConfig(t *testing.T) {
 		}
 		if err == nil {
 			j := &job{cfg: cfg, np: 4}
-			if got := j.baseSpec("secret").MaxRestarts; got != tc.maxRestarts {
+			if got := j.baseSpec([]byte("secret")).MaxRestarts; got != tc.maxRestarts {
 				t.Errorf("max-restarts %d: the hosts' spec says %d", tc.maxRestarts, got)
 			}
 		}

@@ -34,7 +34,7 @@ func TestEnvRoundTrip(t *testing.T) {
 	const jobID, secret = "0123456789abcdef", "a-job-secret-of-enough-length-0123"
 	peers := []string{"10.0.0.1:10001", "10.0.0.1:10002", "10.0.0.2:10001"}
 	hubs := []string{"10.0.0.2:10003"}
-	env := append(jobEnv(cfg, jobID, secret, len(peers)), jobenv.Peers(peers, hubs, "10.0.0.1", 29500)...)
+	env := append(jobEnv(cfg, jobID, []byte(secret), len(peers)), jobenv.Peers(peers, hubs, "10.0.0.1", 29500)...)
 	// Host 1 runs rank 2 (gossip port 10001) and hub 0 (port 10003).
 	rank := proto.RankSpec{Rank: 2, LocalRank: 0, LocalSize: 1, NodeRank: 1}
 	hub := proto.RankSpec{Rank: 3, Hub: 1, NodeRank: 1}
@@ -93,7 +93,7 @@ func TestEnvErrorsNameEveryProblem(t *testing.T) {
 			t.Fatalf("missing %s not named: %v", name, err)
 		}
 	}
-	env := append(jobEnv(DefaultConfig(), "job", "a-job-secret-of-enough-length-0123", 1), jobenv.Peers([]string{"h:1"}, nil, "h", 1)...)
+	env := append(jobEnv(DefaultConfig(), "job", []byte("a-job-secret-of-enough-length-0123"), 1), jobenv.Peers([]string{"h:1"}, nil, "h", 1)...)
 	env = append(env, jobenv.Rank{Addr: "h", GossipPort: 1}.Env()...)
 	env = append(env, jobenv.SpinVar+"=fast", jobenv.ColocatedHubsVar+"=two")
 	_, err = collective.ConfigFromEnv(lookupIn(env))

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/jobenv"
+	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/launcher/proto"
 	"github.com/gorun/gorun/pmi"
 )
@@ -115,12 +116,13 @@ type agentEvent struct {
 	why   string
 }
 
-func newJobID() (id, secret string, err error) {
-	b := make([]byte, 40)
+func newJobID() (id string, secret []byte, err error) {
+	b := make([]byte, 8)
 	if _, err := rand.Read(b); err != nil {
-		return "", "", err
+		return "", nil, err
 	}
-	return hex.EncodeToString(b[:8]), hex.EncodeToString(b[8:]), nil
+	secret, err = jobsecret.New()
+	return hex.EncodeToString(b), secret, err
 }
 
 func (j *job) run(ctx context.Context) (Result, error) {
@@ -153,7 +155,7 @@ func (j *job) run(ctx context.Context) (Result, error) {
 
 // plan lays the ranks and hubs out on the hosts, and makes every host's
 // agent (not started yet) and its spec.
-func (j *job) plan(secret string) []*proto.HostSpec {
+func (j *job) plan(secret []byte) []*proto.HostSpec {
 	cfg := j.cfg
 	j.ranks = make([]rankState, j.np+cfg.Hubs)
 	byHost := map[int][]proto.RankSpec{}
@@ -196,7 +198,7 @@ func (j *job) plan(secret string) []*proto.HostSpec {
 }
 
 // baseSpec is what every host's spec has in common.
-func (j *job) baseSpec(secret string) *proto.HostSpec {
+func (j *job) baseSpec(secret []byte) *proto.HostSpec {
 	cfg := j.cfg
 	wdir := cfg.Wdir
 	if wdir == "" {
@@ -226,7 +228,7 @@ func (j *job) baseSpec(secret string) *proto.HostSpec {
 
 // jobEnv is what every process of the job is told, before the ports are
 // known; the user's -x variables come last and win.
-func jobEnv(cfg Config, jobID, secret string, np int) []string {
+func jobEnv(cfg Config, jobID string, secret []byte, np int) []string {
 	e := cfg.elasticity()
 	job := jobenv.Job{ID: jobID, Secret: secret, Size: np, Strategy: cfg.Strategy, HubElastic: cfg.HubElastic || e == hubElastic, Elastic: e == ringElastic}
 	return append(job.Env(), cfg.Env...)

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gorun/gorun/internal/jobsecret"
 )
 
 // Agents that dial back. Where no launcher may reach the nodes (no SSH: a
@@ -29,18 +31,19 @@ import (
 // Both ends prove that they know the job's secret (GORUN_JOB_SECRET, the
 // same on every node, never on a command line) without sending it:
 //
-//	node:     gorun-node 1 NODE NNODES SLOTS HOSTNAME PROGRAM NONCE
-//	launcher: gorun-launcher 1 NONCE MAC       (MAC over the node's line and both nonces)
+//	node:     gorun-node 2 NODE NNODES SLOTS HOSTNAME PROGRAM NONCE
+//	launcher: gorun-launcher 2 NONCE MAC       (MAC over the node's line and both nonces)
 //	node:     MAC                               (another MAC over the same)
 //	launcher: ok | refused: WHY
 //
+// with the MACs keyed by the secret's rendezvous key (package jobsecret),
 // then the agent's stream begins. Each nonce is fresh, so a recorded
 // handshake cannot be replayed; PROGRAM is a digest of the program and
 // its arguments, so nodes started with different commands are refused.
 
 // RendezvousConfig is a launcher's side of the nodes' rendezvous.
 type RendezvousConfig struct {
-	Secret string // the job's secret (GORUN_JOB_SECRET)
+	Secret []byte // the job's secret (GORUN_JOB_SECRET)
 	Nodes  int    // nodes in the job, this one (node 0) included
 	// Program is the digest (ProgramDigest) of the command every node
 	// must have been started with.
@@ -102,8 +105,8 @@ func ProgramDigest(program string, args []string) string {
 // fail the handshake are refused and logged through warn (nil: dropped);
 // the wait ends with an error naming the nodes that never came.
 func Meet(ctx context.Context, l net.Listener, cfg RendezvousConfig, warn func(string)) (*Rendezvous, []Node, error) {
-	if cfg.Secret == "" {
-		return nil, nil, errors.New("rendezvous: no job secret: set GORUN_JOB_SECRET to the same value on every node")
+	if err := jobsecret.Check(cfg.Secret); err != nil {
+		return nil, nil, fmt.Errorf("rendezvous: %w: set GORUN_JOB_SECRET to the same value on every node", err)
 	}
 	if cfg.Nodes < 1 {
 		return nil, nil, fmt.Errorf("rendezvous: %d nodes: want at least 1", cfg.Nodes)
@@ -217,8 +220,8 @@ func (cfg RendezvousConfig) handshake(c net.Conn) (Node, error) {
 	if len(f) != 8 || f[0] != "gorun-node" {
 		return Node{}, fmt.Errorf("not a gorun node (%.40q)", line)
 	}
-	if f[1] != "1" {
-		return Node{}, fmt.Errorf("rendezvous protocol %s, this launcher speaks 1: use the same gorun on every node", f[1])
+	if f[1] != rendezvousVersion {
+		return Node{}, fmt.Errorf("rendezvous protocol %s, this launcher speaks %s: use the same gorun on every node", f[1], rendezvousVersion)
 	}
 	idx, err1 := strconv.Atoi(f[2])
 	nodes, err2 := strconv.Atoi(f[3])
@@ -230,7 +233,7 @@ func (cfg RendezvousConfig) handshake(c net.Conn) (Node, error) {
 	if err != nil {
 		return Node{}, err
 	}
-	if _, err := fmt.Fprintf(c, "gorun-launcher 1 %s %s\n", nonceL, mac(cfg.Secret, "launcher", line, nonceL)); err != nil {
+	if _, err := fmt.Fprintf(c, "gorun-launcher %s %s %s\n", rendezvousVersion, nonceL, mac(cfg.Secret, "launcher", line, nonceL)); err != nil {
 		return Node{}, err
 	}
 	reply, err := readLine(br)
@@ -264,7 +267,7 @@ type NodeConfig struct {
 	// by commas (one per interface of the launcher's machine: each is
 	// tried in turn, 3 s at most each, until one answers).
 	Launcher string
-	Secret   string
+	Secret   []byte
 	Node     int // this node's index, 1..Nodes-1
 	Nodes    int
 	Slots    int
@@ -285,13 +288,16 @@ func DefaultNodeConfig() NodeConfig {
 // ErrRefused wraps the launcher's refusal of a node.
 var ErrRefused = errors.New("refused by the launcher")
 
+// rendezvousVersion is the version of the rendezvous lines above.
+const rendezvousVersion = "2"
+
 // DialLauncher dials node 0's launcher, retrying until it answers or
 // cfg.Timeout passes, and returns the agent's stream once both sides
 // proved the secret. A refusal or a launcher that does not know the
 // secret is final; a launcher not listening yet is retried.
 func DialLauncher(ctx context.Context, cfg NodeConfig) (io.ReadWriteCloser, string, error) {
-	if cfg.Secret == "" {
-		return nil, "", errors.New("no job secret: set GORUN_JOB_SECRET to the same value on every node")
+	if err := jobsecret.Check(cfg.Secret); err != nil {
+		return nil, "", fmt.Errorf("%w: set GORUN_JOB_SECRET to the same value on every node", err)
 	}
 	if strings.ContainsAny(cfg.Hostname, " \t\n") || cfg.Hostname == "" {
 		cfg.Hostname = "node" + strconv.Itoa(cfg.Node)
@@ -342,7 +348,7 @@ func (cfg NodeConfig) handshake(c net.Conn) (io.ReadWriteCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	line := fmt.Sprintf("gorun-node 1 %d %d %d %s %s %s", cfg.Node, cfg.Nodes, cfg.Slots, cfg.Hostname, cfg.Program, nonceN)
+	line := fmt.Sprintf("gorun-node %s %d %d %d %s %s %s", rendezvousVersion, cfg.Node, cfg.Nodes, cfg.Slots, cfg.Hostname, cfg.Program, nonceN)
 	if _, err := io.WriteString(c, line+"\n"); err != nil {
 		return nil, err
 	}
@@ -355,7 +361,7 @@ func (cfg NodeConfig) handshake(c net.Conn) (io.ReadWriteCloser, error) {
 		return nil, fmt.Errorf("%w: %s", ErrRefused, why)
 	}
 	f := strings.Fields(answer)
-	if len(f) != 4 || f[0] != "gorun-launcher" || f[1] != "1" {
+	if len(f) != 4 || f[0] != "gorun-launcher" || f[1] != rendezvousVersion {
 		return nil, fmt.Errorf("not a gorun launcher (%.40q)", answer)
 	}
 	if !hmac.Equal([]byte(f[3]), []byte(mac(cfg.Secret, "launcher", line, f[2]))) {
@@ -380,8 +386,10 @@ func (cfg NodeConfig) handshake(c net.Conn) (io.ReadWriteCloser, error) {
 
 // mac is the hex HMAC-SHA256 of who, the node's line and the launcher's
 // nonce under the job's secret.
-func mac(secret, who, line, nonceL string) string {
-	h := hmac.New(sha256.New, []byte("gorun rendezvous\x00"+secret))
+// mac is one side's proof of the secret: an HMAC, under the secret's
+// rendezvous key, of the side, the node's line and the launcher's nonce.
+func mac(secret []byte, who, line, nonceL string) string {
+	h := hmac.New(sha256.New, jobsecret.Key(secret, jobsecret.Rendezvous))
 	fmt.Fprintf(h, "%s\x00%s\x00%s", who, line, nonceL)
 	return hex.EncodeToString(h.Sum(nil))
 }

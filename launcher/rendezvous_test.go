@@ -16,14 +16,14 @@ import (
 
 func meetConfig(nodes int) RendezvousConfig {
 	cfg := DefaultRendezvousConfig()
-	cfg.Secret, cfg.Nodes, cfg.Program = "s3cret", nodes, ProgramDigest("./train", []string{"--lr", "0.1"})
+	cfg.Secret, cfg.Nodes, cfg.Program = []byte("s3cret-of-16-bytes"), nodes, ProgramDigest("./train", []string{"--lr", "0.1"})
 	cfg.Timeout, cfg.HandshakeTimeout, cfg.loopback = 10*time.Second, time.Second, true
 	return cfg
 }
 
 func nodeConfig(addr string, node, nodes int) NodeConfig {
 	cfg := DefaultNodeConfig()
-	cfg.Launcher, cfg.Secret, cfg.Node, cfg.Nodes, cfg.Slots = addr, "s3cret", node, nodes, node+1
+	cfg.Launcher, cfg.Secret, cfg.Node, cfg.Nodes, cfg.Slots = addr, []byte("s3cret-of-16-bytes"), node, nodes, node+1
 	cfg.Program, cfg.Hostname = ProgramDigest("./train", []string{"--lr", "0.1"}), fmt.Sprintf("h%d", node)
 	cfg.Timeout, cfg.HandshakeTimeout, cfg.RetryPause = 10*time.Second, time.Second, 20*time.Millisecond
 	cfg.from = fmt.Sprintf("127.0.0.%d", 10+node) // a node's own address
@@ -126,7 +126,7 @@ func TestRendezvousRefusals(t *testing.T) {
 			mu.Unlock()
 		}
 		bad := nodeConfig(addr, 1, 2)
-		bad.Secret = "guess"
+		bad.Secret = []byte("guessed-16-bytes-or-more")
 		try(bad)
 		bad = nodeConfig(addr, 1, 2)
 		bad.Nodes = 3
@@ -188,12 +188,12 @@ func TestRendezvousDuplicateAndReplay(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		line := fmt.Sprintf("gorun-node 1 2 3 3 h2 %s %s", cfg.Program, strings.Repeat("ab", 16))
+		line := fmt.Sprintf("gorun-node 2 2 3 3 h2 %s %s", cfg.Program, strings.Repeat("ab", 16))
 		fmt.Fprintln(c, line)
 		br := bufio.NewReader(c)
 		challenge, _ := br.ReadString('\n')
 		f := strings.Fields(challenge)
-		answer := mac("s3cret", "node", line, f[2])
+		answer := mac([]byte("s3cret-of-16-bytes"), "node", line, f[2])
 		rec = append(rec, line, answer)
 		c.Close() // never finished: the launcher warns
 		replay, err := net.Dial("tcp", addr)
@@ -274,15 +274,15 @@ func TestRendezvousTimeout(t *testing.T) {
 	}
 }
 
-// TestRendezvousNoSecret: neither side runs without a secret.
+// TestRendezvousNoSecret: neither side runs without a secret of at least 16 bytes.
 func TestRendezvousNoSecret(t *testing.T) {
 	cfg := meetConfig(2)
-	cfg.Secret = ""
+	cfg.Secret = nil
 	if _, _, err := Meet(context.Background(), nil, cfg, nil); err == nil || !strings.Contains(err.Error(), "GORUN_JOB_SECRET") {
 		t.Errorf("Meet: %v", err)
 	}
 	nc := nodeConfig("127.0.0.1:1", 1, 2)
-	nc.Secret = ""
+	nc.Secret = []byte("short")
 	if _, _, err := DialLauncher(context.Background(), nc); err == nil || !strings.Contains(err.Error(), "GORUN_JOB_SECRET") {
 		t.Errorf("DialLauncher: %v", err)
 	}
@@ -294,8 +294,8 @@ func TestRendezvousNoSecret(t *testing.T) {
 // answers.
 func FuzzRendezvousHandshake(f *testing.F) {
 	cfg := meetConfig(3)
-	f.Add([]byte("gorun-node 1 1 3 2 h1 " + cfg.Program + " 00\nffff\n"))
-	f.Add([]byte("gorun-node 1 -1 3 2 h1 x y\n"))
+	f.Add([]byte("gorun-node 2 1 3 2 h1 " + cfg.Program + " 00\nffff\n"))
+	f.Add([]byte("gorun-node 2 -1 3 2 h1 x y\n"))
 	f.Add([]byte(strings.Repeat("x", 2000)))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if n, err := cfg.handshake(&scriptConn{r: bytes.NewReader(in)}); err == nil {

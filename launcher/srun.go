@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/jobenv"
+	"github.com/gorun/gorun/internal/jobsecret"
 )
 
 // Agents started by Slurm. Inside an allocation, where sites confine or
@@ -46,7 +47,7 @@ type SrunConfig struct {
 	Srun   []string // the srun command and options of the user's, e.g. ["srun"]
 	Gorun  string   // gorun's path on the nodes
 	Hosts  []Host   // the nodes (Slurm node names) to start an agent on
-	Secret string   // the job's secret (GORUN_JOB_SECRET in the step)
+	Secret []byte   // the job's secret (GORUN_JOB_SECRET in the step)
 	// Env is the step's environment (nil: this process's).
 	Env []string
 	// Stderr takes srun's own messages and the agents' (nil: discarded).
@@ -100,8 +101,8 @@ type SrunStep struct {
 // Refused connections are reported through warn.
 func StartSrun(ctx context.Context, l net.Listener, addrs []string, cfg SrunConfig, warn func(string)) (*SrunStep, error) {
 	switch {
-	case cfg.Secret == "":
-		return nil, errors.New("srun: no job secret")
+	case jobsecret.Check(cfg.Secret) != nil:
+		return nil, fmt.Errorf("srun: %w", jobsecret.Check(cfg.Secret))
 	case len(cfg.Hosts) == 0:
 		return nil, errors.New("srun: no nodes")
 	case len(addrs) == 0:
@@ -119,7 +120,7 @@ func StartSrun(ctx context.Context, l net.Listener, addrs []string, cfg SrunConf
 	if env == nil {
 		env = os.Environ()
 	}
-	cmd.Env = append(slices.Clone(env), jobenv.SecretVar+"="+cfg.Secret, SrunLauncherVar+"="+strings.Join(addrs, ","), SrunStepVar+"="+step)
+	cmd.Env = append(slices.Clone(env), jobenv.SecretVar+"="+string(cfg.Secret), SrunLauncherVar+"="+strings.Join(addrs, ","), SrunStepVar+"="+step)
 	said := newTail(20)
 	if cfg.Stderr != nil {
 		cmd.Stderr = io.MultiWriter(cfg.Stderr, said)

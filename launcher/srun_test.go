@@ -96,7 +96,7 @@ func TestStartSrunFails(t *testing.T) {
 			}
 			defer l.Close()
 			cfg := DefaultSrunConfig()
-			cfg.Srun, cfg.Gorun, cfg.Secret, cfg.Timeout = fakeSrun(t, tc.body), "/bin/gorun", "s3cret", tc.timeout
+			cfg.Srun, cfg.Gorun, cfg.Secret, cfg.Timeout = fakeSrun(t, tc.body), "/bin/gorun", []byte("s3cret-of-16-bytes"), tc.timeout
 			cfg.Hosts = []Host{{Name: "c1", Slots: 1}, {Name: "c2", Slots: 1}, {Name: "c3", Slots: 1}}
 			start := time.Now()
 			_, err = StartSrun(context.Background(), l, []string{l.Addr().String()}, cfg, nil)

@@ -14,7 +14,6 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -32,6 +31,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/gorun/gorun/internal/jobsecret"
 )
 
 // Config configures a member.
@@ -98,8 +99,8 @@ func (c *Config) validate() error {
 		return errors.New("membership: no job id")
 	case c.Size < 1 || c.Rank < 0 || c.Rank >= c.Size:
 		return fmt.Errorf("membership: rank %d out of range for size %d", c.Rank, c.Size)
-	case len(c.Secret) == 0:
-		return errors.New("membership: no job secret")
+	case jobsecret.Check(c.Secret) != nil:
+		return fmt.Errorf("membership: %w", jobsecret.Check(c.Secret))
 	case c.ProbeInterval <= 0 || c.ProbeTimeout <= 0 || c.SuspicionMult < 1:
 		return errors.New("membership: timers must be positive")
 	case c.StreamTimeout < 0 || c.StallTimeout < 0:
@@ -168,8 +169,7 @@ func Start(cfg Config, ev Events) (*Member, error) {
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.JobID + "-" + strconv.Itoa(cfg.Rank)
 	mc.Label = cfg.JobID
-	key := sha256.Sum256(append([]byte("gorun membership key\x00"), cfg.Secret...))
-	mc.SecretKey = key[:]
+	mc.SecretKey = jobsecret.Key(cfg.Secret, jobsecret.Membership) // AES-256
 	mc.BindAddr = cfg.BindAddr
 	mc.BindPort = cfg.BindPort
 	mc.AdvertisePort = cfg.BindPort

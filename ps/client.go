@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
 )
@@ -95,7 +96,7 @@ func (c *ClientConfig) validate() error {
 		return fmt.Errorf("ps: worker %d out of range for %d workers", c.Worker, c.Workers)
 	case len(c.Hubs) == 0:
 		return errors.New("ps: no hubs given")
-	case c.JobID == "" || len(c.Secret) < 16:
+	case c.JobID == "" || jobsecret.Check(c.Secret) != nil:
 		return errors.New("ps: job id missing or job secret shorter than 16 bytes")
 	case c.PartitionBytes < 8 || c.PartitionBytes+msgHeaderSize+maxKeyLen+8 > c.MaxFrame:
 		return fmt.Errorf("ps: PartitionBytes %d must be at least 8 and fit in MaxFrame %d", c.PartitionBytes, c.MaxFrame)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
 )
@@ -61,7 +62,7 @@ func (c *HubConfig) validate() error {
 		return fmt.Errorf("ps: hub: %d workers", c.Workers)
 	case c.Index < 0 || c.Index >= HubTag:
 		return fmt.Errorf("ps: hub index %d out of range", c.Index)
-	case c.JobID == "" || len(c.Secret) < 16:
+	case c.JobID == "" || jobsecret.Check(c.Secret) != nil:
 		return errors.New("ps: hub: job id missing or job secret shorter than 16 bytes")
 	case c.MaxFrame < msgHeaderSize+maxKeyLen:
 		return fmt.Errorf("ps: hub: MaxFrame %d too small", c.MaxFrame)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/gorun/gorun/internal/jobsecret"
 )
 
 // Config configures a TCP transport.
@@ -163,8 +165,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("transport: rank %d out of range for size %d", c.Rank, c.Size)
 	case c.JobID == "" || len(c.JobID) > maxJobIDLen:
 		return fmt.Errorf("transport: job id must be 1 to %d bytes", maxJobIDLen)
-	case len(c.Secret) < 16:
-		return errors.New("transport: job secret must be at least 16 bytes")
+	case jobsecret.Check(c.Secret) != nil:
+		return fmt.Errorf("transport: %w", jobsecret.Check(c.Secret))
 	case c.MaxPayload < 1:
 		return errors.New("transport: MaxPayload must be positive")
 	case c.DialTimeout <= 0 || c.HandshakeTimeout <= 0 || c.ConnectTimeout <= 0:

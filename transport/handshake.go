@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+
+	"github.com/gorun/gorun/internal/jobsecret"
 )
 
 // Every connection starts with a handshake:
@@ -23,7 +25,7 @@ import (
 // process's on the same host.
 
 // ProtocolVersion is checked in every handshake.
-const ProtocolVersion = 4
+const ProtocolVersion = 5
 
 const (
 	helloMagic  = "GORUNHS"
@@ -102,8 +104,10 @@ func readHello(r io.Reader) (hello, error) {
 	return h, nil
 }
 
-func proof(secret []byte, role byte, h *hello, first, second []byte) []byte {
-	m := hmac.New(sha256.New, secret)
+// proof is one side's proof of the job secret: an HMAC, under the secret's
+// handshake key, of the side's role, the hello and both nonces.
+func proof(key []byte, role byte, h *hello, first, second []byte) []byte {
+	m := hmac.New(sha256.New, key)
 	m.Write([]byte{role})
 	m.Write([]byte(h.JobID))
 	var b [10]byte
@@ -124,6 +128,7 @@ func nonce() ([nonceSize]byte, error) {
 
 // handshakeDial runs the dialer's side on rw.
 func handshakeDial(rw io.ReadWriter, secret []byte, h hello) error {
+	key := jobsecret.Key(secret, jobsecret.Handshake)
 	var err error
 	if h.Nonce, err = nonce(); err != nil {
 		return err
@@ -142,10 +147,10 @@ func handshakeDial(rw io.ReadWriter, secret []byte, h hello) error {
 		return fmt.Errorf("handshake with rank %d: refused: %s: %w", h.To, statusString(reply[0]), ErrAuth)
 	}
 	nonceA := reply[1 : 1+nonceSize]
-	if !hmac.Equal(reply[1+nonceSize:], proof(secret, 'A', &h, h.Nonce[:], nonceA)) {
+	if !hmac.Equal(reply[1+nonceSize:], proof(key, 'A', &h, h.Nonce[:], nonceA)) {
 		return fmt.Errorf("handshake with rank %d: its proof of the job secret does not match (wrong job secret?): %w", h.To, ErrAuth)
 	}
-	if _, err := rw.Write(proof(secret, 'D', &h, nonceA, h.Nonce[:])); err != nil {
+	if _, err := rw.Write(proof(key, 'D', &h, nonceA, h.Nonce[:])); err != nil {
 		return fmt.Errorf("handshake with rank %d: %w", h.To, err)
 	}
 	var status [1]byte
@@ -162,6 +167,7 @@ func handshakeDial(rw io.ReadWriter, secret []byte, h hello) error {
 // peer's hello is acceptable (statusOK or a refusal code). It returns the
 // peer's hello once the peer has proven it knows the secret.
 func handshakeAccept(rw io.ReadWriter, secret []byte, check func(*hello) byte) (hello, error) {
+	key := jobsecret.Key(secret, jobsecret.Handshake)
 	h, err := readHello(rw)
 	if err != nil {
 		return hello{}, err
@@ -180,7 +186,7 @@ func handshakeAccept(rw io.ReadWriter, secret []byte, check func(*hello) byte) (
 		return h, err
 	}
 	copy(reply[1:], nonceA[:])
-	copy(reply[1+nonceSize:], proof(secret, 'A', &h, h.Nonce[:], nonceA[:]))
+	copy(reply[1+nonceSize:], proof(key, 'A', &h, h.Nonce[:], nonceA[:]))
 	if _, err := rw.Write(reply[:]); err != nil {
 		return h, err
 	}
@@ -188,7 +194,7 @@ func handshakeAccept(rw io.ReadWriter, secret []byte, check func(*hello) byte) (
 	if _, err := io.ReadFull(rw, mac[:]); err != nil {
 		return h, fmt.Errorf("handshake from rank %d: reading proof: %w", h.From, err)
 	}
-	if !hmac.Equal(mac[:], proof(secret, 'D', &h, nonceA[:], h.Nonce[:])) {
+	if !hmac.Equal(mac[:], proof(key, 'D', &h, nonceA[:], h.Nonce[:])) {
 		_, _ = rw.Write([]byte{statusSecret})
 		return h, fmt.Errorf("handshake from rank %d: proof of the job secret does not match (wrong job secret?): %w", h.From, ErrAuth)
 	}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/gorun/gorun/internal/jobenv"
+	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/launcher/agent"
 	"github.com/urfave/cli/v2"
@@ -20,10 +21,6 @@ import (
 // no SSH anywhere. Node 0 is the launcher: it listens at the rendezvous
 // address, waits for the others, and runs the job on all of them; every
 // other node dials it and runs its agent over that connection.
-
-// SecretVar is the environment variable that holds the job's secret in
-// a per-node start and in gorun's srun step (jobenv's one name for it).
-const SecretVar = jobenv.SecretVar
 
 // nodeFlags are the per-node start's flags; each has an environment
 // variable too, for a pod template.
@@ -63,9 +60,9 @@ func launchNode(c *cli.Context) error {
 			return fmt.Errorf("--%s: a per-node start (--nnodes) has no host list: every node starts its own gorun", f)
 		}
 	}
-	secret := os.Getenv(SecretVar)
-	if secret == "" && nodes > 1 {
-		return fmt.Errorf("a per-node start needs the job's secret in %s, the same on every node (e.g. from a Kubernetes Secret)", SecretVar)
+	secret := []byte(os.Getenv(jobenv.SecretVar))
+	if jobsecret.Check(secret) != nil && nodes > 1 {
+		return fmt.Errorf("a per-node start needs the job's secret in %s, at least %d bytes, the same on every node (e.g. from a Kubernetes Secret)", jobenv.SecretVar, jobsecret.MinLen)
 	}
 	program, args := c.Args().First(), c.Args().Tail()
 	digest := launcher.ProgramDigest(program, args)
@@ -112,7 +109,7 @@ func launchNode(c *cli.Context) error {
 
 // runNodeAgent is a node other than 0: it dials node 0 and runs this
 // host's agent over the connection until the job ends.
-func runNodeAgent(c *cli.Context, nodes, node, slots int, addr, secret, digest string) error {
+func runNodeAgent(c *cli.Context, nodes, node, slots int, addr string, secret []byte, digest string) error {
 	nc := launcher.DefaultNodeConfig()
 	nc.Launcher, nc.Secret, nc.Node, nc.Nodes, nc.Slots, nc.Program = addr, secret, node, nodes, slots, digest
 	nc.Timeout = c.Duration("rendezvous-timeout")

@@ -29,9 +29,9 @@ func TestPerNodeFlags(t *testing.T) {
 		{nil, []string{"--nnodes", "2", "--nproc-per-node", "0", "--rendezvous", "h:1", "true"}, "--nproc-per-node 0"},
 		{nil, []string{"--nnodes", "2", "--rendezvous", "h:1", "true"}, "needs the job's secret in GORUN_JOB_SECRET"},
 		{nil, []string{"--nnodes", "2", "--nproc-per-node", "2", "-np", "3", "--rendezvous", "h:1", "true"}, "-np 3: a per-node start runs --nproc-per-node ranks on each node: leave -np out or give 4"},
-		{[]string{"GORUN_JOB_SECRET=x"}, []string{"--nnodes", "2", "--rendezvous", "h:1", "-H", "a:1", "true"}, "--H: a per-node start (--nnodes) has no host list"},
+		{[]string{"GORUN_JOB_SECRET=sixteen-bytes-xx"}, []string{"--nnodes", "2", "--rendezvous", "h:1", "-H", "a:1", "true"}, "--H: a per-node start (--nnodes) has no host list"},
 		{[]string{"GORUN_NNODES=3", "GORUN_NODE_RANK=5"}, []string{"true"}, "--node-rank 5: want 0 to 2"},
-		{[]string{"GORUN_NNODES=2", "JOB_COMPLETION_INDEX=1", "GORUN_JOB_SECRET=x", "GORUN_RENDEZVOUS=127.0.0.1:1"}, []string{"--rendezvous-timeout", "300ms", "true"}, "node 1: no launcher at 127.0.0.1:1 within 300ms"},
+		{[]string{"GORUN_NNODES=2", "JOB_COMPLETION_INDEX=1", "GORUN_JOB_SECRET=sixteen-bytes-xx", "GORUN_RENDEZVOUS=127.0.0.1:1"}, []string{"--rendezvous-timeout", "300ms", "true"}, "node 1: no launcher at 127.0.0.1:1 within 300ms"},
 	} {
 		cmd, _, errb := gorunCmd(t, c.args...)
 		cmd.Env = append(cmd.Env, c.env...)

@@ -3,8 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gorun/gorun/internal/jobenv"
+	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/launcher"
 	"github.com/urfave/cli/v2"
 )
@@ -108,8 +108,8 @@ func useSrun(c *cli.Context, cfg *launcher.Config) (func(), error) {
 			hosts = append(hosts, h)
 		}
 	}
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
+	secret, err := jobsecret.New()
+	if err != nil {
 		return nil, err
 	}
 	l, err := net.Listen("tcp", ":0")
@@ -120,7 +120,7 @@ func useSrun(c *cli.Context, cfg *launcher.Config) (func(), error) {
 	sc := launcher.DefaultSrunConfig()
 	sc.Srun = strings.Fields(c.String("srun"))
 	sc.Gorun = cmp.Or(cfg.RemoteGorun, cfg.Gorun)
-	sc.Hosts, sc.Secret, sc.Stderr = hosts, hex.EncodeToString(secret), os.Stderr
+	sc.Hosts, sc.Secret, sc.Stderr = hosts, secret, os.Stderr
 	addrs := launcher.ListenAddrs(l, hosts[0].Name)
 	if cfg.Logger != nil {
 		cfg.Logger.Info("srun: starting the agents", "nodes", len(hosts), "dial", strings.Join(addrs, ","), "command", strings.Join(sc.Command(), " "))
@@ -143,9 +143,9 @@ func useSrun(c *cli.Context, cfg *launcher.Config) (func(), error) {
 // node: it dials the launcher back and runs the node's agent.
 func runSrunAgent(c *cli.Context) error {
 	get := os.Getenv
-	addrs, secret, step := get(launcher.SrunLauncherVar), get(SecretVar), get(launcher.SrunStepVar)
+	addrs, secret, step := get(launcher.SrunLauncherVar), get(jobenv.SecretVar), get(launcher.SrunStepVar)
 	if addrs == "" || secret == "" || step == "" {
-		return fmt.Errorf("gorun %s: not started by gorun's srun step (%s, %s or %s unset)", launcher.SrunAgentCommandName, launcher.SrunLauncherVar, SecretVar, launcher.SrunStepVar)
+		return fmt.Errorf("gorun %s: not started by gorun's srun step (%s, %s or %s unset)", launcher.SrunAgentCommandName, launcher.SrunLauncherVar, jobenv.SecretVar, launcher.SrunStepVar)
 	}
 	node, err := strconv.Atoi(get("SLURM_NODEID"))
 	if err != nil {
@@ -157,7 +157,7 @@ func runSrunAgent(c *cli.Context) error {
 	}
 	host, _ := os.Hostname()
 	nc := launcher.DefaultNodeConfig()
-	nc.Launcher, nc.Secret, nc.Node, nc.Nodes, nc.Slots, nc.Program = addrs, secret, node, nodes, 1, step
+	nc.Launcher, nc.Secret, nc.Node, nc.Nodes, nc.Slots, nc.Program = addrs, []byte(secret), node, nodes, 1, step
 	nc.Hostname = cmp.Or(get("SLURMD_NODENAME"), host)
 	// The launcher listens before srun starts: a launcher that does not
 	// answer within a minute is gone.

@@ -50,7 +50,8 @@ const (
 
 // Job is what every process of a job is told.
 type Job struct {
-	ID, Secret string
+	ID     string
+	Secret []byte
 	Size       int
 	Strategy   string // "" leaves GORUN_STRATEGY unset
 	HubElastic bool
@@ -62,7 +63,7 @@ type Job struct {
 // torchrun spellings of the size.
 func (j Job) Env() []string {
 	env := []string{
-		JobIDVar + "=" + j.ID, SecretVar + "=" + j.Secret,
+		JobIDVar + "=" + j.ID, SecretVar + "=" + string(j.Secret),
 		kv(SizeVar, j.Size), kv("WORLD_SIZE", j.Size), kv("OMPI_COMM_WORLD_SIZE", j.Size),
 	}
 	if j.Strategy != "" {

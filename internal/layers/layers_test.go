@@ -22,24 +22,26 @@ const module = "github.com/gorun/gorun/"
 // dependencies in go.mod are not listed.
 var allowed = map[string][]string{
 	// The floor: pure pieces that know nothing of gorun's other packages.
-	"reduce":           nil, // element-wise reductions, wire formats
-	"assign":           nil, // the exact assignment solver
-	"membership":       nil, // gossip membership (memberlist)
-	"pmi":              nil, // PMI-1 codec and server
-	"pmix":             nil, // PMIx codec and server
-	"pmi/pmilib":       nil, // the embedded PMI-1 library for Open MPI 4
-	"internal/tick":    nil,
-	"internal/jobenv":  nil, // the job's environment: the one description of it
-	"internal/control": nil,
-	"internal/chart":   nil,
-	"internal/inspect": {"internal/tick"},
+	"reduce":             nil,                    // element-wise reductions, wire formats
+	"assign":             nil,                    // the exact assignment solver
+	"membership":         {"internal/jobsecret"}, // gossip membership (memberlist)
+	"pmi":                nil,                    // PMI-1 codec and server
+	"pmix":               nil,                    // PMIx codec and server
+	"pmi/pmilib":         nil,                    // the embedded PMI-1 library for Open MPI 4
+	"internal/tick":      nil,
+	"internal/jobenv":    nil, // the job's environment: the one description of it
+	"internal/jobsecret": nil, // the job's secret and the keys derived from it, one per use
+	"transport/liveness": nil, // peer liveness: a pure state machine (no clock, no sockets)
+	"internal/control":   nil,
+	"internal/chart":     nil,
+	"internal/inspect":   {"internal/tick"},
 
 	// The data plane, bottom up: transport moves bytes, ring and ps are
 	// the two strategies, collective is the public API over them.
-	"transport":           {"internal/jobenv", "internal/transporttest"}, // transporttest: a test hook set in init(), to go with transport's split
+	"transport":           {"internal/jobenv", "internal/jobsecret", "internal/transporttest"}, // transporttest: a test hook set in init(), to go with transport's split
 	"ring":                {"reduce", "transport"},
-	"ps":                  {"assign", "internal/jobenv", "reduce", "transport"},
-	"collective":          {"internal/control", "internal/inspect", "internal/jobenv", "internal/tick", "membership", "ps", "reduce", "ring", "transport"},
+	"ps":                  {"assign", "internal/jobenv", "internal/jobsecret", "reduce", "transport"},
+	"collective":          {"internal/control", "internal/inspect", "internal/jobenv", "internal/jobsecret", "internal/tick", "membership", "ps", "reduce", "ring", "transport"},
 	"collective/powersgd": {"collective"},
 	"pipeline":            {"collective"},
 	"capi":                {"collective", "reduce"},
@@ -48,11 +50,11 @@ var allowed = map[string][]string{
 	// the data plane (the names of a job's files in shared memory are
 	// internal/jobenv's).
 	"launcher/proto": {"internal/control", "internal/inspect", "pmi"},
-	"launcher":       {"assign", "internal/control", "internal/inspect", "internal/jobenv", "launcher/proto", "pmi"},
+	"launcher":       {"assign", "internal/control", "internal/inspect", "internal/jobenv", "internal/jobsecret", "launcher/proto", "pmi"},
 	"launcher/agent": {"internal/control", "internal/inspect", "internal/jobenv", "launcher/proto", "pmi", "pmi/pmilib", "pmix"},
 
 	// The one command.
-	"cmd/gorun": {"bench", "collective", "internal/jobenv", "launcher", "launcher/agent", "ps", "reduce"},
+	"cmd/gorun": {"bench", "collective", "internal/jobenv", "internal/jobsecret", "launcher", "launcher/agent", "ps", "reduce"},
 
 	// Test aids: imported by tests (and by bench and examples), never by a
 	// library package.
