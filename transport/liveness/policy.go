@@ -1,0 +1,77 @@
+package liveness
+
+import "time"
+
+// MaxStretch caps how far DefaultPolicy stretches ConfirmTimeout on an
+// overloaded host: no confirmation window is longer than MaxStretch ×
+// ConfirmTimeout. A caller that waits for every verdict to be settled
+// (ParamHub's report of lost ranks) waits that long.
+const MaxStretch = 120
+
+// overloadPerCPU is the runnable tasks per CPU past which a host counts as
+// overloaded: up to it, ranks get a core often enough to answer. (It was
+// 4: at 10 runnable tasks on 2 cores, under the race detector, a rank
+// answered no handshake for 2.5 s while alive.)
+const overloadPerCPU = 2
+
+// Load is how busy this rank's host is: runnable tasks and CPUs, as the
+// owner last read them (HostLoad). The zero Load is "unknown".
+type Load struct {
+	Runnable, CPUs int
+}
+
+// Observation is everything a confirmation window may depend on, taken
+// when the window opens. A Policy sees nothing else: no clock, no host.
+type Observation struct {
+	// Base is Config.ConfirmTimeout.
+	Base time.Duration
+	// Load is the host's load as last stepped (HostLoad); zero if unknown.
+	Load Load
+	// Connected is true when the check runs on the peer's data
+	// connection (a ping, or its reader's progress), false when it runs
+	// by connecting (a probe, or the dials of a doubted peer).
+	Connected bool
+	// Round counts the windows of this check already over (0: the
+	// first). A peer that is still sending is asked again, window after
+	// window.
+	Round int
+	// Elapsed is the time since the check began.
+	Elapsed time.Duration
+	// Reads is how many frames were read from the peer in the window just
+	// over (0 in the first), and Stuck whether its reader was waiting for
+	// room in this rank's inbox at the window's end.
+	Reads uint64
+	Stuck bool
+	// RTT is the last round trip of a ping on the peer's connection (from
+	// the Ping action to its Pong), 0 if none was measured.
+	RTT time.Duration
+}
+
+// Policy gives the length of a confirmation window: how long a peer that
+// gossip declared dead gets to show it is alive before it is lost. It
+// must be a pure function of its Observation. A window of 0 or less is
+// taken as Base for a ping or a probe; a doubted peer's dials fail it at
+// the first failure.
+//
+// The rule that tells a starved rank from a dead one belongs here: the
+// Observation carries what the machine saw (round trips, read progress,
+// rounds, load), so such a rule is one function with a table test.
+type Policy func(Observation) time.Duration
+
+// DefaultPolicy is today's rule: Base, stretched by how overloaded the
+// host is (runnable tasks per CPU over 2, the factor from 1 to
+// MaxStretch). On an overloaded host every process, the suspect included,
+// waits its turn for a core: 256 ranks on 2 cores missed gossip's probes
+// and a 1 s confirmation while alive. A stopped or cut-off rank never
+// answers, so a longer window only delays naming it.
+func DefaultPolicy(o Observation) time.Duration { return stretch(o.Base, o.Load) }
+
+// stretch is base × runnable/(overloadPerCPU × cpus), the factor clamped
+// to [1, MaxStretch]; base when the load is unknown.
+func stretch(base time.Duration, l Load) time.Duration {
+	if l.CPUs < 1 || l.Runnable <= overloadPerCPU*l.CPUs {
+		return base
+	}
+	scale := min(float64(l.Runnable)/float64(overloadPerCPU*l.CPUs), MaxStretch)
+	return time.Duration(float64(base) * scale)
+}

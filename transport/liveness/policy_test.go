@@ -1,0 +1,127 @@
+package liveness
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDefaultPolicy: ConfirmTimeout, stretched in proportion past 2
+// runnable tasks per CPU, at most MaxStretch times; unstretched when the
+// load is unknown.
+func TestDefaultPolicy(t *testing.T) {
+	for _, c := range []struct {
+		runnable, cpus int
+		want           time.Duration
+	}{
+		{0, 2, time.Second},
+		{2, 2, time.Second},
+		{4, 2, time.Second},
+		{6, 2, 1500 * time.Millisecond},
+		{11, 2, 2750 * time.Millisecond},
+		{16, 2, 4 * time.Second},
+		{256, 2, 64 * time.Second},
+		{1024, 2, MaxStretch * time.Second},
+		{5, 0, time.Second},
+		{0, 0, time.Second},
+	} {
+		o := Observation{Base: time.Second, Load: Load{Runnable: c.runnable, CPUs: c.cpus}}
+		if got := DefaultPolicy(o); got != c.want {
+			t.Errorf("DefaultPolicy(1s, %d runnable, %d cpus) = %v, want %v", c.runnable, c.cpus, got, c.want)
+		}
+	}
+}
+
+// TestPolicySeesWhatWasObserved: the policy is asked for every window,
+// with what the machine saw: the host's load, whether the check runs on a
+// connection, its round, the time since it began, the frames of the
+// window just over, the reader's inbox, and the last ping's round trip.
+// Its answer is the window (and the one the loss names).
+func TestPolicySeesWhatWasObserved(t *testing.T) {
+	var seen []Observation
+	cfg := DefaultConfig()
+	cfg.Rank, cfg.Size = 0, 4
+	cfg.Policy = func(o Observation) time.Duration {
+		seen = append(seen, o)
+		return o.Base * time.Duration(1+o.Round) // longer each round
+	}
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	load := Load{Runnable: 3, CPUs: 2}
+	m.Step(at(0), HostLoad{load})
+	m.Step(at(0), Connected{Peer: 1, Conn: 1})
+	// A first check answered in 40 ms: the round trip.
+	m.Step(at(0), Verdict{Peer: 1, Reason: "v"})
+	m.Step(at(0), Progress{Peer: 1, Conn: 1})
+	m.Step(at(40*time.Millisecond), Pong{Peer: 1, Conn: 1})
+	// A second: frames in its first window, none in its second.
+	m.Step(at(time.Second), Verdict{Peer: 1, Reason: "v"})
+	m.Step(at(time.Second), Progress{Peer: 1, Conn: 1, Reads: 10})
+	m.Step(at(2*time.Second), Tick{})
+	m.Step(at(2*time.Second), Progress{Peer: 1, Conn: 1, Reads: 15, Stuck: true})
+	m.Step(at(4*time.Second), Tick{})
+	acts := m.Step(at(4*time.Second), Progress{Peer: 1, Conn: 1, Reads: 15})
+	want := []Observation{
+		{Base: time.Second, Load: load, Connected: true},
+		{Base: time.Second, Load: load, Connected: true, RTT: 40 * time.Millisecond},
+		{Base: time.Second, Load: load, Connected: true, Round: 1, Elapsed: time.Second, Reads: 5, Stuck: true, RTT: 40 * time.Millisecond},
+	}
+	if !slices.Equal(seen, want) {
+		t.Fatalf("the policy saw\n%+v\nwant\n%+v", seen, want)
+	}
+	if len(acts) != 1 || acts[0].String() != "lost 1 gen=0 fail-job: v, and no answer on its data connection for 2s" {
+		t.Fatalf("got %v, want the loss naming the second round's window", acts)
+	}
+	// Checks by connecting see Connected false; a doubted peer's dials,
+	// the time since the first failure.
+	seen = nil
+	cfg.WatchAll = true
+	m, _ = New(cfg)
+	m.Step(at(0), Verdict{Peer: 2, Reason: "v"})
+	cfg.WatchAll = false
+	m2, _ := New(cfg)
+	m2.Step(at(0), Verdict{Peer: 3, Reason: "v"})
+	m2.Step(at(0), DialFailed{Peer: 3, Err: errors.New("refused")})
+	m2.Step(at(300*time.Millisecond), DialFailed{Peer: 3, Err: errors.New("refused")})
+	want = []Observation{
+		{Base: time.Second},
+		{Base: time.Second},
+		{Base: time.Second, Elapsed: 300 * time.Millisecond},
+	}
+	if !slices.Equal(seen, want) {
+		t.Fatalf("the policy saw\n%+v\nwant\n%+v", seen, want)
+	}
+}
+
+// TestConfigValidate: New refuses a configuration that makes no sense,
+// naming the field.
+func TestConfigValidate(t *testing.T) {
+	for name, tweak := range map[string]func(*Config){
+		"rank":           func(c *Config) { c.Rank = 4 },
+		"size":           func(c *Config) { c.Size = 0 },
+		"ConfirmTimeout": func(c *Config) { c.ConfirmTimeout = -1 },
+		"ExplainWait":    func(c *Config) { c.ExplainWait = -1 },
+		"ConnectTimeout": func(c *Config) { c.ConnectTimeout = 0 },
+	} {
+		cfg := DefaultConfig()
+		cfg.Rank, cfg.Size = 0, 4
+		tweak(&cfg)
+		if _, err := New(cfg); err == nil || !containsFold(err.Error(), name) {
+			t.Errorf("%s: got %v, want an error naming it", name, err)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Rank, cfg.Size, cfg.Policy = 0, 1, nil
+	if _, err := New(cfg); err != nil {
+		t.Errorf("a job of one, DefaultPolicy by default: %v", err)
+	}
+}
+
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
+}
