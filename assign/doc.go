@@ -1,8 +1,8 @@
-// Package assign splits a round of training samples over workers of
-// unequal speed by solving an optimisation problem (issue 37, after the
-// survey's "minimise w1·max_i t_i − w2·accuracy − w3·resource subject to
-// deadlines"). It is a pure function: no I/O, no clock, no goroutines,
-// no printing. Measured speeds come in, integer shares come out.
+// Package assign splits a round of training samples over workers of unequal
+// speed by solving an optimisation problem (after the survey's first
+// proposal, "minimise w1·max_i t_i − w2·accuracy − w3·resource subject to
+// deadlines"). It is a pure function: no I/O, no clock, no goroutines, no
+// printing. Measured speeds come in, integer shares come out.
 //
 // # Model
 //

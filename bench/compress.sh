@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does lossless compression of frames pay (issue 36)? Trains the
+# Does lossless compression of frames pay? Trains the
 # Fashion-MNIST MLP and CNN in one process, snapshots their gradients and
 # parameters early, in the middle and late, and times s2 and zstd on each
 # as float64, float32, fp16, bf16 and top-k payloads on one core; reports

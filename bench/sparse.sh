@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ParamHub's sparse pushes against dense ones (issue 36, docs/paramhub.md
-# "Sparse pushes"): examples/hubpush under `gorun --strategy hub`, every
+# ParamHub's sparse pushes against dense ones (docs/paramhub.md, "Sparse
+# pushes"): examples/hubpush under `gorun --strategy hub`, every
 # setting in one job (blocks of rounds taking turns, so that they see the
 # same machine), on 4 test hosts with one rank each at each link RATE (or
 # RATE "shm": 4 ranks on this one host), for each hub layout in HUBS:

@@ -547,8 +547,8 @@ func TestElasticRejoinProcesses(t *testing.T) {
 	}{{"ring-rejoin", "1"}, {"ring-rejoin", "0"}, {"ring-rejoin-stop", "1"}} {
 		// A second restart is allowed: under a heavy load a survivor
 		// can suspect the restarted rank falsely (a broken pipe on a
-		// connection it made while joining, see issue 22's note); gorun
-		// then fences it, and it comes back once more.
+		// connection it made while joining); gorun then fences it, and it
+		// comes back once more.
 		res, out := launchElastic(t, c.mode, c.shm, 2)
 		done := regexp.MustCompile(`(?m)^\[\d\] DONE changes=\d+ view=\{(\d+) \[0 1 2 3\]\} size=4$`).FindAllStringSubmatch(out, -1)
 		if len(done) != 4 || done[0][1] < "2" || !strings.Contains(out, "[3] BACK ") || !strings.Contains(out, "rank 3 restarted") {

@@ -507,9 +507,10 @@ var scaleRanks = flag.Int("scale", 0, "members in TestJoinAtScale (0: 128, 64 un
 // which so served at least one per rank: at 256 ranks on 64 test hosts
 // sharing 2 cores, rank 0, one process among 256, could not serve them
 // within memberlist's stream timeout, and ranks timed out joining it
-// (issue 35): the old plan fails this test with rank 0 serving one a
-// member (255 at -scale 256). In one process the members share its CPU,
-// so rank 0 is not starved as on the rig; at 256 members with
+// (the 256-rank runs of results/scale/README.md, 2026-11-26): the old
+// plan fails this test with rank 0 serving one a member (255 at -scale
+// 256). In one process the members share its CPU, so rank 0 is not
+// starved as on the rig; at 256 members with
 // memberlist's LAN timers the old plan still took 13 s here on an idle
 // machine and 22-63 s beside other tests (a run in three failing at
 // 60 s), the new one 5-8 s and 9-16 s.

@@ -1,7 +1,7 @@
-// Command compress measures whether lossless compression of frames pays
-// (issue 36): what real gradients, parameters and sparse payloads
-// compress to with s2 and zstd (github.com/klauspost/compress), how fast
-// one core compresses and decompresses them, and below which link speed
+// Command compress measures whether lossless compression of frames
+// pays: what real gradients, parameters and sparse payloads compress to
+// with s2 and zstd (github.com/klauspost/compress), how fast one core
+// compresses and decompresses them, and below which link speed
 // compressing costs less than sending the raw bytes.
 //
 // It trains the Fashion-MNIST MLP and CNN of examples/fmnist/nn in this

@@ -295,7 +295,7 @@ func writeMarkdown(out io.Writer, rep *report, h header) error {
 	if commit == "" {
 		commit = "unknown"
 	}
-	p("# Lossless compression of frames: s2 and zstd on real gradients, parameters and sparse payloads (issue 36), %s\n\n", h.when.Format("2006-01-02T15:04Z"))
+	p("# Lossless compression of frames: s2 and zstd on real gradients, parameters and sparse payloads, %s\n\n", h.when.Format("2006-01-02T15:04Z"))
 	p("Commit %s; `bash bench/compress.sh` (flags beyond the defaults: %s); %.0f s of training and timing.\n\n", commit, h.flags, rep.elapsed.Seconds())
 	p("Machine: %s. The codecs were timed on one core (GOMAXPROCS=%s) of this shared machine.\n\n",
 		h.machine, map[bool]string{true: "1", false: "unchanged"}[cfg.SingleCore])

@@ -1,9 +1,9 @@
-// Command hubpush measures ParamHub's sparse pushes (issue 36) between
-// real processes: for each setting, dense or sparse (ps.KeyConfig.Sparse,
-// in ps.ParseSparse's form), every rank declares a key of -n float32
-// elements (or one key a layer, -layers) and push-pulls a gradient-like
-// vector through the hubs, round after round, under BSP. Run it under
-// gorun with the hub strategy:
+// Command hubpush measures ParamHub's sparse pushes (docs/paramhub.md,
+// "Sparse pushes") between real processes: for each setting, dense or
+// sparse (ps.KeyConfig.Sparse, in ps.ParseSparse's form), every rank
+// declares a key of -n float32 elements (or one key a layer, -layers) and
+// push-pulls a gradient-like vector through the hubs, round after round,
+// under BSP. Run it under gorun with the hub strategy:
 //
 //	gorun -np 4 --strategy hub ./hubpush
 //	gorun -np 4 --strategy hub ./hubpush -compress topk:0.01,codec=raw -target 5s

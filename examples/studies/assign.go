@@ -18,18 +18,18 @@ import (
 	"github.com/gorun/gorun/ps"
 )
 
-// assignStudy is issue 37's test of LB-BSP's optimal share rule: the MLP
-// through one dedicated hub, with the upper half of the ranks slowed
-// down, under equal shares (BSP), LB-BSP's proportional heuristic, and
-// package assign's solver (gorun --hub-share optimal:...) with two
-// time/resource weightings and with a deadline. For every configuration
-// it reports the time per epoch, each rank's idle share, and the final
-// test accuracy; for the two weightings the solver's objective computed
-// from the measured per-iteration compute times (-metrics); and for the
-// deadline, which the slow ranks' fixed per-iteration overhead makes
-// binding, each iteration's measured makespan. Then it checks, in words
-// from the data, that the solver matches or beats the heuristic on the
-// objective it optimises and meets a deadline the heuristic misses.
+// assignStudy tests the survey's first proposal, LB-BSP's optimal share
+// rule: the MLP through one dedicated hub, with the upper half of the ranks
+// slowed down, under equal shares (BSP), LB-BSP's proportional heuristic,
+// and package assign's solver (gorun --hub-share optimal:...) with two
+// time/resource weightings and with a deadline. For every configuration it
+// reports the time per epoch, each rank's idle share, and the final test
+// accuracy; for the two weightings the solver's objective computed from the
+// measured per-iteration compute times (-metrics); and for the deadline,
+// which the slow ranks' fixed per-iteration overhead makes binding, each
+// iteration's measured makespan. Then it checks, in words from the data,
+// that the solver matches or beats the heuristic on the objective it
+// optimises and meets a deadline the heuristic misses.
 //
 // The deadline test is measured, not modelled: the slow ranks pay a
 // fixed overhead every iteration (fmnist -overhead, a sleep after
@@ -291,7 +291,7 @@ func assignStudy(o options) (string, error) {
 	}
 	cmdOverhead := strings.Join(overheadFlag, " ")
 
-	rep.f("# LB-BSP's optimal share rule against its heuristic (issue 37)\n\n")
+	rep.f("# LB-BSP's optimal share rule against its heuristic\n\n")
 	rep.f("The claim to test: package assign's solver, which hub 0 runs instead of LB-BSP's proportional split when gorun is given `--hub-share optimal:...`, ")
 	rep.f("does at least as well as the heuristic on the objective it minimises (w1·max_i t_i + w3·Σ_i r_i·t_i) and can meet a per-iteration deadline the heuristic misses.\n\n")
 	rep.f("Setup: the real Fashion-MNIST (first %d training samples, %d test samples), the MLP (784-256-128-10), %g epoch(s) of a global batch of %d, ", train, test, epochs, batch)

@@ -18,15 +18,15 @@ import (
 	"github.com/gorun/gorun/ps"
 )
 
-// compress is the gradient-compression study of issue 36: the
-// Fashion-MNIST CNN trained by N ranks (with -hosts: one on each test
-// host, e.g. at 100 Mbit/s through examples/studies/testnet.sh) for the
-// same epochs with float32 gradients on the ring (the baseline), fp16 and
-// bf16 on the wire, PowerSGD, top-k with error feedback through
-// dedicated hubs, and float64 as a reference; test accuracy against wall
-// time and against steps, the final accuracy against float32's (fp16 and
-// bf16 are to stay within 0.5 points), and the time to 0.85 and 0.88
-// against float32's (the best method is to take at most half).
+// compress is the gradient-compression study: the Fashion-MNIST CNN trained
+// by N ranks (with -hosts: one on each test host, e.g. at 100 Mbit/s
+// through examples/studies/testnet.sh) for the same epochs with float32
+// gradients on the ring (the baseline), fp16 and bf16 on the wire,
+// PowerSGD, top-k with error feedback through dedicated hubs, and float64
+// as a reference; test accuracy against wall time and against steps, the
+// final accuracy against float32's (fp16 and bf16 are to stay within 0.5
+// points), and the time to 0.85 and 0.88 against float32's (the best method
+// is to take at most half).
 func compress(o options) (string, error) { return compressEpochs(o, 0) }
 
 // compressEpochs is compress with every method trained for epochs
@@ -60,7 +60,7 @@ type compressConfig struct {
 	Rate string
 }
 
-// defaultCompressConfig is the study as issue 36 asks for it: 2 epochs
+// defaultCompressConfig is the study as its targets are judged: 2 epochs
 // (about 20 minutes for all six methods on 4 test hosts sharing 2 cores),
 // the whole data set; quick is a small version for tests.
 func defaultCompressConfig(quick bool) compressConfig {
@@ -193,9 +193,9 @@ func compressWith(o options, c compressConfig) (string, error) {
 	if testN == 0 {
 		testN = fmnistTestSamples
 	}
-	rep.f("# Gradient compression on the Fashion-MNIST CNN (issue 36)\n\n")
+	rep.f("# Gradient compression on the Fashion-MNIST CNN\n\n")
 	rep.f("The question: how much do fewer bytes on the wire buy in time to accuracy, and what do they cost in accuracy? ")
-	rep.f("The targets of issue 36: fp16 and bf16 end within 0.5 points of float32's test accuracy, and the best method reaches 0.88 in at most half float32's time.\n\n")
+	rep.f("The study's targets: fp16 and bf16 end within 0.5 points of float32's test accuracy, and the best method reaches 0.88 in at most half float32's time.\n\n")
 	rep.f("**Setup.** %d ranks, %s", o.np, where)
 	if len(o.hosts) > 0 {
 		rate := c.Rate

@@ -13,15 +13,15 @@ import (
 	"github.com/gorun/gorun/internal/chart"
 )
 
-// pipelineStudy is issue 37's test of the data pipeline (package
-// pipeline through examples/fmnist): the same ring-trained MLP with and
-// without -standardize, with -filter at two tolerances, and with
+// pipelineStudy tests the survey's second proposal, the data pipeline
+// (package pipeline through examples/fmnist): the same ring-trained MLP
+// with and without -standardize, with -filter at two tolerances, and with
 // -sampling resample and fixed against shuffle, over several seeds. It
 // reports each run's samples dropped, final test accuracy and loss, the
-// mean and spread over seeds, the learning curves (-csv's
-// FILE.curve.csv) as charts, and, from those numbers, whether the
-// survey's claim that preprocessing makes training "more robust and
-// accurate" holds on this data.
+// mean and spread over seeds, the learning curves (-csv's FILE.curve.csv)
+// as charts, and, from those numbers, whether the survey's claim that
+// preprocessing makes training "more robust and accurate" holds on this
+// data.
 func pipelineStudy(o options) (string, error) {
 	train, test, epochs, seeds := 60000, 10000, 5.0, []int{1, 2, 3}
 	tolA, tolB := 2.0, 3.0
@@ -77,7 +77,7 @@ func pipelineStudy(o options) (string, error) {
 		}
 	}
 
-	rep.f("# The data pipeline: standardization, filtering and sampling (issue 37)\n\n")
+	rep.f("# The data pipeline: standardization, filtering and sampling\n\n")
 	rep.f("The claim to test (the survey on distributed preprocessing): standardizing, filtering and resampling the data make training \"more robust and accurate\". ")
 	rep.f("Setup: the real Fashion-MNIST (first %d training samples, %d test samples), the MLP (784-256-128-10) trained through the ring on %d ranks (on %s), ", train, test, o.np, machine(o))
 	rep.f("%g epoch(s) of a global batch of 128, SGD with momentum 0.9 and learning rate 0.02, seeds %s (the seed draws the initial weights and the epochs' order). ", epochs, intsOf(seeds))
