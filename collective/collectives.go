@@ -137,12 +137,18 @@ func allReduceWireFunc[T Number](buf []T, op Op, w Wire) func(ctx context.Contex
 // AllReduce replaces buf on every rank with the element-wise reduction of
 // all ranks' bufs. Every rank ends with the same bits.
 func AllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error {
+	if exactFor[T](c, op) {
+		return doExact(ctx, c, newExact(buf, op, nil), kindAllReduce)
+	}
 	return c.do(ctx, kindAllReduce, allReduceFunc(buf, op), header[T](op, len(buf)))
 }
 
 // StartAllReduce starts an AllReduce and returns at once; buf belongs to
 // the collective until its handle is done.
 func StartAllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) *Handle {
+	if exactFor[T](c, op) {
+		return startExact(ctx, c, newExact(buf, op, nil), kindAllReduce, nil)
+	}
 	return c.async(ctx, kindAllReduce, allReduceFunc(buf, op), header[T](op, len(buf)), nil)
 }
 
@@ -317,6 +323,10 @@ func reduceScatterFunc[T Number](c *Comm, buf []T, op Op, mine *[]T) func(ctx co
 // rank's chunk of Chunk(len(buf), Size(), Rank()). The rest of buf is
 // scratch afterwards.
 func ReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) (mine []T, err error) {
+	if exactFor[T](c, op) {
+		err = doExact(ctx, c, newExact(buf, op, &mine), kindReduceScatter)
+		return mine, err
+	}
 	err = c.do(ctx, kindReduceScatter, reduceScatterFunc(c, buf, op, &mine), header[T](op, len(buf)))
 	return mine, err
 }
@@ -327,6 +337,9 @@ func ReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) (mine
 // scratch.
 func StartReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) *Handle {
 	var mine []T
+	if exactFor[T](c, op) {
+		return startExact(ctx, c, newExact(buf, op, &mine), kindReduceScatter, nil)
+	}
 	return c.async(ctx, kindReduceScatter, reduceScatterFunc(c, buf, op, &mine), header[T](op, len(buf)), nil)
 }
 

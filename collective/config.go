@@ -211,6 +211,15 @@ type Config struct {
 	// single call.
 	Wire Wire
 
+	// Exact (GORUN_EXACT=1, gorun --exact) makes float32 and float64 Sum
+	// and Avg reductions (AllReduce, GroupAllReduce, the Bucketer,
+	// ReduceScatter and their Start forms) exact and order-independent:
+	// the same bits whatever the algorithm, strategy, rank placement and
+	// order, fusion and chunking, and within a stated bound of the exact
+	// sum (exact.go says how and what it costs). Every rank must set the
+	// same. Wire formats do not apply to them.
+	Exact bool
+
 	// Timing (GORUN_TIMING=1, set by gorun --metrics) makes the Comm also
 	// record on its status page how long its collectives took and how
 	// much of that it waited for peers' data (two clock reads a call).
@@ -364,6 +373,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	if v, ok := env.Lookup(jobenv.TimelineFileVar); ok {
 		cfg.TimelineFile = v
 	}
+	cfg.Exact = env.Switch(jobenv.ExactVar, cfg.Exact)
 	if v, ok := env.Lookup(jobenv.WireVar); ok {
 		w, err := reduce.ParseWire(v)
 		if err != nil {

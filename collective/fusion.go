@@ -73,6 +73,15 @@ func groupFunc[T Number](f *fused[T], op Op) func(ctx context.Context, x *call) 
 // passes the same number of buffers with the same lengths.
 func GroupAllReduce[T Number](ctx context.Context, c *Comm, bufs [][]T, op Op) error {
 	f := fuse(bufs)
+	if exactFor[T](c, op) {
+		err := doExact(ctx, c, newExact(f.flat, op, nil), kindGroup)
+		if err == nil {
+			f.unfuse()
+		} else {
+			f.release()
+		}
+		return err
+	}
 	err := c.do(ctx, kindGroup, groupFunc(f, op), header[T](op, len(f.flat)))
 	if err == nil {
 		f.unfuse()
@@ -85,6 +94,9 @@ func GroupAllReduce[T Number](ctx context.Context, c *Comm, bufs [][]T, op Op) e
 // them until then.
 func StartGroupAllReduce[T Number](ctx context.Context, c *Comm, bufs [][]T, op Op) *Handle {
 	f := fuse(bufs)
+	if exactFor[T](c, op) {
+		return startExact(ctx, c, newExact(f.flat, op, nil), kindGroup, f.unfuse)
+	}
 	return c.async(ctx, kindGroup, groupFunc(f, op), header[T](op, len(f.flat)), f.unfuse)
 }
 

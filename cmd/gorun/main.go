@@ -119,6 +119,7 @@ func launchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "wdir", Usage: "working `DIR` of the ranks (default: the current directory)"},
 		&cli.StringFlag{Name: "strategy", Usage: "collective strategy for the ranks: ring or hub (sets GORUN_STRATEGY)"},
 		&cli.StringFlag{Name: "wire", Usage: "wire `FORMAT` of the ranks' float32 all-reduces: full, fp16 or bf16 (half the bytes; sums still in float32; sets GORUN_WIRE)"},
+		&cli.BoolFlag{Name: "exact", Usage: "the ranks' float32 and float64 sums (all-reduce, reduce-scatter, fused buckets; Sum and Avg) are the same bits whatever the algorithm, strategy and rank order, within a stated bound of the exact sum (integers at a shared exponent; sets GORUN_EXACT=1)"},
 		&cli.StringFlag{Name: "hub-share", Usage: "how hub 0 splits an LB-BSP batch: proportional (the default) or optimal[:OPTIONS], e.g. `optimal:deadline=1.5s,cap=0/0/64/64,overhead=0s/0s/20ms/20ms` (per-worker lists one entry per rank; also miss=relax|fail, time=, resource=, price=; sets GORUN_HUB_SHARE)"},
 		&cli.IntFlag{Name: "hubs", Usage: "start `K` dedicated ParamHub processes on the job's hosts (sets GORUN_HUBS)"},
 		&cli.BoolFlag{Name: "hub-elastic", Usage: "hubs finish BSP rounds without a lost rank instead of failing (--elastic with --strategy hub)"},
@@ -239,6 +240,9 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 		cfg.Strategy = s
 	default:
 		return fmt.Errorf("--strategy %q: want ring or hub", s)
+	}
+	if c.Bool("exact") {
+		cfg.Env = append(cfg.Env, jobenv.ExactVar+"=1")
 	}
 	if w := c.String("wire"); w != "" {
 		if _, err := reduce.ParseWire(w); err != nil {

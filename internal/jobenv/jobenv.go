@@ -42,6 +42,7 @@ const (
 	SpinVar          = "GORUN_SPIN"
 	AlgorithmVar     = "GORUN_ALGORITHM"     // auto, ring, direct, doubling, halving or hierarchical
 	WireVar          = "GORUN_WIRE"          // full, fp16 or bf16: float32 all-reduces' wire format (gorun --wire)
+	ExactVar         = "GORUN_EXACT"         // 1: float sums whose bits do not depend on the algorithm (gorun --exact)
 	ShmVar           = "GORUN_SHM"           // 0: no shared memory between ranks on one host
 	StatusFileVar    = "GORUN_STATUS_FILE"   // the rank's status page (internal/inspect)
 	TimelineFileVar  = "GORUN_TIMELINE_FILE" // where the rank writes its timeline at Close (gorun --timeline)
