@@ -83,9 +83,6 @@ type Comm struct {
 	useHub    atomic.Bool
 	stopWatch chan struct{}
 	watchDone chan struct{}
-	// confirmTimeout is the transport's ConfirmTimeout (hub.go waits
-	// for its verdicts).
-	confirmTimeout time.Duration
 
 	closeOnce sync.Once
 	closeErr  error
@@ -186,7 +183,6 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		return nil, err
 	}
 	c := newComm(cfg, logger, tr)
-	c.confirmTimeout = tc.ConfirmTimeout
 	c.member = member
 	restarted := cfg.Elastic && cfg.RestartCount > 0
 	var found []membership.Peer

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -104,30 +106,30 @@ func (c *Comm) connectHubs(ctx context.Context, addrs []string, dial transport.D
 	return nil
 }
 
-// reportLost tells the hubs about every rank the transport finds lost in
-// the next few seconds (the confirmation of gossip's verdict takes up to
-// its ConfirmTimeout, which an overloaded host stretches).
+// reportLost tells the hubs about every rank the transport found lost,
+// and each one it finds afterwards (the confirmation of gossip's verdict
+// takes up to its ConfirmTimeout, which an overloaded host stretches),
+// until this Comm stops watching (closeHub) or the transport closes.
 func (c *Comm) reportLost(cl *ps.Client) {
-	reported := map[int]bool{}
-	deadline := time.After(c.confirmTimeout*transport.MaxConfirmScale + 3*time.Second)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		for rank, reason := range c.tr.Lost() {
-			if reported[rank] {
-				continue
-			}
-			reported[rank] = true
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := cl.ReportLost(ctx, rank, reason); err != nil {
-				c.log.Warn("could not report a lost rank to the hubs", "rank", rank, "err", err)
-			}
-			cancel()
+	lost, news, cancel := c.tr.Losses()
+	defer cancel()
+	report := func(rank int, reason string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := cl.ReportLost(ctx, rank, reason); err != nil {
+			c.log.Warn("could not report a lost rank to the hubs", "rank", rank, "err", err)
 		}
+	}
+	for _, rank := range slices.Sorted(maps.Keys(lost)) {
+		report(rank, lost[rank])
+	}
+	for {
 		select {
-		case <-tick.C:
-		case <-deadline:
-			return
+		case l, ok := <-news:
+			if !ok {
+				return
+			}
+			report(l.Rank, l.Reason)
 		case <-c.stopWatch:
 			return
 		}

@@ -32,9 +32,9 @@ type Config struct {
 	SpinYield bool
 	// ConfirmTimeout is how long a rank that gossip declared dead gets to
 	// answer a ping on its data connection, or a connection, before it is
-	// lost; 0 trusts gossip at once. An overloaded host (more than 4
-	// runnable tasks per CPU) stretches it in proportion, up to
-	// MaxConfirmScale times.
+	// lost; 0 (or less) trusts gossip at once. An overloaded host (more
+	// than 2 runnable tasks per CPU) stretches it in proportion, up to
+	// liveness.MaxStretch times (liveness.DefaultPolicy).
 	ConfirmTimeout time.Duration
 	// WatchAll makes gossip's verdict on a peer this rank has no
 	// connection to fail the transport too (once the peer does not answer
@@ -48,8 +48,9 @@ type Config struct {
 	// Elastic makes a lost peer a loss of that peer only (an elastic ring,
 	// gorun --elastic): calls that wait on it or send to it fail with its
 	// PeerLostError, the rest of the transport goes on, no abort is sent,
-	// and OnPeerLost is told. A broken shared memory segment, a garbage
-	// frame or another rank's abort still fail the whole transport.
+	// and OnPeerLost is told. A broken shared memory segment or another
+	// rank's abort still fail the whole transport (a malformed frame is a
+	// broken connection like any other: its peer alone is lost).
 	Elastic bool
 	// OnPeerLost, if set, is called (from a transport goroutine) when an
 	// Elastic transport loses a peer, with the reason.

@@ -7,6 +7,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/gorun/gorun/transport/liveness"
 )
 
 // Connections on first use.
@@ -154,11 +156,14 @@ func (t *TCP) Revive(peer int, p Peer) error {
 		t.mu.Unlock()
 		return fmt.Errorf("transport: rank %d: Revive before SetPeers", t.cfg.Rank)
 	}
-	t.revived[peer].Add(1)
 	t.peerList[peer] = p
-	delete(t.gone, peer)
+	// The world's state and the machine's change at one instant (livMu):
+	// nothing about the old process can be recorded against the new one.
+	t.livMu.Lock()
+	pc := t.conns[peer].Load()
+	keep := pc != nil && t.successors(pc, p)
 	var old *peerConn
-	if pc := t.conns[peer].Load(); pc != nil && t.successors(pc, p) {
+	if keep {
 		// The restarted process connected before this rank heard of it:
 		// its connection, and what came on it, stay.
 		t.w.renew(peer)
@@ -171,12 +176,14 @@ func (t *TCP) Revive(peer int, p Peer) error {
 		}
 		t.slotOf(peer).noShm = false
 		t.w.revive(peer)
+	}
+	acts := t.stepLocked(liveness.Revive{Peer: peer, Keep: keep})
+	t.livMu.Unlock()
+	if !keep {
 		t.slotOf(peer).notify()
 	}
 	t.mu.Unlock()
-	t.lostMu.Lock()
-	delete(t.lost, peer) // the old process's loss
-	t.lostMu.Unlock()
+	t.perform(acts)
 	if old != nil {
 		_ = old.c.Close()
 	}
@@ -275,7 +282,11 @@ func (t *TCP) conn(ctx context.Context, peer int) (*peerConn, error) {
 			t.mu.Unlock()
 			return pc, nil
 		}
-		if t.w.hasLeft(peer) {
+		if err := t.w.Err(); err != nil {
+			t.mu.Unlock()
+			return nil, err
+		}
+		if t.gone(peer) {
 			t.mu.Unlock()
 			return nil, t.w.goneErr(peer)
 		}
@@ -305,19 +316,22 @@ func (t *TCP) conn(ctx context.Context, peer int) (*peerConn, error) {
 }
 
 // dialLoop connects to peer, retrying (paced by RetryPause and
-// MaxRetryPause) until ConnectTimeout; past it the peer is lost.
+// MaxRetryPause), until it has a connection, the peer is gone (it left, or
+// the liveness machine lost it: past ConnectTimeout, say) or the
+// transport failed. Each attempt is the machine's news: the first starts
+// the ConnectTimeout clock, and a failure of a peer gossip doubts counts
+// against it.
 //
 // A Revive meanwhile ends it quietly: its attempts went to the old
 // process, and the callers waiting on the slot start a new one.
 func (t *TCP) dialLoop(peer int) {
 	defer t.wg.Done()
-	ctx, cancel := context.WithTimeout(t.closeCtx, t.cfg.ConnectTimeout)
+	ctx, cancel := context.WithCancel(t.closeCtx)
 	defer cancel()
 	t.mu.Lock()
-	gen := t.revived[peer].Load()
+	gen := t.gen(peer) // under mu: Revive, which stops the loop, takes it too
 	t.slotOf(peer).stop = cancel
 	t.mu.Unlock()
-	replaced := func() bool { return t.revived[peer].Load() != gen }
 	defer func() {
 		t.mu.Lock()
 		s := t.slotOf(peer)
@@ -325,67 +339,47 @@ func (t *TCP) dialLoop(peer int) {
 		s.notify()
 		t.mu.Unlock()
 	}()
-	var last error
-	var goneSince time.Time // when a failed dial first met gossip's verdict
+	t.perform(t.step(liveness.DialStarted{Peer: peer, Gen: gen}))
 	for attempt := 0; ; attempt++ {
-		t.mu.Lock()
-		why, gone := t.gone[peer]
-		t.mu.Unlock()
-		err := t.dialOnce(ctx, peer)
-		if replaced() {
+		err := t.dialOnce(ctx, peer, gen)
+		if ctx.Err() != nil || errors.Is(err, errReplaced) {
 			return
 		}
 		if err == nil || t.conns[peer].Load() != nil {
-			if gone {
-				t.log.Warn("gossip declared a rank dead, but it answered a connection; keeping it", "rank", peer)
-				t.mu.Lock()
-				delete(t.gone, peer)
-				t.mu.Unlock()
-			}
 			return
 		}
-		if gone && !errors.Is(err, errDuplicate) && !errors.Is(err, errShmTimeout) {
-			// Gossip says it is dead and it does not answer: retries only
-			// within the confirmation window, not ConnectTimeout.
-			if goneSince.IsZero() {
-				goneSince = time.Now()
-			}
-			if window := t.confirmWindow(); time.Since(goneSince) >= window {
-				t.loseWith(peer, fmt.Sprintf("%s, and connecting to it failed for %v: %v", why, window.Round(time.Millisecond), err), err)
-				return
-			}
+		kind := dialKind(err)
+		if kind == liveness.DialOther || kind == liveness.DialAuth {
+			t.perform(t.step(liveness.HostLoad{Load: hostLoad()}, liveness.DialFailed{Peer: peer, Gen: gen, Err: err, Kind: kind}))
+		} else {
+			t.perform(t.step(liveness.DialFailed{Peer: peer, Gen: gen, Err: err, Kind: kind}))
 		}
-		switch {
-		case errors.Is(err, errDuplicate):
+		if t.w.Err() != nil || t.gone(peer) {
+			return // failed, or nothing to connect to
+		}
+		switch kind {
+		case liveness.DialDuplicate:
 			if t.awaitPeer(ctx, peer) {
 				return
 			}
 			continue
-		case errors.Is(err, errShmTimeout):
+		case liveness.DialShmTimeout:
 			t.mu.Lock()
 			t.slotOf(peer).noShm = true
 			t.mu.Unlock()
 			t.log.Warn("a shared memory offer timed out; TCP to this peer", "rank", t.cfg.Rank, "peer", peer, "err", err)
 			continue
-		case errors.Is(err, ErrAuth):
-			t.loseWith(peer, "refused this rank's connection: "+err.Error(), err)
-			return
 		}
-		last = err
-		if t.w.hasLeft(peer) {
-			return // it left the job: nothing to connect to
-		}
+		pause := time.NewTimer(retryPause(attempt, t.cfg.RetryPause, t.cfg.MaxRetryPause))
 		select {
 		case <-ctx.Done():
-			select {
-			case <-t.closing:
-			default:
-				if !replaced() {
-					t.lose(peer, fmt.Sprintf("no connection to it within %v (last error: %v)", t.cfg.ConnectTimeout, last))
-				}
-			}
+		case <-t.w.failed:
+		case <-t.w.peer(peer).left:
+		case <-pause.C:
+		}
+		pause.Stop()
+		if ctx.Err() != nil || t.w.Err() != nil || t.gone(peer) {
 			return
-		case <-time.After(retryPause(attempt, t.cfg.RetryPause, t.cfg.MaxRetryPause)):
 		}
 	}
 }
@@ -419,12 +413,15 @@ func (t *TCP) awaitPeer(ctx context.Context, peer int) bool {
 			return false
 		case <-t.w.failed:
 			return true // nothing more to connect for
+		case <-t.w.peer(peer).left:
+			return true // it left, or was lost
 		}
 	}
 }
 
-// dialOnce makes one attempt: dial, handshake, shared memory, register.
-func (t *TCP) dialOnce(ctx context.Context, peer int) error {
+// dialOnce makes one attempt (for the peer's generation gen): dial,
+// handshake, shared memory, register.
+func (t *TCP) dialOnce(ctx context.Context, peer int, gen uint32) error {
 	t.mu.Lock()
 	p := t.peerList[peer]
 	noShm := t.slotOf(peer).noShm
@@ -457,10 +454,10 @@ func (t *TCP) dialOnce(ctx context.Context, peer int) error {
 		c.Close()
 		return err
 	}
-	if !t.register(peer, c, sp, sameHost, true, 0) {
+	if err := t.register(peer, c, sp, sameHost, true, 0, gen); err != nil {
 		sp.drop()
 		c.Close()
-		return errDuplicate
+		return err
 	}
 	return nil
 }
@@ -522,9 +519,9 @@ func (t *TCP) acceptSetup(c net.Conn, peer int, port uint16) error {
 		sp.drop()
 		return &FrameError{Msg: fmt.Sprintf("frame type %d where the connection's setup was due", h.Type)}
 	}
-	if !t.register(peer, c, sp, sameHost, false, port) {
+	if err := t.register(peer, c, sp, sameHost, false, port, 0); err != nil {
 		sp.drop()
-		return errDuplicate
+		return err
 	}
 	return nil
 }

@@ -242,7 +242,7 @@ func TestGossipVerdictUnconnected(t *testing.T) {
 // if it does not answer; a live one (gossip was wrong) is kept.
 func TestGossipVerdictRecorded(t *testing.T) {
 	// A short confirmation, which a loaded test machine may stretch
-	// (confirmWindow) up to 1.5 s.
+	// (liveness.DefaultPolicy) up to 1.5 s.
 	ts := lazyMesh(t, 4, nil, func(r int, c *Config) { c.ConfirmTimeout = 50 * time.Millisecond })
 	ts[0].PeerLost(3, "declared dead by gossip")
 	ringPassPair(t, ts[0], ts[3])

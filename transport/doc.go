@@ -219,11 +219,23 @@
 //
 // TypePing and TypePong carry no payload. A rank pings a connected peer
 // that gossip declared dead (unless ConfirmTimeout is 0, which trusts
-// gossip at once); the peer's reader answers with a pong (with no
-// deadline: a write cut short would leave half a frame in the stream),
-// and a peer that does not answer within
+// gossip at once); the peer's reader answers with a pong (both are
+// written with no deadline: a write cut short would leave half a frame in
+// the stream), and a peer that does not answer within
 // Config.ConfirmTimeout (stretched on an overloaded host) is lost, unless
 // frames came from it meanwhile (or wait for room in this rank's inbox
 // from it: its pong is behind them): then it is asked again, window after
-// window, until it answers or sends nothing for a window.
+// window, until it answers or sends nothing for a window. Its connection
+// ending without a goodbye while it is asked confirms the verdict at once.
+//
+// # Liveness
+//
+// When a peer is lost or has left is decided by one state machine,
+// package liveness (transport/liveness), whose documentation lists every
+// rule: the mesh steps it with what it sees (a connection made, a
+// goodbye, a pong or the end of a connection read, a failed send or
+// ping, gossip's verdict or word of a goodbye, a dial's start and
+// failures, the job failing, Close, Revive, time passing) and carries out
+// its actions (ping, probe, fail the job or drop the peer, say it left).
+// Lost and Losses report what it decided.
 package transport

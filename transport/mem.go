@@ -39,6 +39,7 @@ type Mem struct {
 	closeOnce sync.Once
 	done      chan struct{}
 	sent      atomic.Int64 // data frames sent
+	losses    lossFeed     // published under the network's failMu
 }
 
 var _ Transport = (*Mem)(nil)
@@ -108,6 +109,7 @@ func (nw *MemNetwork) Kill(r int) {
 		} else {
 			t.w.fail(&PeerLostError{Rank: r, Reason: "killed"})
 		}
+		t.losses.publish(Loss{Rank: r, Reason: "killed"})
 	}
 	if nw.killed == nil {
 		nw.killed = map[int]string{}
@@ -130,10 +132,23 @@ func (m *Mem) LocalPeers() []int {
 	return out
 }
 
-// Lost implements Transport: the ranks Kill removed.
+// Lost returns the ranks Kill removed (but this one), and why.
 func (m *Mem) Lost() map[int]string {
 	m.net.failMu.Lock()
 	defer m.net.failMu.Unlock()
+	return m.lostLocked()
+}
+
+// Losses implements Transport: Lost now, and each Kill from now on.
+func (m *Mem) Losses() (lost map[int]string, news <-chan Loss, cancel func()) {
+	m.net.failMu.Lock()
+	defer m.net.failMu.Unlock()
+	news, cancel = m.losses.subscribe()
+	return m.lostLocked(), news, cancel
+}
+
+// lostLocked is Lost, under the network's failMu.
+func (m *Mem) lostLocked() map[int]string {
 	out := map[int]string{}
 	for r, why := range m.net.killed {
 		if r != m.rank {
@@ -237,6 +252,7 @@ func (m *Mem) Close() error {
 			}
 		}
 		m.w.fail(fmt.Errorf("transport: rank %d: %w", m.rank, ErrClosed))
+		m.losses.close()
 	})
 	return nil
 }

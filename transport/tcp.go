@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gorun/gorun/transport/liveness"
 )
 
 // TCP is a Transport over one TCP connection per pair of ranks that
@@ -30,7 +31,6 @@ type TCP struct {
 
 	mu         sync.Mutex
 	conns      []atomic.Pointer[peerConn] // set once, under mu (again after a Revive)
-	revived    []atomic.Uint32            // per peer: how many times Revive gave it a new process
 	slots      map[int]*slot              // connecting; under mu
 	peerList   []Peer                     // from SetPeers; under mu
 	hostsKnown bool                       // every peer's Host was given
@@ -48,9 +48,17 @@ type TCP struct {
 	// that ends now is expected, not a lost peer.
 	lingering atomic.Bool
 
-	lostMu sync.Mutex
-	lost   map[int]string // peers found lost here (see Lost)
-	gone   map[int]string // unconnected peers gossip declared dead (under mu)
+	// Peer liveness (live.go): the machine, stepped under livMu (taken
+	// after mu when both are held), the deadline livenessLoop waits for,
+	// a wake-up for it when the deadline moves earlier, the last
+	// connection's number, and the subscribers to losses.
+	livMu    sync.Mutex
+	live     *liveness.Machine
+	armed    time.Time
+	rearm    chan struct{}
+	lastConn liveness.ConnID
+	losses   lossFeed
+
 	// retired are connections Revive replaced: their shared memory stays
 	// mapped until Close, as a caller may still hold a frame in it (under mu).
 	retired []*peerConn
@@ -63,27 +71,27 @@ var _ Transport = (*TCP)(nil)
 
 type peerConn struct {
 	peer int
+	id   liveness.ConnID // its number for the liveness machine
 	c    net.Conn
-	wmu  sync.Mutex
+	// wmu is held (a value in it) by the write in progress; a writer
+	// waits for it only as long as its context lets it (a ping, with no
+	// deadline, may hold it while the peer reads nothing).
+	wmu  chan struct{}
 	hdr  [HeaderSize]byte
 	spin spinState
-	pong chan struct{} // signalled when the peer answers a ping
 
 	shm      atomic.Pointer[shmPeer] // set before the connection is published, if the pair shares memory
 	sameHost bool                    // the peer's host key is this rank's
 	dialed   bool                    // this rank dialed it (its remote address is where the peer listens)
 	port     uint16                  // accepted: the port the peer listens on (its hello's)
-	broken   atomic.Bool             // an error was read or written on it
+	broken   atomic.Bool             // an error was read or written on it (set with the machine's step: stepBroken)
 	// reads counts the frames read from it, and stuck is set while its
 	// reader waits for room in the peer's inbox (this rank's own
-	// collectives are behind): a peer gossip declared dead that goes on
-	// sending is alive, even if its answer to a ping waits behind its
-	// data (see PeerLost).
+	// collectives are behind): what a Sample of the liveness machine
+	// asks (a peer gossip declared dead that goes on sending is alive,
+	// even if its answer to a ping waits behind its data).
 	reads atomic.Uint64
 	stuck atomic.Bool
-	// readDone is closed when its reader returns (nil for a connection
-	// that never had one).
-	readDone chan struct{}
 	// outwaited is set when Close's linger ran out on it: the peer had
 	// neither read the goodbye nor closed.
 	outwaited atomic.Bool
@@ -101,11 +109,20 @@ func Listen(cfg Config) (*TCP, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen: %w", err)
 	}
-	return listenOn(cfg, ln), nil
+	t, err := listenOn(cfg, ln)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return t, nil
 }
 
 // listenOn starts a transport that accepts on ln; cfg is valid.
-func listenOn(cfg Config, ln net.Listener) *TCP {
+func listenOn(cfg Config, ln net.Listener) (*TCP, error) {
+	live, err := newMachine(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("transport: %w", err)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -113,17 +130,23 @@ func listenOn(cfg Config, ln net.Listener) *TCP {
 	t := &TCP{
 		cfg: cfg, log: log, ln: ln, w: newWorld(cfg.Rank, cfg.Size),
 		conns:    make([]atomic.Pointer[peerConn], cfg.Size),
-		revived:  make([]atomic.Uint32, cfg.Size),
 		slots:    map[int]*slot{},
 		peersSet: make(chan struct{}),
 		closing:  make(chan struct{}),
+		live:     live,
+		rearm:    make(chan struct{}, 1),
 	}
 	t.hostKey = hostKey(cfg)
 	t.closeCtx, t.cancel = context.WithCancel(context.Background())
-	t.w.onFail = func() { t.unblock(); t.shmWakeAll() }
-	t.wg.Add(1)
+	t.w.onFail = func() {
+		t.unblock()
+		t.shmWakeAll()
+		t.perform(t.step(liveness.Failed{}))
+	}
+	t.wg.Add(2)
 	go t.acceptLoop()
-	return t
+	go t.livenessLoop()
+	return t, nil
 }
 
 // HostKey is what ranks compare to find peers on their host (Config's
@@ -199,65 +222,69 @@ func (t *TCP) taken(peer int) bool {
 }
 
 // register publishes a set-up connection to peer (with its shared memory,
-// if any) and starts its reader; false if peer already has one.
-func (t *TCP) register(peer int, c net.Conn, sp *shmPeer, sameHost, dialed bool, port uint16) bool {
+// if any) and starts its reader. A dialed connection was made for the
+// peer's generation gen (when its dial loop began); an accepted one is the
+// current generation's. It fails with errDuplicate if peer already has a
+// connection, and with errReplaced if Revive gave the peer a new process
+// since gen.
+func (t *TCP) register(peer int, c net.Conn, sp *shmPeer, sameHost, dialed bool, port uint16, gen uint32) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.taken(peer) {
-		return false
+		t.mu.Unlock()
+		return errDuplicate
+	}
+	t.livMu.Lock()
+	if !dialed {
+		gen = t.live.Gen(peer)
+	} else if gen != t.live.Gen(peer) {
+		t.livMu.Unlock()
+		t.mu.Unlock()
+		return errReplaced
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 		_ = tc.SetReadBuffer(4 << 20)
 		_ = tc.SetWriteBuffer(4 << 20)
 	}
-	pc := &peerConn{peer: peer, c: c, pong: make(chan struct{}, 1), sameHost: sameHost, dialed: dialed, port: port, readDone: make(chan struct{})}
+	t.lastConn++
+	pc := &peerConn{peer: peer, id: t.lastConn, c: c, wmu: make(chan struct{}, 1), sameHost: sameHost, dialed: dialed, port: port}
 	if sp != nil {
 		t.attach(pc, sp)
 	}
 	t.w.peer(peer) // its inbox, before the reader delivers
 	t.conns[peer].Store(pc)
+	acts := t.stepLocked(liveness.Connected{Peer: peer, Gen: gen, Conn: pc.id}) // before the reader's first event
+	t.livMu.Unlock()
 	t.wg.Add(1)
 	t.readers.Add(1)
 	go t.readLoop(pc)
 	t.slotOf(peer).notify()
-	return true
+	t.mu.Unlock()
+	t.perform(acts)
+	return nil
 }
+
+var errReplaced = errors.New("the peer was given a new process meanwhile (Revive)")
 
 func (t *TCP) readLoop(pc *peerConn) {
 	defer t.wg.Done()
 	defer t.readers.Done()
-	defer close(pc.readDone)
 	alive := func() bool { return t.w.Err() == nil }
 	fr := NewReader(bufio.NewReaderSize(newSpinReader(pc.c, &pc.spin, t.cfg.SpinTime, t.cfg.SpinYield, alive), readBufferSize), t.cfg.MaxPayload)
-	bye := false
 	for {
 		h, p, err := fr.Next(getBuf)
 		if err == nil {
 			pc.reads.Add(1)
 		}
 		if err != nil {
-			pc.broken.Store(true)
-			if t.lingering.Load() {
+			if t.lingering.Load() || isClosed(t.closing) {
 				// Close is waiting for this: the end is expected, or its
 				// wait ran out.
-				pc.outwaited.Store(errors.Is(err, os.ErrDeadlineExceeded))
+				pc.broken.Store(true)
+				pc.outwaited.Store(t.lingering.Load() && errors.Is(err, os.ErrDeadlineExceeded))
 				return
 			}
-			select {
-			case <-t.closing:
-				return
-			default:
-			}
-			if bye && t.conns[pc.peer].Load() == pc {
-				t.w.markLeft(pc.peer)
-				return
-			}
-			reason := "connection lost: " + err.Error()
-			if errors.Is(err, ErrFrame) {
-				reason = "sent a malformed frame: " + err.Error()
-			}
-			t.suspect(pc, reason)
+			t.perform(t.stepBroken(pc, liveness.ReadEnded{Peer: pc.peer, Conn: pc.id, Err: err, Malformed: errors.Is(err, ErrFrame)}))
 			return
 		}
 		switch h.Type {
@@ -287,11 +314,8 @@ func (t *TCP) readLoop(pc *peerConn) {
 				putBuf(p)
 			}
 		case TypeBye:
-			bye = true
-			if t.conns[pc.peer].Load() == pc {
-				t.w.markLeft(pc.peer)
-			}
 			putBuf(p)
+			t.perform(t.step(liveness.Bye{Peer: pc.peer, Conn: pc.id}))
 			// The peer is closing and waits (LingerTimeout) until this
 			// side has read all it sent, the goodbye last: say so by
 			// half-closing. Nothing written to it now would be read.
@@ -310,10 +334,7 @@ func (t *TCP) readLoop(pc *peerConn) {
 				_ = t.write(t.closeCtx, pc, Header{Type: TypePong}, nil)
 			}()
 		case TypePong:
-			select {
-			case pc.pong <- struct{}{}:
-			default:
-			}
+			t.perform(t.step(liveness.Pong{Peer: pc.peer, Conn: pc.id}))
 		default: // setup frames after the setup: ignored
 			putBuf(p)
 		}
@@ -337,7 +358,7 @@ func (t *TCP) Send(ctx context.Context, to int, h Header, payload []byte) error 
 	if len(payload) > t.cfg.MaxPayload {
 		return fmt.Errorf("transport: payload of %d bytes exceeds the %d byte cap", len(payload), t.cfg.MaxPayload)
 	}
-	if t.cfg.Elastic && t.w.hasLeft(to) {
+	if t.cfg.Elastic && t.gone(to) {
 		return t.w.goneErr(to)
 	}
 	pc := t.conns[to].Load()
@@ -362,22 +383,45 @@ func (t *TCP) Send(ctx context.Context, to int, h Header, payload []byte) error 
 	if ctx.Err() != nil {
 		return ctxErr(ctx)
 	}
-	pc.broken.Store(true)
+	t.perform(t.stepBroken(pc, liveness.SendFailed{Peer: to, Conn: pc.id, Err: err}))
 	if t.conns[to].Load() != pc {
 		// Revive replaced the connection under this call: the peer's
 		// restarted process is reached anew.
 		return t.Send(ctx, to, h, payload)
 	}
-	t.suspect(pc, "send failed: "+err.Error())
+	// The machine blames the peer after ExplainWait, unless the job
+	// fails meanwhile (a peer that exits on another rank's failure sends
+	// that failure first): wait for its decision, so that the error says
+	// which. (The timer is a backstop: the decision comes on the
+	// machine's clock.)
+	timer := time.NewTimer(t.cfg.ExplainWait + time.Second)
+	defer timer.Stop()
+	select {
+	case <-t.w.failed:
+	case <-t.w.peer(to).left:
+	case <-t.closing:
+	case <-ctx.Done():
+	case <-timer.C:
+	}
 	if werr := t.w.Err(); werr != nil {
 		return werr
 	}
 	return &PeerLostError{Rank: to, Reason: "send failed: " + err.Error()}
 }
 
+// write writes one frame on pc, waiting for the write in progress, if
+// any, as long as ctx lets it.
 func (t *TCP) write(ctx context.Context, pc *peerConn, h Header, payload []byte) error {
-	pc.wmu.Lock()
-	defer pc.wmu.Unlock()
+	select {
+	case pc.wmu <- struct{}{}:
+	default:
+		select {
+		case pc.wmu <- struct{}{}:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	defer func() { <-pc.wmu }()
 	_ = pc.c.SetWriteDeadline(time.Time{})
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, func() { _ = pc.c.SetWriteDeadline(time.Now()) })
@@ -490,47 +534,6 @@ func (t *TCP) sendAbort(payload []byte, skip, origin int, timeout time.Duration)
 	wg.Wait()
 }
 
-// lose fails the job because peer is gone. The other peers are told first,
-// with the original cause, so that each of them blames the lost rank even
-// if this rank exits before they notice the loss themselves.
-func (t *TCP) lose(peer int, reason string) { t.loseWith(peer, reason, nil) }
-
-// loseWith is lose with the error that made peer lost.
-func (t *TCP) loseWith(peer int, reason string, cause error) {
-	if peer >= 0 && peer < t.cfg.Size && t.w.hasLeft(peer) {
-		return // it already said goodbye on the data plane
-	}
-	t.lostMu.Lock()
-	if t.lost == nil {
-		t.lost = map[int]string{}
-	}
-	if _, seen := t.lost[peer]; !seen {
-		t.lost[peer] = reason
-	}
-	t.lostMu.Unlock()
-	if t.w.Err() != nil {
-		return
-	}
-	err := &PeerLostError{Rank: peer, Reason: reason, Cause: cause}
-	if t.cfg.Elastic && peer >= 0 && peer < t.cfg.Size && peer != t.cfg.Rank {
-		if t.w.losePeer(peer, err) && t.cfg.OnPeerLost != nil {
-			t.cfg.OnPeerLost(peer, reason)
-		}
-		return
-	}
-	t.broadcastAbort(err, peer, t.cfg.NoticeTimeout)
-	t.w.fail(err)
-}
-
-// Lost returns the peers this transport itself found lost, and why, even
-// those found after it had failed for another reason (another rank's
-// abort, say). Elastic services use it to learn exactly who is gone.
-func (t *TCP) Lost() map[int]string {
-	t.lostMu.Lock()
-	defer t.lostMu.Unlock()
-	return maps.Clone(t.lost)
-}
-
 func (t *TCP) peers() []*peerConn {
 	var out []*peerConn
 	for i := range t.conns {
@@ -539,239 +542,6 @@ func (t *TCP) peers() []*peerConn {
 		}
 	}
 	return out
-}
-
-// suspect handles a broken connection to a peer. A peer that exits because
-// the job already failed tells everyone why before it goes; that reason is
-// preferred to blaming the peer itself, if it comes within ExplainWait. A
-// connection that Revive replaced meanwhile blames no one: its process is
-// gone, and the peer's number belongs to its successor.
-func (t *TCP) suspect(pc *peerConn, reason string) {
-	if t.cfg.ExplainWait > 0 {
-		timer := time.NewTimer(t.cfg.ExplainWait)
-		defer timer.Stop()
-		select {
-		case <-t.w.failed:
-			return
-		case <-t.closing:
-			return
-		case <-timer.C:
-		}
-	}
-	if t.conns[pc.peer].Load() != pc {
-		return
-	}
-	t.lose(pc.peer, reason)
-}
-
-// PeerLost fails the transport because peer is gone (for example, gossip
-// declared it dead).
-//
-// Gossip can be wrong about a rank whose process is starved of CPU, so its
-// verdict is checked first: the rank is pinged on its data connection, and
-// only if it does not answer within ConfirmTimeout (stretched on an
-// overloaded host: see confirmWindow) is it lost. A stopped or cut-off
-// process cannot answer.
-func (t *TCP) PeerLost(peer int, reason string) {
-	if peer < 0 || peer >= t.cfg.Size || peer == t.cfg.Rank {
-		return
-	}
-	t.mu.Lock()
-	pc := t.conns[peer].Load()
-	select {
-	case <-t.closing:
-		t.mu.Unlock()
-		return
-	default:
-	}
-	if pc == nil && !t.cfg.WatchAll {
-		// Not a peer this rank talks to: remember, so that a later dial
-		// to it fails at once.
-		if t.gone == nil {
-			t.gone = map[int]string{}
-		}
-		t.gone[peer] = reason
-		t.slotOf(peer).notify()
-		t.mu.Unlock()
-		t.log.Debug("gossip declared an unconnected rank dead", "rank", peer, "reason", reason)
-		return
-	}
-	if t.cfg.ConfirmTimeout <= 0 {
-		t.mu.Unlock()
-		t.lose(peer, reason)
-		return
-	}
-	gen := t.revived[peer].Load() // a verdict on this process, not on a successor
-	t.wg.Add(1)                   // under mu, so never after Close has started waiting
-	t.mu.Unlock()
-	window := t.confirmWindow()
-	if pc == nil {
-		// Not a peer this rank talks to: ask it for a handshake.
-		go func() {
-			defer t.wg.Done()
-			ctx, cancel := context.WithTimeout(t.closeCtx, window)
-			defer cancel()
-			if t.probe(ctx, peer) {
-				t.log.Warn("gossip declared a rank dead, but it answered a connection; keeping it", "rank", peer)
-				return
-			}
-			select {
-			case <-t.closing:
-				return
-			default:
-			}
-			if t.revived[peer].Load() != gen {
-				return
-			}
-			t.lose(peer, reason+", and it did not answer a connection for "+window.Round(time.Millisecond).String())
-		}()
-		return
-	}
-	go func() {
-		defer t.wg.Done()
-		select {
-		case <-pc.pong: // drop a stale answer
-		default:
-		}
-		for said := false; ; said = true {
-			got := t.confirm(pc, window)
-			switch got {
-			case confirmAnswered:
-				t.log.Warn("gossip declared a rank dead, but it answered on the data plane; keeping it", "rank", peer)
-				return
-			case confirmClosing:
-				return
-			case confirmSending:
-				// Its answer may wait behind the data it sent: in this
-				// rank's socket, while this rank's inbox from it is full
-				// (its own collectives are behind), or in its own, behind
-				// what it sends now. Asked again until it answers, or
-				// sends nothing for a window: a stopped or cut-off
-				// process sends nothing.
-				if !said {
-					t.log.Warn("gossip declared a rank dead, but it is still sending on the data plane; asking it again", "rank", peer)
-				}
-				if t.revived[peer].Load() != gen {
-					return
-				}
-				continue
-			}
-			if t.revived[peer].Load() != gen {
-				return // the process gossip gave up on was replaced meanwhile
-			}
-			if got == confirmBroken {
-				// A peer that said goodbye and exited breaks the ping
-				// too: its last frames, the goodbye last, may still wait
-				// to be read here (this rank behind, on a busy host).
-				// The reader reaches them as long as it makes progress
-				// or waits for this rank to take frames from a full
-				// inbox; a goodbye among them makes it a peer that left
-				// (lose no-ops). A reader that stands still for a window
-				// with room in the inbox has nothing more to read.
-				t.awaitReader(pc, window)
-				if isClosed(t.closing) {
-					return
-				}
-				t.lose(peer, reason+", and its data connection is broken")
-				return
-			}
-			t.lose(peer, reason+", and no answer on its data connection for "+window.Round(time.Millisecond).String())
-			return
-		}
-	}()
-}
-
-// awaitReader waits until pc's reader has returned, while it makes
-// progress or is stuck on a full inbox, at most a window of neither, or
-// until the transport closes.
-func (t *TCP) awaitReader(pc *peerConn, window time.Duration) {
-	if pc.readDone == nil {
-		return
-	}
-	for {
-		reads := pc.reads.Load()
-		timer := time.NewTimer(window)
-		select {
-		case <-pc.readDone:
-			timer.Stop()
-			return
-		case <-t.closing:
-			timer.Stop()
-			return
-		case <-timer.C:
-		}
-		if !pc.stuck.Load() && pc.reads.Load() == reads {
-			return
-		}
-	}
-}
-
-// What a confirmation of gossip's verdict on a connected peer found.
-const (
-	confirmSilent   = iota // no answer, and nothing read from it
-	confirmAnswered        // it answered the ping
-	confirmSending         // no answer yet, but frames came from it (or wait to be read)
-	confirmClosing         // the transport is closing
-	confirmBroken          // the ping could not be written: the connection is broken
-)
-
-// confirm pings pc's peer and waits up to window for its answer.
-func (t *TCP) confirm(pc *peerConn, window time.Duration) int {
-	ctx, cancel := context.WithTimeout(context.Background(), window)
-	defer cancel()
-	reads := pc.reads.Load()
-	if err := t.write(ctx, pc, Header{Type: TypePing}, nil); err == nil {
-		select {
-		case <-pc.pong:
-			return confirmAnswered
-		case <-ctx.Done():
-		case <-t.closing:
-			return confirmClosing
-		}
-	} else if ctx.Err() == nil {
-		return confirmBroken
-	}
-	select {
-	case <-t.closing:
-		return confirmClosing
-	default:
-	}
-	if pc.reads.Load() != reads || pc.stuck.Load() {
-		return confirmSending
-	}
-	return confirmSilent
-}
-
-// PeerLeft records that gossip says peer left the job cleanly. Gossip
-// travels apart from the data: a peer's last frames to this rank may still
-// be on their way when its goodbye arrives by gossip, so a peer connected
-// to this rank is left to say goodbye on its own connection, after its
-// data. One not connected may still have a connection on its way (it
-// connected, sent and closed before this rank accepted): it counts as gone
-// only if none arrives within ConfirmTimeout.
-func (t *TCP) PeerLeft(peer int) {
-	if peer < 0 || peer >= t.cfg.Size || peer == t.cfg.Rank || t.conns[peer].Load() != nil {
-		return
-	}
-	t.mu.Lock() // Close closes closing under mu, before it waits for wg
-	defer t.mu.Unlock()
-	if isClosed(t.closing) {
-		return
-	}
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		timer := time.NewTimer(t.cfg.ConfirmTimeout)
-		defer timer.Stop()
-		select {
-		case <-timer.C:
-		case <-t.closing:
-			return
-		}
-		if t.conns[peer].Load() == nil {
-			t.w.markLeft(peer)
-		}
-	}()
 }
 
 // unblock wakes every blocked write once the world has failed. Blocked
@@ -788,6 +558,7 @@ func (t *TCP) unblock() {
 // idempotent.
 func (t *TCP) Close() error {
 	t.closeOnce.Do(func() {
+		t.perform(t.step(liveness.Closing{})) // ends of connections are expected from here
 		failed := t.w.Err()
 		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.ByeTimeout)
 		var wg sync.WaitGroup
@@ -828,6 +599,7 @@ func (t *TCP) Close() error {
 		conns := t.peers()
 		retired := t.retired
 		t.mu.Unlock()
+		t.losses.close()
 		for _, pc := range retired {
 			pc.c.Close()
 		}

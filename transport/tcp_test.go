@@ -253,7 +253,7 @@ func TestGossipVerdictConfirmed(t *testing.T) {
 		}
 	}
 	ts[0].PeerLost(1, "declared dead by gossip")
-	// The window stretches on a loaded machine (confirmWindow): up to 30
+	// The window stretches on a loaded machine (liveness.DefaultPolicy): up to 30
 	// times 300 ms.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -483,7 +483,10 @@ func TestAcceptSurvivesTransientErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	fl := &flakyListener{Listener: ln, fails: 3}
-	t0 := listenOn(cfg, fl)
+	t0, err := listenOn(cfg, fl)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer t0.Close()
 	t1 := listenAll(t, 2, nil)[1]
 	peers := []Peer{{Addr: t0.Addr().String()}, {Addr: t1.Addr().String()}}

@@ -27,10 +27,13 @@ type Transport interface {
 	Err() error
 	// Failed is closed when the transport fails (Err is then set).
 	Failed() <-chan struct{}
-	// Lost returns the peers this transport itself found lost, and why,
-	// even those found after it failed for another reason (another rank's
-	// abort, say). Elastic services use it to learn exactly who is gone.
-	Lost() map[int]string
+	// Losses returns the peers this transport itself found lost, and
+	// why, even those found after it failed for another reason (another
+	// rank's abort, say), and a channel of each loss it finds from now
+	// on: between them every loss once. Elastic services use it to learn
+	// exactly who is gone. cancel ends the subscription (news is then
+	// closed, as it is when the transport closes); call it when done.
+	Losses() (lost map[int]string, news <-chan Loss, cancel func())
 	// LocalPeers returns the peers on this rank's host (whether or not
 	// they share memory with it), in rank order.
 	LocalPeers() []int

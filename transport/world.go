@@ -10,7 +10,10 @@ import (
 )
 
 // world is the state both transports share: a data inbox per peer, which
-// peers have left cleanly, and the error that failed the job, if any.
+// peers are gone (left cleanly, or lost in an elastic job: what wakes the
+// calls that wait on them), and the error that failed the job, if any.
+// Who is gone is decided elsewhere (the TCP mesh's liveness machine, or
+// the in-memory network's Kill and Close).
 type world struct {
 	rank, size int
 	// peers holds each peer's inbox and departure, made on first use: a
@@ -123,15 +126,12 @@ func (w *world) markLeft(peer int) { w.peer(peer).markLeft() }
 
 func (ps *peerState) markLeft() { ps.leftOnce.Do(func() { close(ps.left) }) }
 
-// losePeer records that an elastic transport lost peer (and wakes every
-// call waiting on it); it reports whether this was news.
-func (w *world) losePeer(peer int, err *PeerLostError) bool {
+// losePeer records that an elastic transport lost peer, for err (the
+// first one stands), and wakes every call waiting on it.
+func (w *world) losePeer(peer int, err *PeerLostError) {
 	ps := w.peer(peer)
-	if !ps.lost.CompareAndSwap(nil, err) {
-		return false
-	}
+	ps.lost.CompareAndSwap(nil, err)
 	ps.markLeft()
-	return true
 }
 
 // revive gives peer a fresh state, as if it had never been heard from:
@@ -153,7 +153,7 @@ func (w *world) revive(peer int) {
 // before this rank heard of it; TCP.Revive).
 func (w *world) renew(peer int) {
 	old := w.peers[peer].Load()
-	if old == nil || !w.hasLeft(peer) {
+	if old == nil || !isClosed(old.left) {
 		return
 	}
 	// The same inbox: a frame the reader delivers meanwhile lands in it,
@@ -172,20 +172,6 @@ func (w *world) goneErr(peer int) error {
 	return leftError(peer)
 }
 
-// hasLeft reports whether peer said goodbye.
-func (w *world) hasLeft(peer int) bool {
-	ps := w.peers[peer].Load()
-	if ps == nil {
-		return false
-	}
-	select {
-	case <-ps.left:
-		return true
-	default:
-		return false
-	}
-}
-
 func (w *world) checkPeer(p int) error {
 	if p < 0 || p >= w.size || p == w.rank {
 		return fmt.Errorf("transport: rank %d: bad peer %d (size %d)", w.rank, p, w.size)
@@ -193,8 +179,6 @@ func (w *world) checkPeer(p int) error {
 	return nil
 }
 
-// deliver hands a frame to the inbox of from; it gives up if the world fails
-// or done closes.
 // tryDeliver hands f to the inbox of from if it has room now.
 func (w *world) tryDeliver(from int, f Frame) bool {
 	select {
@@ -205,6 +189,8 @@ func (w *world) tryDeliver(from int, f Frame) bool {
 	}
 }
 
+// deliver hands a frame to the inbox of from; it gives up if the world fails
+// or done closes.
 func (w *world) deliver(from int, f Frame, done <-chan struct{}) bool {
 	select {
 	case w.peer(from).inbox <- f:

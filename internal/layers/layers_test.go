@@ -38,7 +38,7 @@ var allowed = map[string][]string{
 
 	// The data plane, bottom up: transport moves bytes, ring and ps are
 	// the two strategies, collective is the public API over them.
-	"transport":           {"internal/jobenv", "internal/jobsecret", "internal/transporttest"}, // transporttest: a test hook set in init(), to go with transport's split
+	"transport":           {"internal/jobenv", "internal/jobsecret", "internal/transporttest", "transport/liveness"}, // transporttest: a test hook set in init(), to go with transport's split
 	"ring":                {"reduce", "transport"},
 	"ps":                  {"assign", "internal/jobenv", "internal/jobsecret", "reduce", "transport"},
 	"collective":          {"internal/control", "internal/inspect", "internal/jobenv", "internal/jobsecret", "internal/tick", "membership", "ps", "reduce", "ring", "transport"},
