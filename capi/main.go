@@ -170,6 +170,7 @@ const (
 	infoIndex   // place in the current view
 	infoElastic // 1 when a lost rank changes the view instead of ending the job
 	infoHub     // 1 under the hub strategy
+	infoExact   // 1 when float sums are exact (Config.Exact)
 )
 
 // gorun_info reports one fact about a communicator, or -1 if it is closed.
@@ -196,6 +197,8 @@ func gorun_info(comm C.int64_t, what C.int) C.int64_t {
 		return C.int64_t(v.Index(c.Rank()))
 	case infoElastic:
 		return C.int64_t(boolInt(c.Elastic()))
+	case infoExact:
+		return C.int64_t(boolInt(c.Exact()))
 	case infoHub:
 		return C.int64_t(boolInt(c.Strategy() == collective.StrategyHub))
 	}
@@ -206,6 +209,20 @@ func boolInt(b bool) int {
 	if b {
 		return 1
 	}
+	return 0
+}
+
+// gorun_set_exact turns exact float sums on (1) or off (0) for comm's
+// collectives from now on (collective.Comm.SetExact). It returns -1 if
+// comm is closed.
+//
+//export gorun_set_exact
+func gorun_set_exact(comm C.int64_t, on C.int) C.int {
+	c, err := reg.comm(int64(comm))
+	if err != nil {
+		return -1
+	}
+	c.SetExact(on != 0)
 	return 0
 }
 

@@ -45,6 +45,46 @@ func BenchmarkAllReduceTCP(b *testing.B) {
 	}
 }
 
+// BenchmarkExact is the cost of exact sums (Config.Exact) against plain
+// ones: float32 Avg all-reduces of 4 KiB, 1 MiB and 16 MiB between 2
+// ranks of this process on one host (shared memory), plain and exact one
+// after the other at each size, so that the two see the same machine.
+func BenchmarkExact(b *testing.B) {
+	var comms [2][]*Comm
+	for k, exact := range []bool{false, true} {
+		cfgs := tcpConfigs(b, 2, "a-secret-of-the-right-length")
+		for i := range cfgs {
+			cfgs[i].Exact = exact
+		}
+		comms[k] = startAll(b, cfgs)
+	}
+	for _, bytes := range []int{4 << 10, 1 << 20, 16 << 20} {
+		for k, name := range []string{"plain", "exact"} {
+			b.Run(fmt.Sprintf("%dB/%s", bytes, name), func(b *testing.B) {
+				b.SetBytes(int64(bytes))
+				var wg sync.WaitGroup
+				for _, c := range comms[k] {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						buf := make([]float32, bytes/4)
+						for i := range buf {
+							buf[i] = float32(i%1000) * 0.37
+						}
+						for range b.N { // Avg: the values stay as they are
+							if err := AllReduce(context.Background(), c, buf, Avg); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+			})
+		}
+	}
+}
+
 // allReduceAll runs b.N all-reduces of bytes on every Comm at once.
 func allReduceAll(b *testing.B, comms []*Comm, bytes int) {
 	b.SetBytes(int64(bytes))
@@ -201,5 +241,26 @@ func BenchmarkElastic(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkExactConvert is the exact sum's work per element outside the
+// network: the exponent codes, the fixed-point terms and the way back
+// (float32).
+func BenchmarkExactConvert(b *testing.B) {
+	const n = 1 << 20
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(i%1000)*0.37 - 100
+	}
+	codes := make([]uint8, n)
+	q := make([]int32, n)
+	b.SetBytes(4 * n)
+	for range b.N {
+		for i, v := range x {
+			codes[i] = exactCode32(v)
+		}
+		toFixed32(x, codes, q, 2)
+		fromFixed32(q, codes, x, 2, 1)
 	}
 }

@@ -81,6 +81,7 @@ type Comm struct {
 	ownHub    *ps.Hub
 	localHubs *localHubs // NewLocal's hubs, shared by its Comms
 	useHub    atomic.Bool
+	exact     atomic.Bool // Config.Exact, or SetExact's
 	stopWatch chan struct{}
 	watchDone chan struct{}
 
@@ -90,6 +91,7 @@ type Comm struct {
 
 func newComm(cfg Config, log *slog.Logger, tr transport.Transport) *Comm {
 	c := &Comm{cfg: cfg, log: log, tr: tr, mux: transport.NewMux(tr, tr.Size()), rank: cfg.Rank, ids: &idGen{next: 1}, recMu: new(sync.Mutex), closed: make(chan struct{})}
+	c.exact.Store(cfg.Exact)
 	if cfg.StatusFile != "" {
 		// The page stays mapped for the life of the process: a collective
 		// in another goroutine may still write it after Close.

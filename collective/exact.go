@@ -39,6 +39,15 @@ import (
 // byte per float32 element, four per float64) and integers as wide as the
 // elements.
 
+// SetExact turns exact sums (Config.Exact) on or off for the collectives
+// this Comm starts from now on (its groups made later inherit it). Like a
+// collective, every rank must switch at the same point: ranks that
+// disagree fail their next sum with ErrSizeMismatch.
+func (c *Comm) SetExact(on bool) { c.exact.Store(on) }
+
+// Exact reports whether this Comm's float sums are exact.
+func (c *Comm) Exact() bool { return c.exact.Load() }
+
 // exactLimit is the largest job an exact float32 sum serves: the
 // infinities are counted in 15-bit fields of the int32 sum.
 const exactLimit = 1<<15 - 1
@@ -46,7 +55,7 @@ const exactLimit = 1<<15 - 1
 // exactFor reports whether a reduction of T with op is summed exactly on
 // c.
 func exactFor[T Number](c *Comm, op Op) bool {
-	if !c.cfg.Exact || (op != Sum && op != Avg) {
+	if !c.exact.Load() || (op != Sum && op != Avg) {
 		return false
 	}
 	dt := dtype[T]()
@@ -132,35 +141,132 @@ func specialOf(pos, neg int64) float64 {
 	return math.Inf(-1)
 }
 
+// roundShift is m / 2^k rounded half to even (m >= 0, k >= 1).
+func roundShift(m uint64, k int) uint64 {
+	if k >= 64 {
+		return 0
+	}
+	q := m >> k
+	rem := m & (1<<k - 1)
+	half := uint64(1) << (k - 1)
+	if rem > half || rem == half && q&1 == 1 {
+		q++
+	}
+	return q
+}
+
+// fixed32 is x (a finite float32 of code at most c) at the scale of code c
+// with headroom h: x·2^scale32(c, h) rounded half to even, by integer
+// shifts of its significand.
+func fixed32(x float32, c uint8, h int) int32 {
+	b := math.Float32bits(x)
+	ex := int(b>>23) & 255
+	m := uint64(b & (1<<23 - 1))
+	if ex == 0 {
+		ex = 1 // a subnormal: no implicit bit, the least exponent
+	} else {
+		m |= 1 << 23
+	}
+	// x = m·2^(ex-150), so x·2^S = m·2^(ex-150+S), S = 157-h-c.
+	var q uint64
+	if k := ex + 7 - h - int(c); k >= 0 {
+		q = m << k
+	} else {
+		q = roundShift(m, -k)
+	}
+	if b>>31 != 0 {
+		return -int32(q)
+	}
+	return int32(q)
+}
+
+// fixed64 is fixed32's counterpart for float64.
+func fixed64(x float64, c int32, h int) int64 {
+	b := math.Float64bits(x)
+	ex := int(b>>52) & 2047
+	m := b & (1<<52 - 1)
+	if ex == 0 {
+		ex = 1
+	} else {
+		m |= 1 << 52
+	}
+	// x = m·2^(ex-1075), S = 1085-h-c.
+	var q uint64
+	if k := ex + 10 - h - int(c); k >= 0 {
+		q = m << k
+	} else {
+		q = roundShift(m, -k)
+	}
+	if b>>63 != 0 {
+		return -int64(q)
+	}
+	return int64(q)
+}
+
+// pow2 is 2^k as a float64, for k in the normal range.
+func pow2(k int) float64 { return math.Float64frombits(uint64(1023+k) << 52) }
+
 func toFixed32(x []float32, codes []uint8, q []int32, h int) {
+	codes = codes[:len(x)]
+	q = q[:len(x)]
 	for i, v := range x {
 		c := codes[i]
-		switch {
-		case c == code32Special:
-			if exactCode32(v) == code32Special {
-				q[i] = special32(v)
-			} else {
-				q[i] = 0
-			}
-		case c <= 1 && v == 0:
-			q[i] = 0
-		default:
-			q[i] = int32(math.RoundToEven(math.Ldexp(float64(v), scale32(c, h))))
+		b := math.Float32bits(v)
+		ex := int(b>>23) & 255
+		if c == code32Special || ex == 0 || ex == 255 {
+			q[i] = fixedRare32(v, c, h)
+			continue
 		}
+		// x = m·2^(ex-150), so x·2^S = m·2^(ex-150+S), S = 157-h-c.
+		m := uint64(b&(1<<23-1) | 1<<23)
+		var f uint64
+		if k := ex + 7 - h - int(c); k >= 0 {
+			f = m << k
+		} else {
+			f = roundShift(m, -k)
+		}
+		r := int32(f)
+		if b>>31 != 0 {
+			r = -r
+		}
+		q[i] = r
 	}
 }
 
+// fixedRare32 is toFixed32's element when it is special, zero or
+// subnormal, or its code is the special one.
+func fixedRare32(v float32, c uint8, h int) int32 {
+	switch {
+	case c == code32Special:
+		if exactCode32(v) == code32Special {
+			return special32(v)
+		}
+		return 0
+	case v == 0:
+		return 0
+	}
+	return fixed32(v, c, h)
+}
+
 func fromFixed32(q []int32, codes []uint8, out []float32, h, avg int) {
+	// The scale of each code: 2^-S, a normal float64 for every code, so
+	// float64(s)·2^-S is exact and float32 rounds once.
+	var scale [256]float64
+	for c := 1; c < code32Special; c++ {
+		scale[c] = pow2(-scale32(uint8(c), h))
+	}
+	codes = codes[:len(q)]
+	out = out[:len(q)]
 	for i, s := range q {
 		c := codes[i]
 		var r float64
-		switch {
-		case c == code32Special:
+		switch c {
+		case code32Special:
 			r = specialOf(int64(s&(1<<15-1)), int64(s>>15))
-		case c == code32NegZero:
+		case code32NegZero:
 			r = math.Copysign(0, -1)
 		default:
-			r = math.Ldexp(float64(s), -scale32(c, h))
+			r = float64(s) * scale[c]
 		}
 		if avg > 1 {
 			r /= float64(avg)
@@ -171,18 +277,16 @@ func fromFixed32(q []int32, codes []uint8, out []float32, h, avg int) {
 
 func toFixed64(x []float64, codes []int32, q []int64, h int) {
 	for i, v := range x {
-		c := codes[i]
-		switch {
+		switch c := codes[i]; {
 		case c == code64Special:
+			q[i] = 0
 			if exactCode64(v) == code64Special {
 				q[i] = special64(v)
-			} else {
-				q[i] = 0
 			}
-		case c <= 1 && v == 0:
+		case v == 0:
 			q[i] = 0
 		default:
-			q[i] = int64(math.RoundToEven(math.Ldexp(v, scale64(c, h))))
+			q[i] = fixed64(v, c, h)
 		}
 	}
 }
@@ -240,7 +344,8 @@ func newExact[T Number](buf []T, op Op, mine *[]T) *exactOp {
 			if err != nil {
 				return err
 			}
-			q := make([]int32, len(b))
+			q, free := pooled[int32](len(b))
+			defer free()
 			toFixed32(b, codes, q, h)
 			off, q, err := exactSum(ctx, x, q, mine != nil)
 			if err != nil {
@@ -267,7 +372,8 @@ func newExact[T Number](buf []T, op Op, mine *[]T) *exactOp {
 			if err != nil {
 				return err
 			}
-			q := make([]int64, len(b))
+			q, free := pooled[int64](len(b))
+			defer free()
 			toFixed64(b, codes, q, h)
 			off, q, err := exactSum(ctx, x, q, mine != nil)
 			if err != nil {
@@ -283,6 +389,20 @@ func newExact[T Number](buf []T, op Op, mine *[]T) *exactOp {
 		panic("collective: an exact sum of a type other than float32 and float64")
 	}
 	return e
+}
+
+// pooled is a scratch buffer of n elements from the transport's pool, and
+// what gives it back.
+func pooled[Q int32 | int64](n int) ([]Q, func()) {
+	if n == 0 {
+		return nil, func() {}
+	}
+	raw := transport.GetBuf(bytesOf[Q](n))
+	if q, ok := reduce.View[Q](raw); ok {
+		return q[:n], func() { transport.PutBuf(raw) }
+	}
+	transport.PutBuf(raw)
+	return make([]Q, n), func() {}
 }
 
 func (e *exactOp) wait() error {

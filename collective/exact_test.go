@@ -187,6 +187,43 @@ func TestExactConversions(t *testing.T) {
 	}
 }
 
+// TestExactFixedPoint: the fixed-point terms made by shifting the
+// significand are x·2^S rounded half to even, as math.Ldexp and
+// math.RoundToEven compute it, for random values, subnormals, ties and
+// every code at or above the value's own, at several headrooms.
+func TestExactFixedPoint(t *testing.T) {
+	rng := rand.New(rand.NewPCG(45, 46))
+	vals32 := []float32{1, -1, 1.5, 3, math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32, math.MaxFloat32, -math.MaxFloat32, 0x1p-126}
+	vals64 := []float64{1, -1, 1.5, 3, math.SmallestNonzeroFloat64, math.MaxFloat64, -math.MaxFloat64, 0x1p-1022}
+	for range 2000 {
+		vals32 = append(vals32, math.Float32frombits(rng.Uint32()&^(255<<23)|uint32(1+rng.IntN(254))<<23))
+		vals32 = append(vals32, math.Float32frombits(rng.Uint32()&(1<<31|1<<23-1))) // subnormal
+		vals64 = append(vals64, math.Float64frombits(rng.Uint64()&^(2047<<52)|uint64(1+rng.IntN(2046))<<52))
+	}
+	for _, h := range []int{1, 2, 5, 15} {
+		for _, v := range vals32 {
+			own := exactCode32(v)
+			for _, d := range []int{0, 1, 7, 30, 254} {
+				c := uint8(min(int(own)+d, 254))
+				want := int32(math.RoundToEven(math.Ldexp(float64(v), scale32(c, h))))
+				if got := fixed32(v, c, h); got != want {
+					t.Fatalf("float32 %g (code %d) at code %d, h %d: %d, want %d", v, own, c, h, got, want)
+				}
+			}
+		}
+		for _, v := range vals64 {
+			own := exactCode64(v)
+			for _, d := range []int32{0, 1, 11, 70, 2046} {
+				c := min(own+d, 2046)
+				want := int64(math.RoundToEven(math.Ldexp(v, scale64(c, h))))
+				if got := fixed64(v, c, h); got != want {
+					t.Fatalf("float64 %g (code %d) at code %d, h %d: %d, want %d", v, own, c, h, got, want)
+				}
+			}
+		}
+	}
+}
+
 // exactLocal32 is the exact sum of in's rows as the collective computes it,
 // all in this process: Max of the codes, the fixed-point terms summed (in
 // reverse rank order, to show the order does not matter), and back.
@@ -359,7 +396,7 @@ func TestExactMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeAll(comms)
-	comms[0].cfg.Exact = true
+	comms[0].SetExact(true)
 	errs := make([]error, 2)
 	done := make(chan int, 2)
 	for i, c := range comms {

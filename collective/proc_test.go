@@ -7,6 +7,8 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"math"
+	"math/big"
+	"math/bits"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -153,6 +155,62 @@ func rankMain(mode string) int {
 			_ = binary.Write(h, binary.LittleEndian, math.Float32bits(v))
 		}
 		fmt.Printf("WIRE %v digest %x worst %.2f of the bound, %d of %d not the float32 sum, strategy %v\n", cfg.Wire, h.Sum64(), worst, changed, n, c.Strategy())
+		return 0
+	case "exact":
+		// Exact float32 sums (GORUN_EXACT=1) of values over many binades
+		// with cancellation: AllReduce, GroupAllReduce in pieces and
+		// StartAllReduce give the same bits, within the stated bound of
+		// the exact sum (math/big), and a digest that must be the same
+		// on every rank and under every algorithm and strategy.
+		const n = 100_003
+		rows := make([][]float32, c.Size())
+		for r := range rows {
+			rng := rand.New(rand.NewPCG(uint64(r), 47))
+			rows[r] = make([]float32, n)
+			for i := range n {
+				v := float32(math.Ldexp(rng.NormFloat64(), rng.IntN(60)-30))
+				if i%5 == 0 && r%2 == 1 {
+					v = -rows[r-1][i] // cancels the rank before's
+				}
+				rows[r][i] = v
+			}
+		}
+		a, b, d := slices.Clone(rows[c.Rank()]), slices.Clone(rows[c.Rank()]), slices.Clone(rows[c.Rank()])
+		if err := collective.AllReduce(ctx, c, a, collective.Sum); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if err := collective.GroupAllReduce(ctx, c, [][]float32{b[:n/3], b[n/3:]}, collective.Sum); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if err := collective.StartAllReduce(ctx, c, d, collective.Sum).Wait(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		h := fnv.New64a()
+		hb := bits.Len(uint(c.Size()))
+		for i, v := range a {
+			if math.Float32bits(v) != math.Float32bits(b[i]) || math.Float32bits(v) != math.Float32bits(d[i]) {
+				fmt.Fprintf(os.Stderr, "element %d: %v alone, %v fused, %v started\n", i, v, b[i], d[i])
+				return 1
+			}
+			exact, top := new(big.Float).SetPrec(1024), 0.0
+			for r := range rows {
+				exact.Add(exact, big.NewFloat(float64(rows[r][i])))
+				top = max(top, math.Abs(float64(rows[r][i])))
+			}
+			_, e := math.Frexp(top)
+			_, eg := math.Frexp(math.Abs(float64(v)))
+			bound := math.Ldexp(float64(c.Size()), e-32+hb) + math.Ldexp(1, max(eg-25, -150))
+			diff, _ := new(big.Float).Sub(big.NewFloat(float64(v)), exact).Float64()
+			if math.Abs(diff) > bound {
+				fmt.Fprintf(os.Stderr, "element %d: %v, exact %v, off by %g > %g\n", i, v, exact, diff, bound)
+				return 1
+			}
+			_ = binary.Write(h, binary.LittleEndian, math.Float32bits(v))
+		}
+		fmt.Printf("EXACT digest %x strategy %v\n", h.Sum64(), c.Strategy())
 		return 0
 	case "stall":
 		// Five all-reduces, then the last rank stays in its own code for
@@ -312,6 +370,39 @@ func TestProcessesWire(t *testing.T) {
 				}
 				t.Logf("%s: %s", what, strings.TrimSpace(strings.SplitN(out, "\n", 2)[0]))
 			}
+		}
+	}
+}
+
+// TestProcessesExact: exact float32 sums (GORUN_EXACT=1, as gorun --exact
+// sets it) between 3 real processes, over shared memory and TCP, under
+// the ring, halving and direct algorithms and the hub strategy: within
+// the bound of the exact sum, and the same bits on every rank and in
+// every one of these runs.
+func TestProcessesExact(t *testing.T) {
+	digests := map[string]bool{}
+	for _, run := range []struct{ strategy, algo, shm string }{
+		{"ring", "auto", "1"}, {"ring", "ring", "0"}, {"ring", "halving", "1"}, {"ring", "direct", "0"}, {"hub", "auto", "1"}, {"hub", "auto", "0"},
+	} {
+		what := fmt.Sprintf("%s %s shm %s", run.strategy, run.algo, run.shm)
+		res, out := launchWith(t, 3, "exact", 5*time.Second, func(c *launcher.Config) {
+			c.Env = append(c.Env, "GORUN_EXACT=1", "GORUN_SHM="+run.shm, "GORUN_STRATEGY="+run.strategy, "GORUN_ALGORITHM="+run.algo)
+			if run.strategy == "hub" {
+				c.Env = append(c.Env, "GORUN_COLOCATED_HUBS=2")
+			}
+		})
+		lines := regexp.MustCompile(`EXACT digest (\S+) strategy (\S+)`).FindAllStringSubmatch(out, -1)
+		if res.ExitCode != 0 || len(lines) != 3 {
+			t.Fatalf("%s: exit %d:\n%s", what, res.ExitCode, out)
+		}
+		for _, l := range lines {
+			if l[2] != run.strategy {
+				t.Fatalf("%s: strategy %s was not used:\n%s", what, run.strategy, out)
+			}
+			digests[l[1]] = true
+		}
+		if len(digests) != 1 {
+			t.Fatalf("%s: the bits differ from an earlier run's (digests %v):\n%s", what, digests, out)
 		}
 	}
 }

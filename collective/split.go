@@ -199,6 +199,7 @@ func newChild[M any](c *Comm, id uint32, ms []M, index func(M) int) *Comm {
 		parent: c, root: root, ids: c.ids, closed: make(chan struct{}),
 		page: c.page, rec: c.rec, recMu: c.recMu, waited: c.waited, hostOf: c.hostOf,
 	}
+	child.exact.Store(c.exact.Load())
 	if root.el != nil {
 		child.epoch = root.el.installed.Load().Epoch
 		child.seqBase = uint32(child.epoch) << seqEpochShift

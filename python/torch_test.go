@@ -174,6 +174,37 @@ func TestWire(t *testing.T) {
 	}
 }
 
+// TestExact: exact sums through torch.distributed, from gorun --exact and
+// from gt.init(exact=True), under the ring and the hub strategy, on 3 and
+// 4 ranks: every element within the bound of the exact sum, and the same
+// bits on every rank and, for one job size, in every run.
+func TestExact(t *testing.T) {
+	setup(t)
+	okRE := regexp.MustCompile(`gorun-exact rank=(\d+) digest=(\w+)`)
+	for _, np := range []int{3, 4} {
+		digests := map[string]bool{}
+		for _, run := range []struct {
+			gorun []string
+			args  []string
+		}{
+			{[]string{"--exact"}, nil},
+			{[]string{"--strategy", "hub", "-x", "GORUN_COLOCATED_HUBS=2"}, []string{"--init-exact"}},
+			{[]string{"--exact", "--strategy", "hub"}, nil},
+		} {
+			out, code := job(t, np, run.gorun, "tests/exact.py", run.args...)
+			if code != 0 {
+				t.Fatalf("np %d %v %v: exit %d:\n%s", np, run.gorun, run.args, code, out)
+			}
+			for _, m := range everyRank(t, out, np, okRE) {
+				digests[m[2]] = true
+			}
+			if len(digests) != 1 {
+				t.Fatalf("np %d %v %v: the bits differ across ranks or runs (%v):\n%s", np, run.gorun, run.args, digests, out)
+			}
+		}
+	}
+}
+
 // TestPowerSGDHook: PyTorch's own PowerSGD comm hook on the gorun
 // backend (it calls allreduce only): the same weights on every rank, and
 // the loss falls.

@@ -388,6 +388,19 @@ func TestWireFlag(t *testing.T) {
 	}
 }
 
+// TestExactFlag: --exact reaches every rank as GORUN_EXACT=1, which the
+// collective package reads (collective's tests check what it does).
+func TestExactFlag(t *testing.T) {
+	r := gorun(t, "--exact", "-np", "2", "sh", "-c", "echo exact=$GORUN_EXACT")
+	if r.code != 0 || strings.Count(r.stdout, "exact=1") != 2 {
+		t.Fatalf("exit %d:\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = gorun(t, "-np", "1", "sh", "-c", "echo exact=${GORUN_EXACT:-unset}")
+	if r.code != 0 || !strings.Contains(r.stdout, "exact=unset") {
+		t.Fatalf("without --exact: exit %d:\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
 // TestGOMAXPROCS: ranks get an equal share of the CPUs unless the user
 // sets GOMAXPROCS.
 func TestGOMAXPROCS(t *testing.T) {

@@ -28,7 +28,7 @@ SUM, AVG, MIN, MAX, PROD = 1, 2, 3, 4, 5
  GATHER, SCATTER, BARRIER, SEND, RECV, RECV_ANY) = range(1, 14)
 
 # Facts gorun_info reports.
-_RANK, _SIZE, _JOB_SIZE, _RESTARTS, _EPOCH, _INDEX, _ELASTIC, _HUB = range(8)
+_RANK, _SIZE, _JOB_SIZE, _RESTARTS, _EPOCH, _INDEX, _ELASTIC, _HUB, _EXACT = range(9)
 
 # The largest group tag gorun accepts (collective.MaxGroupTag).
 MAX_GROUP_TAG = (1 << 30) - 1
@@ -106,6 +106,7 @@ def _load():
         "gorun_join": (i64, [i64, s, i32]),
         "gorun_info": (i64, [i64, i32]),
         "gorun_view": (i32, [i64, ctypes.POINTER(i64), i32]),
+        "gorun_set_exact": (i32, [i64, i32]),
         "gorun_create_group": (i64, [i64, ctypes.POINTER(i64), i32, i64, i64, s, i32]),
         "gorun_close": (i32, [i64]),
         "gorun_start": (i64, [i64, i32, i32, i32, i32, i32, p, i64, p, i64, ctypes.POINTER(i64), i32, i64]),
@@ -252,6 +253,17 @@ class Comm:
         if v < 0:
             raise Closed(f"gorun: communicator {self._h} is closed")
         return v
+
+    @property
+    def exact(self):
+        """Whether float32 and float64 sums are exact and order-independent
+        (gorun --exact, or set here: every rank at the same point)."""
+        return bool(self._info(_EXACT))
+
+    @exact.setter
+    def exact(self, on):
+        if _lib.gorun_set_exact(self._h, 1 if on else 0) < 0:
+            raise Closed(f"gorun: communicator {self._h} is closed")
 
     @property
     def rank(self):

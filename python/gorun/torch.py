@@ -1048,11 +1048,18 @@ class _Store(dist.Store):
         pass
 
 
-def init(timeout=timedelta(minutes=30)):
+def init(timeout=timedelta(minutes=30), exact=None):
     """init_process_group("gorun") on gorun's job, without the TCP store
     that init_process_group's default (env://) starts on rank 0. Elastic
-    jobs need it: rank 0 may be the rank that is lost."""
+    jobs need it: rank 0 may be the rank that is lost.
+
+    exact=True makes float32 and float64 sums (all_reduce, reduce_scatter,
+    DDP's buckets; SUM and AVG) the same bits whatever gorun's algorithm,
+    strategy and rank order (as gorun --exact does; None keeps what the
+    job was started with). Every rank must pass the same."""
     w = _core.world(timeout.total_seconds())
+    if exact is not None:
+        w.exact = exact
     pg = _group_of(w)
     dist.init_process_group("gorun", store=_Store(w, pg.size(), timeout.total_seconds()), rank=pg.rank(),
                             world_size=pg.size(), timeout=timeout)
