@@ -215,9 +215,13 @@ func TestAbortFloods(t *testing.T) {
 // no connection to is checked by connecting: a live peer is kept, a gone
 // one lost within ConfirmTimeout.
 func TestGossipVerdictUnconnected(t *testing.T) {
-	ts := lazyMesh(t, 3, nil, func(r int, c *Config) { c.ConfirmTimeout, c.WatchAll = 300*time.Millisecond, true })
+	var logs logBuf
+	ts := lazyMesh(t, 3, nil, func(r int, c *Config) {
+		c.ConfirmTimeout, c.WatchAll = 300*time.Millisecond, true
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
 	ts[0].PeerLost(1, "declared dead by gossip")
-	time.Sleep(500 * time.Millisecond)
+	proctest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "answered a connection; keeping it") }, "rank 0 keeps rank 1 on its answer to a probe")
 	if err := ts[0].Err(); err != nil {
 		t.Fatalf("a live rank was lost: %v", err)
 	}

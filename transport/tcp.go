@@ -233,6 +233,11 @@ func (t *TCP) register(peer int, c net.Conn, sp *shmPeer, sameHost, dialed bool,
 		t.mu.Unlock()
 		return errDuplicate
 	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+		_ = tc.SetReadBuffer(4 << 20)
+		_ = tc.SetWriteBuffer(4 << 20)
+	}
 	t.livMu.Lock()
 	if !dialed {
 		gen = t.live.Gen(peer)
@@ -240,11 +245,6 @@ func (t *TCP) register(peer int, c net.Conn, sp *shmPeer, sameHost, dialed bool,
 		t.livMu.Unlock()
 		t.mu.Unlock()
 		return errReplaced
-	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
-		_ = tc.SetReadBuffer(4 << 20)
-		_ = tc.SetWriteBuffer(4 << 20)
 	}
 	t.lastConn++
 	pc := &peerConn{peer: peer, id: t.lastConn, c: c, wmu: make(chan struct{}, 1), sameHost: sameHost, dialed: dialed, port: port}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/proctest"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
@@ -239,9 +242,13 @@ func TestMemKill(t *testing.T) {
 // lost.
 func TestGossipVerdictConfirmed(t *testing.T) {
 	// TCP's own confirmation: rank 1's reader must stall on a full inbox.
-	ts := mesh(t, 2, func(r int, c *Config) { c.ConfirmTimeout, c.Shm = 300*time.Millisecond, false })
+	var logs logBuf
+	ts := mesh(t, 2, func(r int, c *Config) {
+		c.ConfirmTimeout, c.Shm = 300*time.Millisecond, false
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
 	ts[0].PeerLost(1, "declared dead by gossip")
-	time.Sleep(600 * time.Millisecond)
+	proctest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "answered on the data plane; keeping it") }, "rank 0 keeps rank 1 on its pong")
 	if err := ts[0].Err(); err != nil {
 		t.Fatalf("a rank that answers its pings was lost: %v", err)
 	}
@@ -270,7 +277,11 @@ func TestGossipVerdictConfirmed(t *testing.T) {
 // until the data is taken and its answer read, and is never lost, even
 // with the window long past.
 func TestGossipVerdictBehindData(t *testing.T) {
-	ts := mesh(t, 2, func(r int, c *Config) { c.ConfirmTimeout, c.Shm = 200*time.Millisecond, false })
+	var logs logBuf
+	ts := mesh(t, 2, func(r int, c *Config) {
+		c.ConfirmTimeout, c.Shm = 200*time.Millisecond, false
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
 	const frames = inboxDepth + 8
 	big := make([]byte, 256<<10)
 	sent := make(chan error, 1)
@@ -287,7 +298,12 @@ func TestGossipVerdictBehindData(t *testing.T) {
 	// Rank 0's reader stalls on its full inbox from rank 1.
 	time.Sleep(300 * time.Millisecond)
 	ts[0].PeerLost(1, "declared dead by gossip")
-	time.Sleep(1500 * time.Millisecond) // seven windows: the old rule lost it after one
+	// A window passes with nothing read (the reader waits on the full
+	// inbox): the old rule lost it there.
+	proctest.WaitFor(t, 10*time.Second, func() bool {
+		return strings.Contains(logs.String(), "still sending on the data plane; asking it again")
+	}, "rank 0 asks rank 1 again")
+	time.Sleep(400 * time.Millisecond) // two more windows
 	if err := ts[0].Err(); err != nil {
 		t.Fatalf("a rank still sending was lost: %v", err)
 	}
@@ -306,7 +322,7 @@ func TestGossipVerdictBehindData(t *testing.T) {
 	if err := <-sent; err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // its answer is read now
+	proctest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "answered on the data plane; keeping it") }, "its answer, read after its data, keeps rank 1")
 	if err := ts[0].Err(); err != nil {
 		t.Fatalf("lost after its data was taken: %v", err)
 	}
