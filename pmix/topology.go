@@ -855,7 +855,7 @@ func pages(r sysReader, dir string, mem, pageSize uint64) ([]pageType, error) {
 // core if that is the PU, when it has that cpuset), or on a new memory
 // group of their cpuset.
 func (t *topology) attach(n *object) error {
-	parent := t.root
+	var parent *object
 	if n.cpus.empty() {
 		parent = &object{typ: objGroup, osIndex: unknownIndex, kind: groupKindMemory, parent: t.root}
 		t.root.children = append(t.root.children, parent)

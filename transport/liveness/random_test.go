@@ -550,7 +550,7 @@ func (md *model) deliver(ev Event) {
 				}
 				when += time.Duration(md.r.Int64N(int64(md.window) / 2))
 				if md.alive(p, when) && a.Conn == p.conn {
-					md.at(when, Pong{Peer: a.Peer, Conn: a.Conn})
+					md.at(when, Pong(a))
 				}
 			case Probe:
 				p := md.peers[a.Peer]
