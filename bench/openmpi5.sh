@@ -11,7 +11,10 @@
 #           where it goes: launch to the last rank's main(), and the
 #           longest MPI_Init; with TOPO_XML (a file of `lstopo --of xml`,
 #           from Debian's hwloc), a third launcher in every run: gorun
-#           with its ranks reading the topology from that file
+#           with its ranks reading the topology from that file; with
+#           GORUN_BASE (a gorun binary, as the root sees it, e.g. one
+#           built from the commit before a change), another launcher in
+#           every run, after mpirun
 #   osu     OSU's osu_latency and osu_allreduce at 8 B, 4 KiB and 1 MiB,
 #           2 ranks, RUNS_OSU pairs (10); needs OSU_DIR (below)
 #   mpi4py  mpi4py's own test suite (test/main.py with --xml, so every
@@ -38,8 +41,8 @@
 #
 # From the host, the script builds bin/gorun (static) and runs itself in
 # the root (`scripts/rootfs.sh run`), passing on RUNS, RUNS_OSU, ROUNDS,
-# TIMEOUT, MPI4PY_TIMEOUT, TOPO_XML, OSU_DIR, MPI4PY_DIR, MPICH_DIR, OUT,
-# LOAD_MAX and LOAD_WAIT;
+# TIMEOUT, MPI4PY_TIMEOUT, TOPO_XML, GORUN_BASE, OSU_DIR, MPI4PY_DIR,
+# MPICH_DIR, OUT, LOAD_MAX and LOAD_WAIT;
 # paths are the root's (the repository is /gorun there). Raw output goes to
 # OUT (/tmp/gorun-openmpi5 in the root). The sources are public and are
 # neither in this repository nor fetched by the script; put them in the
@@ -61,7 +64,7 @@
 #     MPICH_DIR=/srv/mpich/mpich-4.2.1-test/test/mpi sudo -E bash bench/openmpi5.sh mpich
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-vars=(RUNS RUNS_OSU ROUNDS TIMEOUT MPI4PY_TIMEOUT TOPO_XML OSU_DIR MPI4PY_DIR MPICH_DIR OUT LOAD_MAX LOAD_WAIT)
+vars=(RUNS RUNS_OSU ROUNDS TIMEOUT MPI4PY_TIMEOUT TOPO_XML GORUN_BASE OSU_DIR MPI4PY_DIR MPICH_DIR OUT LOAD_MAX LOAD_WAIT)
 if [ ! -f /.gorun-rootfs ]; then # on the host: build gorun, then go into the root
     make -C "$repo" build >/dev/null
     pass=()
@@ -179,8 +182,12 @@ EOF
         one "$n" $(gorun_cmd "$n") >/dev/null
         # shellcheck disable=SC2046
         one "$n" $(mpirun_cmd "$n") >/dev/null
+        if [ -n "${GORUN_BASE:-}" ]; then
+            one "$n" "$GORUN_BASE" -np "$n" >/dev/null
+        fi
         : >"$stamp/rows.$n"
         : >"$stamp/topo.$n"
+        : >"$stamp/base.$n"
         for i in $(seq "$runs"); do
             # shellcheck disable=SC2046
             g=$(one "$n" $(gorun_cmd "$n"))
@@ -202,6 +209,13 @@ EOF
                 echo "$i $ti $mi $(ratio "$ti" "$mi") $td" >>"$stamp/topo.$n"
                 echo "launch np=$n run $i: gorun with HWLOC_XMLFILE: MPI_Init done $ti ms, ratio to mpirun's $(ratio "$ti" "$mi"); longest MPI_Init $td ms"
             fi
+            if [ -n "${GORUN_BASE:-}" ]; then
+                # the gorun to compare with, in the same run
+                t=$(one "$n" "$GORUN_BASE" -np "$n")
+                read -r ti tw tm td <<<"$t"
+                echo "$i $ti $mi $(ratio "$ti" "$mi") $td $tw $tm $(ratio "$gi" "$ti")" >>"$stamp/base.$n"
+                echo "launch np=$n run $i: GORUN_BASE: MPI_Init done $ti ms, ratio to mpirun's $(ratio "$ti" "$mi"); longest MPI_Init $td ms; wall $tw ms; last main() $tm ms; gorun/GORUN_BASE $(ratio "$gi" "$ti")"
+            fi
         done
         done_series "launch, $n ranks"
         echo "launch np=$n, MPI_Init done, gorun ms: $(awk '{print $2}' "$stamp/rows.$n" | stats)"
@@ -218,6 +232,13 @@ EOF
             echo "launch np=$n, gorun with HWLOC_XMLFILE, MPI_Init done ms: $(awk '{print $2}' "$stamp/topo.$n" | stats)"
             echo "launch np=$n, gorun with HWLOC_XMLFILE / mpirun: $(awk '{print $4}' "$stamp/topo.$n" | stats); per run: $(awk '{printf "%s ", $4}' "$stamp/topo.$n")"
             echo "launch np=$n, gorun with HWLOC_XMLFILE, longest MPI_Init ms: $(awk '{print $5}' "$stamp/topo.$n" | stats)"
+        fi
+        if [ -n "${GORUN_BASE:-}" ]; then
+            echo "launch np=$n, GORUN_BASE, MPI_Init done ms: $(awk '{print $2}' "$stamp/base.$n" | stats)"
+            echo "launch np=$n, GORUN_BASE / mpirun: $(awk '{print $4}' "$stamp/base.$n" | stats); per run: $(awk '{printf "%s ", $4}' "$stamp/base.$n")"
+            echo "launch np=$n, GORUN_BASE, longest MPI_Init ms: $(awk '{print $5}' "$stamp/base.$n" | stats)"
+            echo "launch np=$n, GORUN_BASE, last rank in main() ms: $(awk '{print $7}' "$stamp/base.$n" | stats)"
+            echo "launch np=$n, gorun / GORUN_BASE: $(awk '{print $8}' "$stamp/base.$n" | stats); per run: $(awk '{printf "%s ", $8}' "$stamp/base.$n")"
         fi
     done
 }
