@@ -164,8 +164,8 @@ func (s cpuset) String() string {
 }
 
 // parseCPUMask reads a kernel bitmap ("%*pb": 32-bit hex words, most
-// significant first, separated by commas, as in a CPU's topology/cpumap and
-// cache/indexN/shared_cpu_map).
+// significant first, separated by commas, as in a NUMA node's cpumap and
+// a cache's shared_cpu_map).
 func parseCPUMask(text string) (cpuset, error) {
 	text = strings.TrimSpace(text)
 	if text == "" {
