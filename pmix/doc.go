@@ -26,24 +26,49 @@
 //     rank's spawn, connect or name lookup is made for others that wait
 //     in MPI for its answer, and only ending the job frees them.
 //
-// Fences: a rank's fence waits until every local rank entered the same
-// fence; the last one hands the host's data (each local rank's remote and
-// global puts since the previous fence) to Config.Relay. The caller
+// One rank, several clients: a child of a rank that calls PMIx_Init
+// inherits the rank's PMIX_RANK and is served as that rank. The rank's
+// first live client speaks for it: only that one commits and fences
+// (another gets PMIX_ERR_NOT_SUPPORTED, and Config.Refused hears of it),
+// so a child can neither overwrite the rank's data nor enter a fence in
+// its place. Each session's Result is its own.
+//
+// Fences: fences count ranks, not connections. A rank's fence waits until
+// every local rank entered the same fence (a rank entering twice waits
+// with its first entry); the last one hands the host's data (each local
+// rank's remote and global puts since the previous fence, only those) to
+// Config.Relay. The caller
 // gathers every host's data (one message per host and fence) and calls
 // Release on every host's Server with all of it; then the local ranks'
-// fences return. A fence over part of the job is refused. A get of a
+// fences return; each host adds what a fence brings to what earlier ones
+// did. A fence over part of the job is refused, and a fence ignores
+// PMIX_TIMEOUT (it ends when the job's fence does, or fails). A get's
+// PMIX_TIMEOUT is honoured, capped at a century. A get of a
 // local rank's data waits for its commit; of another host's rank, it is
 // answered from the data fences brought, and "not found" if none did yet
 // (no direct modex: there is nothing to wait for that would come without
 // another fence).
 //
 // Nothing blocks forever: a fence or get waiting when the Server is
-// closed, or when Serve's context ends, answers with an error status, and
-// Serve returns. A rank that dies closes its socket; Serve returns its
+// closed, when Serve's context ends, or when its own client goes away,
+// answers with an error status (if anyone is left to hear it), and Serve
+// returns. A rank that dies closes its socket (EOF, a reset or a broken
+// pipe all count as its going away, not as an error); Serve returns its
 // Result, which says whether it initialized, finalized or aborted, so the
 // caller can fail a rank that exited without finalizing. A peer's death
 // elsewhere is the caller's to act on (gorun ends the job); Fail ends a
-// fence in progress with an error for the local ranks in it.
+// fence in progress with an error for the local ranks in it, and every
+// later fence at once. Serve refuses a rank that is not this host's, and
+// its errors are *RankError, naming the rank. Close waits for every
+// Serve to return.
+//
+// Host names: the job data names every node by Config.Hosts, but this
+// host by Config.Hostname (its own os.Hostname, by which a rank's PMIx
+// client files its node's data). When a hostfile names a host otherwise
+// (an address, an alias), PMIX_HOSTNAME of that node differs by who asks:
+// its own ranks see its os.Hostname, the others the hostfile's name.
+// Node ids and ranks agree everywhere; only the names may not (gorun's
+// agent protocol does not carry each host's own name).
 //
 // Topology: the job data carries the host's hardware topology as hwloc's
 // XML (v2) under PMIX_HWLOC_XML_V2 ("pmix.hwlocxml2"), at the job level

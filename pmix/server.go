@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -116,8 +117,12 @@ type Result struct {
 
 // rankData is what one rank committed, by scope.
 type rankData struct {
-	local  kvs // PMIX_LOCAL and PMIX_GLOBAL: for ranks of this host
-	remote kvs // PMIX_REMOTE and PMIX_GLOBAL: for the other hosts
+	local kvs // PMIX_LOCAL and PMIX_GLOBAL: for ranks of this host
+	// PMIX_REMOTE and PMIX_GLOBAL puts since the last fence, for the
+	// other hosts: a fence sends only these, and every host appends
+	// them to what earlier fences brought (the later of a key wins in
+	// the client, as in its own store).
+	remote kvs
 }
 
 // kvs is an ordered set of puts, the later of one key winning.
@@ -153,18 +158,27 @@ type Server struct {
 	topoOnce sync.Once
 	jobReply []byte // jobData and the topology: the answer to every request for job data
 
-	mu       sync.Mutex
-	data     map[int]*rankData // local ranks' commits
-	dirty    map[int]bool      // local ranks that committed since the last fence
-	remote   map[int][]byte    // other hosts' ranks' packed puts, from fences
-	entered  int               // local ranks in the current fence
-	epoch    int               // fences completed
-	release  chan struct{}     // closed when the current fence is released
-	failure  error             // the current fence failed
-	changed  chan struct{}     // closed (and replaced) whenever data arrives
+	mu    sync.Mutex
+	data  map[int]*rankData // local ranks' commits
+	dirty map[int]bool      // local ranks that committed since the last fence
+	// owner is the session that speaks for a local rank: the first of
+	// the rank's live sessions (a child of the rank that calls
+	// PMIx_Init inherits the rank's PMIX_RANK). Only it commits and
+	// fences; another session of the rank is refused both, so that it
+	// neither overwrites the rank's data nor enters a fence for it.
+	owner   map[int]*session
+	remote  map[int][]byte // other hosts' ranks' packed puts, from fences
+	in      map[int]bool   // local ranks in the current fence
+	epoch   int            // fences completed
+	release chan struct{}  // closed when the current fence is released
+	// failure: the job's fence failed (Fail); every fence in progress
+	// and every later one fails with it.
+	failure  error
+	changed  chan struct{} // closed (and replaced) whenever data arrives
 	done     chan struct{}
 	closed   bool
 	sessions map[net.Conn]bool
+	serving  sync.WaitGroup // Serve calls
 }
 
 // NewServer returns a Server for cfg.
@@ -200,6 +214,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, size: size, local: map[int]bool{},
 		data: map[int]*rankData{}, dirty: map[int]bool{}, remote: map[int][]byte{},
+		owner: map[int]*session{}, in: map[int]bool{},
 		release: make(chan struct{}), changed: make(chan struct{}), done: make(chan struct{}),
 		sessions: map[net.Conn]bool{},
 	}
@@ -210,11 +225,11 @@ func NewServer(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Close wakes every rank waiting in a fence or a get with ErrClosed and
-// ends every session. It is idempotent.
+// Close wakes every rank waiting in a fence or a get with ErrClosed, ends
+// every session and waits for their Serve calls to return. It is
+// idempotent; it must not be called from a Config callback.
 func (s *Server) Close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.closed {
 		s.closed = true
 		close(s.done)
@@ -222,6 +237,8 @@ func (s *Server) Close() error {
 			_ = c.Close()
 		}
 	}
+	s.mu.Unlock()
+	s.serving.Wait()
 	return nil
 }
 
@@ -234,16 +251,20 @@ func (s *Server) Release(epoch int, data map[int][]byte) error {
 	if s.closed {
 		return ErrClosed
 	}
-	if epoch != s.epoch+1 || s.entered != len(s.local) {
-		return fmt.Errorf("pmix: release of fence %d, but this host is at fence %d with %d of %d ranks in it", epoch, s.epoch+1, s.entered, len(s.local))
+	if s.failure != nil {
+		return fmt.Errorf("pmix: release of fence %d after the job's fence failed: %w", epoch, s.failure)
+	}
+	if epoch != s.epoch+1 || len(s.in) != len(s.local) {
+		return fmt.Errorf("pmix: release of fence %d, but this host is at fence %d with %d of %d ranks in it", epoch, s.epoch+1, len(s.in), len(s.local))
 	}
 	for r, b := range data {
 		if !s.local[r] && r >= 0 && r < s.size {
-			s.remote[r] = b
+			// Each fence brings what the rank put since the last one.
+			s.remote[r] = append(s.remote[r], b...)
 		}
 	}
 	s.epoch++
-	s.entered = 0
+	s.in = map[int]bool{}
 	close(s.release)
 	s.release = make(chan struct{})
 	s.notifyLocked()
@@ -251,14 +272,21 @@ func (s *Server) Release(epoch int, data map[int][]byte) error {
 }
 
 // Fail ends the current fence with err for every local rank in it (the
-// job's fence failed elsewhere).
+// job's fence failed elsewhere), and every later fence at once: the job
+// is ending, and no release will come. Only the first error is kept.
 func (s *Server) Fail(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.failure != nil {
+		return
+	}
+	if err == nil {
+		err = errors.New("pmix: fence failed")
+	}
 	s.failure = err
-	s.entered = 0
 	close(s.release)
 	s.release = make(chan struct{})
+	s.notifyLocked()
 }
 
 func (s *Server) notifyLocked() {
@@ -277,11 +305,32 @@ type session struct {
 	wg   sync.WaitGroup
 }
 
+// RankError is an error of one rank's session.
+type RankError struct {
+	Rank int
+	Err  error
+}
+
+func (e *RankError) Error() string {
+	return "pmix: rank " + strconv.Itoa(e.Rank) + ": " + strings.TrimPrefix(e.Err.Error(), "pmix: ")
+}
+
+func (e *RankError) Unwrap() error { return e.Err }
+
+// gone reports whether err is the client going away: its end closed
+// (EOF, a reset or a broken pipe: its process ended) or ours.
+func gone(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, io.ErrClosedPipe) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
 // Serve runs rank's PMIx session on conn, whose client the caller has
 // identified as a process of that rank, until the client disconnects, ctx
-// ends or the Server closes. It returns what the rank did; the error says
-// why a session ended other than by the client's disconnect, naming the
-// rank. Serve closes conn.
+// ends or the Server closes. It returns what the rank did; the error
+// (a *RankError, or ErrClosed) says why a session ended other than by
+// the client's disconnect. A rank not of this host is refused. Serve
+// closes conn, and returns only once the session's fences and gets have
+// ended.
 func (s *Server) Serve(ctx context.Context, rank int, conn net.Conn) (Result, error) {
 	ss := &session{s: s, rank: rank, conn: conn}
 	s.mu.Lock()
@@ -290,22 +339,36 @@ func (s *Server) Serve(ctx context.Context, rank int, conn net.Conn) (Result, er
 		_ = conn.Close()
 		return Result{}, ErrClosed
 	}
+	if !s.local[rank] {
+		s.mu.Unlock()
+		_ = conn.Close()
+		return Result{}, &RankError{rank, errors.New("not a rank of this host")}
+	}
 	s.sessions[conn] = true
+	s.serving.Add(1)
 	s.mu.Unlock()
-	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer s.serving.Done()
+	// The session's context ends with the session: a fence or get still
+	// waiting for its client that went away ends then.
+	sctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(sctx, func() { _ = conn.Close() })
 	defer func() {
 		stop()
+		cancel()
 		_ = conn.Close()
 		ss.wg.Wait()
 		s.mu.Lock()
 		delete(s.sessions, conn)
+		if s.owner[rank] == ss {
+			delete(s.owner, rank)
+		}
 		s.mu.Unlock()
 	}()
-	err := ss.run(ctx)
+	err := ss.run(sctx)
 	ss.rmu.Lock()
 	res := ss.res
 	ss.rmu.Unlock()
-	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrClosedPipe) {
+	if err != nil && gone(err) {
 		s.mu.Lock()
 		closed := s.closed
 		s.mu.Unlock()
@@ -317,6 +380,9 @@ func (s *Server) Serve(ctx context.Context, rank int, conn net.Conn) (Result, er
 		default:
 			err = nil // the client went away: its process ended
 		}
+	}
+	if err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
+		err = &RankError{rank, err}
 	}
 	return res, err
 }
@@ -331,7 +397,7 @@ func (ss *session) run(ctx context.Context) error {
 	}
 	n, err := helloLen(hdr[:])
 	if err != nil {
-		return fmt.Errorf("rank %d: %w", ss.rank, err)
+		return err
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(ss.conn, body); err != nil {
@@ -340,7 +406,7 @@ func (ss *session) run(ctx context.Context) error {
 	h, err := ParseHello(body)
 	if err != nil {
 		_, _ = ss.conn.Write(helloReply(StatusBadParam, 0))
-		return fmt.Errorf("rank %d: %w", ss.rank, err)
+		return err
 	}
 	st, err := h.check(s.cfg.UID, s.cfg.GID)
 	if err == nil && (h.Proc.Nspace != s.cfg.Nspace || int(h.Proc.Rank) != ss.rank) {
@@ -348,8 +414,15 @@ func (ss *session) run(ctx context.Context) error {
 	}
 	if err != nil {
 		_, _ = ss.conn.Write(helloReply(st, 0))
-		return fmt.Errorf("rank %d: %w", ss.rank, err)
+		return err
 	}
+	// The rank's first client speaks for it (before its reply, so
+	// that the order of the handshakes decides).
+	s.mu.Lock()
+	if s.owner[ss.rank] == nil {
+		s.owner[ss.rank] = ss
+	}
+	s.mu.Unlock()
 	if _, err := ss.conn.Write(helloReply(StatusSuccess, uint32(ss.rank))); err != nil {
 		return err
 	}
@@ -363,14 +436,14 @@ func (ss *session) run(ctx context.Context) error {
 		tag := binary.BigEndian.Uint32(hdr[4:8])
 		nb := binary.BigEndian.Uint32(hdr[8:12])
 		if nb > MaxMessage {
-			return fmt.Errorf("rank %d: PMIx message of %d bytes, more than the %d allowed", ss.rank, nb, MaxMessage)
+			return fmt.Errorf("pmix: message of %d bytes, more than the %d allowed", nb, MaxMessage)
 		}
 		msg := make([]byte, nb)
 		if _, err := io.ReadFull(ss.conn, msg); err != nil {
 			return err
 		}
 		if err := ss.handle(ctx, tag, msg); err != nil {
-			return fmt.Errorf("rank %d: %w", ss.rank, err)
+			return err
 		}
 	}
 }
@@ -426,6 +499,10 @@ func (ss *session) handle(ctx context.Context, tag uint32, msg []byte) error {
 		}
 		return ss.status(tag, StatusSuccess)
 	case cmdCommit:
+		if !s.speaksFor(ss) {
+			ss.refuse(secondClient("commit"), false)
+			return ss.status(tag, StatusNotSupported)
+		}
 		if err := s.commit(ss.rank, d); err != nil {
 			return fmt.Errorf("pmix: commit: %w", err)
 		}
@@ -437,6 +514,10 @@ func (ss *session) handle(ctx context.Context, tag uint32, msg []byte) error {
 		}
 		if !all {
 			ss.refuse("a fence over part of the job (PMIx_Fence with a subset of its processes)", false)
+			return ss.status(tag, StatusNotSupported)
+		}
+		if !s.speaksFor(ss) {
+			ss.refuse(secondClient("fence"), false)
 			return ss.status(tag, StatusNotSupported)
 		}
 		ss.wg.Add(1)
@@ -488,6 +569,21 @@ func (ss *session) handle(ctx context.Context, tag uint32, msg []byte) error {
 	}
 	ss.refuse("PMIx "+what, stranding[cmd])
 	return ss.status(tag, StatusNotSupported)
+}
+
+// speaksFor reports whether ss is its rank's owner, making it the owner
+// if the rank has none (its first session ended).
+func (s *Server) speaksFor(ss *session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.owner[ss.rank] == nil {
+		s.owner[ss.rank] = ss
+	}
+	return s.owner[ss.rank] == ss
+}
+
+func secondClient(what string) string {
+	return "a PMIx " + what + " from a second process of the rank (a child that called PMIx_Init as the rank) while its first one is connected: only the first commits and fences for the rank"
 }
 
 func (ss *session) refuse(what string, strands bool) {
@@ -666,18 +762,23 @@ func (s *Server) fenceProcs(d *decoder) (bool, error) {
 // fence enters rank into the current fence and waits for its release.
 func (s *Server) fence(ctx context.Context, rank int) Status {
 	s.mu.Lock()
-	if s.closed {
+	if s.closed || s.failure != nil {
 		s.mu.Unlock()
 		return StatusError
 	}
-	s.entered++
+	// A rank is counted once: entering again (a second nonblocking
+	// fence) waits with its first entry.
+	first := !s.in[rank]
+	s.in[rank] = true
 	epoch, release := s.epoch+1, s.release
 	var relay map[int][]byte
-	if s.entered == len(s.local) {
+	if first && len(s.in) == len(s.local) {
 		relay = map[int][]byte{}
 		for r := range s.dirty {
 			var e encoder
-			s.data[r].remote.pack(&e)
+			rd := s.data[r]
+			rd.remote.pack(&e)
+			rd.remote = kvs{}
 			relay[r] = e.b
 		}
 		s.dirty = map[int]bool{}
@@ -743,7 +844,7 @@ func (s *Server) parseGet(d *decoder) (getReq, error) {
 			g.immediate = in.Value.asBool()
 		case "pmix.timeout":
 			if t, ok := in.Value.asUint(); ok && t > 0 {
-				g.timeout = time.Duration(t) * time.Second
+				g.timeout = timeoutSeconds(t)
 			}
 		}
 	}
@@ -753,6 +854,17 @@ func (s *Server) parseGet(d *decoder) (getReq, error) {
 		}
 	}
 	return g, nil
+}
+
+// maxTimeout caps a get's PMIX_TIMEOUT: more seconds than a Duration
+// holds would overflow it into a timeout in the past.
+const maxTimeout = 100 * 365 * 24 * time.Hour
+
+func timeoutSeconds(t uint64) time.Duration {
+	if t >= uint64(maxTimeout/time.Second) {
+		return maxTimeout
+	}
+	return time.Duration(t) * time.Second
 }
 
 // get answers a request for a rank's data: the status and, when found,
@@ -787,7 +899,7 @@ func (s *Server) get(ctx context.Context, from int, g getReq) []byte {
 		} else if b, ok := s.remote[r]; ok {
 			body, found = b, true
 		}
-		wait := !found && !g.immediate && (s.local[r] || s.entered > 0)
+		wait := !found && !g.immediate && (s.local[r] || (len(s.in) > 0 && s.failure == nil))
 		changed, release := s.changed, s.release
 		s.mu.Unlock()
 		if found {
