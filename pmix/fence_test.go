@@ -374,3 +374,44 @@ func TestFenceSendsNewPuts(t *testing.T) {
 }
 
 var a0 func(int, map[int][]byte) error
+
+// pidArray is a PMIX_DATA_ARRAY of pids as OpenPMIx packs it (bfrops
+// base pack_pid): the array's type and size, then pid_t's width
+// (PMIX_UINT32) once for the whole pack, then the pids.
+func pidArray(pids ...uint64) Value {
+	var e encoder
+	e.flex(uint64(TypePID))
+	e.flex(uint64(len(pids)))
+	e.flex(uint64(TypeUint32))
+	for _, p := range pids {
+		e.flex(p)
+	}
+	return Value{TypeDataArray, e.b}
+}
+
+// TestPIDArray: a data array of several pids decodes, and what follows
+// it is read next.
+func TestPIDArray(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 7} {
+		var pids []uint64
+		for i := range n {
+			pids = append(pids, uint64(1000+i*70000))
+		}
+		var e encoder
+		e.kval("pids", pidArray(pids...))
+		e.kval("next", String("x"))
+		d := decoder{b: e.b}
+		for _, want := range []string{"pids", "next"} {
+			if _, err := d.count(1); err != nil {
+				t.Fatal(err)
+			}
+			kv, err := d.kval()
+			if err != nil || kv.Key != want {
+				t.Fatalf("%d pids: got %q, %v; want %q", n, kv.Key, err, want)
+			}
+		}
+		if !d.empty() {
+			t.Fatalf("%d pids: %d bytes left", n, len(d.b)-d.off)
+		}
+	}
+}

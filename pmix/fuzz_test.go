@@ -63,6 +63,7 @@ func FuzzMessage(f *testing.F) {
 		e.flex(uint64(len(inner.b)))
 		e.b = append(e.b, inner.b...)
 	}))
+	f.Add(commitMsg(ScopeGlobal, Info{Key: "pids", Value: pidArray(1, 2, 70000)}))
 	f.Add(cmdMsg(cmdJobControl, func(e *encoder) {
 		e.count(1)
 		e.flex(0)

@@ -397,6 +397,19 @@ func (d *decoder) skip(t Type, n int, depth int) error {
 	if n < 0 || n > maxCount {
 		return fmt.Errorf("%d values", n)
 	}
+	if t == TypePID && n > 0 {
+		// OpenPMIx (bfrops base pack_pid) describes pid_t's width once
+		// per pack, then packs the n pids.
+		if _, err := d.flex(); err != nil {
+			return err
+		}
+		for i := 0; i < n; i++ {
+			if _, err := d.flex(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for i := 0; i < n; i++ {
 		if err := d.skip1(t, depth); err != nil {
 			return err
@@ -446,9 +459,7 @@ func (d *decoder) skip1(t Type, depth int) error {
 	case TypeInfo:
 		_, err = d.info(depth)
 	case TypeKval:
-		var k string
-		if k, err = d.key(); err == nil {
-			_ = k
+		if _, err = d.key(); err == nil {
 			_, err = d.value(depth)
 		}
 	case TypePdata:
