@@ -10,8 +10,8 @@ import (
 // wildcard rank; lone node-level keys describe the client's own node
 // (keyed by its own hostname); PMIX_NODE_INFO_ARRAY describes each node,
 // PMIX_APP_INFO_ARRAY the one application, and PMIX_PROC_DATA each rank
-// (the rank first). What Open MPI 5 reads at MPI_Init is all here: see
-// docs/mpi.md for the list.
+// (the rank first). What Open MPI 5 reads at MPI_Init is all here (the
+// keys below; docs/mpi.md's Open MPI 5 section says what they describe).
 
 // Keys of the PMIx standard the server provides.
 const (

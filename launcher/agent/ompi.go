@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"net"
@@ -89,11 +90,11 @@ func (a *agent) openMPIRoute() (*ompiRoute, error) {
 // ompiAdvice ends every message about an MPI program gorun cannot serve.
 const ompiAdvice = "Start it with its own mpirun, or build it against MPICH (mpicc.mpich); `--pmi=none` runs it as separate one-rank jobs on purpose."
 
-// trapRank finds which of the host's ranks the PMIx client on c belongs to:
+// socketRank finds which of the host's ranks the PMIx client on c belongs to:
 // the process that holds the other end of c (found through
 // /proc/net/tcp and the processes' descriptors) is in the process group
 // of the rank that started it. It returns -1 if it cannot tell.
-func (a *agent) trapRank(c net.Conn) int {
+func (a *agent) socketRank(c net.Conn) int {
 	remote, ok := c.RemoteAddr().(*net.TCPAddr)
 	if !ok {
 		return -1
@@ -131,14 +132,38 @@ func tcpInode(local, remote int) string {
 	if err != nil {
 		return ""
 	}
-	want := fmt.Sprintf("0100007F:%04X 0100007F:%04X", local, remote)
-	for _, line := range strings.Split(string(b), "\n") {
+	return findInode(string(b), local, remote)
+}
+
+// findInode finds the socket from 127.0.0.1:local to 127.0.0.1:remote in
+// a /proc/net/tcp table.
+func findInode(table string, local, remote int) string {
+	for _, line := range strings.Split(table, "\n") {
 		f := strings.Fields(line)
-		if len(f) > 9 && f[1]+" "+f[2] == want {
+		if len(f) > 9 && isLoopback(f[1], local) && isLoopback(f[2], remote) {
 			return f[9]
 		}
 	}
 	return ""
+}
+
+// isLoopback reports whether a /proc/net/tcp address ("0100007F:1F90")
+// is 127.0.0.1:port. The kernel prints the address as the 32-bit word it
+// holds in network order, read in the host's byte order: compare bytes,
+// not the hex, so that it holds on any byte order.
+func isLoopback(field string, port int) bool {
+	addr, p, ok := strings.Cut(field, ":")
+	if !ok || len(addr) != 8 {
+		return false
+	}
+	w, err1 := strconv.ParseUint(addr, 16, 32)
+	n, err2 := strconv.ParseUint(p, 16, 16)
+	if err1 != nil || err2 != nil || int(n) != port {
+		return false
+	}
+	var ip [4]byte
+	binary.NativeEndian.PutUint32(ip[:], uint32(w))
+	return ip == [4]byte{127, 0, 0, 1}
 }
 
 // processGroup is pid's process group, or 0.
@@ -214,7 +239,7 @@ func (a *agent) watchSingletons(stop <-chan struct{}) {
 		case <-events:
 		}
 	}
-	a.failRankNumber(-1, singletonFailure)
+	a.failAnyRank(singletonFailure)
 }
 
 // close removes the job's Open MPI files on this host and the memfd. It

@@ -138,23 +138,37 @@ func (a *agent) endPMI(p *rankProc, code int) string {
 	return ""
 }
 
-// failRankNumber fails the host's rank of that number, or its first live
-// rank if there is none (rank -1, for instance).
+// failRankNumber fails the host's rank of that number if it is alive,
+// and no other: a rank that already exited is left as it ended.
 func (a *agent) failRankNumber(rank int, why string) {
 	a.mu.Lock()
-	var target *rankProc
-	for _, p := range a.procs {
-		if p.spec.Hub != 0 || !p.alive {
-			continue
-		}
-		if p.spec.Rank == rank || target == nil {
-			target = p
-		}
-	}
+	target := liveRank(a.procs, rank)
 	a.mu.Unlock()
 	if target != nil {
 		a.failRank(target, why)
 	}
+}
+
+// failAnyRank fails the host's first live rank: for a failure of the
+// host's ranks that no one rank is to blame for.
+func (a *agent) failAnyRank(why string) {
+	a.mu.Lock()
+	target := liveRank(a.procs, -1)
+	a.mu.Unlock()
+	if target != nil {
+		a.failRank(target, why)
+	}
+}
+
+// liveRank is the live rank (not hub) of that number among procs, or,
+// for rank -1, the first live rank; nil if there is none.
+func liveRank(procs []*rankProc, rank int) *rankProc {
+	for _, p := range procs {
+		if p.spec.Hub == 0 && p.alive && (rank < 0 || p.spec.Rank == rank) {
+			return p
+		}
+	}
+	return nil
 }
 
 // failRank kills p, unless it already exited, and keeps why.

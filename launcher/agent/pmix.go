@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gorun/gorun/launcher/proto"
@@ -22,9 +23,12 @@ import (
 // pmix), for Open MPI 5 and any other PMIx program. Every rank is told
 // (PMIX_NAMESPACE, PMIX_RANK, PMIX_SERVER_URI41 ...) that its server
 // listens on a loopback port of the agent's. A connection is served as
-// the rank whose process group holds the client's socket (trapRank), and
-// only if the client names that rank: a process that is no rank of this
-// host is turned away. A PMIx fence goes to the launcher as a PMI barrier
+// the rank whose process group holds the client's socket (socketRank:
+// /proc/net/tcp, then the processes' descriptors), and only if the client
+// names that rank: a process that is no rank of this host is turned away.
+// A rank may have several clients (a child in its process group that
+// calls PMIx_Init); the first speaks for it (package pmix), and the rank
+// fails if any of them initialized and ended without finalizing. A PMIx fence goes to the launcher as a PMI barrier
 // does (MsgPMIFence, one per host and fence), its data as one put per
 // rank.
 //
@@ -33,9 +37,9 @@ import (
 // so that Open MPI 5 does not probe /sys in every rank.
 //
 // Open MPI 4 reads PMIx's variables too, and would then prefer its PMIx
-// component to its flux one; OMPI_MCA_pmix=flux keeps it on the flux
-// route (gorun's PMI-1 library), which Open MPI 5, having no pmix
-// framework, does not read.
+// component to its flux one; OMPI_MCA_pmix=^ext3x,pmix3x (openMPIRoute)
+// keeps it on the flux route (gorun's PMI-1 library), and changes nothing
+// for Open MPI 5, whose pmix framework has no components.
 
 // pmixKeyPrefix marks the launcher's puts that carry a rank's PMIx data.
 const pmixKeyPrefix = "\x00pmix:"
@@ -55,9 +59,12 @@ type pmixHost struct {
 // pmixRank is what one rank's PMIx sessions did (a rank may connect more
 // than once: a child it starts may call PMIx_Init too).
 type pmixRank struct {
-	res    pmix.Result
-	active int
-	idle   chan struct{} // closed while no session of the rank is active
+	res pmix.Result // Init, Aborted: of any session
+	// unfinalized: a session initialized and ended without finalizing
+	// or aborting (a child's finalize does not hide its parent's lack).
+	unfinalized bool
+	active      int
+	idle        chan struct{} // closed while no session of the rank is active
 }
 
 // pmixServer creates the host's PMIx server and its listener, or returns
@@ -190,16 +197,12 @@ func (a *agent) servePMIx(stop <-chan struct{}) {
 	}()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for {
-		c, err := h.ln.Accept()
-		if err != nil {
-			return
-		}
-		rank := a.trapRank(c)
+	err := acceptLoop(h.ln, stop, func(c net.Conn) {
+		rank := a.socketRank(c)
 		if rank < 0 {
 			a.log.Warn("a process that is none of this host's ranks connected to the PMIx server; turned away", "from", c.RemoteAddr().String())
 			_ = c.Close()
-			continue
+			return
 		}
 		pr := h.begin(rank)
 		wg.Add(1)
@@ -208,10 +211,81 @@ func (a *agent) servePMIx(stop <-chan struct{}) {
 			res, err := h.srv.Serve(context.Background(), rank, c)
 			h.end(pr, res)
 			if err != nil && !errors.Is(err, pmix.ErrClosed) {
-				a.failRankNumber(rank, "PMIx: "+err.Error())
+				a.failRankNumber(rank, pmixFailure(err))
 			}
 		}()
+	})
+	if err != nil {
+		// Ranks yet to connect would wait in MPI_Init for ever: close
+		// the listener (they fail at once) and end the job.
+		_ = h.ln.Close()
+		a.log.Error("PMIx server: accept failed; the job ends", "err", err)
+		_ = a.conn.Send(&proto.Message{Kind: proto.MsgError, Err: "PMIx server: accept: " + err.Error() + " (the host's ranks can no longer connect to it; the job ends)"})
 	}
+}
+
+// pmixFailure is why a rank whose PMIx session ended with err fails.
+func pmixFailure(err error) string {
+	var re *pmix.RankError
+	if errors.As(err, &re) {
+		err = re.Err // the rank is named by who reports the failure
+	}
+	return "PMIx: " + strings.TrimPrefix(err.Error(), "pmix: ")
+}
+
+// acceptLoop hands ln's connections to handle until stop or until ln is
+// closed (nil), or until Accept fails otherwise than for a while (the
+// error). It retries what may pass (out of descriptors or memory, a
+// connection aborted before it was accepted) after acceptBackoff.
+func acceptLoop(ln net.Listener, stop <-chan struct{}, handle func(net.Conn)) error {
+	for failed := 0; ; {
+		c, err := ln.Accept()
+		if err == nil {
+			failed = 0
+			handle(c)
+			continue
+		}
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		if errors.Is(err, net.ErrClosed) {
+			return nil
+		}
+		if !temporaryAccept(err) {
+			return err
+		}
+		failed++
+		t := time.NewTimer(acceptBackoff(failed))
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+			return nil
+		}
+	}
+}
+
+// temporaryAccept reports whether an Accept error may pass.
+func temporaryAccept(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM,
+		syscall.ECONNABORTED, syscall.EINTR, syscall.EAGAIN, syscall.EPROTO} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// acceptBackoff is the wait after the n-th Accept error in a row: 5 ms,
+// doubling, at most a second.
+func acceptBackoff(n int) time.Duration {
+	d := 5 * time.Millisecond
+	for i := 1; i < n && d < time.Second; i++ {
+		d *= 2
+	}
+	return min(d, time.Second)
 }
 
 func (h *pmixHost) begin(rank int) *pmixRank {
@@ -234,6 +308,9 @@ func (h *pmixHost) end(pr *pmixRank, res pmix.Result) {
 	defer h.mu.Unlock()
 	pr.res.Init = pr.res.Init || res.Init
 	pr.res.Finalized = pr.res.Finalized || res.Finalized
+	if res.Init && !res.Finalized && !res.Aborted {
+		pr.unfinalized = true
+	}
 	if res.Aborted {
 		pr.res.Aborted, pr.res.Status = true, res.Status
 	}
@@ -270,9 +347,9 @@ func (a *agent) endPMIx(rank, code int) string {
 		t.Stop()
 	}
 	h.mu.Lock()
-	res := pr.res
+	res, unfinalized := pr.res, pr.unfinalized
 	h.mu.Unlock()
-	if code == 0 && res.Init && !res.Finalized && !res.Aborted {
+	if code == 0 && unfinalized && !res.Aborted {
 		return "without calling MPI_Finalize after MPI_Init (PMIx_Finalize after PMIx_Init)"
 	}
 	return ""
