@@ -71,13 +71,17 @@ func (a *agent) pmiNode() (*pmi.Node, error) {
 	}
 	cfg := pmi.DefaultNodeConfig()
 	cfg.KVS, cfg.Size, cfg.Local, cfg.Mapping = s.KVS, s.Size, local, s.Mapping
-	cfg.Relay = func(epoch int, puts []pmi.KV) error {
-		return a.conn.Send(&proto.Message{Kind: proto.MsgPMIFence, Epoch: epoch, Puts: puts})
-	}
+	cfg.Relay = a.sendFence
 	cfg.Abort = func(rank, code int, text string) {
 		_ = a.conn.Send(&proto.Message{Kind: proto.MsgPMIAbort, Rank: rank, Code: code, Err: text})
 	}
 	return pmi.NewNode(cfg)
+}
+
+// sendFence sends the host's puts of fence epoch to the launcher: a
+// PMI-1 barrier's, or a PMIx fence's (one put per rank).
+func (a *agent) sendFence(epoch int, puts []pmi.KV) error {
+	return a.conn.Send(&proto.Message{Kind: proto.MsgPMIFence, Epoch: epoch, Puts: puts})
 }
 
 // releasePMI passes the launcher's release of a barrier to the node.

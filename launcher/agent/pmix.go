@@ -114,7 +114,7 @@ func (a *agent) pmixServer() (*pmixHost, error) {
 			puts = append(puts, pmi.KV{Key: pmixKeyPrefix + strconv.Itoa(r), Value: string(b)})
 		}
 		sort.Slice(puts, func(i, j int) bool { return puts[i].Key < puts[j].Key })
-		return a.conn.Send(&proto.Message{Kind: proto.MsgPMIFence, Epoch: epoch, Puts: puts})
+		return a.sendFence(epoch, puts)
 	}
 	cfg.Abort = func(rank, code int, text string) {
 		_ = a.conn.Send(&proto.Message{Kind: proto.MsgPMIAbort, Rank: rank, Code: code, Err: text})
