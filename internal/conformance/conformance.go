@@ -348,13 +348,17 @@ func more[T collective.Number](ctx context.Context, c *collective.Comm, kind int
 			return err
 		}
 		// Every other rank sends to rank 0, which receives from any source:
-		// each sender once, with its own data.
+		// each sender once, with its own data. The tag is the round's own
+		// (of this seed's run): a sender does not wait for rank 0, so a
+		// fast one's message of a later round must not be taken for this
+		// round's.
+		tag := 1<<20 + int((seed*0x9e3779b1+uint64(round))%(1<<30))
 		if rank != 0 {
-			return collective.Send(ctx, c, in[rank], 0, 11)
+			return collective.Send(ctx, c, in[rank], 0, tag)
 		}
 		seen := make([]bool, size)
 		for range size - 1 {
-			from, err := collective.RecvAny(ctx, c, a, 11)
+			from, err := collective.RecvAny(ctx, c, a, tag)
 			if err != nil {
 				return err
 			}
