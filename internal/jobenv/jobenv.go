@@ -51,8 +51,8 @@ const (
 
 // Job is what every process of a job is told.
 type Job struct {
-	ID     string
-	Secret []byte
+	ID         string
+	Secret     []byte
 	Size       int
 	Strategy   string // "" leaves GORUN_STRATEGY unset
 	HubElastic bool
