@@ -368,7 +368,7 @@ func (s *Server) Serve(ctx context.Context, rank int, conn net.Conn) (Result, er
 	ss.rmu.Lock()
 	res := ss.res
 	ss.rmu.Unlock()
-	if err != nil && gone(err) {
+	if gone(err) { // run always returns why it ended
 		s.mu.Lock()
 		closed := s.closed
 		s.mu.Unlock()
