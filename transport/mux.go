@@ -180,6 +180,11 @@ func (p *muxPeer) dequeue(k Key) (Frame, bool) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.popLocked(k)
+}
+
+// popLocked takes k's first queued frame, if there is one; p.mu is held.
+func (p *muxPeer) popLocked(k Key) (Frame, bool) {
 	q := p.queues[k]
 	if len(q) == 0 {
 		return Frame{}, false
@@ -246,15 +251,7 @@ const (
 // connection, or a wait until the reader gives it up or queues a frame.
 func (p *muxPeer) slow(ctx context.Context, k Key) (Frame, int, error) {
 	p.mu.Lock()
-	if q := p.queues[k]; len(q) > 0 {
-		f := q[0]
-		q[0] = Frame{}
-		if len(q) == 1 {
-			delete(p.queues, k)
-		} else {
-			p.queues[k] = q[1:]
-		}
-		p.queued.Add(-1)
+	if f, ok := p.popLocked(k); ok {
 		p.mu.Unlock()
 		return f, gotFrame, nil
 	}
