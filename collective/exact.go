@@ -327,66 +327,45 @@ type exactOp struct {
 // share of buf. The exponent codes are computed now (buf is the
 // collective's from its start).
 func newExact[T Number](buf []T, op Op, mine *[]T) *exactOp {
-	e := &exactOp{}
 	switch b := any(buf).(type) {
 	case []float32:
-		codes := make([]uint8, len(b))
-		for i, v := range b {
-			codes[i] = exactCode32(v)
-		}
-		e.codeFn, e.codeHdr = allReduceWireFunc(codes, Max, WireFull), header[uint8](Max, len(b))
-		e.sumHdr = header[int32](Sum, len(b))
-		e.sumFn = func(ctx context.Context, x *call) error {
-			if err := e.wait(); err != nil {
-				return err
-			}
-			_, h, avg, err := exactSizes(x.c, op)
-			if err != nil {
-				return err
-			}
-			q, free := pooled[int32](len(b))
-			defer free()
-			toFixed32(b, codes, q, h)
-			off, q, err := exactSum(ctx, x, q, mine != nil)
-			if err != nil {
-				return err
-			}
-			fromFixed32(q, codes[off:], b[off:], h, avg)
-			if mine != nil {
-				*mine = any(b[off : off+len(q)]).([]T)
-			}
-			return nil
-		}
+		return planExact(b, op, any(mine).(*[]float32), exactCode32, toFixed32, fromFixed32)
 	case []float64:
-		codes := make([]int32, len(b))
-		for i, v := range b {
-			codes[i] = exactCode64(v)
+		return planExact(b, op, any(mine).(*[]float64), exactCode64, toFixed64, fromFixed64)
+	}
+	panic("collective: an exact sum of a type other than float32 and float64")
+}
+
+// planExact is newExact for elements F, with exponent codes C and
+// fixed-point terms Q, and their conversions.
+func planExact[F float32 | float64, C uint8 | int32, Q int32 | int64](b []F, op Op, mine *[]F,
+	code func(F) C, to func([]F, []C, []Q, int), from func([]Q, []C, []F, int, int)) *exactOp {
+	codes := make([]C, len(b))
+	for i, v := range b {
+		codes[i] = code(v)
+	}
+	e := &exactOp{codeHdr: header[C](Max, len(b)), sumHdr: header[Q](Sum, len(b))}
+	e.codeFn = allReduceWireFunc(codes, Max, WireFull)
+	e.sumFn = func(ctx context.Context, x *call) error {
+		if err := e.wait(); err != nil {
+			return err
 		}
-		e.codeFn, e.codeHdr = allReduceWireFunc(codes, Max, WireFull), header[int32](Max, len(b))
-		e.sumHdr = header[int64](Sum, len(b))
-		e.sumFn = func(ctx context.Context, x *call) error {
-			if err := e.wait(); err != nil {
-				return err
-			}
-			_, h, avg, err := exactSizes(x.c, op)
-			if err != nil {
-				return err
-			}
-			q, free := pooled[int64](len(b))
-			defer free()
-			toFixed64(b, codes, q, h)
-			off, q, err := exactSum(ctx, x, q, mine != nil)
-			if err != nil {
-				return err
-			}
-			fromFixed64(q, codes[off:], b[off:], h, avg)
-			if mine != nil {
-				*mine = any(b[off : off+len(q)]).([]T)
-			}
-			return nil
+		h, avg, err := exactSizes(x.c, op)
+		if err != nil {
+			return err
 		}
-	default:
-		panic("collective: an exact sum of a type other than float32 and float64")
+		q, free := pooled[Q](len(b))
+		defer free()
+		to(b, codes, q, h)
+		off, q, err := exactSum(ctx, x, q, mine != nil)
+		if err != nil {
+			return err
+		}
+		from(q, codes[off:], b[off:], h, avg)
+		if mine != nil {
+			*mine = b[off : off+len(q)]
+		}
+		return nil
 	}
 	return e
 }
@@ -412,18 +391,18 @@ func (e *exactOp) wait() error {
 	return e.before()
 }
 
-// exactSizes is the size of the sum's communicator, its headroom, and
-// the divisor of an Avg (1 for a Sum).
-func exactSizes(c *Comm, op Op) (n, h, avg int, err error) {
-	n = c.Size()
+// exactSizes is the headroom of a sum over c's ranks, and the divisor of
+// an Avg (1 for a Sum).
+func exactSizes(c *Comm, op Op) (h, avg int, err error) {
+	n := c.Size()
 	if n > exactLimit {
-		return 0, 0, 0, localError("an exact sum over %d ranks: at most %d", n, exactLimit)
+		return 0, 0, localError("an exact sum over %d ranks: at most %d", n, exactLimit)
 	}
 	avg = 1
 	if op == Avg {
 		avg = n
 	}
-	return n, headroom(n), avg, nil
+	return headroom(n), avg, nil
 }
 
 // exactSum sums q (integers) over every rank with x: all of it, or with
