@@ -77,6 +77,16 @@ type shmPeer struct {
 	maxPayload int
 	rec        record // the record the last nextRec found
 	want       int    // the payload the sender waits to fit
+
+	// A long frame cut short by a context stays whole: the sender keeps
+	// the rest of one it began (sendRest, under smu) and writes it before
+	// its next frame; the receiver keeps what it gathered (recvPart) and
+	// the next Recv goes on with it.
+	sendRest []byte
+	sendH    Header
+	recvPart []byte
+	recvN    int
+	recvH    Header
 	nextRec    func() (bool, error)
 	fitsWant   func() (bool, error)
 }
@@ -547,7 +557,9 @@ var (
 	errNoShm = errors.New("shared memory is not supported on this platform")
 )
 
-// shmSend writes one frame to sp, in pieces if it is long.
+// shmSend writes one frame to sp, in pieces if it is long. If ctx ends
+// after the first piece of a long frame, the rest is copied and written
+// before the next frame (the receiver waits for it).
 func (t *TCP) shmSend(ctx context.Context, sp *shmPeer, h Header, payload []byte) error {
 	sp.use.RLock()
 	defer sp.use.RUnlock()
@@ -556,23 +568,42 @@ func (t *TCP) shmSend(ctx context.Context, sp *shmPeer, h Header, payload []byte
 	}
 	sp.smu.Lock()
 	defer sp.smu.Unlock()
-	r := sp.out
+	if len(sp.sendRest) > 0 {
+		off, err := t.shmPieces(ctx, sp, sp.sendH, sp.sendRest, recMore)
+		sp.sendRest = sp.sendRest[off:]
+		if err != nil {
+			return err
+		}
+		sp.sendRest = nil
+	}
 	h.Type, h.Len = TypeData, uint32(len(payload))
-	piece := r.maxPiece()
 	kind := recFrame
-	if len(payload) > piece {
+	if len(payload) > sp.out.maxPiece() {
 		kind = recStart
 	}
+	off, err := t.shmPieces(ctx, sp, h, payload, kind)
+	if err != nil && off > 0 && off < len(payload) {
+		sp.sendRest, sp.sendH = append([]byte(nil), payload[off:]...), h
+	}
+	return err
+}
+
+// shmPieces writes payload to sp's ring in pieces, the first of kind
+// first and the rest recMore, and returns how much of it went out.
+func (t *TCP) shmPieces(ctx context.Context, sp *shmPeer, h Header, payload []byte, first uint32) (int, error) {
+	r := sp.out
+	piece := r.maxPiece()
+	kind := first
 	for off := 0; ; {
 		p := payload[off:min(off+piece, len(payload))]
 		sp.want = len(p)
 		if err := t.shmWait(ctx, r.cseq, r.cwait, nil, sp.fitsWant); err != nil {
-			return err
+			return off, err
 		}
 		r.put(kind, h, p)
 		kind = recMore
 		if off += len(p); off >= len(payload) {
-			return nil
+			return off, nil
 		}
 	}
 }
@@ -588,38 +619,42 @@ func (t *TCP) shmRecv(ctx context.Context, sp *shmPeer) (Frame, error) {
 	}
 	r := sp.in
 	next := sp.nextRec
-	if err := t.shmRecvWait(ctx, sp, next); err != nil {
-		return Frame{}, err
-	}
-	rec := sp.rec
-	switch rec.kind {
-	case recFrame:
-		r.hold(rec.end)
-		return Frame{Header: rec.h, Payload: rec.payload, release: r.relf}, nil
-	case recMore:
-		return Frame{}, t.shmBroken(sp.peer, shmCorrupt("a piece of a frame with no start"))
-	}
-	total := int(rec.h.Len)
-	buf := getBuf(total)
-	h := rec.h
-	n := copy(buf, rec.payload)
-	r.hold(rec.end)
-	r.release()
-	for n < total {
+	if sp.recvPart == nil {
 		if err := t.shmRecvWait(ctx, sp, next); err != nil {
-			putBuf(buf)
 			return Frame{}, err
 		}
-		rec = sp.rec
-		if rec.kind != recMore || len(rec.payload) > total-n {
-			putBuf(buf)
-			return Frame{}, t.shmBroken(sp.peer, shmCorrupt("piece of %d bytes (kind %d) where %d of a frame are due", len(rec.payload), rec.kind, total-n))
+		rec := sp.rec
+		switch rec.kind {
+		case recFrame:
+			r.hold(rec.end)
+			return Frame{Header: rec.h, Payload: rec.payload, release: r.relf}, nil
+		case recMore:
+			return Frame{}, t.shmBroken(sp.peer, shmCorrupt("a piece of a frame with no start"))
 		}
-		n += copy(buf[n:], rec.payload)
+		sp.recvPart, sp.recvH = getBuf(int(rec.h.Len)), rec.h
+		sp.recvN = copy(sp.recvPart, rec.payload)
 		r.hold(rec.end)
 		r.release()
 	}
-	return Frame{Header: h, Payload: buf, release: putBuf}, nil
+	// A long frame: gather its pieces. If ctx ends first, what is
+	// gathered stays in sp for the next Recv.
+	buf, total := sp.recvPart, len(sp.recvPart)
+	for sp.recvN < total {
+		if err := t.shmRecvWait(ctx, sp, next); err != nil {
+			return Frame{}, err
+		}
+		rec := sp.rec
+		if rec.kind != recMore || len(rec.payload) > total-sp.recvN {
+			sp.recvPart = nil
+			putBuf(buf)
+			return Frame{}, t.shmBroken(sp.peer, shmCorrupt("piece of %d bytes (kind %d) where %d of a frame are due", len(rec.payload), rec.kind, total-sp.recvN))
+		}
+		sp.recvN += copy(buf[sp.recvN:], rec.payload)
+		r.hold(rec.end)
+		r.release()
+	}
+	sp.recvPart = nil
+	return Frame{Header: sp.recvH, Payload: buf, release: putBuf}, nil
 }
 
 func (t *TCP) shmRecvWait(ctx context.Context, sp *shmPeer, next func() (bool, error)) error {

@@ -78,6 +78,10 @@ type peerConn struct {
 	// deadline, may hold it while the peer reads nothing).
 	wmu  chan struct{}
 	hdr  [HeaderSize]byte
+	// rest, under wmu, is what a write cut short by its context left of
+	// a frame already begun: it goes out before anything else, so that
+	// the stream stays whole.
+	rest []byte
 	spin spinState
 
 	shm      atomic.Pointer[shmPeer] // set before the connection is published, if the pair shares memory
@@ -427,10 +431,30 @@ func (t *TCP) write(ctx context.Context, pc *peerConn, h Header, payload []byte)
 		stop := context.AfterFunc(ctx, func() { _ = pc.c.SetWriteDeadline(time.Now()) })
 		defer stop()
 	}
+	if len(pc.rest) > 0 {
+		n, err := pc.c.Write(pc.rest)
+		pc.rest = pc.rest[n:]
+		if err != nil {
+			return err
+		}
+		pc.rest = nil
+	}
 	h.Len = uint32(len(payload))
 	PutHeader(pc.hdr[:], h)
 	bufs := net.Buffers{pc.hdr[:], payload}
-	_, err := bufs.WriteTo(pc.c)
+	n, err := bufs.WriteTo(pc.c)
+	if err != nil && n > 0 && int(n) < HeaderSize+len(payload) {
+		// Begun but not finished (its context ended): keep the rest, as
+		// the peer's reader waits for it; the payload is the caller's
+		// again once this returns.
+		pc.rest = make([]byte, 0, HeaderSize+len(payload)-int(n))
+		if int(n) < HeaderSize {
+			pc.rest = append(pc.rest, pc.hdr[n:]...)
+			pc.rest = append(pc.rest, payload...)
+		} else {
+			pc.rest = append(pc.rest, payload[int(n)-HeaderSize:]...)
+		}
+	}
 	return err
 }
 

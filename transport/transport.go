@@ -13,12 +13,15 @@ type Transport interface {
 	Rank() int
 	Size() int
 	// Send writes one frame to rank to. The payload may be reused when Send
-	// returns.
+	// returns. If ctx ends after part of the frame went out, Send returns
+	// ctx's error and the rest goes out ahead of the next frame, so the
+	// peer gets the whole frame (a frame not begun is not sent).
 	Send(ctx context.Context, to int, h Header, payload []byte) error
 	// Recv returns the next data frame from rank from. The caller must call
 	// Frame.Release when done with the payload, and release the frames of
 	// one peer in the order it received them (a payload may lie in shared
-	// memory until then).
+	// memory until then). A Recv that ctx ends part way through a frame
+	// loses nothing: the next Recv from that peer returns the frame.
 	Recv(ctx context.Context, from int) (Frame, error)
 	// Abort tells every peer that this rank gives up, with the reason, and
 	// fails the transport locally with err.
