@@ -87,8 +87,8 @@ type shmPeer struct {
 	recvPart []byte
 	recvN    int
 	recvH    Header
-	nextRec    func() (bool, error)
-	fitsWant   func() (bool, error)
+	nextRec  func() (bool, error)
+	fitsWant func() (bool, error)
 }
 
 // drop unmaps a pair that will not be used; nil does nothing.

@@ -76,8 +76,8 @@ type peerConn struct {
 	// wmu is held (a value in it) by the write in progress; a writer
 	// waits for it only as long as its context lets it (a ping, with no
 	// deadline, may hold it while the peer reads nothing).
-	wmu  chan struct{}
-	hdr  [HeaderSize]byte
+	wmu chan struct{}
+	hdr [HeaderSize]byte
 	// rest, under wmu, is what a write cut short by its context left of
 	// a frame already begun: it goes out before anything else, so that
 	// the stream stays whole.
