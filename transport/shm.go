@@ -77,6 +77,8 @@ type shmPeer struct {
 	maxPayload int
 	rec        record // the record the last nextRec found
 	want       int    // the payload the sender waits to fit
+	nextRec    func() (bool, error)
+	fitsWant   func() (bool, error)
 
 	// A long frame cut short by a context stays whole: the sender keeps
 	// the rest of one it began (sendRest, under smu) and writes it before
@@ -87,8 +89,6 @@ type shmPeer struct {
 	recvPart []byte
 	recvN    int
 	recvH    Header
-	nextRec  func() (bool, error)
-	fitsWant func() (bool, error)
 }
 
 // drop unmaps a pair that will not be used; nil does nothing.
