@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -145,14 +146,26 @@ func setErr(errbuf *C.char, n C.int, err error) {
 	buf[k] = 0
 }
 
-// gorun_join joins the job gorun started this process in, from the
-// environment gorun set (collective.Join), and returns the communicator.
+// gorun_join joins a job and returns the communicator. Its settings come
+// from env, envLen bytes of NUL-separated NAME=VALUE pairs in the form of
+// the environment gorun gives a rank (collective.ConfigFromEnv): the
+// caller passes its environment as it is now (variables set after the
+// process started count), with whatever a rendezvous of its own found. A
+// NULL env reads the process's environment as it was at start.
 //
 //export gorun_join
-func gorun_join(timeoutMs C.int64_t, errbuf *C.char, errlen C.int) C.int64_t {
+func gorun_join(env *C.char, envLen C.int, timeoutMs C.int64_t, errbuf *C.char, errlen C.int) C.int64_t {
+	lookup := os.LookupEnv
+	if env != nil && envLen >= 0 {
+		vars := envBlock(C.GoBytes(unsafe.Pointer(env), envLen))
+		lookup = func(k string) (string, bool) {
+			v, ok := vars[k]
+			return v, ok
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(timeoutMs)*time.Millisecond)
 	defer cancel()
-	c, err := collective.Join(ctx)
+	c, err := join(ctx, lookup)
 	if err != nil {
 		setErr(errbuf, errlen, err)
 		return -1

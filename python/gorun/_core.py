@@ -103,7 +103,7 @@ def _load():
     lib = ctypes.CDLL(path)
     i64, i32, p, s = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p
     sigs = {
-        "gorun_join": (i64, [i64, s, i32]),
+        "gorun_join": (i64, [s, i32, i64, s, i32]),
         "gorun_info": (i64, [i64, i32]),
         "gorun_view": (i32, [i64, ctypes.POINTER(i64), i32]),
         "gorun_set_exact": (i32, [i64, i32]),
@@ -376,20 +376,33 @@ _world = None
 _world_lock = threading.Lock()
 
 
-def world(timeout=600.0):
-    """The job's communicator, joined on first use from the environment gorun set."""
+def world(timeout=600.0, env=None):
+    """The job's communicator, joined on first use: from the environment
+    gorun's launcher set (as it is now: variables set from Python count),
+    with env's variables over it (what a rendezvous of the caller's found,
+    as gorun.torch's through a torch.distributed store)."""
     global _world
     with _world_lock:
         if _world is None:
-            if "GORUN_RANK" not in os.environ:
+            variables = {os.fsencode(k): os.fsencode(v) for k, v in os.environ.items()}
+            for k, v in (env or {}).items():
+                variables[os.fsencode(k)] = os.fsencode(str(v))
+            if b"GORUN_RANK" not in variables:
                 raise GorunError("gorun: this process was not started by gorun (no GORUN_RANK): run it as "
-                                 "`gorun -np N /usr/bin/python3 script.py`")
+                                 "`gorun -np N /usr/bin/python3 script.py`, or join through a store "
+                                 "(torch.distributed.init_process_group(\"gorun\", init_method=...))")
+            block = b"\0".join(k + b"=" + v for k, v in variables.items())
             buf = _errbuf()
-            h = _lib.gorun_join(int(timeout * 1000), buf, _ERRLEN)
+            h = _lib.gorun_join(block, len(block), int(timeout * 1000), buf, _ERRLEN)
             if h < 0:
                 raise GorunError(buf.value.decode(errors="replace"))
             _world = Comm(h)
         return _world
+
+
+def joined():
+    """Whether this process has joined its job (world() has returned)."""
+    return _world is not None
 
 
 def group_tag(name):

@@ -25,6 +25,7 @@ import atexit
 import ctypes
 import inspect
 import io
+import os
 import threading
 import time
 from datetime import timedelta
@@ -33,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ReduceOp
 
-from . import _core
+from . import _core, _rendezvous
 from ._core import (Aborted, Closed, GorunError, Mismatch, PeerLost,  # noqa: F401 (re-exported)
                     Timeout, ViewChanged)
 
@@ -949,7 +950,12 @@ def _group_of(comm, timeout=None):
 def _create(opts, pg_options=None):
     """torch.distributed's creator for the "gorun" backend (extended API)."""
     timeout = opts.timeout.total_seconds() if isinstance(opts.timeout, timedelta) else 600.0
-    w = _core.world(timeout)
+    env = None
+    if not _core.joined() and "GORUN_RANK" not in os.environ and not opts.global_ranks_in_group:
+        # Not started by gorun (torchrun, mp.spawn, srun, an operator):
+        # meet the other ranks in torch's store, as Gloo does.
+        env = _rendezvous.store_env(opts.store, opts.group_rank, opts.group_size, timeout)
+    w = _core.world(timeout, env)
     ranks = list(opts.global_ranks_in_group)
     if not ranks:  # the default group
         pg = _group_of(w, timeout)

@@ -1,0 +1,113 @@
+package python_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rendezvous runs tests/rendezvous.py (a copy named for the test, to look
+// for leftovers by): ranks that gorun did not start, meeting through
+// torch.distributed's rendezvous.
+func rendezvous(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	here, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("tests/rendezvous.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "rdv-"+strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())+".py")
+	if err := os.WriteFile(script, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, append([]string{script}, args...)...)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "GORUN_LIBRARY="+filepath.Join(dir, "libgorun.so"), "PYTHONPATH="+here, "OMP_NUM_THREADS=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("still running after 4 minutes:\n%s", out.String())
+	}
+	if left, _ := exec.Command("pgrep", "-f", script).Output(); len(left) > 0 {
+		t.Fatalf("processes left behind: %s\n%s", left, out.String())
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), code
+}
+
+// TestRendezvous: ranks started as torchrun starts them (each with RANK,
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT; Debian's torchrun itself cannot
+// start a job, docs/pytorch.md says why) and by
+// torch.multiprocessing.spawn join the gorun backend through
+// init_process_group's init methods (env://, tcp://, file://) and a
+// store= of their own, and get the right results; gorun's launcher is
+// not involved.
+func TestRendezvous(t *testing.T) {
+	setup(t)
+	okRE := regexp.MustCompile(`gorun-rdv-ok rank=(\d+) size=(\d+) checks=(\d+)`)
+	cases := [][]string{
+		{"procs", "env"}, {"procs", "tcp"}, {"procs", "file"}, {"procs", "store"},
+		{"spawn", "env"}, {"spawn", "file"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c, "-"), func(t *testing.T) {
+			np := "3"
+			out, code := rendezvous(t, "--launch", c[0], "--method", c[1], "--np", np)
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+			for r, m := range everyRank(t, out, 3, okRE) {
+				if m[2] != np || m[3] == "0" {
+					t.Fatalf("rank %s: %v", r, m)
+				}
+			}
+		})
+	}
+}
+
+// TestRendezvousKill: in such a job a rank that dies mid-job makes every
+// other rank's operation raise PeerLost naming it, within seconds, as
+// under gorun's launcher, and no process is left.
+func TestRendezvousKill(t *testing.T) {
+	setup(t)
+	seenRE := regexp.MustCompile(`gorun-rdv-seen rank=(\d+) after=([0-9.]+) error=(\w+): (.*)`)
+	for _, launch := range []string{"procs", "spawn"} {
+		t.Run(launch, func(t *testing.T) {
+			out, code := rendezvous(t, "--launch", launch, "--method", "env", "--np", "4", "--victim", "2")
+			if code == 0 {
+				t.Fatalf("exit 0:\n%s", out)
+			}
+			seen := lines(out, seenRE)
+			for _, r := range []string{"0", "1", "3"} {
+				m, ok := seen[r]
+				if !ok {
+					t.Fatalf("rank %s reported no failure:\n%s", r, out)
+				}
+				if m[3] != "PeerLost" || !strings.Contains(m[4], "rank 2") {
+					t.Fatalf("rank %s: %s: %s, want PeerLost naming rank 2", r, m[3], m[4])
+				}
+				t.Logf("rank %s saw the loss after %ss: %s", r, m[2], m[4])
+			}
+			if _, ok := seen["2"]; ok || strings.Contains(out, "gorun-rdv-hung") {
+				t.Fatalf("the victim reported a failure, or a rank hung:\n%s", out)
+			}
+		})
+	}
+}
