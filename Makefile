@@ -1,7 +1,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: build python install-python pmilib deps test test-debian13 test-short check fuzz bench integ demo clean
+.PHONY: build python install-python wheel pmilib deps test test-debian13 test-short check fuzz bench integ demo clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=auto -o bin/gorun ./cmd/gorun
@@ -21,6 +21,14 @@ install-python: python
 	@dir=$$($(PYTHON) -c 'import os, site; print(site.getsitepackages()[0] if os.geteuid() == 0 else site.getusersitepackages())') && \
 	  mkdir -p "$$dir" && rm -rf "$$dir/gorun" && cp -r python/gorun "$$dir/gorun" && rm -rf "$$dir/gorun/__pycache__" && \
 	  echo "installed gorun for $(PYTHON) in $$dir/gorun"
+
+# The wheel, dist/gorun-VERSION-py3-none-linux_ARCH.whl (python/mkwheel): the
+# Python package with libgorun.so, and the static gorun binary, which pip
+# installs as the environment's gorun command. VERSION is python/gorun's
+# __version__, which gorun --version prints too. Built here from Go and
+# gcc alone (no build backend, no network); needs gcc as `make python` does.
+wheel:
+	$(GO) run ./python/mkwheel -go $(GO) -o dist
 
 # gorun's PMI-1 client library for Open MPI 4, embedded in gorun. The built
 # copy is committed (so that `go install` gives a gorun that runs Open MPI
@@ -90,4 +98,4 @@ demo: build
 	bin/gorun -np 4 --strategy hub bin/hello
 
 clean:
-	rm -rf bin python/gorun/libgorun.so python/gorun/libgorun.h
+	rm -rf bin dist python/gorun/libgorun.so python/gorun/libgorun.h

@@ -23,6 +23,7 @@ import (
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/launcher/agent"
 	"github.com/gorun/gorun/ps"
+	"github.com/gorun/gorun/python"
 	"github.com/gorun/gorun/reduce"
 	"github.com/urfave/cli/v2"
 )
@@ -136,7 +137,7 @@ func launchFlags() []cli.Flag {
 func launch(c *cli.Context) error {
 	if c.Bool("version") {
 		bi, _ := debug.ReadBuildInfo()
-		_, err := fmt.Fprintln(c.App.Writer, versionLine(bi))
+		_, err := fmt.Fprintln(c.App.Writer, versionLine(python.Version, bi))
 		return err
 	}
 	if c.NArg() == 0 {

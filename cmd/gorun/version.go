@@ -5,21 +5,23 @@ import (
 	"runtime/debug"
 )
 
-// versionLine is what `gorun --version` prints, from bi (the binary's
-// build information; nil if it has none):
+// versionLine is what `gorun --version` prints, from ver (gorun's version:
+// python.Version, the Python package's __version__, so that gorun and the
+// package in the same wheel agree) and bi (the binary's build information;
+// nil if it has none):
 //
 //	gorun version VERSION (COMMIT TIME[ dirty]) GOVERSION OS/ARCH
 //
-// VERSION is the main module's version, "(devel)" if it has none; the
-// parenthesis comes from the VCS settings `go build` stamps in a git
-// checkout (the commit shortened to 12 digits, its time, and "dirty" with
-// uncommitted changes) and is left out without them.
-func versionLine(bi *debug.BuildInfo) string {
-	ver, rev, at, dirty := "(devel)", "", "", false
+// VERSION is "(devel)" if ver is empty; the parenthesis comes from the VCS
+// settings `go build` stamps in a git checkout (the commit shortened to 12
+// digits, its time, and "dirty" with uncommitted changes) and is left out
+// without them.
+func versionLine(ver string, bi *debug.BuildInfo) string {
+	rev, at, dirty := "", "", false
+	if ver == "" {
+		ver = "(devel)"
+	}
 	if bi != nil {
-		if bi.Main.Version != "" {
-			ver = bi.Main.Version
-		}
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":

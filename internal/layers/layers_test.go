@@ -35,6 +35,7 @@ var allowed = map[string][]string{
 	"internal/control":   nil,
 	"internal/chart":     nil,
 	"internal/inspect":   {"internal/tick"},
+	"python":             nil, // gorun's version: the Python package's __version__ (its tests are the PyTorch backend's)
 
 	// The data plane, bottom up: transport moves bytes, ring and ps are
 	// the two strategies, collective is the public API over them.
@@ -54,7 +55,11 @@ var allowed = map[string][]string{
 	"launcher/agent": {"internal/control", "internal/inspect", "internal/jobenv", "launcher/proto", "pmi", "pmi/pmilib", "pmix"},
 
 	// The one command.
-	"cmd/gorun": {"bench", "collective", "internal/jobenv", "internal/jobsecret", "launcher", "launcher/agent", "ps", "reduce"},
+	"cmd/gorun": {"bench", "collective", "internal/jobenv", "internal/jobsecret", "launcher", "launcher/agent", "ps", "python", "reduce"},
+
+	// The wheel's builder (make wheel): it runs go build, and takes the
+	// version from package python.
+	"python/mkwheel": {"python"},
 
 	// Test aids: imported by tests (and by bench and examples), never by a
 	// library package.
@@ -67,8 +72,7 @@ var allowed = map[string][]string{
 	"internal/jobtest":       {"internal/proctest", "launcher", "launcher/agent", "ps"},
 
 	// Tests only (their packages hold no code of their own).
-	"e2e":    nil,
-	"python": nil,
+	"e2e": nil,
 }
 
 // free are the trees that may import any package of the module: programs
