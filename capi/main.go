@@ -371,6 +371,69 @@ func gorun_start(comm C.int64_t, kind, dtype, redop, root, tag C.int, send unsaf
 	return C.int64_t(id)
 }
 
+// gorun_run runs an all-reduce, broadcast, reduce, all-gather or barrier
+// on the calling thread and returns when it is done, with its result
+// code (and message in errbuf): no goroutine or thread hand-off between
+// the call and the bytes, which is what a small operation's time is made
+// of. The arguments are gorun_start's; other kinds are refused.
+//
+//export gorun_run
+func gorun_run(comm C.int64_t, kind, dtype, redop, root C.int, send unsafe.Pointer, nsend C.int64_t, recv unsafe.Pointer, nrecv C.int64_t, timeoutMs C.int64_t, errbuf *C.char, errlen C.int) C.int {
+	err := run(int64(comm), op{kind: int(kind), dtype: int(dtype), redop: int(redop), root: int(root), send: send, recv: recv, nsend: int(nsend), nrecv: int(nrecv)}, int64(timeoutMs))
+	setErr(errbuf, errlen, err)
+	return C.int(codeOf(err))
+}
+
+func run(comm int64, o op, timeoutMs int64) error {
+	c, err := reg.comm(comm)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if timeoutMs > 0 {
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(timeoutMs)*time.Millisecond)
+	}
+	defer cancel()
+	switch uint8(o.dtype) {
+	case reduce.Float32:
+		return runNow[float32](ctx, c, o)
+	case reduce.Float64:
+		return runNow[float64](ctx, c, o)
+	case reduce.Int32:
+		return runNow[int32](ctx, c, o)
+	case reduce.Int64:
+		return runNow[int64](ctx, c, o)
+	case reduce.Int8:
+		return runNow[int8](ctx, c, o)
+	case reduce.Uint8:
+		return runNow[uint8](ctx, c, o)
+	}
+	return fmt.Errorf("gorun: unknown element type %d", o.dtype)
+}
+
+// runNow runs o with the collective package's blocking calls, on the
+// caller's goroutine.
+func runNow[T collective.Number](ctx context.Context, c *collective.Comm, o op) error {
+	send, recv := slice[T](o.send, o.nsend), slice[T](o.recv, o.nrecv)
+	if o.nsend < 0 || o.nrecv < 0 || (o.nsend > 0 && o.send == nil) || (o.nrecv > 0 && o.recv == nil) {
+		return fmt.Errorf("gorun: %d send and %d receive elements at %p and %p", o.nsend, o.nrecv, o.send, o.recv)
+	}
+	redop := collective.Op(o.redop)
+	switch o.kind {
+	case opAllReduce:
+		return collective.AllReduce(ctx, c, send, redop)
+	case opBroadcast:
+		return collective.Broadcast(ctx, c, send, o.root)
+	case opReduce:
+		return collective.Reduce(ctx, c, send, redop, o.root)
+	case opAllGather:
+		return collective.AllGather(ctx, c, send, recv)
+	case opBarrier:
+		return c.Barrier(ctx)
+	}
+	return fmt.Errorf("gorun: operation %d does not run on the calling thread", o.kind)
+}
+
 // slice views n elements of C memory at p as a []T.
 func slice[T collective.Number](p unsafe.Pointer, n int) []T {
 	if n <= 0 || p == nil {

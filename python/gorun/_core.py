@@ -110,6 +110,7 @@ def _load():
         "gorun_create_group": (i64, [i64, ctypes.POINTER(i64), i32, i64, i64, s, i32]),
         "gorun_close": (i32, [i64]),
         "gorun_start": (i64, [i64, i32, i32, i32, i32, i32, p, i64, p, i64, ctypes.POINTER(i64), i32, i64]),
+        "gorun_run": (i32, [i64, i32, i32, i32, i32, p, i64, p, i64, i64, s, i32]),
         "gorun_next": (i64, [i64]),
         "gorun_wait": (i32, [i64, i64]),
         "gorun_result": (i32, [i64, s, i32]),
@@ -127,6 +128,17 @@ _lib = _load()
 
 def _errbuf():
     return ctypes.create_string_buffer(_ERRLEN)
+
+
+_local = threading.local()
+
+
+def _thread_errbuf():
+    """This thread's error buffer, made once (for calls on the fast path)."""
+    buf = getattr(_local, "errbuf", None)
+    if buf is None:
+        buf = _local.errbuf = _errbuf()
+    return buf
 
 
 class _Completions:
@@ -338,6 +350,17 @@ class Comm:
                                  carr, len(counts) if counts else 0, int(timeout * 1000) if timeout else 0)
         _completions.register(op_id, callback)
         return op_id
+
+    def run(self, kind, dtype, op, root, send, nsend, recv, nrecv, timeout):
+        """Run an all-reduce, broadcast, reduce, all-gather or barrier in
+        this thread (the interpreter's lock released) and return when it is
+        done; raises its error. For small operations, whose time a
+        hand-off to another thread would dominate."""
+        buf = _thread_errbuf()
+        code = _lib.gorun_run(self._h, kind, dtype, op, root, send or None, nsend, recv or None, nrecv,
+                              int(timeout * 1000) if timeout else 0, buf, _ERRLEN)
+        if code != 0:
+            raise error(code, buf.value.decode(errors="replace"))
 
     @staticmethod
     def wait(op_id):

@@ -22,6 +22,7 @@ model in DDP again, and go on (docs/pytorch.md shows the loop).
 """
 
 import atexit
+import collections
 import ctypes
 import inspect
 import io
@@ -217,27 +218,85 @@ class _Work(dist.Work):
 
 
 _KEEP = 60.0
-_alive = {}  # id -> [work, finished at (monotonic) or None]
+# ... and at most the latest _KEEP_COUNT completed ones (a loop of small
+# operations completes a hundred thousand a second; DDP holds a handful).
+_KEEP_COUNT = 1 << 16
+_alive = {}  # id -> the Work, from its start until it is let go
+_done = collections.deque()  # (completed at (monotonic), id), in completion order
 _alive_lock = threading.Lock()
-_alive_made = 0
 
 
 def _keep(work):
-    global _alive_made
-    now = time.monotonic()
     with _alive_lock:
-        _alive[id(work)] = [work, None]
-        _alive_made += 1
-        if _alive_made % 256 == 0:
-            for k in [k for k, (_, t) in _alive.items() if t is not None and now - t > _KEEP]:
-                del _alive[k]
+        _alive[id(work)] = work
 
 
 def _finished(work):
+    """Work completed: it is let go _KEEP seconds from now (or after
+    _KEEP_COUNT later completions)."""
+    now = time.monotonic()
     with _alive_lock:
-        e = _alive.get(id(work))
-        if e is not None:
-            e[1] = time.monotonic()
+        if id(work) not in _alive:
+            return
+        _done.append((now, id(work)))
+        while _done and (len(_done) > _KEEP_COUNT or now - _done[0][0] > _KEEP):
+            _alive.pop(_done.popleft()[1], None)
+
+
+class _DoneWork(dist.Work):
+    """The Work of an operation that ran in the calling thread and
+    succeeded (ProcessGroupGorun._inline): complete from the start."""
+
+    def __init__(self, result):
+        super().__init__()
+        self._result = result
+        self._fut = None
+
+    def wait(self, timeout=None):
+        return True
+
+    def get_future(self):
+        if self._fut is None:
+            self._fut = torch.futures.Future()
+            self._fut.set_result(self._result)
+        return self._fut
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return True
+
+    def exception(self):
+        return None
+
+    def result(self):
+        return self._result
+
+
+def _done_work(result):
+    w = _DoneWork(result)
+    now = time.monotonic()
+    with _alive_lock:  # _keep and _finished at once
+        _alive[id(w)] = w
+        _done.append((now, id(w)))
+        while len(_done) > _KEEP_COUNT or now - _done[0][0] > _KEEP:
+            _alive.pop(_done.popleft()[1], None)
+    return w
+
+
+# An all-reduce, reduce or broadcast of one contiguous CPU tensor of a
+# native type and at most this many bytes runs in the calling thread, the
+# interpreter's lock released (Comm.run), and returns a Work that is
+# already complete: for it, a hand-off to gorun's threads and back costs
+# more than the bytes. The default is the collective package's SmallBytes,
+# up to which one exchange does the operation; above it the ring's
+# pipelined steps wake goroutines, which is slower on a thread that came
+# from C than on gorun's own (docs/pytorch.md has the figures). Larger
+# ones start and return at once, so that DDP's buckets overlap backward.
+# GORUN_TORCH_INLINE_BYTES sets it (0: never); elastic jobs never run
+# inline (their blocking calls mean "the program saw the view change").
+INLINE_BYTES = int(os.environ.get("GORUN_TORCH_INLINE_BYTES", 32 << 10))
 
 
 class _Pending:
@@ -365,6 +424,9 @@ def _routed(method):
     """method's tensors go to the group's backend for their device when they
     are not on the CPU and the group has one ("cpu:gorun,cuda:nccl")."""
     def run(self, *args):
+        a = args[0] if args else None
+        if type(a) is list and len(a) == 1 and type(a[0]) is torch.Tensor and a[0].is_cpu:
+            return method(self, *args)  # the common case, quickly
         other = self._elsewhere(args)
         if other is None:
             return method(self, *args)
@@ -392,6 +454,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
         self._name = None  # torch's name for the group (2.x), see group_name
         self._desc = None  # and its description
         self._others = {}  # device type -> the backend its tensors go to ("cpu:gorun,cuda:nccl")
+        self._inline_ok = INLINE_BYTES > 0 and not comm.elastic  # see INLINE_BYTES
 
     def getBackendName(self):
         return "gorun"
@@ -481,7 +544,29 @@ class ProcessGroupGorun(dist.ProcessGroup):
 
     # -- reductions ---------------------------------------------------
 
+    def _inline(self, tensors):
+        """The native element type of tensors if they are one tensor that
+        runs in the calling thread (INLINE_BYTES), else None."""
+        if len(tensors) != 1 or not self._inline_ok:
+            return None
+        t = tensors[0]
+        dt = _NATIVE.get(t.dtype)
+        if dt is None or t.is_sparse or not t.is_cpu or not t.is_contiguous() or \
+                t.numel() * t.element_size() > INLINE_BYTES:
+            return None
+        return dt
+
+    def _run_inline(self, tensors, kind, dtype, op, root, timeout):
+        """Runs an operation on tensors (_inline's) in this thread; the
+        caller holds self._lock (_run)."""
+        t = tensors[0]
+        self.comm.run(kind, dtype, op, root, _addr(t), t.numel(), None, 0, timeout)
+        return _done_work(tensors)
+
     def _reduce(self, tensors, op, kind, root, timeout):
+        dt = self._inline(tensors)
+        if dt is not None:
+            return self._run_inline(tensors, kind, dt, _op_code(op, tensors[0].dtype), root, timeout)
         for t in tensors:  # every tensor checked before any operation starts
             _check(t)
             _reducible(t.dtype)
@@ -601,6 +686,9 @@ class ProcessGroupGorun(dist.ProcessGroup):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         root = self._peer(opts.rootRank)
+        dt = self._inline(tensors)
+        if dt is not None:
+            return self._run(lambda: self._run_inline(tensors, _core.BROADCAST, dt, 0, root, self._t(opts)))
 
         def build():
             for t in tensors:

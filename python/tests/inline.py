@@ -1,0 +1,144 @@
+"""Small operations that run in the calling thread (gorun.torch.INLINE_BYTES)
+against the threaded path and a reference.
+
+    gorun -np N /usr/bin/python3 python/tests/inline.py [--mode check|timeout|kill]
+
+check: all_reduce (every op), reduce and broadcast of every native dtype
+at random sizes (0, 1, primes, the threshold's element count -1, +0, +1),
+run inline and threaded (the group's inline switch off), must give the
+same bits, equal to a reference; small inline operations started between
+a large nonblocking all-reduce's start and its wait keep their order and
+results. Prints "gorun-inline-ok rank=R checks=K inline=I".
+
+timeout: rank 0 alone runs a small all-reduce on a group with a 0.5 s
+timeout and must raise Timeout; prints "gorun-inline-seen rank=R error=T".
+
+kill: the last rank exits after a few small all-reduces; every other rank,
+looping on small all-reduces, prints "gorun-inline-seen rank=R error=T
+after=S: MESSAGE" and exits 3.
+"""
+
+import argparse
+import os
+import signal
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import gorun.torch as gt
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--mode", choices=["check", "timeout", "kill"], default="check")
+a = ap.parse_args()
+signal.signal(signal.SIGTERM, lambda *_: None)  # let a rank report what it saw
+gt.init()
+R, N = dist.get_rank(), dist.get_world_size()
+pg = dist.distributed_c10d._get_default_group()
+
+DTYPES = [torch.float32, torch.float64, torch.int32, torch.int64, torch.int8, torch.uint8]
+OPS = [dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT]
+
+
+def reference(xs, op):
+    s = torch.stack(xs)
+    if op == dist.ReduceOp.SUM:
+        return s.sum(0, dtype=xs[0].dtype)
+    if op == dist.ReduceOp.MAX:
+        return s.max(0).values
+    if op == dist.ReduceOp.MIN:
+        return s.min(0).values
+    return s.prod(0, dtype=xs[0].dtype)
+
+
+def data(gen, n, dtype, op):
+    lo, hi = (-3, 4) if dtype not in (torch.uint8,) else (0, 4)
+    if op == dist.ReduceOp.PRODUCT:
+        lo, hi = (1, 3) if dtype in (torch.uint8, torch.int8) else (-2, 3)
+    return [torch.randint(lo, hi, (n,), generator=gen).to(dtype) for _ in range(N)]
+
+
+def check():
+    gen = torch.Generator().manual_seed(99)
+    checks = inline = 0
+    for dtype in DTYPES:
+        edge = gt.INLINE_BYTES // torch.tensor([], dtype=dtype).element_size()
+        sizes = [0, 1, 2, 3, 7, 13, 31, 257, edge - 1, edge, edge + 1]
+        for n in sizes:
+            for op in OPS:
+                xs = data(gen, n, dtype, op)
+                want = reference(xs, op) if n else xs[R]
+                got = []
+                for on in (True, False):
+                    pg._inline_ok = on
+                    t = xs[R].clone()
+                    dist.all_reduce(t, op=op)
+                    got.append(t)
+                pg._inline_ok = True
+                assert torch.equal(got[0], got[1]) and torch.equal(got[0], want), (dtype, n, op)
+                checks += 1
+                inline += int(pg._inline([xs[R]]) is not None)
+            root = n % N
+            xs = data(gen, n, dtype, dist.ReduceOp.SUM)
+            for on in (True, False):
+                pg._inline_ok = on
+                t = xs[R].clone()
+                dist.broadcast(t, root)
+                assert torch.equal(t, xs[root]), ("broadcast", dtype, n, on)
+                t = xs[R].clone()
+                dist.reduce(t, root, op=dist.ReduceOp.SUM)
+                if R == root:
+                    assert torch.equal(t, reference(xs, dist.ReduceOp.SUM) if n else xs[R]), ("reduce", dtype, n, on)
+                checks += 2
+            pg._inline_ok = True
+    # A large operation in flight while small ones run inline.
+    big = [torch.full((1 << 20,), float(r + 1)) for r in range(N)]
+    t = big[R].clone()
+    w = dist.all_reduce(t, async_op=True)
+    smalls = []
+    for i in range(20):
+        s = torch.full((16,), float(i * N + R))
+        dist.all_reduce(s)
+        smalls.append(s)
+    w.wait()
+    assert torch.equal(t, sum(big)), "large all-reduce beside small ones"
+    for i, s in enumerate(smalls):
+        assert torch.equal(s, torch.full((16,), float(sum(i * N + r for r in range(N))))), ("small", i)
+    checks += 21
+    print(f"gorun-inline-ok rank={R} checks={checks} inline={inline}", flush=True)
+
+
+def seen(e, t0):
+    print(f"gorun-inline-seen rank={R} error={type(e).__name__} after={time.monotonic() - t0:.2f}: {e}",
+          flush=True)
+    os._exit(3)
+
+
+if a.mode == "check":
+    check()
+elif a.mode == "timeout":
+    g = dist.new_group(list(range(N)), timeout=timedelta(seconds=0.5))
+    t0 = time.monotonic()
+    try:
+        if R == 0:
+            dist.all_reduce(torch.ones(4), group=g)
+        else:
+            dist.barrier()
+        raise SystemExit(f"rank {R}: an operation no other rank entered returned")
+    except gt.GorunError as e:
+        seen(e, t0)
+else:
+    t = torch.ones(64)
+    for _ in range(10):
+        dist.all_reduce(t)
+    if R == N - 1:
+        os._exit(9)
+    t0 = time.monotonic()
+    try:
+        for _ in range(10_000_000):
+            dist.all_reduce(t)
+        raise SystemExit(f"rank {R}: all-reduces went on without rank {N - 1}")
+    except gt.GorunError as e:
+        seen(e, t0)
+dist.destroy_process_group()
