@@ -36,15 +36,28 @@ var allowed = map[string][]string{
 	"internal/chart":     nil,
 	"internal/inspect":   {"internal/tick"},
 
-	// The data plane, bottom up: transport moves bytes, ring and ps are
+	// The data plane, bottom up: transport is the interface (frames,
+	// errors, the Mux) and its implementations sit beside it, gloo's way:
+	// wire is the frame and handshake kit, shm a byte stream over shared
+	// memory (ParamHub's links), tcp the rank mesh, mem the in-memory
+	// network; transport/internal holds what they share. ring and ps are
 	// the two strategies, collective is the public API over them.
-	"transport":           {"internal/jobenv", "internal/jobsecret", "internal/transporttest", "transport/liveness"}, // transporttest: a test hook set in init(), to go with transport's split
-	"ring":                {"reduce", "transport"},
-	"ps":                  {"assign", "internal/jobenv", "internal/jobsecret", "reduce", "transport"},
-	"collective":          {"internal/control", "internal/inspect", "internal/jobenv", "internal/jobsecret", "internal/tick", "membership", "ps", "reduce", "ring", "transport"},
-	"collective/powersgd": {"collective"},
-	"pipeline":            {"collective"},
-	"capi":                {"collective", "reduce"},
+	"transport/internal/canceled": nil,
+	"transport/internal/backoff":  nil,
+	"transport/internal/cpu":      nil,
+	"transport":                   {"transport/internal/canceled"},
+	"transport/internal/world":    {"transport", "transport/internal/canceled"},
+	"transport/wire":              {"internal/jobsecret", "transport", "transport/internal/backoff"},
+	"transport/internal/shmem":    {"internal/jobenv", "transport", "transport/internal/cpu", "transport/wire"},
+	"transport/shm":               {"transport", "transport/internal/shmem", "transport/wire"},
+	"transport/mem":               {"transport", "transport/internal/canceled", "transport/internal/world"},
+	"transport/tcp":               {"internal/jobsecret", "internal/transporttest", "transport", "transport/internal/backoff", "transport/internal/canceled", "transport/internal/cpu", "transport/internal/shmem", "transport/internal/world", "transport/liveness", "transport/wire"}, // transporttest: a test hook set in init(), to go
+	"ring":                        {"reduce", "transport"},
+	"ps":                          {"assign", "internal/jobenv", "internal/jobsecret", "reduce", "transport", "transport/shm", "transport/wire"},
+	"collective":                  {"internal/control", "internal/inspect", "internal/jobenv", "internal/jobsecret", "internal/tick", "membership", "ps", "reduce", "ring", "transport", "transport/mem", "transport/shm", "transport/tcp", "transport/wire"},
+	"collective/powersgd":         {"collective"},
+	"pipeline":                    {"collective"},
+	"capi":                        {"collective", "reduce"},
 
 	// The launcher: it places and supervises processes and never touches
 	// the data plane (the names of a job's files in shared memory are
@@ -62,7 +75,7 @@ var allowed = map[string][]string{
 	"internal/proctest":      nil,
 	"internal/mpitest":       nil,
 	"internal/soak":          nil,
-	"internal/commtest":      {"collective", "transport"},
+	"internal/commtest":      {"collective", "transport/mem"},
 	"internal/conformance":   {"collective"},
 	"internal/jobtest":       {"internal/proctest", "launcher", "launcher/agent", "ps"},
 
@@ -79,8 +92,11 @@ var free = []string{"bench", "examples", "scripts"}
 // the data plane never reaches up into the launcher, and no library
 // imports a test aid (transport's hook aside, named above).
 var never = []struct{ from, to []string }{
-	{[]string{"reduce", "transport", "ring", "ps", "membership", "collective"}, []string{"launcher", "launcher/agent", "launcher/proto", "pmi", "pmix", "cmd/gorun"}},
-	{[]string{"launcher", "launcher/proto", "launcher/agent", "pmi", "pmix"}, []string{"collective", "ring", "ps", "membership", "reduce", "transport"}},
+	{[]string{"reduce", "transport", "transport/wire", "transport/shm", "transport/tcp", "transport/mem", "ring", "ps", "membership", "collective"}, []string{"launcher", "launcher/agent", "launcher/proto", "pmi", "pmix", "cmd/gorun"}},
+	{[]string{"launcher", "launcher/proto", "launcher/agent", "pmi", "pmix"}, []string{"collective", "ring", "ps", "membership", "reduce", "transport", "transport/wire", "transport/shm", "transport/tcp", "transport/mem"}},
+	// ParamHub and the ring family use the interface and the kit, never
+	// the rank mesh.
+	{[]string{"ps", "ring"}, []string{"transport/tcp"}},
 	{[]string{"reduce", "ring", "ps", "membership", "collective", "launcher", "launcher/proto", "launcher/agent", "pmi", "pmix", "capi"}, []string{"internal/proctest", "internal/mpitest", "internal/soak", "internal/commtest", "internal/conformance", "internal/jobtest"}},
 }
 
