@@ -234,6 +234,10 @@ type Config struct {
 	TimelineFile string
 
 	Logger *slog.Logger
+
+	// onConnect is the rank mesh's tcp.Config.OnConnect (tests: which
+	// peers the collectives made a rank connect to).
+	onConnect func(peer int, sharedMemory bool)
 }
 
 // OversubscribedSpinTime is how long a yielding receive polls before it

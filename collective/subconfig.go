@@ -26,6 +26,7 @@ func transportConfig(cfg Config, logger *slog.Logger) tcp.Config {
 	// loss must fail it, as the mesh cannot tell.
 	tc.WatchAll = cfg.Strategy == StrategyHub
 	tc.Elastic = cfg.Elastic
+	tc.OnConnect = cfg.onConnect
 	return tc
 }
 

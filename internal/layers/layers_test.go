@@ -51,7 +51,7 @@ var allowed = map[string][]string{
 	"transport/internal/shmem":    {"internal/jobenv", "transport", "transport/internal/cpu", "transport/wire"},
 	"transport/shm":               {"transport", "transport/internal/shmem", "transport/wire"},
 	"transport/mem":               {"transport", "transport/internal/canceled", "transport/internal/world"},
-	"transport/tcp":               {"internal/jobsecret", "internal/transporttest", "transport", "transport/internal/backoff", "transport/internal/canceled", "transport/internal/cpu", "transport/internal/shmem", "transport/internal/world", "transport/liveness", "transport/wire"}, // transporttest: a test hook set in init(), to go
+	"transport/tcp":               {"internal/jobsecret", "transport", "transport/internal/backoff", "transport/internal/canceled", "transport/internal/cpu", "transport/internal/shmem", "transport/internal/world", "transport/liveness", "transport/wire"},
 	"ring":                        {"reduce", "transport"},
 	"ps":                          {"assign", "internal/jobenv", "internal/jobsecret", "reduce", "transport", "transport/shm", "transport/wire"},
 	"collective":                  {"internal/control", "internal/inspect", "internal/jobenv", "internal/jobsecret", "internal/tick", "membership", "ps", "reduce", "ring", "transport", "transport/mem", "transport/shm", "transport/tcp", "transport/wire"},
@@ -71,13 +71,12 @@ var allowed = map[string][]string{
 
 	// Test aids: imported by tests (and by bench and examples), never by a
 	// library package.
-	"internal/transporttest": nil,
-	"internal/proctest":      nil,
-	"internal/mpitest":       nil,
-	"internal/soak":          nil,
-	"internal/commtest":      {"collective", "transport/mem"},
-	"internal/conformance":   {"collective"},
-	"internal/jobtest":       {"internal/proctest", "launcher", "launcher/agent", "ps"},
+	"internal/proctest":    nil,
+	"internal/mpitest":     nil,
+	"internal/soak":        nil,
+	"internal/commtest":    {"collective", "transport/mem"},
+	"internal/conformance": {"collective"},
+	"internal/jobtest":     {"internal/proctest", "launcher", "launcher/agent", "ps"},
 
 	// Tests only (their packages hold no code of their own).
 	"e2e":    nil,
@@ -90,14 +89,14 @@ var free = []string{"bench", "examples", "scripts"}
 
 // never are imports no library package makes, whatever the table says:
 // the data plane never reaches up into the launcher, and no library
-// imports a test aid (transport's hook aside, named above).
+// imports a test aid.
 var never = []struct{ from, to []string }{
 	{[]string{"reduce", "transport", "transport/wire", "transport/shm", "transport/tcp", "transport/mem", "ring", "ps", "membership", "collective"}, []string{"launcher", "launcher/agent", "launcher/proto", "pmi", "pmix", "cmd/gorun"}},
 	{[]string{"launcher", "launcher/proto", "launcher/agent", "pmi", "pmix"}, []string{"collective", "ring", "ps", "membership", "reduce", "transport", "transport/wire", "transport/shm", "transport/tcp", "transport/mem"}},
 	// ParamHub and the ring family use the interface and the kit, never
 	// the rank mesh.
 	{[]string{"ps", "ring"}, []string{"transport/tcp"}},
-	{[]string{"reduce", "ring", "ps", "membership", "collective", "launcher", "launcher/proto", "launcher/agent", "pmi", "pmix", "capi"}, []string{"internal/proctest", "internal/mpitest", "internal/soak", "internal/commtest", "internal/conformance", "internal/jobtest"}},
+	{[]string{"reduce", "transport", "transport/wire", "transport/shm", "transport/tcp", "transport/mem", "ring", "ps", "membership", "collective", "launcher", "launcher/proto", "launcher/agent", "pmi", "pmix", "capi"}, []string{"internal/proctest", "internal/mpitest", "internal/soak", "internal/commtest", "internal/conformance", "internal/jobtest"}},
 }
 
 func root(t *testing.T) string {

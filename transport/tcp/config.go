@@ -57,6 +57,12 @@ type Config struct {
 	// OnPeerLost, if set, is called (from a transport goroutine) when an
 	// Elastic transport loses a peer, with the reason.
 	OnPeerLost func(peer int, reason string)
+	// OnConnect, if set, is called each time a connection to peer is set
+	// up and in use, with whether the pair's data goes through shared
+	// memory: which peers a rank's algorithms made it connect to (the
+	// mesh connects on first use). It is called from the goroutine that
+	// set the connection up, and must not block.
+	OnConnect func(peer int, sharedMemory bool)
 	// Shm lets ranks on one host exchange data through shared memory
 	// (see shm.go); pairs on different hosts, or that cannot set it up,
 	// use TCP.

@@ -233,7 +233,7 @@ func (t *TCP) taken(peer int) bool {
 // register publishes a set-up connection to peer (with its shared memory,
 // if any) and starts its reader. A dialed connection was made for the
 // peer's generation gen (when its dial loop began); an accepted one is the
-// current generation's. It fails with errDuplicate if peer already has a
+// current generation's. It fails with wire.ErrDuplicate if peer already has a
 // connection, and with errReplaced if Revive gave the peer a new process
 // since gen.
 func (t *TCP) register(peer int, c net.Conn, sp *shmem.Peer, sameHost, dialed bool, port uint16, gen uint32) error {
@@ -270,6 +270,9 @@ func (t *TCP) register(peer int, c net.Conn, sp *shmem.Peer, sameHost, dialed bo
 	t.slotOf(peer).notify()
 	t.mu.Unlock()
 	t.perform(acts)
+	if t.cfg.OnConnect != nil {
+		t.cfg.OnConnect(peer, sp != nil)
+	}
 	return nil
 }
 
