@@ -1,3 +1,16 @@
+// Package mem is an in-memory transport.Transport: a Network of n ranks
+// in one process, for tests of gorun's algorithms and of users' own
+// training loops (memberlist's mock transport is the model), and an
+// in-memory net.Listener (Listener) that servers written for a socket
+// (a ParamHub hub) run on in tests and in collective.NewLocal.
+//
+// Send copies the payload, as a wire would: the caller's buffer is its
+// own again when Send returns, and a received Frame's payload is a pooled
+// buffer that Release gives back. A rank dies only when the test says so
+// (Network.Kill): every other rank then fails with its PeerLostError, as
+// over TCP (with Network.Elastic, only their calls that involve it). A
+// rank that closes leaves cleanly: a Recv from it fails once its frames
+// are used up.
 package mem
 
 import (

@@ -1,3 +1,16 @@
+// Package shm upgrades an authenticated connection between two processes
+// on one host to shared memory: ParamHub's links (package ps) call Offer
+// on the dialing side and Answer on the accepting side, right after the
+// handshake (transport/wire), and get back a net.Conn whose bytes go
+// through two rings in a shared segment (transport/internal/shmem), or
+// the connection itself when the peer declined or is on another host.
+//
+// The returned conn's Read and Write are each for one goroutine at a
+// time; Close may come from any goroutine. What is written is copied
+// into the ring: the caller's buffer is its own again when Write
+// returns. When the peer dies, its end of the socket (kept open for just
+// this) ends: a waiting Read returns io.EOF once all the peer wrote is
+// read, a waiting Write fails, and no one hangs.
 package shm
 
 import (
