@@ -208,7 +208,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	}
 	if err == nil {
 		// Placement before connecting: every rank knows every rank's host,
-		// and connections are made on first use (transport/connect.go).
+		// and connections are made on first use (transport/tcp/connect.go).
 		peers := make([]tcp.Peer, len(found))
 		hosts := make([]string, len(found))
 		for r, p := range found {
@@ -248,8 +248,8 @@ func NewLocal(n int, cfg Config) ([]*Comm, error) {
 }
 
 // NewLocalOn is NewLocal over a network the caller made, so that a test
-// can kill a rank (MemNetwork.Kill) or count what each rank sent and to
-// how many peers (MemNetwork.Frames, MemNetwork.Links). With cfg.Elastic
+// can kill a rank (mem.Network.Kill) or count what each rank sent and to
+// how many peers (mem.Network.Frames, mem.Network.Links). With cfg.Elastic
 // the job is elastic, its sequencer in memory: a Kill is a death, after
 // which the others get the new view.
 func NewLocalOn(nw *mem.Network, cfg Config) ([]*Comm, error) {

@@ -137,7 +137,7 @@ type elastic struct {
 }
 
 // memSequencer is the sequencer of an in-memory elastic job (NewLocalOn
-// with Config.Elastic): MemNetwork.Kill is a death, and a suspect is
+// with Config.Elastic): mem.Network.Kill is a death, and a suspect is
 // fenced by a Kill.
 type memSequencer struct {
 	nw    *mem.Network

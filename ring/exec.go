@@ -9,7 +9,7 @@ import (
 	"github.com/gorun/gorun/transport"
 )
 
-// Transport is what the executors need; *tcp.TCP and
+// Transport is what the executors need; *tcp.Mesh and
 // *mem.Transport provide it.
 type Transport interface {
 	Rank() int

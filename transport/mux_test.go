@@ -262,9 +262,9 @@ var testSecret = []byte("0123456789abcdef0123456789abcdef")
 
 // mesh starts n TCP transports on loopback, connected, closed at the
 // test's end.
-func mesh(t *testing.T, n int, tweak func(r int, c *tcp.Config)) []*tcp.TCP {
+func mesh(t *testing.T, n int, tweak func(r int, c *tcp.Config)) []*tcp.Mesh {
 	t.Helper()
-	ts := make([]*tcp.TCP, n)
+	ts := make([]*tcp.Mesh, n)
 	addrs := make([]string, n)
 	for r := range n {
 		cfg := tcp.DefaultConfig()

@@ -53,10 +53,10 @@ import (
 type Options struct {
 	// Enabled offers (or accepts) shared memory; off, the offer declines.
 	Enabled bool
-	// Dir is where the segment is created (DefaultShmDir if empty).
+	// Dir is where the segment is created (/dev/shm if empty).
 	Dir string
 	// RingBytes is the capacity of each direction, rounded up to a power
-	// of two (DefaultShmRingBytes if 0).
+	// of two (2 MiB if 0).
 	RingBytes int
 	// HostKey names this host (the hostname if empty); the kernel's boot
 	// id is added. Both ends must compute the same key to share memory.

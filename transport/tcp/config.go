@@ -11,7 +11,7 @@ import (
 	"github.com/gorun/gorun/transport/wire"
 )
 
-// Config configures a TCP transport.
+// Config configures a Mesh.
 type Config struct {
 	Rank, Size int
 	JobID      string // must be equal on every rank; at most 64 bytes
@@ -64,17 +64,20 @@ type Config struct {
 	// set the connection up, and must not block.
 	OnConnect func(peer int, sharedMemory bool)
 	// Shm lets ranks on one host exchange data through shared memory
-	// (see shm.go); pairs on different hosts, or that cannot set it up,
+	// (see the package documentation); pairs on different hosts, or that cannot set it up,
 	// use TCP.
 	Shm bool
-	// ShmDir is where segments are created ("" = DefaultShmDir).
+	// ShmDir is where segments are created ("" = /dev/shm, where the
+	// launcher's agents sweep a job's leftovers).
 	ShmDir string
 	// ShmRingBytes is one direction's ring capacity (rounded up to a
 	// power of two); 0 sizes rings from ShmBudget and the number of ranks
-	// on the host (see DefaultShmBudget).
+	// on the host (see ShmBudget), 2 MiB at most.
 	ShmRingBytes int
-	// ShmBudget bounds one rank's share of shared memory (0 =
-	// DefaultShmBudget).
+	// ShmBudget bounds one rank's share of shared memory, counted as one
+	// ring per peer on its host were it to talk to all of them (0 = 16
+	// MiB: 2 MiB rings up to 9 ranks a host, 1 MiB up to 17, 512 KiB up
+	// to 33, and so on, 64 KiB at least).
 	ShmBudget int
 	// HostKey names this rank's host: ranks share memory only when their
 	// keys (and kernels) are equal. "" = the hostname. The launcher's node

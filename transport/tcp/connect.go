@@ -54,7 +54,7 @@ type Peer struct {
 	Host string
 }
 
-// slot is this rank's side of connecting to one peer; under TCP.mu.
+// slot is this rank's side of connecting to one peer; under Mesh.mu.
 type slot struct {
 	dialing   bool // a dialLoop runs
 	waiting   bool // its dial was refused: the peer's own dial comes
@@ -65,7 +65,7 @@ type slot struct {
 }
 
 // slotOf returns peer's slot; under mu.
-func (t *TCP) slotOf(peer int) *slot {
+func (t *Mesh) slotOf(peer int) *slot {
 	s := t.slots[peer]
 	if s == nil {
 		s = &slot{changed: make(chan struct{})}
@@ -83,7 +83,7 @@ func (s *slot) notify() {
 // SetPeers tells the transport where every rank listens and on which
 // host (in rank order; this rank's entry is ignored). Connections are
 // then made on first use, or by ConnectTo. It may be called once.
-func (t *TCP) SetPeers(peers []Peer) error {
+func (t *Mesh) SetPeers(peers []Peer) error {
 	if len(peers) != t.cfg.Size {
 		return fmt.Errorf("transport: %d peers for %d ranks", len(peers), t.cfg.Size)
 	}
@@ -118,7 +118,7 @@ func (t *TCP) SetPeers(peers []Peer) error {
 // peers on its host: explicit if set, else the largest power of two that
 // keeps this rank's share of its pairs' segments (half of each: one ring)
 // within budget even if it talks to every local peer, at most
-// DefaultShmRingBytes and at least 64 KiB.
+// shmem.DefaultRingBytes and at least 64 KiB.
 func ringBytesFor(explicit, budget, local int) int {
 	if explicit > 0 {
 		return shmem.RingCapOf(explicit)
@@ -143,7 +143,7 @@ func ringBytesFor(explicit, budget, local int) int {
 // (see successors) stays, with its frames. Only the job's sequencer (gorun, through a view
 // that names the joiner) may decide that a rank is back: the caller must
 // have made sure that no call of its own is waiting on peer.
-func (t *TCP) Revive(peer int, p Peer) error {
+func (t *Mesh) Revive(peer int, p Peer) error {
 	if !t.cfg.Elastic {
 		return fmt.Errorf("transport: rank %d: Revive of rank %d needs an Elastic transport", t.cfg.Rank, peer)
 	}
@@ -200,7 +200,7 @@ func (t *TCP) Revive(peer int, p Peer) error {
 // is broken by its death, or, if its host died with it, comes from
 // another host (a rank is restarted on its own host only while that host
 // lives).
-func (t *TCP) successors(pc *peerConn, p Peer) bool {
+func (t *Mesh) successors(pc *peerConn, p Peer) bool {
 	if pc.broken.Load() {
 		return false
 	}
@@ -221,7 +221,7 @@ func (t *TCP) successors(pc *peerConn, p Peer) bool {
 }
 
 // port is the port this rank listens on for its peers.
-func (t *TCP) port() uint16 {
+func (t *Mesh) port() uint16 {
 	if a, ok := t.ln.Addr().(*net.TCPAddr); ok {
 		return uint16(a.Port)
 	}
@@ -230,7 +230,7 @@ func (t *TCP) port() uint16 {
 
 // ConnectTo connects to the given peers now, in parallel, each under its
 // own deadline. The error names the peers that could not be reached.
-func (t *TCP) ConnectTo(ctx context.Context, peers []int) error {
+func (t *Mesh) ConnectTo(ctx context.Context, peers []int) error {
 	errs := make([]error, len(peers))
 	done := make(chan int, len(peers))
 	for i, p := range peers {
@@ -247,7 +247,7 @@ func (t *TCP) ConnectTo(ctx context.Context, peers []int) error {
 
 // Connect is SetPeers with addresses alone (hosts learned while
 // connecting) followed by ConnectTo every other rank: the full mesh.
-func (t *TCP) Connect(ctx context.Context, addrs []string) error {
+func (t *Mesh) Connect(ctx context.Context, addrs []string) error {
 	peers := make([]Peer, len(addrs))
 	for i, a := range addrs {
 		peers[i].Addr = a
@@ -265,7 +265,7 @@ func (t *TCP) Connect(ctx context.Context, addrs []string) error {
 }
 
 // conn returns the connection to peer, making it if there is none.
-func (t *TCP) conn(ctx context.Context, peer int) (*peerConn, error) {
+func (t *Mesh) conn(ctx context.Context, peer int) (*peerConn, error) {
 	if err := t.w.CheckPeer(peer); err != nil {
 		return nil, err
 	}
@@ -327,7 +327,7 @@ func (t *TCP) conn(ctx context.Context, peer int) (*peerConn, error) {
 //
 // A Revive meanwhile ends it quietly: its attempts went to the old
 // process, and the callers waiting on the slot start a new one.
-func (t *TCP) dialLoop(peer int) {
+func (t *Mesh) dialLoop(peer int) {
 	defer t.wg.Done()
 	ctx, cancel := context.WithCancel(t.closeCtx)
 	defer cancel()
@@ -390,7 +390,7 @@ func (t *TCP) dialLoop(peer int) {
 // awaitPeer waits for the connection of a peer that refused this rank's
 // dial because it is dialing too and wins; false if it did not come in
 // twice the handshake timeout.
-func (t *TCP) awaitPeer(ctx context.Context, peer int) bool {
+func (t *Mesh) awaitPeer(ctx context.Context, peer int) bool {
 	timer := time.NewTimer(2*t.cfg.HandshakeTimeout + t.cfg.DialTimeout)
 	defer timer.Stop()
 	t.mu.Lock()
@@ -424,7 +424,7 @@ func (t *TCP) awaitPeer(ctx context.Context, peer int) bool {
 
 // dialOnce makes one attempt (for the peer's generation gen): dial,
 // handshake, shared memory, register.
-func (t *TCP) dialOnce(ctx context.Context, peer int, gen uint32) error {
+func (t *Mesh) dialOnce(ctx context.Context, peer int, gen uint32) error {
 	t.mu.Lock()
 	p := t.peerList[peer]
 	noShm := t.slotOf(peer).noShm
@@ -469,7 +469,7 @@ var errShmTimeout = errors.New("shared memory offer")
 
 // admit decides on a peer's hello, before the secret is checked: a
 // duplicate, or the losing side of two dials at once, is refused.
-func (t *TCP) admit(peer int) byte {
+func (t *Mesh) admit(peer int) byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.taken(peer) {
@@ -484,7 +484,7 @@ func (t *TCP) admit(peer int) byte {
 }
 
 // unadmit ends an admitted accept (registered or not).
-func (t *TCP) unadmit(peer int) {
+func (t *Mesh) unadmit(peer int) {
 	t.mu.Lock()
 	s := t.slotOf(peer)
 	s.accepting--
@@ -494,7 +494,7 @@ func (t *TCP) unadmit(peer int) {
 
 // acceptSetup is the acceptor's side after the handshake: an offer to
 // answer, then TypeReady, or TypeReady alone.
-func (t *TCP) acceptSetup(c net.Conn, peer int, port uint16) error {
+func (t *Mesh) acceptSetup(c net.Conn, peer int, port uint16) error {
 	timeout := 2*t.cfg.HandshakeTimeout + t.cfg.DialTimeout
 	h, p, err := shmem.ReadCtl(t.closeCtx, c, timeout)
 	if err != nil {
@@ -537,7 +537,7 @@ func hasSegment(p []byte) bool {
 
 // probe checks that peer is alive, which gossip doubts, by connecting to
 // it: any answer to a hello (also a refusal) is life.
-func (t *TCP) probe(ctx context.Context, peer int) bool {
+func (t *Mesh) probe(ctx context.Context, peer int) bool {
 	t.mu.Lock()
 	var addr string
 	if t.peerList != nil {
@@ -558,7 +558,7 @@ func (t *TCP) probe(ctx context.Context, peer int) bool {
 
 // dialHello dials peer at addr and runs the handshake, within
 // handshakeTimeout; the connection is closed if the handshake fails.
-func (t *TCP) dialHello(ctx context.Context, addr string, peer int, handshakeTimeout time.Duration) (net.Conn, error) {
+func (t *Mesh) dialHello(ctx context.Context, addr string, peer int, handshakeTimeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: t.cfg.DialTimeout}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -573,7 +573,7 @@ func (t *TCP) dialHello(ctx context.Context, addr string, peer int, handshakeTim
 
 // offerCount is how many shared memory offers this rank has made (to peers
 // on its host, or whose host it did not know).
-func (t *TCP) offerCount() int { return int(t.offers.Load()) }
+func (t *Mesh) offerCount() int { return int(t.offers.Load()) }
 
 // connectedPeers lists the peers this rank holds a connection to.
-func (t *TCP) connectedPeers() []int { return t.peersWhere(func(*peerConn) bool { return true }) }
+func (t *Mesh) connectedPeers() []int { return t.peersWhere(func(*peerConn) bool { return true }) }

@@ -21,7 +21,7 @@ import (
 // lazyMesh starts n transports on loopback and gives each the others'
 // addresses and hosts (host[r] names rank r's host; nil: all unknown),
 // without connecting.
-func lazyMesh(t *testing.T, n int, host []string, tweak func(r int, c *Config)) []*TCP {
+func lazyMesh(t *testing.T, n int, host []string, tweak func(r int, c *Config)) []*Mesh {
 	t.Helper()
 	ts := listenAll(t, n, func(r int, c *Config) {
 		if host != nil {
@@ -46,11 +46,11 @@ func lazyMesh(t *testing.T, n int, host []string, tweak func(r int, c *Config)) 
 	return ts
 }
 
-func connected(tr *TCP) []int { return tr.connectedPeers() }
+func connected(tr *Mesh) []int { return tr.connectedPeers() }
 
 // ringPass sends one frame from every rank to its right neighbour and
 // checks that each rank receives its left neighbour's.
-func ringPass(t *testing.T, ts []*TCP, seq uint32) {
+func ringPass(t *testing.T, ts []*Mesh, seq uint32) {
 	t.Helper()
 	n := len(ts)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -270,7 +270,7 @@ func TestGossipVerdictRecorded(t *testing.T) {
 	}
 }
 
-func ringPassPair(t *testing.T, a, b *TCP) {
+func ringPassPair(t *testing.T, a, b *Mesh) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -398,7 +398,7 @@ func TestRevive(t *testing.T) {
 			t.Errorf("rank %d: Lost() = %v after the revival", r, ts[r].Lost())
 		}
 	}
-	if err := (&TCP{cfg: Config{Rank: 0, Size: 2}, w: world.New(0, 2)}).Revive(1, Peer{}); err == nil {
+	if err := (&Mesh{cfg: Config{Rank: 0, Size: 2}, w: world.New(0, 2)}).Revive(1, Peer{}); err == nil {
 		t.Error("Revive on a transport that is not elastic must fail")
 	}
 }
@@ -470,7 +470,7 @@ func TestSuccessorsByPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	tr := &TCP{}
+	tr := &Mesh{}
 	old := &peerConn{peer: 1, c: c, port: 40001}
 	if tr.successors(old, Peer{Addr: "127.0.0.1:40002"}) {
 		t.Fatal("the old process's connection (port 40001) was taken for the new one at port 40002")

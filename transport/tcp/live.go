@@ -43,7 +43,7 @@ func newMachine(cfg Config) (*liveness.Machine, error) {
 
 // step steps evs, in order, at one instant, and returns the actions to
 // perform.
-func (t *TCP) step(evs ...liveness.Event) []liveness.Action {
+func (t *Mesh) step(evs ...liveness.Event) []liveness.Action {
 	t.livMu.Lock()
 	defer t.livMu.Unlock()
 	return t.stepLocked(evs...)
@@ -52,7 +52,7 @@ func (t *TCP) step(evs ...liveness.Event) []liveness.Action {
 // stepBroken is step for an event that breaks pc (its reader ended, or a
 // write on it failed): pc is marked broken at the same instant, so that
 // Revive never keeps a connection the machine has dropped.
-func (t *TCP) stepBroken(pc *peerConn, ev liveness.Event) []liveness.Action {
+func (t *Mesh) stepBroken(pc *peerConn, ev liveness.Event) []liveness.Action {
 	t.livMu.Lock()
 	defer t.livMu.Unlock()
 	pc.broken.Store(true)
@@ -61,7 +61,7 @@ func (t *TCP) stepBroken(pc *peerConn, ev liveness.Event) []liveness.Action {
 
 // stepLocked steps evs under livMu, records what must agree with the
 // machine, and wakes the timer if the deadline moved earlier.
-func (t *TCP) stepLocked(evs ...liveness.Event) []liveness.Action {
+func (t *Mesh) stepLocked(evs ...liveness.Event) []liveness.Action {
 	now := time.Now()
 	var acts []liveness.Action
 	for _, ev := range evs {
@@ -95,7 +95,7 @@ func lostError(a liveness.DeclareLost) *transport.PeerLostError {
 // perform carries out acts (from step, its lock released), in order; a
 // Sample's Progress is stepped at once, and its actions performed after
 // the rest.
-func (t *TCP) perform(acts []liveness.Action) {
+func (t *Mesh) perform(acts []liveness.Action) {
 	for len(acts) > 0 {
 		a := acts[0]
 		acts = acts[1:]
@@ -146,7 +146,7 @@ func (t *TCP) perform(acts []liveness.Action) {
 // deadline (a write cut short leaves half a frame in the stream, and every
 // later frame unreadable), as a peer that is slow to read is not lost;
 // the transport's failure or its closing ends a write that waits.
-func (t *TCP) ping(a liveness.Ping) {
+func (t *Mesh) ping(a liveness.Ping) {
 	pc := t.connOf(a.Peer, a.Conn)
 	if pc == nil {
 		return
@@ -159,7 +159,7 @@ func (t *TCP) ping(a liveness.Ping) {
 }
 
 // connOf returns peer's connection if its number is id.
-func (t *TCP) connOf(peer int, id liveness.ConnID) *peerConn {
+func (t *Mesh) connOf(peer int, id liveness.ConnID) *peerConn {
 	if peer < 0 || peer >= t.cfg.Size {
 		return nil
 	}
@@ -171,7 +171,7 @@ func (t *TCP) connOf(peer int, id liveness.ConnID) *peerConn {
 
 // goTracked runs f in a goroutine that Close waits for, unless the
 // transport is closing.
-func (t *TCP) goTracked(f func()) {
+func (t *Mesh) goTracked(f func()) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if shmem.IsClosed(t.closing) {
@@ -186,7 +186,7 @@ func (t *TCP) goTracked(f func()) {
 
 // livenessLoop steps a Tick whenever the machine's deadline comes, until
 // the transport closes.
-func (t *TCP) livenessLoop() {
+func (t *Mesh) livenessLoop() {
 	defer t.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -225,7 +225,7 @@ func hostLoad() liveness.Load {
 // gone reports whether peer is gone for this rank's calls: it left, or an
 // elastic transport lost it (a job that is not elastic fails on a loss,
 // and its error says so).
-func (t *TCP) gone(peer int) bool {
+func (t *Mesh) gone(peer int) bool {
 	t.livMu.Lock()
 	st := t.live.Status(peer)
 	t.livMu.Unlock()
@@ -233,7 +233,7 @@ func (t *TCP) gone(peer int) bool {
 }
 
 // gen is peer's generation (see Revive).
-func (t *TCP) gen(peer int) uint32 {
+func (t *Mesh) gen(peer int) uint32 {
 	t.livMu.Lock()
 	defer t.livMu.Unlock()
 	return t.live.Gen(peer)
@@ -250,7 +250,7 @@ func (t *TCP) gen(peer int) uint32 {
 // answer. A rank this one has no connection to is probed with a
 // connection (WatchAll), or else remembered, so that connecting to it is
 // the check. The rules are package liveness's.
-func (t *TCP) PeerLost(peer int, reason string) {
+func (t *Mesh) PeerLost(peer int, reason string) {
 	t.perform(t.step(liveness.HostLoad{Load: hostLoad()}, liveness.Verdict{Peer: peer, Reason: reason}))
 }
 
@@ -262,19 +262,19 @@ func (t *TCP) PeerLost(peer int, reason string) {
 // connection on its way (it connected, sent and closed before this rank
 // accepted): it counts as gone only if none arrives within
 // ConfirmTimeout.
-func (t *TCP) PeerLeft(peer int) { t.perform(t.step(liveness.GossipLeft{Peer: peer})) }
+func (t *Mesh) PeerLeft(peer int) { t.perform(t.step(liveness.GossipLeft{Peer: peer})) }
 
 // Lost returns the peers this transport itself found lost, and why, even
 // those found after it had failed for another reason (another rank's
 // abort, say); a peer leaves it when Revive gives it a new process.
-func (t *TCP) Lost() map[int]string {
+func (t *Mesh) Lost() map[int]string {
 	t.livMu.Lock()
 	defer t.livMu.Unlock()
 	return t.live.Lost()
 }
 
 // Losses implements Transport: Lost now, and each loss found from now on.
-func (t *TCP) Losses() (lost map[int]string, news <-chan transport.Loss, cancel func()) {
+func (t *Mesh) Losses() (lost map[int]string, news <-chan transport.Loss, cancel func()) {
 	t.livMu.Lock()
 	defer t.livMu.Unlock()
 	news, cancel = t.losses.Subscribe()

@@ -77,7 +77,7 @@ func TestWriteWaitsWithContext(t *testing.T) {
 	a, b := net.Pipe() // unbuffered: a write waits for a read that never comes
 	defer a.Close()
 	defer b.Close()
-	tr := &TCP{}
+	tr := &Mesh{}
 	pc := &peerConn{peer: 1, c: a, wmu: make(chan struct{}, 1)}
 	held := make(chan error, 1)
 	go func() { held <- tr.write(context.Background(), pc, transport.Header{Type: transport.TypePing}, nil) }()

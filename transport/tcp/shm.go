@@ -27,7 +27,7 @@ import (
 // off, a full ShmDir) leaves the pair on TCP, with one warning naming the
 // reason when it is a failure rather than a choice.
 
-func (t *TCP) shmDir() string {
+func (t *Mesh) shmDir() string {
 	if t.cfg.ShmDir != "" {
 		return t.cfg.ShmDir
 	}
@@ -36,7 +36,7 @@ func (t *TCP) shmDir() string {
 
 // shmCfg is this rank's side of one pair's negotiation; off, if not "",
 // is why it offers or accepts no shared memory.
-func (t *TCP) shmCfg(off string) shmem.Negotiation {
+func (t *Mesh) shmCfg(off string) shmem.Negotiation {
 	t.mu.Lock()
 	ringBytes := t.ringBytes // 0 (the default) if SetPeers has not run: an acceptor's offers are never made
 	t.mu.Unlock()
@@ -49,7 +49,7 @@ func (t *TCP) shmCfg(off string) shmem.Negotiation {
 // LocalPeers implements Transport: the peers whose host key is this
 // rank's, from SetPeers, or, where it gave no hosts, learned while
 // connecting (so only among connected peers).
-func (t *TCP) LocalPeers() []int {
+func (t *Mesh) LocalPeers() []int {
 	t.mu.Lock()
 	if t.hostsKnown {
 		var out []int
@@ -66,7 +66,7 @@ func (t *TCP) LocalPeers() []int {
 }
 
 // peersWhere lists, in rank order, the connected peers keep accepts.
-func (t *TCP) peersWhere(keep func(*peerConn) bool) []int {
+func (t *Mesh) peersWhere(keep func(*peerConn) bool) []int {
 	t.mu.Lock() // sameHost is written under it
 	defer t.mu.Unlock()
 	var out []int
@@ -78,7 +78,7 @@ func (t *TCP) peersWhere(keep func(*peerConn) bool) []int {
 	return out
 }
 
-func (t *TCP) attach(pc *peerConn, sp *shmem.Peer) {
+func (t *Mesh) attach(pc *peerConn, sp *shmem.Peer) {
 	sp.Peer = pc.peer
 	sp.Out.Wake, sp.In.Wake = shmem.FutexWake, shmem.FutexWake
 	sp.Init(t.cfg.MaxPayload)
@@ -87,12 +87,12 @@ func (t *TCP) attach(pc *peerConn, sp *shmem.Peer) {
 
 // sharedMemoryPeers lists the peers this rank reaches through shared
 // memory.
-func (t *TCP) sharedMemoryPeers() []int {
+func (t *Mesh) sharedMemoryPeers() []int {
 	return t.peersWhere(func(pc *peerConn) bool { return pc.shm.Load() != nil })
 }
 
 // shmWakeAll wakes every goroutine asleep on a ring, after a failure.
-func (t *TCP) shmWakeAll() {
+func (t *Mesh) shmWakeAll() {
 	for _, pc := range t.peers() {
 		if sp := pc.shm.Load(); sp != nil {
 			sp.In.PSeq.Add(1)
@@ -106,7 +106,7 @@ func (t *TCP) shmWakeAll() {
 // shmWait waits until ready reports true, as shmPoll does, asleep on the
 // futex word, and returns early with the world's failure, ctx's error, or
 // (if left is not nil and closes) errLeft.
-func (t *TCP) shmWait(ctx context.Context, word, sleeping *atomic.Uint32, left <-chan struct{}, ready func() (bool, error)) error {
+func (t *Mesh) shmWait(ctx context.Context, word, sleeping *atomic.Uint32, left <-chan struct{}, ready func() (bool, error)) error {
 	sleep := func(seq uint32) {
 		wake := context.AfterFunc(ctx, func() { word.Add(1); shmem.FutexWake(word) })
 		shmem.FutexWait(word, seq, shmem.Sleep)
@@ -138,7 +138,7 @@ var errLeft = errors.New("left")
 // shmSend writes one frame to sp, in pieces if it is long. If ctx ends
 // after the first piece of a long frame, the rest is copied and written
 // before the next frame (the receiver waits for it).
-func (t *TCP) shmSend(ctx context.Context, sp *shmem.Peer, h transport.Header, payload []byte) error {
+func (t *Mesh) shmSend(ctx context.Context, sp *shmem.Peer, h transport.Header, payload []byte) error {
 	sp.Use.RLock()
 	defer sp.Use.RUnlock()
 	if sp.Closed {
@@ -168,7 +168,7 @@ func (t *TCP) shmSend(ctx context.Context, sp *shmem.Peer, h transport.Header, p
 
 // shmPieces writes payload to sp's ring in pieces, the first of kind
 // first and the rest recMore, and returns how much of it went out.
-func (t *TCP) shmPieces(ctx context.Context, sp *shmem.Peer, h transport.Header, payload []byte, first uint32) (int, error) {
+func (t *Mesh) shmPieces(ctx context.Context, sp *shmem.Peer, h transport.Header, payload []byte, first uint32) (int, error) {
 	r := sp.Out
 	piece := r.MaxPiece()
 	kind := first
@@ -189,7 +189,7 @@ func (t *TCP) shmPieces(ctx context.Context, sp *shmem.Peer, h transport.Header,
 // shmRecv reads the next frame from sp. A whole frame's payload is where
 // it lies in shared memory until Release; a long one is gathered into a
 // buffer of its own.
-func (t *TCP) shmRecv(ctx context.Context, sp *shmem.Peer) (transport.Frame, error) {
+func (t *Mesh) shmRecv(ctx context.Context, sp *shmem.Peer) (transport.Frame, error) {
 	sp.Use.RLock()
 	defer sp.Use.RUnlock()
 	if sp.Closed {
@@ -235,7 +235,7 @@ func (t *TCP) shmRecv(ctx context.Context, sp *shmem.Peer) (transport.Frame, err
 	return transport.NewFrame(sp.RecvH, buf, transport.PutBuf), nil
 }
 
-func (t *TCP) shmRecvWait(ctx context.Context, sp *shmem.Peer, next func() (bool, error)) error {
+func (t *Mesh) shmRecvWait(ctx context.Context, sp *shmem.Peer, next func() (bool, error)) error {
 	r := sp.In
 	var err error
 	if m := t.w.Meter.Load(); m != nil {
@@ -261,13 +261,13 @@ func (t *TCP) shmRecvWait(ctx context.Context, sp *shmem.Peer, next func() (bool
 }
 
 // shmBroken fails the world over a corrupt ring, naming the peer.
-func (t *TCP) shmBroken(peer int, err error) error {
+func (t *Mesh) shmBroken(peer int, err error) error {
 	lost := &transport.PeerLostError{Rank: peer, Reason: "its shared memory is corrupt: " + err.Error()}
 	t.w.Fail(lost)
 	return lost
 }
 
-func (t *TCP) closedErr() error {
+func (t *Mesh) closedErr() error {
 	if err := t.w.Err(); err != nil {
 		return err
 	}
@@ -277,7 +277,7 @@ func (t *TCP) closedErr() error {
 // closeShm unmaps every segment once no Send or Recv is using it. A
 // segment whose frames the caller still holds (not released) stays mapped:
 // unmapping it would pull the payload from under the caller.
-func (t *TCP) closeShm() {
+func (t *Mesh) closeShm() {
 	t.mu.Lock()
 	retired := t.retired
 	t.mu.Unlock()

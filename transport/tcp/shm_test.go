@@ -41,7 +41,7 @@ func noSegments(t *testing.T, dir, job string) {
 
 // exchange sends every frame in msgs from every rank to every other rank,
 // from concurrent senders, and checks what each receives.
-func exchange(t *testing.T, ts []*TCP, msgs [][]byte) {
+func exchange(t *testing.T, ts []*Mesh, msgs [][]byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

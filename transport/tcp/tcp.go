@@ -21,10 +21,10 @@ import (
 	"github.com/gorun/gorun/transport/wire"
 )
 
-// TCP is a Transport over one TCP connection per pair of ranks that
+// Mesh is a Transport over one TCP connection per pair of ranks that
 // talk, made on first use (see connect.go); through shared memory for
 // pairs on one host.
-type TCP struct {
+type Mesh struct {
 	cfg Config
 	log *slog.Logger
 	ln  net.Listener
@@ -72,7 +72,7 @@ type TCP struct {
 	hostKey string // see hostKey
 }
 
-var _ transport.Transport = (*TCP)(nil)
+var _ transport.Transport = (*Mesh)(nil)
 
 type peerConn struct {
 	peer int
@@ -107,7 +107,7 @@ type peerConn struct {
 }
 
 // Listen starts listening; the transport is usable after Connect.
-func Listen(cfg Config) (*TCP, error) {
+func Listen(cfg Config) (*Mesh, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -127,7 +127,7 @@ func Listen(cfg Config) (*TCP, error) {
 }
 
 // listenOn starts a transport that accepts on ln; cfg is valid.
-func listenOn(cfg Config, ln net.Listener) (*TCP, error) {
+func listenOn(cfg Config, ln net.Listener) (*Mesh, error) {
 	live, err := newMachine(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("transport: %w", err)
@@ -136,7 +136,7 @@ func listenOn(cfg Config, ln net.Listener) (*TCP, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := &TCP{
+	t := &Mesh{
 		cfg: cfg, log: log, ln: ln, w: world.New(cfg.Rank, cfg.Size),
 		conns:    make([]atomic.Pointer[peerConn], cfg.Size),
 		slots:    map[int]*slot{},
@@ -161,28 +161,28 @@ func listenOn(cfg Config, ln net.Listener) (*TCP, error) {
 // HostKey is what ranks compare to find peers on their host (Config's
 // HostKey or the hostname, and the kernel's boot id): publish it with
 // Addr, and give it back as Peer.Host.
-func (t *TCP) HostKey() string { return t.hostKey }
+func (t *Mesh) HostKey() string { return t.hostKey }
 
 // Addr is the address the transport listens on.
-func (t *TCP) Addr() net.Addr { return t.ln.Addr() }
+func (t *Mesh) Addr() net.Addr { return t.ln.Addr() }
 
 // Rank implements Transport.
-func (t *TCP) Rank() int { return t.cfg.Rank }
+func (t *Mesh) Rank() int { return t.cfg.Rank }
 
 // Size implements Transport.
-func (t *TCP) Size() int { return t.cfg.Size }
+func (t *Mesh) Size() int { return t.cfg.Size }
 
 // Err implements Transport.
-func (t *TCP) Err() error { return t.w.Err() }
+func (t *Mesh) Err() error { return t.w.Err() }
 
 // Failed implements Transport.
-func (t *TCP) Failed() <-chan struct{} { return t.w.Failed() }
+func (t *Mesh) Failed() <-chan struct{} { return t.w.Failed() }
 
-func (t *TCP) acceptLoop() {
+func (t *Mesh) acceptLoop() {
 	wire.AcceptLoop(t.ln, t.closing, t.cfg.AcceptPause, &t.wg, func(err error) { t.log.Warn("accept failed; retrying", "err", err) }, t.accept)
 }
 
-func (t *TCP) accept(c net.Conn) {
+func (t *Mesh) accept(c net.Conn) {
 	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	stop := context.AfterFunc(t.closeCtx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
@@ -221,7 +221,7 @@ func (t *TCP) accept(c net.Conn) {
 
 // taken reports, under mu, whether peer can get no new connection: it
 // has one, or the transport is closing.
-func (t *TCP) taken(peer int) bool {
+func (t *Mesh) taken(peer int) bool {
 	select {
 	case <-t.closing:
 		return true
@@ -236,7 +236,7 @@ func (t *TCP) taken(peer int) bool {
 // current generation's. It fails with wire.ErrDuplicate if peer already has a
 // connection, and with errReplaced if Revive gave the peer a new process
 // since gen.
-func (t *TCP) register(peer int, c net.Conn, sp *shmem.Peer, sameHost, dialed bool, port uint16, gen uint32) error {
+func (t *Mesh) register(peer int, c net.Conn, sp *shmem.Peer, sameHost, dialed bool, port uint16, gen uint32) error {
 	t.mu.Lock()
 	if t.taken(peer) {
 		t.mu.Unlock()
@@ -278,7 +278,7 @@ func (t *TCP) register(peer int, c net.Conn, sp *shmem.Peer, sameHost, dialed bo
 
 var errReplaced = errors.New("the peer was given a new process meanwhile (Revive)")
 
-func (t *TCP) readLoop(pc *peerConn) {
+func (t *Mesh) readLoop(pc *peerConn) {
 	defer t.wg.Done()
 	defer t.readers.Done()
 	alive := func() bool { return t.w.Err() == nil }
@@ -360,7 +360,7 @@ func (t *TCP) readLoop(pc *peerConn) {
 const readBufferSize = 64 << 10
 
 // Send implements Transport.
-func (t *TCP) Send(ctx context.Context, to int, h transport.Header, payload []byte) error {
+func (t *Mesh) Send(ctx context.Context, to int, h transport.Header, payload []byte) error {
 	if err := t.w.CheckPeer(to); err != nil {
 		return err
 	}
@@ -423,7 +423,7 @@ func (t *TCP) Send(ctx context.Context, to int, h transport.Header, payload []by
 
 // write writes one frame on pc, waiting for the write in progress, if
 // any, as long as ctx lets it.
-func (t *TCP) write(ctx context.Context, pc *peerConn, h transport.Header, payload []byte) error {
+func (t *Mesh) write(ctx context.Context, pc *peerConn, h transport.Header, payload []byte) error {
 	select {
 	case pc.wmu <- struct{}{}:
 	default:
@@ -468,10 +468,10 @@ func (t *TCP) write(ctx context.Context, pc *peerConn, h transport.Header, paylo
 
 // SetWaitMeter makes every later Recv add the time it is blocked for a
 // peer's data (over a socket or shared memory) to m (nil: stop).
-func (t *TCP) SetWaitMeter(m *transport.WaitMeter) { t.w.SetWaitMeter(m) }
+func (t *Mesh) SetWaitMeter(m *transport.WaitMeter) { t.w.SetWaitMeter(m) }
 
 // Recv implements Transport.
-func (t *TCP) Recv(ctx context.Context, from int) (transport.Frame, error) {
+func (t *Mesh) Recv(ctx context.Context, from int) (transport.Frame, error) {
 	var pc *peerConn
 	if from >= 0 && from < t.cfg.Size {
 		pc = t.conns[from].Load()
@@ -504,7 +504,7 @@ func (t *TCP) Recv(ctx context.Context, from int) (transport.Frame, error) {
 
 // Abort implements Transport: it sends err to every peer (best effort,
 // bounded by AbortTimeout) and then fails this transport with err.
-func (t *TCP) Abort(err error) {
+func (t *Mesh) Abort(err error) {
 	if t.w.Err() != nil {
 		return
 	}
@@ -514,14 +514,14 @@ func (t *TCP) Abort(err error) {
 
 // broadcastAbort sends an abort frame with err to every peer but skip, in
 // parallel, each bounded by timeout.
-func (t *TCP) broadcastAbort(err error, skip int, timeout time.Duration) {
+func (t *Mesh) broadcastAbort(err error, skip int, timeout time.Duration) {
 	t.sendAbort(transport.EncodeAbort(err), skip, -1, timeout)
 }
 
 // forwardAbort passes on an abort (payload p, a pooled buffer) that came
 // from origin through peer from, in the background, within
 // NoticeTimeout.
-func (t *TCP) forwardAbort(from, origin int, p []byte) {
+func (t *Mesh) forwardAbort(from, origin int, p []byte) {
 	t.wg.Add(1) // safe: called by a reader, which holds a count
 	t.forwards.Add(1)
 	go func() {
@@ -536,7 +536,7 @@ func (t *TCP) forwardAbort(from, origin int, p []byte) {
 // the aborts this rank is passing on to its peers, so that a program that
 // exits on the error it got does not leave its peers blaming it instead
 // of the rank that failed first.
-func (t *TCP) WaitNotices() {
+func (t *Mesh) WaitNotices() {
 	deadline := time.Now().Add(t.cfg.NoticeTimeout)
 	for t.forwards.Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
@@ -545,7 +545,7 @@ func (t *TCP) WaitNotices() {
 
 // sendAbort sends an abort frame with payload to every connected peer
 // but skip; origin (-1: this rank) is the rank that aborted first.
-func (t *TCP) sendAbort(payload []byte, skip, origin int, timeout time.Duration) {
+func (t *Mesh) sendAbort(payload []byte, skip, origin int, timeout time.Duration) {
 	h := transport.Header{Type: transport.TypeAbort}
 	if origin >= 0 {
 		h.Step = uint32(origin) + 1
@@ -566,7 +566,7 @@ func (t *TCP) sendAbort(payload []byte, skip, origin int, timeout time.Duration)
 	wg.Wait()
 }
 
-func (t *TCP) peers() []*peerConn {
+func (t *Mesh) peers() []*peerConn {
 	var out []*peerConn
 	for i := range t.conns {
 		if pc := t.conns[i].Load(); pc != nil {
@@ -578,7 +578,7 @@ func (t *TCP) peers() []*peerConn {
 
 // unblock wakes every blocked write once the world has failed. Blocked
 // Recv calls wake on the failure itself; the readers keep draining.
-func (t *TCP) unblock() {
+func (t *Mesh) unblock() {
 	for _, pc := range t.peers() {
 		_ = pc.c.SetWriteDeadline(time.Now())
 	}
@@ -588,7 +588,7 @@ func (t *TCP) unblock() {
 // the transport's goroutines. If the transport had failed, the goodbye is
 // the failure's cause, so that peers learn why this rank is going. It is
 // idempotent.
-func (t *TCP) Close() error {
+func (t *Mesh) Close() error {
 	t.closeOnce.Do(func() {
 		t.perform(t.step(liveness.Closing{})) // ends of connections are expected from here
 		failed := t.w.Err()
@@ -648,7 +648,7 @@ func (t *TCP) Close() error {
 	return nil
 }
 
-func (t *TCP) waitReaders(d time.Duration) {
+func (t *Mesh) waitReaders(d time.Duration) {
 	deadline := time.Now().Add(d)
 	pcs := t.peers()
 	for _, pc := range pcs {

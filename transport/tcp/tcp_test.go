@@ -24,9 +24,9 @@ import (
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
 
 // listenAll starts n TCP transports on loopback, closed at the test's end.
-func listenAll(t *testing.T, n int, tweak func(r int, c *Config)) []*TCP {
+func listenAll(t *testing.T, n int, tweak func(r int, c *Config)) []*Mesh {
 	t.Helper()
-	ts := make([]*TCP, n)
+	ts := make([]*Mesh, n)
 	for r := range n {
 		cfg := DefaultConfig()
 		cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret, cfg.ListenAddr = r, n, testJob, testSecret, "127.0.0.1:0"
@@ -44,7 +44,7 @@ func listenAll(t *testing.T, n int, tweak func(r int, c *Config)) []*TCP {
 }
 
 // mesh starts n TCP transports on loopback and connects them.
-func mesh(t *testing.T, n int, tweak func(r int, c *Config)) []*TCP {
+func mesh(t *testing.T, n int, tweak func(r int, c *Config)) []*Mesh {
 	t.Helper()
 	ts := listenAll(t, n, tweak)
 	addrs := make([]string, n)
@@ -99,7 +99,7 @@ func TestTCPExchange(t *testing.T) {
 
 func TestTCPWrongSecret(t *testing.T) {
 	n := 2
-	ts := make([]*TCP, n)
+	ts := make([]*Mesh, n)
 	for r := range n {
 		cfg := DefaultConfig()
 		cfg.Rank, cfg.Size, cfg.JobID, cfg.ListenAddr = r, n, testJob, "127.0.0.1:0"
@@ -510,7 +510,7 @@ func TestAcceptSurvivesTransientErrors(t *testing.T) {
 	defer t0.Close()
 	t1 := listenAll(t, 2, nil)[1]
 	peers := []Peer{{Addr: t0.Addr().String()}, {Addr: t1.Addr().String()}}
-	for _, tr := range []*TCP{t0, t1} {
+	for _, tr := range []*Mesh{t0, t1} {
 		if err := tr.SetPeers(peers); err != nil {
 			t.Fatal(err)
 		}

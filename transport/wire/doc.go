@@ -66,7 +66,7 @@
 //	macD = HMAC(secret, 'D' || job || from || to || port || nonceA || nonceD)
 //
 // The port tells a restarted process's connection from its old process's
-// on the same host (tcp.TCP.Revive).
+// on the same host (tcp.Mesh.Revive).
 //
 // So each side proves that it knows the secret without sending it, each
 // proof covers the other side's fresh nonce (a recorded handshake cannot

@@ -41,7 +41,7 @@ const DefaultDir = jobenv.ShmDir
 
 // DefaultRingBytes is the largest capacity of one direction of a
 // pair's channel: four 512 KiB ring segments in flight. Hosts with many
-// ranks get smaller rings (see DefaultShmBudget).
+// ranks get smaller rings (see DefaultBudget).
 const DefaultRingBytes = 2 << 20
 
 // DefaultBudget bounds the shared memory of one rank's pairs, counted

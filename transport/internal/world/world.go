@@ -123,7 +123,7 @@ func (w *World) LosePeer(peer int, err *transport.PeerLostError) {
 }
 
 // revive gives peer a fresh state, as if it had never been heard from:
-// its restarted process takes its place (TCP.Revive). Frames still queued
+// its restarted process takes its place (tcp.Mesh.Revive). Frames still queued
 // from the old process are released.
 func (w *World) Revive(peer int) {
 	old := w.Peers[peer].Swap(nil)
@@ -138,7 +138,7 @@ func (w *World) Revive(peer int) {
 
 // renew gives peer a fresh state if its old one was lost or left, with
 // the frames queued in it (its restarted process's, which connected
-// before this rank heard of it; TCP.Revive).
+// before this rank heard of it; tcp.Mesh.Revive).
 func (w *World) Renew(peer int) {
 	old := w.Peers[peer].Load()
 	if old == nil || !isClosed(old.Left) {
