@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gorun/gorun/transport/internal/canceled"
+	"github.com/gorun/gorun/internal/canceled"
 )
 
 // Sentinels that callers branch on with errors.Is.

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/gorun/gorun/transport/internal/canceled"
+	"github.com/gorun/gorun/internal/canceled"
 )
 
 // ChanP2P marks a Header.Comm as a point-to-point channel: its frames are

@@ -35,29 +35,30 @@ var allowed = map[string][]string{
 	"internal/control":   nil,
 	"internal/chart":     nil,
 	"internal/inspect":   {"internal/tick"},
+	"internal/canceled":  nil, // the transports' error for a call its context ended
+	"internal/backoff":   nil, // the pause between dials of a peer not listening yet
+	"internal/cpu":       nil, // whether spinning pays on this host
 
 	// The data plane, bottom up: transport is the interface (frames,
 	// errors, the Mux) and its implementations sit beside it, gloo's way:
 	// wire is the frame and handshake kit, shm a byte stream over shared
 	// memory (ParamHub's links), tcp the rank mesh, mem the in-memory
-	// network; transport/internal holds what they share. ring and ps are
+	// network; transport/internal holds what they share (above the
+	// interface: shared memory, a rank's inboxes). ring and ps are
 	// the two strategies, collective is the public API over them.
-	"transport/internal/canceled": nil,
-	"transport/internal/backoff":  nil,
-	"transport/internal/cpu":      nil,
-	"transport":                   {"transport/internal/canceled"},
-	"transport/internal/world":    {"transport", "transport/internal/canceled"},
-	"transport/wire":              {"internal/jobsecret", "transport", "transport/internal/backoff"},
-	"transport/internal/shmem":    {"internal/jobenv", "transport", "transport/internal/cpu", "transport/wire"},
-	"transport/shm":               {"transport", "transport/internal/shmem", "transport/wire"},
-	"transport/mem":               {"transport", "transport/internal/canceled", "transport/internal/world"},
-	"transport/tcp":               {"internal/jobsecret", "transport", "transport/internal/backoff", "transport/internal/canceled", "transport/internal/cpu", "transport/internal/shmem", "transport/internal/world", "transport/liveness", "transport/wire"},
-	"ring":                        {"reduce", "transport"},
-	"ps":                          {"assign", "internal/jobenv", "internal/jobsecret", "reduce", "transport", "transport/shm", "transport/wire"},
-	"collective":                  {"internal/control", "internal/inspect", "internal/jobenv", "internal/jobsecret", "internal/tick", "membership", "ps", "reduce", "ring", "transport", "transport/mem", "transport/shm", "transport/tcp", "transport/wire"},
-	"collective/powersgd":         {"collective"},
-	"pipeline":                    {"collective"},
-	"capi":                        {"collective", "reduce"},
+	"transport":                {"internal/canceled"},
+	"transport/internal/world": {"internal/canceled", "transport"},
+	"transport/wire":           {"internal/backoff", "internal/jobsecret", "transport"},
+	"transport/internal/shmem": {"internal/cpu", "internal/jobenv", "transport", "transport/wire"},
+	"transport/shm":            {"transport", "transport/internal/shmem", "transport/wire"},
+	"transport/mem":            {"internal/canceled", "transport", "transport/internal/world"},
+	"transport/tcp":            {"internal/backoff", "internal/canceled", "internal/cpu", "internal/jobsecret", "transport", "transport/internal/shmem", "transport/internal/world", "transport/liveness", "transport/wire"},
+	"ring":                     {"reduce", "transport"},
+	"ps":                       {"assign", "internal/jobenv", "internal/jobsecret", "reduce", "transport", "transport/shm", "transport/wire"},
+	"collective":               {"internal/control", "internal/inspect", "internal/jobenv", "internal/jobsecret", "internal/tick", "membership", "ps", "reduce", "ring", "transport", "transport/mem", "transport/shm", "transport/tcp", "transport/wire"},
+	"collective/powersgd":      {"collective"},
+	"pipeline":                 {"collective"},
+	"capi":                     {"collective", "reduce"},
 
 	// The launcher: it places and supervises processes and never touches
 	// the data plane (the names of a job's files in shared memory are

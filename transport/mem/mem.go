@@ -19,8 +19,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gorun/gorun/internal/canceled"
 	"github.com/gorun/gorun/transport"
-	"github.com/gorun/gorun/transport/internal/canceled"
 	"github.com/gorun/gorun/transport/internal/world"
 )
 

@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gorun/gorun/internal/backoff"
 	"github.com/gorun/gorun/internal/jobsecret"
-	"github.com/gorun/gorun/transport/internal/backoff"
 	"github.com/gorun/gorun/transport/wire"
 )
 

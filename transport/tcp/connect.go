@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gorun/gorun/internal/backoff"
+	"github.com/gorun/gorun/internal/canceled"
 	"github.com/gorun/gorun/transport"
-	"github.com/gorun/gorun/transport/internal/backoff"
-	"github.com/gorun/gorun/transport/internal/canceled"
 	"github.com/gorun/gorun/transport/internal/shmem"
 	"github.com/gorun/gorun/transport/liveness"
 	"github.com/gorun/gorun/transport/wire"

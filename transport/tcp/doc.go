@@ -1,7 +1,7 @@
 // Package tcp is gorun's rank mesh: a transport.Transport over one
 // authenticated TCP connection per pair of ranks that talk, made on first
 // use, with the data of pairs on one host moved through shared memory
-// (transport/internal/shmem's rings). package collective makes one per
+// (transport/internal/shmem's rings). Package collective makes one per
 // rank (Listen, then SetPeers or Connect) and hands it to the
 // algorithms; the launcher never touches it.
 //

@@ -6,8 +6,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/gorun/gorun/internal/cpu"
 	"github.com/gorun/gorun/transport"
-	"github.com/gorun/gorun/transport/internal/cpu"
 	"github.com/gorun/gorun/transport/internal/shmem"
 	"github.com/gorun/gorun/transport/liveness"
 	"github.com/gorun/gorun/transport/wire"

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/gorun/gorun/internal/canceled"
 	"github.com/gorun/gorun/transport"
-	"github.com/gorun/gorun/transport/internal/canceled"
 	"github.com/gorun/gorun/transport/internal/shmem"
 	"github.com/gorun/gorun/transport/wire"
 )

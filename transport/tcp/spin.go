@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorun/gorun/transport/internal/cpu"
+	"github.com/gorun/gorun/internal/cpu"
 )
 
 // A blocking receive parks its thread, and waking an idle CPU for the next

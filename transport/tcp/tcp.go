@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gorun/gorun/internal/canceled"
 	"github.com/gorun/gorun/transport"
-	"github.com/gorun/gorun/transport/internal/canceled"
 	"github.com/gorun/gorun/transport/internal/shmem"
 	"github.com/gorun/gorun/transport/internal/world"
 	"github.com/gorun/gorun/transport/liveness"

@@ -7,8 +7,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/gorun/gorun/internal/backoff"
 	"github.com/gorun/gorun/transport"
-	"github.com/gorun/gorun/transport/internal/backoff"
 )
 
 // Ends identifies the two ends of a connection in a handshake: the dialer

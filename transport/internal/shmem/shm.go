@@ -29,9 +29,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gorun/gorun/internal/cpu"
 	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/transport"
-	"github.com/gorun/gorun/transport/internal/cpu"
 )
 
 // DefaultDir is where segments are created unless configured otherwise

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gorun/gorun/internal/canceled"
 	"github.com/gorun/gorun/transport"
-	"github.com/gorun/gorun/transport/internal/canceled"
 )
 
 // World is one rank's view of the job: see the package documentation.
