@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 // lengths covers 0, 1, primes, and (for most sizes) fewer elements than
@@ -97,7 +97,7 @@ func checkAllReduced[T Number](t *testing.T, what string, got [][]T, want []T) {
 // onAll runs f on every rank of a NewLocal world.
 func onAll(t *testing.T, n int, cfg Config, f func(c *Comm) error) []error {
 	t.Helper()
-	return onAllNet(t, transport.NewMemNetwork(n), cfg, f)
+	return onAllNet(t, mem.NewNetwork(n), cfg, f)
 }
 
 func testAllReduce[T Number](t *testing.T, algo Algorithm) {

@@ -19,6 +19,8 @@ import (
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
+	"github.com/gorun/gorun/transport/tcp"
 )
 
 // Sentinel errors; see doc.go for what triggers each.
@@ -146,7 +148,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Size == 1 {
-		c := newComm(cfg, logger, transport.NewMemNetwork(1).Transport(0))
+		c := newComm(cfg, logger, mem.NewNetwork(1).Transport(0))
 		if cfg.Strategy == StrategyHub {
 			if err := c.startHub(ctx); err != nil {
 				c.Close()
@@ -164,7 +166,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 			}
 		}
 	}
-	tr, err := transport.Listen(tc)
+	tr, err := tcp.Listen(tc)
 	if err != nil {
 		return nil, err
 	}
@@ -206,11 +208,11 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	}
 	if err == nil {
 		// Placement before connecting: every rank knows every rank's host,
-		// and connections are made on first use (transport/connect.go).
-		peers := make([]transport.Peer, len(found))
+		// and connections are made on first use (transport/tcp/connect.go).
+		peers := make([]tcp.Peer, len(found))
 		hosts := make([]string, len(found))
 		for r, p := range found {
-			peers[r], hosts[r] = transport.Peer{Addr: p.Data, Host: p.Host}, p.Host
+			peers[r], hosts[r] = tcp.Peer{Addr: p.Data, Host: p.Host}, p.Host
 		}
 		err = tr.SetPeers(peers)
 		c.hostOf = hosts
@@ -242,15 +244,15 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 // handshake and framing as over TCP), and Comm.Hub gives keyed push and
 // pull; the hubs stop when the last of the Comms closes.
 func NewLocal(n int, cfg Config) ([]*Comm, error) {
-	return NewLocalOn(transport.NewMemNetwork(n), cfg)
+	return NewLocalOn(mem.NewNetwork(n), cfg)
 }
 
 // NewLocalOn is NewLocal over a network the caller made, so that a test
-// can kill a rank (MemNetwork.Kill) or count what each rank sent and to
-// how many peers (MemNetwork.Frames, MemNetwork.Links). With cfg.Elastic
+// can kill a rank (mem.Network.Kill) or count what each rank sent and to
+// how many peers (mem.Network.Frames, mem.Network.Links). With cfg.Elastic
 // the job is elastic, its sequencer in memory: a Kill is a death, after
 // which the others get the new view.
-func NewLocalOn(nw *transport.MemNetwork, cfg Config) ([]*Comm, error) {
+func NewLocalOn(nw *mem.Network, cfg Config) ([]*Comm, error) {
 	n := nw.Size()
 	cfg.Size, cfg.Rank = n, 0
 	cfg.Seeds = []string{"in-memory"}

@@ -15,7 +15,9 @@ import (
 	"github.com/gorun/gorun/membership"
 	"github.com/gorun/gorun/ps"
 	"github.com/gorun/gorun/reduce"
-	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/shm"
+	"github.com/gorun/gorun/transport/tcp"
+	"github.com/gorun/gorun/transport/wire"
 )
 
 // Algorithm picks how AllReduce, Reduce and Broadcast move data (and,
@@ -232,6 +234,10 @@ type Config struct {
 	TimelineFile string
 
 	Logger *slog.Logger
+
+	// onConnect is the rank mesh's tcp.Config.OnConnect (tests: which
+	// peers the collectives made a rank connect to).
+	onConnect func(peer int, sharedMemory bool)
 }
 
 // OversubscribedSpinTime is how long a yielding receive polls before it
@@ -257,8 +263,8 @@ func DefaultConfig() Config {
 		ViewTimeout:        30 * time.Second,
 		SmallBytes:         32 << 10,
 		SegmentBytes:       512 << 10,
-		MaxFrame:           transport.DefaultMaxPayload,
-		SpinTime:           transport.DefaultConfig().SpinTime,
+		MaxFrame:           wire.DefaultMaxPayload,
+		SpinTime:           tcp.DefaultConfig().SpinTime,
 		Shm:                true,
 		ProbeInterval:      gossip.ProbeInterval,
 		ProbeTimeout:       gossip.ProbeTimeout,
@@ -413,6 +419,6 @@ func (c *Config) hostKey() string { return jobenv.HostKey(c.JobID, c.HostKey) }
 // are background goroutines, and a spinning goroutine keeps Go's
 // scheduler from polling the network, which the peer's wake-ups and the
 // rest of the process need.
-func (c *Config) shmOptions() transport.ShmOptions {
-	return transport.ShmOptions{Enabled: c.Shm, HostKey: c.hostKey()}
+func (c *Config) shmOptions() shm.Options {
+	return shm.Options{Enabled: c.Shm, HostKey: c.hostKey()}
 }

@@ -198,7 +198,7 @@
 // cancelled context) breaks the Comm as above, and so does waiting longer
 // than Config.ViewTimeout for the view after a loss. NewLocalOn with
 // Config.Elastic makes an elastic job in memory, for tests: a
-// MemNetwork.Kill is a death.
+// mem.Network.Kill is a death.
 //
 // # Algorithms
 //

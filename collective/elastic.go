@@ -16,6 +16,8 @@ import (
 	"github.com/gorun/gorun/membership"
 	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
+	"github.com/gorun/gorun/transport/tcp"
 )
 
 // An elastic Comm (Config.Elastic, gorun --elastic) goes on when a rank
@@ -102,7 +104,7 @@ type elastic struct {
 	ctl io.ReadWriteCloser
 	// revive lets a restarted rank take its old place in the transport
 	// (nil: the transport cannot).
-	revive func(peer int, p transport.Peer) error
+	revive func(peer int, p tcp.Peer) error
 	// synced: this rank holds the training state (every rank from the
 	// start; a restarted one once a Resync finished).
 	synced atomic.Bool
@@ -135,10 +137,10 @@ type elastic struct {
 }
 
 // memSequencer is the sequencer of an in-memory elastic job (NewLocalOn
-// with Config.Elastic): MemNetwork.Kill is a death, and a suspect is
+// with Config.Elastic): mem.Network.Kill is a death, and a suspect is
 // fenced by a Kill.
 type memSequencer struct {
-	nw    *transport.MemNetwork
+	nw    *mem.Network
 	comms []*Comm
 	mu    sync.Mutex
 	view  View
@@ -164,7 +166,7 @@ func (c *Comm) newElastic(hosts []string) *elastic {
 	e := &elastic{c: c, ctl: c.cfg.Control, hosts: hosts, stash: map[int][]transport.Frame{}, reported: map[int]int{}}
 	e.synced.Store(c.cfg.RestartCount == 0)
 	if r, ok := c.tr.(interface {
-		Revive(int, transport.Peer) error
+		Revive(int, tcp.Peer) error
 	}); ok {
 		e.revive = r.Revive
 	}
@@ -347,7 +349,7 @@ func (e *elastic) announce(cv control.View) {
 		if e.revive == nil {
 			continue
 		}
-		if err := e.revive(j.Rank, transport.Peer{Addr: j.Addr, Host: j.Host}); err != nil {
+		if err := e.revive(j.Rank, tcp.Peer{Addr: j.Addr, Host: j.Host}); err != nil {
 			e.c.log.Warn("elastic: cannot take back a restarted rank", "rank", j.Rank, "err", err)
 		}
 	}

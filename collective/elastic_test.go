@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gorun/gorun/internal/control"
 	"io"
 	"net"
 	"slices"
@@ -14,6 +13,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/control"
+	"github.com/gorun/gorun/transport/mem"
 
 	"github.com/gorun/gorun/transport"
 )
@@ -434,7 +436,7 @@ func TestElasticKillAnywhere(t *testing.T) {
 
 func elasticDrill(t *testing.T, n int, victims, ats []int) bool {
 	t.Helper()
-	nw := transport.NewMemNetwork(n)
+	nw := mem.NewNetwork(n)
 	sent := 0
 	struck := 0
 	nw.BeforeSend = func(from, to int, h transport.Header) bool {
@@ -552,7 +554,7 @@ func TestElasticTwoDeaths(t *testing.T) {
 // epoch (an interrupted collective's leftovers), keeps a later epoch's
 // for when this rank gets there, and hands them over in order.
 func TestEpochFrames(t *testing.T) {
-	nw := transport.NewMemNetwork(2)
+	nw := mem.NewNetwork(2)
 	ctx := context.Background()
 	send := func(epoch, n uint32, payload string) {
 		if err := nw.Transport(1).Send(ctx, 0, transport.Header{Seq: epoch<<seqEpochShift | n}, []byte(payload)); err != nil {

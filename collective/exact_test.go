@@ -10,7 +10,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 // exactValues32 draws n float32 values for one rank: magnitudes over many
@@ -391,7 +391,7 @@ func TestExactCollectives(t *testing.T) {
 // TestExactMismatch: ranks that disagree on Exact fail loudly, naming a
 // rank, instead of summing one way here and another there.
 func TestExactMismatch(t *testing.T) {
-	comms, err := NewLocalOn(transport.NewMemNetwork(2), DefaultConfig())
+	comms, err := NewLocalOn(mem.NewNetwork(2), DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

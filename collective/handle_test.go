@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 // onAllNet is onAll over a network the test made.
-func onAllNet(t *testing.T, nw *transport.MemNetwork, cfg Config, f func(c *Comm) error) []error {
+func onAllNet(t *testing.T, nw *mem.Network, cfg Config, f func(c *Comm) error) []error {
 	t.Helper()
 	comms, err := NewLocalOn(nw, cfg)
 	if err != nil {
@@ -105,7 +106,7 @@ func TestHandlesInFlight(t *testing.T) {
 // collective.
 func TestHandleFailures(t *testing.T) {
 	t.Run("kill", func(t *testing.T) {
-		nw := transport.NewMemNetwork(4)
+		nw := mem.NewNetwork(4)
 		var once sync.Once
 		nw.BeforeSend = func(from, to int, h transport.Header) bool {
 			if h.Seq == 3 {
@@ -356,7 +357,7 @@ func TestPlan(t *testing.T) {
 // round of handles gives the new view's sums.
 func TestHandlesElastic(t *testing.T) {
 	for _, at := range []int{1, 5, 20} {
-		nw := transport.NewMemNetwork(5)
+		nw := mem.NewNetwork(5)
 		sent := 0
 		var mu sync.Mutex
 		nw.BeforeSend = func(from, to int, h transport.Header) bool {

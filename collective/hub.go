@@ -15,6 +15,8 @@ import (
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
+	"github.com/gorun/gorun/transport/wire"
 )
 
 // The hub strategy runs every collective as rounds on ParamHub: each rank
@@ -57,7 +59,7 @@ func (c *Comm) startHub(ctx context.Context) error {
 
 // connectHubs connects this rank's hub client to the hubs at addrs (over
 // dial, if not nil) and ties it to the transport's failure.
-func (c *Comm) connectHubs(ctx context.Context, addrs []string, dial transport.DialFunc) error {
+func (c *Comm) connectHubs(ctx context.Context, addrs []string, dial wire.DialFunc) error {
 	cc := clientConfig(c.cfg, addrs, c.log)
 	cc.Dial = dial
 	if len(c.Hosts()) > 1 {
@@ -240,7 +242,7 @@ type localHubs struct {
 	mu   sync.Mutex
 	refs int
 	hubs []*ps.Hub
-	lns  map[string]*transport.MemListener
+	lns  map[string]*mem.Listener
 }
 
 func (l *localHubs) dial(ctx context.Context, addr string) (net.Conn, error) {
@@ -266,11 +268,11 @@ func (l *localHubs) release() {
 // startLocalHubs runs cfg.ColocatedHubs hubs in memory for the n Comms of
 // a NewLocal group and connects every Comm to them.
 func startLocalHubs(comms []*Comm, cfg Config) error {
-	l := &localHubs{refs: len(comms), lns: map[string]*transport.MemListener{}}
+	l := &localHubs{refs: len(comms), lns: map[string]*mem.Listener{}}
 	var addrs []string
 	for i := range cfg.ColocatedHubs {
 		addr := fmt.Sprintf("in-memory-hub-%d", i)
-		ln := transport.NewMemListener(addr)
+		ln := mem.NewListener(addr)
 		hc := hubConfig(cfg, i, len(comms), cfg.Logger)
 		hc.Listener = ln
 		h, err := ps.NewHub(hc)

@@ -23,11 +23,11 @@ import (
 
 	"github.com/gorun/gorun/collective"
 	"github.com/gorun/gorun/internal/conformance"
+	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/internal/jobtest"
 	"github.com/gorun/gorun/internal/proctest"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/ps"
-	"github.com/gorun/gorun/transport"
 )
 
 // The test binary doubles as gorun's agent and as the rank program, so the
@@ -231,7 +231,7 @@ func rankMain(mode string) int {
 		// Rank 1 leaves a segment file behind, as a rank killed between
 		// creating a segment and its peer mapping it would, and dies.
 		if c.Rank() == 1 {
-			f := filepath.Join("/dev/shm", transport.ShmPrefix+os.Getenv("GORUN_JOB_ID")+"-1-2-litter")
+			f := filepath.Join("/dev/shm", jobenv.ShmPrefix+os.Getenv("GORUN_JOB_ID")+"-1-2-litter")
 			if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 2
@@ -509,7 +509,7 @@ func noSegments(t *testing.T, job string) {
 	if job == "" {
 		t.Fatal("no job id")
 	}
-	if left, _ := filepath.Glob(transport.ShmSegmentPattern("/dev/shm", job)); len(left) > 0 {
+	if left, _ := filepath.Glob(jobenv.ShmPattern("/dev/shm", job)); len(left) > 0 {
 		t.Fatalf("shared memory files outlived job %s: %v", job, left)
 	}
 }

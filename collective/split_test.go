@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 // TestSplit: children by color, ordered by key, run concurrently with
@@ -154,7 +155,7 @@ func TestSplitSiblingsConcurrent(t *testing.T) {
 // TestSplitKill: a rank killed inside one child fails the collectives of
 // every rank, in both children, naming it.
 func TestSplitKill(t *testing.T) {
-	nw := transport.NewMemNetwork(6)
+	nw := mem.NewNetwork(6)
 	var once sync.Once
 	nw.BeforeSend = func(from, to int, h transport.Header) bool {
 		if h.Comm != 0 && from == 4 {
@@ -187,7 +188,7 @@ func TestSplitKill(t *testing.T) {
 // TestSplitElastic: a view change invalidates the children with
 // ErrViewChanged; splitting again on the new view works.
 func TestSplitElastic(t *testing.T) {
-	nw := transport.NewMemNetwork(5)
+	nw := mem.NewNetwork(5)
 	cfg := DefaultConfig()
 	cfg.Elastic = true
 	comms, err := NewLocalOn(nw, cfg)
@@ -327,7 +328,7 @@ func TestSendRecv(t *testing.T) {
 	// A Recv whose peer dies while it waits (synctest.Wait: once it is
 	// blocked, and nothing else runs).
 	synctest.Test(t, func(t *testing.T) {
-		nw := transport.NewMemNetwork(2)
+		nw := mem.NewNetwork(2)
 		comms, err := NewLocalOn(nw, DefaultConfig())
 		if err != nil {
 			t.Fatal(err)
@@ -670,7 +671,7 @@ func TestRecvAny(t *testing.T) {
 		t.Fatal(err)
 	}
 	synctest.Test(t, func(t *testing.T) {
-		nw := transport.NewMemNetwork(2)
+		nw := mem.NewNetwork(2)
 		comms, err := NewLocalOn(nw, DefaultConfig())
 		if err != nil {
 			t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/gorun/gorun/membership"
 	"github.com/gorun/gorun/ps"
-	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/tcp"
 )
 
 // The one place a Config becomes the configurations of the parts a Comm
@@ -16,8 +16,8 @@ import (
 // caller.
 
 // transportConfig is the rank mesh's configuration.
-func transportConfig(cfg Config, logger *slog.Logger) transport.Config {
-	tc := transport.DefaultConfig()
+func transportConfig(cfg Config, logger *slog.Logger) tcp.Config {
+	tc := tcp.DefaultConfig()
 	tc.Rank, tc.Size, tc.JobID, tc.Secret = cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret
 	tc.ListenAddr, tc.MaxPayload, tc.Logger = cfg.DataListen, cfg.MaxFrame, logger
 	tc.SpinTime, tc.SpinYield = cfg.SpinTime, cfg.SpinYield
@@ -26,6 +26,7 @@ func transportConfig(cfg Config, logger *slog.Logger) transport.Config {
 	// loss must fail it, as the mesh cannot tell.
 	tc.WatchAll = cfg.Strategy == StrategyHub
 	tc.Elastic = cfg.Elastic
+	tc.OnConnect = cfg.onConnect
 	return tc
 }
 

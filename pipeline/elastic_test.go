@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorun/gorun/collective"
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 // TestElasticEpoch: an elastic job in memory trains one epoch, each step
@@ -44,7 +45,7 @@ func TestElasticEpoch(t *testing.T) {
 
 // elasticEpoch reports whether the part was resumed on a new view.
 func elasticEpoch(t *testing.T, size, victim, at, n, batch int) bool {
-	nw := transport.NewMemNetwork(size)
+	nw := mem.NewNetwork(size)
 	var sent atomic.Int64
 	nw.BeforeSend = func(from, to int, h transport.Header) bool {
 		if sent.Add(1)-1 == int64(at) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gorun/gorun/collective"
 	"github.com/gorun/gorun/pipeline"
-	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 // Two ranks in memory read the same CSV, standardize it with statistics
@@ -19,7 +19,7 @@ import (
 // rank 1 alone.
 func Example() {
 	const data = "x,y,label\n0,0,0\n10,10,1\n-10,-10,2\n0.1,0,3\n10,-10,4\n-10,10,5\n"
-	comms, err := collective.NewLocalOn(transport.NewMemNetwork(2), collective.DefaultConfig())
+	comms, err := collective.NewLocalOn(mem.NewNetwork(2), collective.DefaultConfig())
 	if err != nil {
 		fmt.Println(err)
 		return

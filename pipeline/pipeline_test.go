@@ -12,12 +12,12 @@ import (
 
 	"github.com/gorun/gorun/collective"
 	"github.com/gorun/gorun/internal/commtest"
-	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 // onAll runs f on every rank of an in-memory job on nw and returns each
 // rank's error.
-func onAll(t *testing.T, nw *transport.MemNetwork, f func(c *collective.Comm) error) []error {
+func onAll(t *testing.T, nw *mem.Network, f func(c *collective.Comm) error) []error {
 	t.Helper()
 	return commtest.OnAll(t, nw, f)
 }
@@ -93,7 +93,7 @@ func TestFitAcrossRanks(t *testing.T) {
 		slices.Sort(cuts)
 		want := refStats(all)
 		got := make([]Stats, size)
-		errs := onAll(t, transport.NewMemNetwork(size), func(c *collective.Comm) error {
+		errs := onAll(t, mem.NewNetwork(size), func(c *collective.Comm) error {
 			r := c.Rank()
 			s, err := Fit(context.Background(), FromComm(c), all.Slice(cuts[r], cuts[r+1]))
 			got[r] = s
@@ -115,7 +115,7 @@ func TestFitAcrossRanks(t *testing.T) {
 
 // TestFitEmpty: no samples anywhere is ErrEmpty.
 func TestFitEmpty(t *testing.T) {
-	errs := onAll(t, transport.NewMemNetwork(3), func(c *collective.Comm) error {
+	errs := onAll(t, mem.NewNetwork(3), func(c *collective.Comm) error {
 		_, err := Fit(context.Background(), FromComm(c), &Dataset{D: 2})
 		if !errors.Is(err, ErrEmpty) {
 			return fmt.Errorf("rank %d: %v, want ErrEmpty", c.Rank(), err)
@@ -154,7 +154,7 @@ func TestPrepare(t *testing.T) {
 		}
 		reps := make([]Report, size)
 		data := make([]*Dataset, size)
-		errs := onAll(t, transport.NewMemNetwork(size), func(c *collective.Comm) error {
+		errs := onAll(t, mem.NewNetwork(size), func(c *collective.Comm) error {
 			mine := &Dataset{N: n, D: d, X: slices.Clone(orig.X), Y: slices.Clone(orig.Y)}
 			cfg := DefaultConfig()
 			cfg.FilterTol = tol
@@ -209,7 +209,7 @@ func TestFilterRule(t *testing.T) {
 // TestInconsistentData: ranks holding different data fail Prepare's
 // check instead of training on different sets.
 func TestInconsistentData(t *testing.T) {
-	errs := onAll(t, transport.NewMemNetwork(2), func(c *collective.Comm) error {
+	errs := onAll(t, mem.NewNetwork(2), func(c *collective.Comm) error {
 		x := []float32{0, 10, 0, -10}
 		if c.Rank() == 1 {
 			x[1] = 0.1
@@ -233,7 +233,7 @@ func TestInconsistentData(t *testing.T) {
 // TestPrepareLostPeer: a rank that dies instead of preparing makes every
 // other rank's Prepare return the collective's ErrPeerLost, promptly.
 func TestPrepareLostPeer(t *testing.T) {
-	nw := transport.NewMemNetwork(3)
+	nw := mem.NewNetwork(3)
 	start := time.Now()
 	errs := onAll(t, nw, func(c *collective.Comm) error {
 		if c.Rank() == 1 {

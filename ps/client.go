@@ -13,6 +13,8 @@ import (
 	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/shm"
+	"github.com/gorun/gorun/transport/wire"
 )
 
 // ClientConfig configures a worker's connection to the job's hubs.
@@ -53,13 +55,13 @@ type ClientConfig struct {
 	// is outstanding is lost (it is pinged after half of it).
 	HubTimeout time.Duration
 	// Dial, if set, replaces TCP: collective.NewLocal connects to hubs
-	// listening on transport.MemListener with it.
-	Dial transport.DialFunc
+	// listening on mem.Listener with it.
+	Dial wire.DialFunc
 	// Shm moves a connection's bytes through shared memory when its hub
 	// is on this host (Shm.Enabled; JobID, Name and Timeout are filled
 	// in). Every connection negotiates, whatever the settings, so hubs
 	// and workers must both be of this version.
-	Shm transport.ShmOptions
+	Shm shm.Options
 	// Metrics, if set, receives one JSON line per iteration (see Tick).
 	Metrics io.Writer
 	// Trace, if set, is told of every request when it completes ("push",
@@ -83,7 +85,7 @@ func DefaultClientConfig() ClientConfig {
 		RoundPartitionsPerHub: 32,
 		RoundSpreadBytes:      RoundSpreadBytes,
 		RoundWindow:           4,
-		MaxFrame:              transport.DefaultMaxPayload + FrameSlack,
+		MaxFrame:              wire.DefaultMaxPayload + FrameSlack,
 		ConnectTimeout:        30 * time.Second,
 		HandshakeTimeout:      5 * time.Second,
 		HubTimeout:            3 * time.Second,
@@ -264,7 +266,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 }
 
 func (c *Client) dial(ctx context.Context, i int, addr string) error {
-	conn, err := transport.DialAuth(ctx, c.cfg.Dial, addr, c.cfg.JobID, c.cfg.Secret, transport.Ends{From: c.cfg.Worker, To: HubTag + i, Size: c.cfg.Workers}, c.cfg.HandshakeTimeout, c.cfg.HandshakeTimeout)
+	conn, err := wire.DialAuth(ctx, c.cfg.Dial, addr, c.cfg.JobID, c.cfg.Secret, wire.Ends{From: c.cfg.Worker, To: HubTag + i, Size: c.cfg.Workers}, c.cfg.HandshakeTimeout, c.cfg.HandshakeTimeout)
 	if err != nil {
 		return fmt.Errorf("ps: worker %d: hub %d: %w", c.cfg.Worker, i, err)
 	}
@@ -273,10 +275,10 @@ func (c *Client) dial(ctx context.Context, i int, addr string) error {
 	if o.Logger == nil {
 		o.Logger = c.log
 	}
-	if conn, err = transport.OfferShm(ctx, conn, o); err != nil {
+	if conn, err = shm.Offer(ctx, conn, o); err != nil {
 		return fmt.Errorf("ps: worker %d: hub %d: %w", c.cfg.Worker, i, err)
 	}
-	hl := &hubLink{idx: i, addr: addr, pending: map[uint32]*call{}, shm: transport.IsShm(conn), gone: make(chan struct{})}
+	hl := &hubLink{idx: i, addr: addr, pending: map[uint32]*call{}, shm: shm.IsConn(conn), gone: make(chan struct{})}
 	hl.l = newLink(conn, c.cfg.MaxFrame, nil)
 	hl.lastHeard.Store(time.Now().UnixNano())
 	c.mu.Lock()
@@ -415,7 +417,7 @@ func (c *Client) reader(h *hubLink) {
 			case <-c.failed:
 			default:
 				reason := "connection lost: " + err.Error()
-				if errors.Is(err, transport.ErrFrame) {
+				if errors.Is(err, wire.ErrFrame) {
 					reason = "sent a malformed frame: " + err.Error()
 				}
 				c.Fail(&HubLostError{Hub: h.idx, Addr: h.addr, Reason: reason})

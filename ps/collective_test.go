@@ -11,6 +11,8 @@ import (
 
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/shm"
+	"github.com/gorun/gorun/transport/wire"
 )
 
 // TestRoundPartitionBytes: the partition size follows the round's size
@@ -113,16 +115,16 @@ func TestCollectiveExactRandomSizes(t *testing.T) {
 		// span records), even ones over TCP: pooled buffers, given back
 		// once folded and once every answer of a round is written, must
 		// never be reused while a round still needs them.
-		var shm transport.ShmOptions
+		var so shm.Options
 		if trial%2 == 1 {
-			shm = transport.ShmOptions{Enabled: true, Dir: t.TempDir(), RingBytes: 64 << 10}
+			so = shm.Options{Enabled: true, Dir: t.TempDir(), RingBytes: 64 << 10}
 		}
-		_, addrs := startHubsShm(t, k, n, false, shm)
+		_, addrs := startHubsShm(t, k, n, false, so)
 		cs := make([]*Client, n)
 		perHub, window := []int{16, 3, 0}[rng.IntN(3)], rng.IntN(5)
 		for w := range n {
 			cfg := clientConfig(w, n, addrs, limit)
-			cfg.RoundPartitionsPerHub, cfg.RoundWindow, cfg.Shm = perHub, window, shm
+			cfg.RoundPartitionsPerHub, cfg.RoundWindow, cfg.Shm = perHub, window, so
 			c, err := Dial(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -216,10 +218,10 @@ func TestRoundWindow(t *testing.T) {
 			if s.err = fakeHubAccept(c); s.err != nil {
 				return
 			}
-			r := transport.NewReader(c, 1<<20)
+			r := wire.NewReader(c, 1<<20)
 			answer := func(m message) {
 				reply := message{Type: msgReply, ID: m.ID, DType: m.DType, Data: make([]byte, 4*m.WantLen)}
-				_, _ = c.Write(transport.AppendFrame(nil, transport.Header{Type: transport.TypeData}, reply.encode()))
+				_, _ = c.Write(wire.AppendFrame(nil, transport.Header{Type: transport.TypeData}, reply.encode()))
 			}
 			var pending []message
 			for {
@@ -308,7 +310,7 @@ func TestRoundWindowNetworkOnly(t *testing.T) {
 		t.Skip("no shared memory here")
 	}
 	const n, count = 3, 100003
-	shm := transport.ShmOptions{Enabled: true, Dir: t.TempDir(), RingBytes: 64 << 10}
+	shm := shm.Options{Enabled: true, Dir: t.TempDir(), RingBytes: 64 << 10}
 	_, addrs := startHubsShm(t, 2, n, false, shm)
 	cs := make([]*Client, n)
 	for w := range n {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/shm"
+	"github.com/gorun/gorun/transport/wire"
 )
 
 // HubTag is added to a hub's number in the To field of the handshake, so
@@ -20,7 +22,7 @@ const HubTag = 1 << 30
 // socket. The queue holds references, not copies, of the data.
 type link struct {
 	c    net.Conn
-	r    *transport.Reader
+	r    *wire.Reader
 	mu   sync.Mutex
 	q    []outFrame
 	wake chan struct{}
@@ -45,10 +47,10 @@ func newLink(c net.Conn, maxFrame int, sent func(int)) *link {
 	// A connection over shared memory is read straight: each read copies
 	// out of the ring, and a buffer between would copy a frame twice.
 	var rd io.Reader = c
-	if !transport.IsShm(c) {
+	if !shm.IsConn(c) {
 		rd = bufio.NewReaderSize(c, 256<<10)
 	}
-	l := &link{c: c, r: transport.NewReader(rd, maxFrame), wake: make(chan struct{}, 1), done: make(chan struct{}), sent: sent}
+	l := &link{c: c, r: wire.NewReader(rd, maxFrame), wake: make(chan struct{}, 1), done: make(chan struct{}), sent: sent}
 	go l.writer()
 	return l
 }
@@ -83,7 +85,7 @@ func (l *link) queue(f outFrame) bool {
 
 func (l *link) writer() {
 	defer close(l.done)
-	var fh [transport.HeaderSize]byte
+	var fh [wire.HeaderSize]byte
 	for {
 		l.mu.Lock()
 		q := l.q
@@ -92,9 +94,9 @@ func (l *link) writer() {
 		l.mu.Unlock()
 		for _, f := range q {
 			n := len(f.hdr) + len(f.data)
-			transport.PutHeader(fh[:], transport.Header{Type: f.typ, Len: uint32(n)})
+			wire.PutHeader(fh[:], transport.Header{Type: f.typ, Len: uint32(n)})
 			var err error
-			if bw, ok := l.c.(transport.BuffersWriter); ok {
+			if bw, ok := l.c.(shm.BuffersWriter); ok {
 				_, err = bw.WriteBuffers([][]byte{fh[:], f.hdr, f.data})
 			} else {
 				bufs := net.Buffers{fh[:], f.hdr, f.data}

@@ -7,7 +7,7 @@
 // worker uses, with asynchronous handles. After the handshake every
 // connection negotiates shared memory (ClientConfig.Shm, HubConfig.Shm):
 // a worker and a hub on one host then move their bytes through a segment
-// of their own (transport.OfferShm), and the socket stays for liveness.
+// of their own (transport/shm's Offer), and the socket stays for liveness.
 //
 // # Keys, pushes and pulls
 //

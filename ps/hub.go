@@ -13,6 +13,8 @@ import (
 	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/shm"
+	"github.com/gorun/gorun/transport/wire"
 )
 
 // HubConfig configures a hub server.
@@ -24,7 +26,7 @@ type HubConfig struct {
 	// ListenAddr is where the hub listens ("host:port"; port 0 picks one).
 	ListenAddr string
 	// Listener, if set, is used instead of listening on ListenAddr (a
-	// transport.MemListener runs a hub in memory); the hub closes it.
+	// mem.Listener runs a hub in memory); the hub closes it.
 	Listener net.Listener
 	// MaxFrame caps a request's size; a bigger one is refused before
 	// anything is allocated.
@@ -41,7 +43,7 @@ type HubConfig struct {
 	Share ShareConfig
 	// Shm lets workers on this host move their bytes through shared
 	// memory (Shm.Enabled; JobID, Name and Timeout are filled in).
-	Shm    transport.ShmOptions
+	Shm    shm.Options
 	Logger *slog.Logger
 }
 
@@ -50,7 +52,7 @@ type HubConfig struct {
 func DefaultHubConfig() HubConfig {
 	return HubConfig{
 		ListenAddr:       ":0",
-		MaxFrame:         transport.DefaultMaxPayload + FrameSlack,
+		MaxFrame:         wire.DefaultMaxPayload + FrameSlack,
 		HandshakeTimeout: 5 * time.Second,
 		SpeedAlpha:       0.3,
 	}
@@ -204,7 +206,7 @@ func (h *Hub) Close() error {
 // acceptLoop serves every worker that connects; a transient accept
 // failure pauses it (acceptPause) instead of ending it.
 func (h *Hub) acceptLoop() {
-	transport.AcceptLoop(h.ln, h.closing, acceptPause, &h.wg, func(err error) { h.log.Warn("accept failed; retrying", "err", err) }, h.serveConn)
+	wire.AcceptLoop(h.ln, h.closing, acceptPause, &h.wg, func(err error) { h.log.Warn("accept failed; retrying", "err", err) }, h.serveConn)
 }
 
 // acceptPause is the hub's wait after a failed accept.
@@ -220,7 +222,7 @@ func (h *Hub) serveConn(c net.Conn) {
 		case <-stop:
 		}
 	}()
-	ends, err := transport.AcceptHandshake(c, h.cfg.JobID, h.cfg.Secret, func(e transport.Ends) bool {
+	ends, err := wire.AcceptHandshake(c, h.cfg.JobID, h.cfg.Secret, func(e wire.Ends) bool {
 		return e.To == HubTag+h.cfg.Index && e.Size == h.cfg.Workers && e.From >= 0 && e.From < h.cfg.Workers
 	}, h.cfg.HandshakeTimeout)
 	if err != nil {
@@ -236,12 +238,12 @@ func (h *Hub) serveConn(c net.Conn) {
 	}
 	// (The goroutine above closes the socket; that ends an upgraded
 	// connection too.)
-	conn, err := transport.AnswerShm(context.Background(), c, o)
+	conn, err := shm.Answer(context.Background(), c, o)
 	if err != nil {
 		h.log.Warn("dropped a worker whose shared memory negotiation failed", "worker", w, "err", err)
 		return
 	}
-	if transport.IsShm(conn) {
+	if shm.IsConn(conn) {
 		h.shmLinks.Add(1)
 	}
 	l := newLink(conn, h.cfg.MaxFrame, func(n int) { h.bytesOut.Add(int64(n)) })
@@ -267,7 +269,7 @@ func (h *Hub) serveConn(c net.Conn) {
 		fh, p, err := l.r.Next(transport.GetBuf)
 		if err != nil {
 			reason = "connection lost: " + err.Error()
-			if errors.Is(err, transport.ErrFrame) {
+			if errors.Is(err, wire.ErrFrame) {
 				reason = "sent a malformed frame: " + err.Error()
 			}
 			break

@@ -18,6 +18,9 @@ import (
 
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
+	"github.com/gorun/gorun/transport/shm"
+	"github.com/gorun/gorun/transport/wire"
 )
 
 const testSecret = "a-hub-secret-of-enough-length"
@@ -25,11 +28,11 @@ const testSecret = "a-hub-secret-of-enough-length"
 // startHubs starts k hubs for n workers on loopback.
 func startHubs(t testing.TB, k, n int, elastic bool) ([]*Hub, []string) {
 	t.Helper()
-	return startHubsShm(t, k, n, elastic, transport.ShmOptions{})
+	return startHubsShm(t, k, n, elastic, shm.Options{})
 }
 
 // startHubsShm starts hubs that accept shared memory as shm says.
-func startHubsShm(t testing.TB, k, n int, elastic bool, shm transport.ShmOptions) ([]*Hub, []string) {
+func startHubsShm(t testing.TB, k, n int, elastic bool, shm shm.Options) ([]*Hub, []string) {
 	t.Helper()
 	var hubs []*Hub
 	var addrs []string
@@ -51,14 +54,14 @@ func startHubsShm(t testing.TB, k, n int, elastic bool, shm transport.ShmOptions
 // startMemHubs starts k hubs for n workers on in-memory listeners, for
 // tests in a synctest bubble (a socket does not block durably, a pipe
 // does), and returns the dial function that reaches them by address.
-func startMemHubs(t testing.TB, k, n int, elastic bool) ([]*Hub, []string, transport.DialFunc) {
+func startMemHubs(t testing.TB, k, n int, elastic bool) ([]*Hub, []string, wire.DialFunc) {
 	t.Helper()
 	var hubs []*Hub
 	var addrs []string
-	lns := map[string]*transport.MemListener{}
+	lns := map[string]*mem.Listener{}
 	for i := range k {
 		addr := fmt.Sprintf("in-memory-hub-%d", i)
-		ln := transport.NewMemListener(addr)
+		ln := mem.NewListener(addr)
 		cfg := DefaultHubConfig()
 		cfg.Index, cfg.Workers, cfg.JobID, cfg.Secret = i, n, "job", []byte(testSecret)
 		cfg.Listener, cfg.Elastic = ln, elastic
@@ -81,7 +84,7 @@ func startMemHubs(t testing.TB, k, n int, elastic bool) ([]*Hub, []string, trans
 }
 
 // dialAllMem connects n workers to in-memory hubs (startMemHubs).
-func dialAllMem(t testing.TB, n int, addrs []string, dial transport.DialFunc, partBytes int) []*Client {
+func dialAllMem(t testing.TB, n int, addrs []string, dial wire.DialFunc, partBytes int) []*Client {
 	t.Helper()
 	return dialAllWith(t, n, addrs, partBytes, func(cfg *ClientConfig) { cfg.Dial = dial })
 }
@@ -99,10 +102,10 @@ func clientConfig(w, n int, addrs []string, partBytes int) ClientConfig {
 
 func dialAll(t testing.TB, n int, addrs []string, partBytes int) []*Client {
 	t.Helper()
-	return dialAllShm(t, n, addrs, partBytes, transport.ShmOptions{})
+	return dialAllShm(t, n, addrs, partBytes, shm.Options{})
 }
 
-func dialAllShm(t testing.TB, n int, addrs []string, partBytes int, shm transport.ShmOptions) []*Client {
+func dialAllShm(t testing.TB, n int, addrs []string, partBytes int, shm shm.Options) []*Client {
 	t.Helper()
 	return dialAllWith(t, n, addrs, partBytes, func(cfg *ClientConfig) { cfg.Shm = shm })
 }
@@ -140,7 +143,7 @@ func each(n int, f func(w int) error) error {
 }
 
 // shmSupported reports whether this platform has the shared memory of
-// transport.OfferShm.
+// shm.Offer.
 func shmSupported() bool { return runtime.GOOS == "linux" }
 
 func closeTo(a, b float64) bool {
@@ -158,24 +161,24 @@ func TestHubBSPMatchesTable(t *testing.T) {
 				t.Run(fmt.Sprintf("n%d/k%d/mode%d", n, k, mode), func(t *testing.T) {
 					// Odd sizes run over shared memory (hubs and workers on
 					// one host), even ones over TCP.
-					var shm transport.ShmOptions
+					var so shm.Options
 					if n%2 == 1 && shmSupported() {
-						shm = transport.ShmOptions{Enabled: true, Dir: t.TempDir(), RingBytes: 8192}
+						so = shm.Options{Enabled: true, Dir: t.TempDir(), RingBytes: 8192}
 					}
-					hubs, addrs := startHubsShm(t, k, n, false, shm)
-					cs := dialAllShm(t, n, addrs, 64, shm) // 16 float32s per partition
+					hubs, addrs := startHubsShm(t, k, n, false, so)
+					cs := dialAllShm(t, n, addrs, 64, so) // 16 float32s per partition
 					for w, c := range cs {
-						if got := len(c.SharedMemoryHubs()); shm.Enabled != (got == k) || !shm.Enabled && got != 0 {
+						if got := len(c.SharedMemoryHubs()); so.Enabled != (got == k) || !so.Enabled && got != 0 {
 							t.Fatalf("worker %d reaches hubs %v over shared memory", w, c.SharedMemoryHubs())
 						}
 					}
 					for i, h := range hubs {
 						// A hub counts a link once its answer is written;
 						// the worker may be first to know.
-						for deadline := time.Now().Add(5 * time.Second); h.Stats().ShmLinks != n && shm.Enabled && time.Now().Before(deadline); {
+						for deadline := time.Now().Add(5 * time.Second); h.Stats().ShmLinks != n && so.Enabled && time.Now().Before(deadline); {
 							time.Sleep(time.Millisecond)
 						}
-						if got := h.Stats().ShmLinks; shm.Enabled != (got == n) {
+						if got := h.Stats().ShmLinks; so.Enabled != (got == n) {
 							t.Fatalf("hub %d has %d workers on shared memory", i, got)
 						}
 					}
@@ -543,7 +546,7 @@ func TestHubLost(t *testing.T) {
 // the loss comes at the first past HubTimeout, the seventh.
 func TestHubFrozen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ln := transport.NewMemListener("frozen-hub")
+		ln := mem.NewListener("frozen-hub")
 		thaw := make(chan struct{})
 		served := make(chan struct{})
 		defer func() { ln.Close(); close(thaw); <-served }()
@@ -576,35 +579,35 @@ func TestHubFrozen(t *testing.T) {
 }
 
 // rawClient is an authenticated connection that sends hand-made frames.
-func rawClient(t *testing.T, addr string, w, n int) (net.Conn, *transport.Reader) {
+func rawClient(t *testing.T, addr string, w, n int) (net.Conn, *wire.Reader) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if err := transport.DialHandshake(c, "job", []byte(testSecret), transport.Ends{From: w, To: HubTag, Size: n}, time.Second); err != nil {
+	if err := wire.DialHandshake(c, "job", []byte(testSecret), wire.Ends{From: w, To: HubTag, Size: n}, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := transport.OfferShm(context.Background(), c, transport.ShmOptions{}); err != nil {
+	if _, err := shm.Offer(context.Background(), c, shm.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	return c, transport.NewReader(c, 1<<20)
+	return c, wire.NewReader(c, 1<<20)
 }
 
 // fakeHubAccept is a hand-made hub's side of a new connection: the
 // handshake, and a refusal of shared memory.
 func fakeHubAccept(c net.Conn) error {
-	if _, err := transport.AcceptHandshake(c, "job", []byte(testSecret), func(transport.Ends) bool { return true }, time.Second); err != nil {
+	if _, err := wire.AcceptHandshake(c, "job", []byte(testSecret), func(wire.Ends) bool { return true }, time.Second); err != nil {
 		return err
 	}
-	_, err := transport.AnswerShm(context.Background(), c, transport.ShmOptions{})
+	_, err := shm.Answer(context.Background(), c, shm.Options{})
 	return err
 }
 
-func rawCall(t *testing.T, c net.Conn, r *transport.Reader, payload []byte) message {
+func rawCall(t *testing.T, c net.Conn, r *wire.Reader, payload []byte) message {
 	t.Helper()
-	if _, err := c.Write(transport.AppendFrame(nil, transport.Header{Type: transport.TypeData}, payload)); err != nil {
+	if _, err := c.Write(wire.AppendFrame(nil, transport.Header{Type: transport.TypeData}, payload)); err != nil {
 		t.Fatal(err)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -673,7 +676,7 @@ func TestHubBadInput(t *testing.T) {
 	round := func(w uint32, count uint64) []byte {
 		return (&message{Type: msgRound, ID: 20 + w, Kind: kindReduce, Code: 1, DType: 4, Clock: 1, Count: count, N: 1, WantLen: 1, Data: make([]byte, 8)}).encode()
 	}
-	if _, err := c.Write(transport.AppendFrame(nil, transport.Header{Type: transport.TypeData}, round(0, 1))); err != nil {
+	if _, err := c.Write(wire.AppendFrame(nil, transport.Header{Type: transport.TypeData}, round(0, 1))); err != nil {
 		t.Fatal(err)
 	}
 	m = rawCall(t, c1, r1, round(1, 2))
@@ -739,7 +742,7 @@ func TestClientRejectsBadReplies(t *testing.T) {
 		if err := fakeHubAccept(c); err != nil {
 			return
 		}
-		r := transport.NewReader(c, 1<<20)
+		r := wire.NewReader(c, 1<<20)
 		for {
 			_, p, err := r.Next(nil)
 			if err != nil {
@@ -753,7 +756,7 @@ func TestClientRejectsBadReplies(t *testing.T) {
 			if m.Type == msgDeclare {
 				reply.Data = nil
 			}
-			_, _ = c.Write(transport.AppendFrame(nil, transport.Header{Type: transport.TypeData}, reply.encode()))
+			_, _ = c.Write(wire.AppendFrame(nil, transport.Header{Type: transport.TypeData}, reply.encode()))
 		}
 	}()
 	c, err := Dial(context.Background(), clientConfig(0, 1, []string{ln.Addr().String()}, 1024))

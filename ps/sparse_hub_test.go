@@ -15,6 +15,8 @@ import (
 
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/shm"
+	"github.com/gorun/gorun/transport/wire"
 )
 
 // Sparse pushes through real hubs over TCP loopback, against the naive
@@ -315,7 +317,7 @@ func TestSparseErrorFeedbackConverges(t *testing.T) {
 // a goodbye or last words, as a hub does. With deaf it reads nothing
 // more once it has answered deaf declares: what the worker writes after
 // them never reaches it.
-func fakeHub(t *testing.T, answer func(m message) []message, deaf int) (transport.DialFunc, <-chan message) {
+func fakeHub(t *testing.T, answer func(m message) []message, deaf int) (wire.DialFunc, <-chan message) {
 	t.Helper()
 	got := make(chan message, 1024)
 	stop := make(chan struct{})
@@ -328,7 +330,7 @@ func fakeHub(t *testing.T, answer func(m message) []message, deaf int) (transpor
 		if err := fakeHubAccept(c); err != nil {
 			return
 		}
-		r := transport.NewReader(c, 1<<20)
+		r := wire.NewReader(c, 1<<20)
 		declared := 0
 		for deaf == 0 || declared < deaf {
 			h, p, err := r.Next(nil)
@@ -340,7 +342,7 @@ func fakeHub(t *testing.T, answer func(m message) []message, deaf int) (transpor
 			case transport.TypeBye, transport.TypeAbort:
 				return // as a hub does: it closes its end
 			case transport.TypePing:
-				if _, err := c.Write(transport.AppendFrame(nil, transport.Header{Type: transport.TypePong}, nil)); err != nil {
+				if _, err := c.Write(wire.AppendFrame(nil, transport.Header{Type: transport.TypePong}, nil)); err != nil {
 					return
 				}
 			case transport.TypeData:
@@ -358,7 +360,7 @@ func fakeHub(t *testing.T, answer func(m message) []message, deaf int) (transpor
 				}
 			}
 			for _, a := range out {
-				if _, err := c.Write(transport.AppendFrame(nil, transport.Header{Type: transport.TypeData}, a.encode())); err != nil {
+				if _, err := c.Write(wire.AppendFrame(nil, transport.Header{Type: transport.TypeData}, a.encode())); err != nil {
 					return
 				}
 			}
@@ -516,20 +518,20 @@ func TestSparseRestoreOnFailure(t *testing.T) {
 func codeCorrupt() uint8 { return codeOf(&corruptError{}) }
 
 // rawWorker is an authenticated connection to hub i as worker w.
-func rawWorker(t *testing.T, addr string, i, w, n int) (net.Conn, *transport.Reader) {
+func rawWorker(t *testing.T, addr string, i, w, n int) (net.Conn, *wire.Reader) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if err := transport.DialHandshake(c, "job", []byte(testSecret), transport.Ends{From: w, To: HubTag + i, Size: n}, time.Second); err != nil {
+	if err := wire.DialHandshake(c, "job", []byte(testSecret), wire.Ends{From: w, To: HubTag + i, Size: n}, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := transport.OfferShm(context.Background(), c, transport.ShmOptions{}); err != nil {
+	if _, err := shm.Offer(context.Background(), c, shm.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	return c, transport.NewReader(c, 1<<20)
+	return c, wire.NewReader(c, 1<<20)
 }
 
 // TestSparseCorruptFailsEveryWorker: worker 2 (hand-made) sends a good
@@ -584,7 +586,7 @@ func TestSparseCorruptFailsEveryWorker(t *testing.T) {
 				if key == "w@0" {
 					bad.spoil(m)
 				}
-				if _, err := c.Write(transport.AppendFrame(nil, transport.Header{Type: transport.TypeData}, m.encode())); err != nil {
+				if _, err := c.Write(wire.AppendFrame(nil, transport.Header{Type: transport.TypeData}, m.encode())); err != nil {
 					t.Fatal(err)
 				}
 				if key == "w@0" {

@@ -6,7 +6,7 @@ import (
 	"math"
 
 	"github.com/gorun/gorun/reduce"
-	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/wire"
 )
 
 // ParamHub messages travel as the payload of transport data frames, on a
@@ -167,7 +167,7 @@ func (m *message) encode() []byte {
 // before it is used.
 func decodeMessage(p []byte) (message, error) {
 	if len(p) < msgHeaderSize {
-		return message{}, &transport.FrameError{Msg: fmt.Sprintf("paramhub message of %d bytes is shorter than its %d byte header", len(p), msgHeaderSize)}
+		return message{}, &wire.FrameError{Msg: fmt.Sprintf("paramhub message of %d bytes is shorter than its %d byte header", len(p), msgHeaderSize)}
 	}
 	le := binary.LittleEndian
 	m := message{
@@ -190,23 +190,23 @@ func decodeMessage(p []byte) (message, error) {
 	keyLen := int(le.Uint16(p[92:]))
 	m.Wire = p[94]
 	if p[95] != 0 {
-		return message{}, &transport.FrameError{Msg: "paramhub message: reserved bytes set"}
+		return message{}, &wire.FrameError{Msg: "paramhub message: reserved bytes set"}
 	}
 	if m.Type == 0 || m.Type >= msgEnd {
-		return message{}, &transport.FrameError{Msg: fmt.Sprintf("unknown paramhub message type %d", m.Type)}
+		return message{}, &wire.FrameError{Msg: fmt.Sprintf("unknown paramhub message type %d", m.Type)}
 	}
 	if keyLen > maxKeyLen {
-		return message{}, &transport.FrameError{Msg: fmt.Sprintf("paramhub key of %d bytes exceeds %d", keyLen, maxKeyLen)}
+		return message{}, &wire.FrameError{Msg: fmt.Sprintf("paramhub key of %d bytes exceeds %d", keyLen, maxKeyLen)}
 	}
 	if len(p) < msgHeaderSize+pad8(keyLen) {
-		return message{}, &transport.FrameError{Msg: fmt.Sprintf("paramhub message of %d bytes cannot hold its %d byte key", len(p), keyLen)}
+		return message{}, &wire.FrameError{Msg: fmt.Sprintf("paramhub message of %d bytes cannot hold its %d byte key", len(p), keyLen)}
 	}
 	m.Key = string(p[msgHeaderSize : msgHeaderSize+keyLen])
 	if data := p[msgHeaderSize+pad8(keyLen):]; len(data) > 0 {
 		m.Data = data
 	}
 	if m.Type == msgRound && (m.Kind == 0 || m.Kind >= kindEnd) {
-		return message{}, &transport.FrameError{Msg: fmt.Sprintf("unknown round kind %d", m.Kind)}
+		return message{}, &wire.FrameError{Msg: fmt.Sprintf("unknown round kind %d", m.Kind)}
 	}
 	if m.Wire != 0 {
 		if err := checkWireField(&m); err != nil {
@@ -221,19 +221,19 @@ func decodeMessage(p []byte) (message, error) {
 				size = reduce.Wire(m.Wire).Size()
 			}
 			if size == 0 {
-				return message{}, &transport.FrameError{Msg: fmt.Sprintf("paramhub %v: unknown element type %d", m.Type, m.DType)}
+				return message{}, &wire.FrameError{Msg: fmt.Sprintf("paramhub %v: unknown element type %d", m.Type, m.DType)}
 			}
 			if len(m.Data)%size != 0 {
 				what := reduce.DTypeName(m.DType)
 				if m.Wire != 0 {
 					what = fmt.Sprintf("%v (%s on the wire)", reduce.Wire(m.Wire), what)
 				}
-				return message{}, &transport.FrameError{Msg: fmt.Sprintf("paramhub %v: %d data bytes are not whole %s elements", m.Type, len(m.Data), what)}
+				return message{}, &wire.FrameError{Msg: fmt.Sprintf("paramhub %v: %d data bytes are not whole %s elements", m.Type, len(m.Data), what)}
 			}
 		}
 	case msgDeclare:
 		if len(m.Data)%8 != 0 {
-			return message{}, &transport.FrameError{Msg: fmt.Sprintf("paramhub declare: %d init bytes are not whole float64s", len(m.Data))}
+			return message{}, &wire.FrameError{Msg: fmt.Sprintf("paramhub declare: %d init bytes are not whole float64s", len(m.Data))}
 		}
 	}
 	return m, nil
@@ -245,13 +245,13 @@ func checkWireField(m *message) error {
 	w := reduce.Wire(m.Wire)
 	switch {
 	case !w.Valid() || w == reduce.WireFull:
-		return &transport.FrameError{Msg: fmt.Sprintf("paramhub %v: unknown wire format %d", m.Type, m.Wire)}
+		return &wire.FrameError{Msg: fmt.Sprintf("paramhub %v: unknown wire format %d", m.Type, m.Wire)}
 	case m.Type != msgRound && m.Type != msgReply:
-		return &transport.FrameError{Msg: fmt.Sprintf("paramhub %v: a wire format (%v) on a message that takes none", m.Type, w)}
+		return &wire.FrameError{Msg: fmt.Sprintf("paramhub %v: a wire format (%v) on a message that takes none", m.Type, w)}
 	case m.DType != reduce.DTypeOf[float32]():
-		return &transport.FrameError{Msg: fmt.Sprintf("paramhub %v: wire format %v for %s data (float32 only)", m.Type, w, reduce.DTypeName(m.DType))}
+		return &wire.FrameError{Msg: fmt.Sprintf("paramhub %v: wire format %v for %s data (float32 only)", m.Type, w, reduce.DTypeName(m.DType))}
 	case m.Type == msgRound && m.Kind != kindReduce:
-		return &transport.FrameError{Msg: fmt.Sprintf("paramhub round: wire format %v on a round of kind %d (reductions only)", w, m.Kind)}
+		return &wire.FrameError{Msg: fmt.Sprintf("paramhub round: wire format %v on a round of kind %d (reductions only)", w, m.Kind)}
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 // testSizes are the job sizes of the all-to-all, gather and scatter tests.
@@ -103,7 +104,7 @@ func testAllToAllV[T Elem](t *testing.T) {
 						copy(part(want[r], recvSpans[r][j]), part(send[j], sendSpans[j][r]))
 					}
 				}
-				errs, _ := runAll(size, func(tr *transport.Mem) error {
+				errs, _ := runAll(size, func(tr *mem.Transport) error {
 					r := tr.Rank()
 					return AllToAllV(context.Background(), tr, send[r], sendSpans[r], recv[r], recvSpans[r], opts(0, segBytes))
 				})
@@ -150,7 +151,7 @@ func testBruck[T Elem](t *testing.T) {
 				got := map[string][][]T{}
 				for _, algo := range []string{"bruck", "pairwise"} {
 					recv := make([][]T, size)
-					errs, _ := runAll(size, func(tr *transport.Mem) error {
+					errs, _ := runAll(size, func(tr *mem.Transport) error {
 						r := tr.Rank()
 						recv[r] = make([]T, size*block)
 						if algo == "bruck" {
@@ -176,11 +177,11 @@ func testBruck[T Elem](t *testing.T) {
 // runGuarded runs f on every rank with a context that only guards against
 // a hang; a rank that fails aborts its transport, as collective.Comm
 // does, so that the others learn why.
-func runGuarded(t *testing.T, size int, f func(ctx context.Context, tr *transport.Mem) error) []error {
+func runGuarded(t *testing.T, size int, f func(ctx context.Context, tr *mem.Transport) error) []error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	nw := transport.NewMemNetwork(size)
+	nw := mem.NewNetwork(size)
 	errs := make([]error, size)
 	var wg sync.WaitGroup
 	for r := range size {
@@ -245,7 +246,7 @@ func TestAllToAllMismatch(t *testing.T) {
 					}
 					recvSpans[r], recvLen[r] = layout(rng, lens)
 				}
-				errs := runGuarded(t, size, func(ctx context.Context, tr *transport.Mem) error {
+				errs := runGuarded(t, size, func(ctx context.Context, tr *mem.Transport) error {
 					r := tr.Rank()
 					return AllToAllV(ctx, tr, make([]int64, sendLen[r]), sendSpans[r], make([]int64, recvLen[r]), recvSpans[r], opts(0, segBytes))
 				})
@@ -255,7 +256,7 @@ func TestAllToAllMismatch(t *testing.T) {
 			}
 		}
 		// Bruck: one rank with a different block.
-		errs := runGuarded(t, size, func(ctx context.Context, tr *transport.Mem) error {
+		errs := runGuarded(t, size, func(ctx context.Context, tr *mem.Transport) error {
 			block := 3
 			if tr.Rank() == size-1 {
 				block = 4
@@ -280,7 +281,7 @@ func BenchmarkAllToAll(b *testing.B) {
 		}
 		for _, algo := range []string{"pairwise", "bruck"} {
 			b.Run(fmt.Sprintf("%s/%dB", algo, blockBytes), func(b *testing.B) {
-				nw := transport.NewMemNetwork(size)
+				nw := mem.NewNetwork(size)
 				b.SetBytes(int64(size * blockBytes))
 				b.ResetTimer()
 				errs := make([]error, size)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 // boundedNet models shared-memory rings on an in-memory network: each
@@ -22,7 +23,7 @@ import (
 // on shared memory, where the in-memory network alone buffers without
 // limit.
 type boundedNet struct {
-	nw       *transport.MemNetwork
+	nw       *mem.Network
 	capBytes int
 	mu       sync.Mutex
 	changed  *sync.Cond
@@ -31,14 +32,14 @@ type boundedNet struct {
 }
 
 func newBoundedNet(n, capBytes int) *boundedNet {
-	b := &boundedNet{nw: transport.NewMemNetwork(n), capBytes: capBytes, inflight: map[[2]int]int{}, reading: map[[2]int]int{}}
+	b := &boundedNet{nw: mem.NewNetwork(n), capBytes: capBytes, inflight: map[[2]int]int{}, reading: map[[2]int]int{}}
 	b.changed = sync.NewCond(&b.mu)
 	return b
 }
 
 type boundedTr struct {
 	b  *boundedNet
-	tr *transport.Mem
+	tr *mem.Transport
 }
 
 func (b *boundedNet) Transport(r int) *boundedTr { return &boundedTr{b: b, tr: b.nw.Transport(r)} }

@@ -9,8 +9,8 @@ import (
 	"github.com/gorun/gorun/transport"
 )
 
-// Transport is what the executors need; *transport.TCP and
-// *transport.Mem provide it.
+// Transport is what the executors need; *tcp.Mesh and
+// *mem.Transport provide it.
 type Transport interface {
 	Rank() int
 	Size() int

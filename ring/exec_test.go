@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 func sum(dst, src []int64) {
@@ -30,8 +31,8 @@ func minOp(dst, src []int64) {
 var sizes = []int{0, 1, 2, 3, 5, 7, 13, 31, 97, 1009}
 
 // runAll runs f on every rank of an in-memory network and collects errors.
-func runAll(n int, f func(tr *transport.Mem) error) ([]error, *transport.MemNetwork) {
-	nw := transport.NewMemNetwork(n)
+func runAll(n int, f func(tr *mem.Transport) error) ([]error, *mem.Network) {
+	nw := mem.NewNetwork(n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
@@ -77,7 +78,7 @@ func TestAllReduceMatchesReference(t *testing.T) {
 					"ring": AllReduce[int64], "direct": Direct[int64], "doubling": Doubling[int64], "halving": Halving[int64],
 				} {
 					bufs := make([][]int64, size)
-					errs, _ := runAll(size, func(tr *transport.Mem) error {
+					errs, _ := runAll(size, func(tr *mem.Transport) error {
 						bufs[tr.Rank()] = append([]int64(nil), in[tr.Rank()]...)
 						return run(ctx, tr, bufs[tr.Rank()], op, opts(n, 8*3))
 					})
@@ -114,7 +115,7 @@ func TestReduceScatterAllGatherBroadcast(t *testing.T) {
 			}
 			spans := Chunks(n, size)
 			got := make([][]int64, size)
-			errs, _ := runAll(size, func(tr *transport.Mem) error {
+			errs, _ := runAll(size, func(tr *mem.Transport) error {
 				buf := append([]int64(nil), in[tr.Rank()]...)
 				s, err := ReduceScatter(ctx, tr, buf, sum, opts(n, 16))
 				got[tr.Rank()] = buf[s.Off : s.Off+s.Len]
@@ -133,7 +134,7 @@ func TestReduceScatterAllGatherBroadcast(t *testing.T) {
 			for r := range size {
 				cat = append(cat, in[r]...)
 			}
-			errs, _ = runAll(size, func(tr *transport.Mem) error {
+			errs, _ = runAll(size, func(tr *mem.Transport) error {
 				recv := make([]int64, n*size)
 				copy(recv[tr.Rank()*n:], in[tr.Rank()])
 				got[tr.Rank()] = recv
@@ -146,7 +147,7 @@ func TestReduceScatterAllGatherBroadcast(t *testing.T) {
 			}
 			for _, mode := range []string{"chain", "direct", "tree"} {
 				root := rng.IntN(size)
-				errs, _ = runAll(size, func(tr *transport.Mem) error {
+				errs, _ = runAll(size, func(tr *mem.Transport) error {
 					buf := make([]int64, n)
 					if tr.Rank() == root {
 						copy(buf, in[root])
@@ -178,7 +179,7 @@ func TestBarrierWaitsForAll(t *testing.T) {
 			entered := 0
 			late := rand.IntN(size)
 			start := time.Now()
-			errs, _ := runAll(size, func(tr *transport.Mem) error {
+			errs, _ := runAll(size, func(tr *mem.Transport) error {
 				if tr.Rank() == late {
 					time.Sleep(lateBy)
 				}
@@ -216,7 +217,7 @@ func TestMismatchDetected(t *testing.T) {
 	for size := 2; size <= 6; size++ {
 		for _, algo := range []string{"ring", "direct", "doubling", "halving"} {
 			odd := size - 1
-			errs, _ := runAll(size, func(tr *transport.Mem) error {
+			errs, _ := runAll(size, func(tr *mem.Transport) error {
 				n := 10
 				if tr.Rank() == odd {
 					n = 11
@@ -261,7 +262,7 @@ func killMid(t *testing.T, run func(context.Context, Transport, []int64, func(ds
 	for size := 2; size <= 7; size++ {
 		for victim := range size {
 			for _, at := range []int{0, 1, size, 3 * size} {
-				nw := transport.NewMemNetwork(size)
+				nw := mem.NewNetwork(size)
 				sent := 0
 				nw.BeforeSend = func(from, to int, h transport.Header) bool {
 					if sent == at {
@@ -333,7 +334,7 @@ func sameBits(t *testing.T, run func(context.Context, Transport, []float64, func
 			}
 		}
 		got := make([][]float64, size)
-		errs, _ := runAll(size, func(tr *transport.Mem) error {
+		errs, _ := runAll(size, func(tr *mem.Transport) error {
 			got[tr.Rank()] = slices.Clone(in[tr.Rank()])
 			return run(context.Background(), tr, got[tr.Rank()], firstMin, opts(n, 1<<10))
 		})
@@ -365,7 +366,7 @@ func TestHalvingMany(t *testing.T) {
 				sum(want, in[r])
 			}
 			bufs := make([][]int64, size)
-			errs, _ := runAll(size, func(tr *transport.Mem) error {
+			errs, _ := runAll(size, func(tr *mem.Transport) error {
 				bufs[tr.Rank()] = slices.Clone(in[tr.Rank()])
 				return Halving(ctx, tr, bufs[tr.Rank()], sum, opts(n, 16))
 			})
@@ -384,7 +385,7 @@ func TestHalvingMany(t *testing.T) {
 // TestGroupNamesJobRanks: a group of a group (the node-aware stages of an
 // elastic job's view) names its members by their ranks in the job.
 func TestGroupNamesJobRanks(t *testing.T) {
-	nw := transport.NewMemNetwork(6)
+	nw := mem.NewNetwork(6)
 	view, err := NewGroup(nw.Transport(3), []int{0, 2, 3, 5})
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 func TestGatherScatter(t *testing.T) {
@@ -48,7 +48,7 @@ func testGatherScatter[T Elem](t *testing.T) {
 					for r := range size {
 						copy(part(want, spans[r]), in[r])
 					}
-					errs, nw := runAll(size, func(tr *transport.Mem) error {
+					errs, nw := runAll(size, func(tr *mem.Transport) error {
 						var buf []T
 						if tr.Rank() == root {
 							buf = recv
@@ -70,7 +70,7 @@ func testGatherScatter[T Elem](t *testing.T) {
 					// Scatter: rank r gets the root's send span spans[r].
 					send := randBits[T](rng, n)
 					out := make([][]T, size)
-					errs, nw = runAll(size, func(tr *transport.Mem) error {
+					errs, nw = runAll(size, func(tr *mem.Transport) error {
 						r := tr.Rank()
 						var buf []T
 						if r == root {
@@ -127,7 +127,7 @@ func TestGatherScatterMismatch(t *testing.T) {
 						s, _ := layout(rand.New(rand.NewPCG(uint64(rank), 1)), lens)
 						return s
 					}
-					errs := runGuarded(t, size, func(ctx context.Context, tr *transport.Mem) error {
+					errs := runGuarded(t, size, func(ctx context.Context, tr *mem.Transport) error {
 						r := tr.Rank()
 						sp := spans(r)
 						end := 0
@@ -154,7 +154,7 @@ func TestGatherScatterMismatch(t *testing.T) {
 
 // TestGatherArgs: argument errors are returned before any data moves.
 func TestGatherArgs(t *testing.T) {
-	nw := transport.NewMemNetwork(3)
+	nw := mem.NewNetwork(3)
 	tr := nw.Transport(1)
 	spans := []Span{{0, 2}, {2, 2}, {4, 2}}
 	ctx := context.Background()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 // BenchmarkAllReduceWire is a 16 MiB float32 ring all-reduce on 4
@@ -20,7 +21,7 @@ func BenchmarkAllReduceWire(b *testing.B) {
 	const size, n = 4, 4 << 20 // 16 MiB of float32
 	for _, w := range []reduce.Wire{reduce.WireFull, reduce.WireFP16, reduce.WireBF16} {
 		b.Run(w.String(), func(b *testing.B) {
-			nw := transport.NewMemNetwork(size)
+			nw := mem.NewNetwork(size)
 			b.SetBytes(4 * n)
 			errs := make([]error, size)
 			bufs := make([][]float32, size)

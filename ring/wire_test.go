@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 var wires = []reduce.Wire{reduce.WireFP16, reduce.WireBF16}
@@ -83,7 +84,7 @@ func TestWireAllReduce(t *testing.T) {
 						in[r] = randFloats(rng, n, 1)
 					}
 					bufs := make([][]float32, size)
-					errs, _ := runAll(size, func(tr *transport.Mem) error {
+					errs, _ := runAll(size, func(tr *mem.Transport) error {
 						r := tr.Rank()
 						bufs[r] = append([]float32(nil), in[r]...)
 						return AllReduce(ctx, tr, bufs[r], reduce.Func[float32](reduce.Sum), wireOpts(n, segBytes, op, w))
@@ -132,7 +133,7 @@ func TestWireReduceScatterAllGather(t *testing.T) {
 					in[r] = randFloats(rng, n, 100)
 				}
 				got := make([][]float32, size)
-				errs, _ := runAll(size, func(tr *transport.Mem) error {
+				errs, _ := runAll(size, func(tr *mem.Transport) error {
 					r := tr.Rank()
 					recv := make([]float32, n*size)
 					copy(recv[r*n:], in[r])
@@ -155,7 +156,7 @@ func TestWireReduceScatterAllGather(t *testing.T) {
 					}
 				}
 				spans := Chunks(n, size)
-				errs, _ = runAll(size, func(tr *transport.Mem) error {
+				errs, _ = runAll(size, func(tr *mem.Transport) error {
 					r := tr.Rank()
 					buf := append([]float32(nil), in[r]...)
 					s, err := ReduceScatter(ctx, tr, buf, reduce.Func[float32](reduce.Sum), wireOpts(n, 6, reduce.Sum, w))
@@ -201,7 +202,7 @@ func TestWireSaturates(t *testing.T) {
 			}
 		}
 		bufs := make([][]float32, size)
-		errs, _ := runAll(size, func(tr *transport.Mem) error {
+		errs, _ := runAll(size, func(tr *mem.Transport) error {
 			r := tr.Rank()
 			bufs[r] = append([]float32(nil), in[r]...)
 			return AllReduce(ctx, tr, bufs[r], reduce.Func[float32](reduce.Sum), wireOpts(n, 6, reduce.Sum, reduce.WireFP16))
@@ -243,7 +244,7 @@ func TestWireMinMax(t *testing.T) {
 					}
 					_ = reduce.Round(w, want)
 					bufs := make([][]float32, size)
-					errs, _ := runAll(size, func(tr *transport.Mem) error {
+					errs, _ := runAll(size, func(tr *mem.Transport) error {
 						r := tr.Rank()
 						bufs[r] = append([]float32(nil), in[r]...)
 						return AllReduce(ctx, tr, bufs[r], reduce.Func[float32](op), wireOpts(n, 6, op, w))
@@ -269,7 +270,7 @@ func TestWireNeedsFloat32(t *testing.T) {
 	ctx := context.Background()
 	for size := 1; size <= 4; size++ {
 		for _, w := range []reduce.Wire{reduce.WireFP16, reduce.WireBF16, 7} {
-			errs, nw := runAll(size, func(tr *transport.Mem) error {
+			errs, nw := runAll(size, func(tr *mem.Transport) error {
 				o := wireOpts(10, 6, reduce.Sum, w)
 				o.Header.DType = reduce.Int32
 				return errors.Join(
@@ -304,7 +305,7 @@ func TestWireMismatch(t *testing.T) {
 		for _, p := range pairs {
 			for _, n := range []int{0, 1, 10} {
 				odd := size / 2
-				errs := runGuarded(t, size, func(ctx context.Context, tr *transport.Mem) error {
+				errs := runGuarded(t, size, func(ctx context.Context, tr *mem.Transport) error {
 					w := p[0]
 					if tr.Rank() == odd {
 						w = p[1]
@@ -364,7 +365,7 @@ func TestWireHierarchical(t *testing.T) {
 					in[r] = randFloats(rng, n, 1)
 				}
 				bufs := make([][]float32, size)
-				errs, _ := runAll(size, func(tr *transport.Mem) error {
+				errs, _ := runAll(size, func(tr *mem.Transport) error {
 					r := tr.Rank()
 					h, i := r/m, r%m
 					local, err := NewGroup(tr, hosts[h])

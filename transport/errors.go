@@ -1,8 +1,11 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"fmt"
+
+	"github.com/gorun/gorun/internal/canceled"
 )
 
 // Sentinels that callers branch on with errors.Is.
@@ -84,13 +87,11 @@ func codeOf(err error) Code {
 		return CodePeerLost
 	case errors.Is(err, ErrClosed):
 		return CodeClosed
-	case errors.Is(err, errCanceled):
+	case errors.Is(err, canceled.Err):
 		return CodeCanceled
 	}
 	return CodeOther
 }
-
-var errCanceled = errors.New("canceled")
 
 // MismatchError describes how a peer's frame disagreed with what this rank
 // expected.
@@ -115,3 +116,28 @@ func EncodeAbort(err error) []byte { return abortPayload(err) }
 // DecodeAbort turns the payload of an abort frame from rank from into a
 // RemoteError.
 func DecodeAbort(from int, p []byte) error { return parseAbort(from, p) }
+
+func abortPayload(err error) []byte {
+	msg := err.Error()
+	if len(msg) > 4000 {
+		msg = msg[:4000]
+	}
+	return append([]byte{byte(codeOf(err))}, msg...)
+}
+
+func parseAbort(from int, p []byte) error {
+	if len(p) == 0 {
+		return &RemoteError{Rank: from, Code: CodeOther, Msg: "no reason given"}
+	}
+	return &RemoteError{Rank: from, Code: Code(p[0]), Msg: string(p[1:])}
+}
+
+// IsCanceled reports whether err came from a cancelled context (here or, via
+// an abort, on a peer).
+func IsCanceled(err error) bool {
+	var re *RemoteError
+	if errors.As(err, &re) {
+		return re.Code == CodeCanceled
+	}
+	return errors.Is(err, canceled.Err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gorun/gorun/internal/canceled"
 )
 
 // ChanP2P marks a Header.Comm as a point-to-point channel: its frames are
@@ -170,7 +172,7 @@ func (m *Mux) RecvAny(ctx context.Context, from []int, k Key) (int, Frame, error
 	case fail != nil:
 		return -1, Frame{}, fail
 	}
-	return -1, Frame{}, ctxErr(ctx)
+	return -1, Frame{}, canceled.Cause(ctx)
 }
 
 // dequeue takes k's first queued frame, if there is one.
@@ -279,7 +281,7 @@ func (p *muxPeer) slow(ctx context.Context, k Key) (Frame, int, error) {
 	case <-w:
 		return Frame{}, gotNothing, nil
 	case <-ctx.Done():
-		return Frame{}, gotNothing, ctxErr(ctx)
+		return Frame{}, gotNothing, canceled.Cause(ctx)
 	}
 }
 

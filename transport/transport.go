@@ -50,6 +50,12 @@ type Frame struct {
 	release func([]byte)
 }
 
+// NewFrame is a received frame whose payload release gives back (nil:
+// nothing to give back), for implementations of Transport.
+func NewFrame(h Header, payload []byte, release func([]byte)) Frame {
+	return Frame{Header: h, Payload: payload, release: release}
+}
+
 // Release returns the payload's buffer for reuse. The payload must not be
 // used afterwards. Release on a zero Frame does nothing.
 func (f *Frame) Release() {

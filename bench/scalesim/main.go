@@ -21,7 +21,7 @@ import (
 
 	"github.com/gorun/gorun/collective"
 	"github.com/gorun/gorun/ring"
-	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 func main() {
@@ -48,7 +48,7 @@ type step struct {
 }
 
 func run(n int, large bool) error {
-	nw := transport.NewMemNetwork(n)
+	nw := mem.NewNetwork(n)
 	comms, err := collective.NewLocalOn(nw, collective.DefaultConfig())
 	if err != nil {
 		return err

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/internal/proctest"
 	"github.com/gorun/gorun/launcher"
-	"github.com/gorun/gorun/transport"
 )
 
 // The test binary is also gorun: with GORUN_TEST_AS_GORUN=1, or when it is
@@ -236,7 +236,7 @@ func TestInterruptForwarded(t *testing.T) {
 func TestLauncherKilled(t *testing.T) {
 	mark := marker(t)
 	cmd, out, _ := gorunCmd(t, "-np", "2", "--grace", "1s", "sh", "-c",
-		`f=`+transport.DefaultShmDir+`/`+transport.ShmPrefix+`$GORUN_JOB_ID-$GORUN_RANK-litter; echo x > $f; echo "up $f"; sleep 300 # `+mark)
+		`f=`+jobenv.ShmDir+`/`+jobenv.ShmPrefix+`$GORUN_JOB_ID-$GORUN_RANK-litter; echo x > $f; echo "up $f"; sleep 300 # `+mark)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -592,7 +592,7 @@ func TestAgentKilled(t *testing.T) {
 	// directory) went with it too.
 	job := regexp.MustCompile(`up (\S+)`).FindStringSubmatch(out.String())[1]
 	proctest.WaitFor(t, 5*time.Second, func() bool {
-		left, _ := filepath.Glob(transport.ShmSegmentPattern(transport.DefaultShmDir, job))
+		left, _ := filepath.Glob(jobenv.ShmPattern(jobenv.ShmDir, job))
 		return len(left) == 0
 	}, "the sentinel to remove the job's files")
 }

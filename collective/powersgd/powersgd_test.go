@@ -13,12 +13,12 @@ import (
 
 	"github.com/gorun/gorun/collective"
 	"github.com/gorun/gorun/internal/commtest"
-	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 // onAll runs f on every rank of an in-memory job on nw and returns each
 // rank's error.
-func onAll(t *testing.T, nw *transport.MemNetwork, f func(c *collective.Comm) error) []error {
+func onAll(t *testing.T, nw *mem.Network, f func(c *collective.Comm) error) []error {
 	t.Helper()
 	return commtest.OnAll(t, nw, f)
 }
@@ -26,7 +26,7 @@ func onAll(t *testing.T, nw *transport.MemNetwork, f func(c *collective.Comm) er
 // run is onAll on a fresh network that fails the test on any error.
 func run(t *testing.T, n int, f func(c *collective.Comm) error) {
 	t.Helper()
-	if err := errors.Join(onAll(t, transport.NewMemNetwork(n), f)...); err != nil {
+	if err := errors.Join(onAll(t, mem.NewNetwork(n), f)...); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -382,7 +382,7 @@ func TestMismatch(t *testing.T) {
 	for size := 2; size <= 5; size++ {
 		for _, tc := range tests {
 			start := time.Now()
-			errs := onAll(t, transport.NewMemNetwork(size), func(c *collective.Comm) error {
+			errs := onAll(t, mem.NewNetwork(size), func(c *collective.Comm) error {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				pc := newCompressor(t, DefaultConfig())
@@ -408,7 +408,7 @@ func TestMismatch(t *testing.T) {
 // return the collective's error (in their first call or a later one, as
 // the death overtakes them), wrapped with the key, within seconds.
 func TestPeerLost(t *testing.T) {
-	nw := transport.NewMemNetwork(3)
+	nw := mem.NewNetwork(3)
 	start := time.Now()
 	errs := onAll(t, nw, func(c *collective.Comm) error {
 		pc := newCompressor(t, DefaultConfig())

@@ -7,13 +7,13 @@ import (
 	"testing"
 
 	"github.com/gorun/gorun/collective"
-	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 // OnAll runs f on every rank of an in-memory job on nw (one goroutine a
 // rank, default config), closes every Comm, and returns each rank's
 // error, by rank. It fails the test if the job cannot be made.
-func OnAll(t testing.TB, nw *transport.MemNetwork, f func(c *collective.Comm) error) []error {
+func OnAll(t testing.TB, nw *mem.Network, f func(c *collective.Comm) error) []error {
 	t.Helper()
 	comms, err := collective.NewLocalOn(nw, collective.DefaultConfig())
 	if err != nil {

@@ -36,16 +36,30 @@ var allowed = map[string][]string{
 	"internal/chart":     nil,
 	"internal/inspect":   {"internal/tick"},
 	"python":             nil, // gorun's version: the Python package's __version__ (its tests are the PyTorch backend's)
+	"internal/canceled":  nil, // the transports' error for a call its context ended
+	"internal/backoff":   nil, // the pause between dials of a peer not listening yet
+	"internal/cpu":       nil, // whether spinning pays on this host
 
-	// The data plane, bottom up: transport moves bytes, ring and ps are
+	// The data plane, bottom up: transport is the interface (frames,
+	// errors, the Mux) and its implementations sit beside it, gloo's way:
+	// wire is the frame and handshake kit, shm a byte stream over shared
+	// memory (ParamHub's links), tcp the rank mesh, mem the in-memory
+	// network; transport/internal holds what they share (above the
+	// interface: shared memory, a rank's inboxes). ring and ps are
 	// the two strategies, collective is the public API over them.
-	"transport":           {"internal/jobenv", "internal/jobsecret", "internal/transporttest", "transport/liveness"}, // transporttest: a test hook set in init(), to go with transport's split
-	"ring":                {"reduce", "transport"},
-	"ps":                  {"assign", "internal/jobenv", "internal/jobsecret", "reduce", "transport"},
-	"collective":          {"internal/control", "internal/inspect", "internal/jobenv", "internal/jobsecret", "internal/tick", "membership", "ps", "reduce", "ring", "transport"},
-	"collective/powersgd": {"collective"},
-	"pipeline":            {"collective"},
-	"capi":                {"collective", "reduce"},
+	"transport":                {"internal/canceled"},
+	"transport/internal/world": {"internal/canceled", "transport"},
+	"transport/wire":           {"internal/backoff", "internal/jobsecret", "transport"},
+	"transport/internal/shmem": {"internal/cpu", "internal/jobenv", "transport", "transport/wire"},
+	"transport/shm":            {"transport", "transport/internal/shmem", "transport/wire"},
+	"transport/mem":            {"internal/canceled", "transport", "transport/internal/world"},
+	"transport/tcp":            {"internal/backoff", "internal/canceled", "internal/cpu", "internal/jobsecret", "transport", "transport/internal/shmem", "transport/internal/world", "transport/liveness", "transport/wire"},
+	"ring":                     {"reduce", "transport"},
+	"ps":                       {"assign", "internal/jobenv", "internal/jobsecret", "reduce", "transport", "transport/shm", "transport/wire"},
+	"collective":               {"internal/control", "internal/inspect", "internal/jobenv", "internal/jobsecret", "internal/tick", "membership", "ps", "reduce", "ring", "transport", "transport/mem", "transport/shm", "transport/tcp", "transport/wire"},
+	"collective/powersgd":      {"collective"},
+	"pipeline":                 {"collective"},
+	"capi":                     {"collective", "reduce"},
 
 	// The launcher: it places and supervises processes and never touches
 	// the data plane (the names of a job's files in shared memory are
@@ -63,13 +77,12 @@ var allowed = map[string][]string{
 
 	// Test aids: imported by tests (and by bench and examples), never by a
 	// library package.
-	"internal/transporttest": nil,
-	"internal/proctest":      nil,
-	"internal/mpitest":       nil,
-	"internal/soak":          nil,
-	"internal/commtest":      {"collective", "transport"},
-	"internal/conformance":   {"collective"},
-	"internal/jobtest":       {"internal/proctest", "launcher", "launcher/agent", "ps"},
+	"internal/proctest":    nil,
+	"internal/mpitest":     nil,
+	"internal/soak":        nil,
+	"internal/commtest":    {"collective", "transport/mem"},
+	"internal/conformance": {"collective"},
+	"internal/jobtest":     {"internal/proctest", "launcher", "launcher/agent", "ps"},
 
 	// Tests only (their packages hold no code of their own).
 	"e2e": nil,
@@ -81,11 +94,14 @@ var free = []string{"bench", "examples", "scripts"}
 
 // never are imports no library package makes, whatever the table says:
 // the data plane never reaches up into the launcher, and no library
-// imports a test aid (transport's hook aside, named above).
+// imports a test aid.
 var never = []struct{ from, to []string }{
-	{[]string{"reduce", "transport", "ring", "ps", "membership", "collective"}, []string{"launcher", "launcher/agent", "launcher/proto", "pmi", "pmix", "cmd/gorun"}},
-	{[]string{"launcher", "launcher/proto", "launcher/agent", "pmi", "pmix"}, []string{"collective", "ring", "ps", "membership", "reduce", "transport"}},
-	{[]string{"reduce", "ring", "ps", "membership", "collective", "launcher", "launcher/proto", "launcher/agent", "pmi", "pmix", "capi"}, []string{"internal/proctest", "internal/mpitest", "internal/soak", "internal/commtest", "internal/conformance", "internal/jobtest"}},
+	{[]string{"reduce", "transport", "transport/wire", "transport/shm", "transport/tcp", "transport/mem", "ring", "ps", "membership", "collective"}, []string{"launcher", "launcher/agent", "launcher/proto", "pmi", "pmix", "cmd/gorun"}},
+	{[]string{"launcher", "launcher/proto", "launcher/agent", "pmi", "pmix"}, []string{"collective", "ring", "ps", "membership", "reduce", "transport", "transport/wire", "transport/shm", "transport/tcp", "transport/mem"}},
+	// ParamHub and the ring family use the interface and the kit, never
+	// the rank mesh.
+	{[]string{"ps", "ring"}, []string{"transport/tcp"}},
+	{[]string{"reduce", "transport", "transport/wire", "transport/shm", "transport/tcp", "transport/mem", "ring", "ps", "membership", "collective", "launcher", "launcher/proto", "launcher/agent", "pmi", "pmix", "capi"}, []string{"internal/proctest", "internal/mpitest", "internal/soak", "internal/commtest", "internal/conformance", "internal/jobtest"}},
 }
 
 func root(t *testing.T) string {

@@ -261,7 +261,7 @@
 //     Doubt, not per dial loop.
 //
 // One discrepancy is kept as the code had it, not as the documentation
-// said: transport.Config.Elastic says a garbage frame fails the whole
+// said: tcp.Config.Elastic says a garbage frame fails the whole
 // transport, but a malformed frame is a break like any other, and in an
 // elastic job loses that peer alone (DropPeer).
 package liveness

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package cpu
+
+// Runnable is unknown off Linux: ConfirmTimeout is used as it is.
+func Runnable() (int, bool) { return 0, false }

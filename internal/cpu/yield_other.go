@@ -1,0 +1,8 @@
+//go:build !linux
+
+package cpu
+
+// Yield does nothing elsewhere than Linux: there is no portable way to
+// give the core to another process, and the spin loop already lets the
+// rank's own goroutines run (runtime.Gosched) before it calls Yield.
+func Yield() {}

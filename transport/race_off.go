@@ -1,6 +1,0 @@
-//go:build !race
-
-package transport
-
-func shmRaceRelease() {}
-func shmRaceAcquire() {}

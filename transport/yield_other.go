@@ -1,8 +1,0 @@
-//go:build !linux
-
-package transport
-
-// osYield does nothing elsewhere than Linux: there is no portable way to
-// give the core to another process, and the spin loop already lets the
-// rank's own goroutines run (runtime.Gosched) before it calls osYield.
-func osYield() {}
