@@ -1,6 +1,9 @@
-// Package cpu tells the transports' waits whether spinning pays: whether
-// the host is too busy for a waiting receive to hold a core
-// (TooBusyToSpin), and how to give the core away between polls (Yield).
+// Package cpu tells the transports' waits how to spend a wait on this
+// host (Now: keep the core and poll, poll and give the core away between
+// polls, or park at once), from how many tasks are runnable against its
+// CPUs, and how to give the core away (Yield). The rule (ModeFor) is a
+// pure function of the count; Now reads the count at most every
+// loadRefresh.
 package cpu
 
 import (
@@ -20,34 +23,74 @@ import (
 // with 62 % of the CPU in the kernel while it spun).
 const spinOverloadPerCPU = 16
 
-// loadCache holds whether the host was too busy to spin when last looked
-// at, and when that was (unix nanoseconds).
+// Mode is how a waiting receive spends the spinning part of its wait.
+type Mode uint8
+
+const (
+	// Spin: poll, keeping the core (every runnable task has a CPU).
+	Spin Mode = iota
+	// SpinYield: poll, and give the core away between polls
+	// (sched_yield): tasks wait for a CPU, and one of them may be the
+	// peer whose data this rank waits for. Open MPI's shared memory does
+	// the same when a host is oversubscribed.
+	SpinYield
+	// Park: do not poll at all; sleep until woken (past
+	// spinOverloadPerCPU, every poll takes a core that work needs).
+	Park
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Spin:
+		return "spin"
+	case SpinYield:
+		return "spin-yield"
+	case Park:
+		return "park"
+	}
+	return "mode(" + string(rune('0'+m)) + ")"
+}
+
+// ModeFor is the rule, from the host's runnable tasks (running or
+// waiting for a CPU, the reader of the count among them) and its CPUs:
+// Park past spinOverloadPerCPU per CPU; SpinYield when more tasks are
+// runnable than there are CPUs plus the one reading the count; else Spin.
+func ModeFor(runnable, cpus int) Mode {
+	cpus = max(cpus, 1)
+	switch {
+	case runnable > spinOverloadPerCPU*cpus:
+		return Park
+	case runnable > cpus+1:
+		return SpinYield
+	}
+	return Spin
+}
+
+// loadCache holds the mode of the host's load when last looked at, and
+// when that was (unix nanoseconds).
 var loadCache struct {
 	at   atomic.Int64
-	busy atomic.Bool
+	mode atomic.Uint32
 }
 
 // loadRefresh is how long a look at the host's load holds.
 const loadRefresh = 50 * time.Millisecond
 
-// TooBusyToSpin reports whether the host has more than
-// spinOverloadPerCPU runnable tasks per CPU, as of at most loadRefresh
-// ago (false where the count cannot be read).
-func TooBusyToSpin() bool {
+// Now is ModeFor the host's load as of at most loadRefresh ago (Spin
+// where the count cannot be read).
+func Now() Mode {
 	now := time.Now().UnixNano()
 	at := loadCache.at.Load()
 	if now-at < int64(loadRefresh) {
-		return loadCache.busy.Load()
+		return Mode(loadCache.mode.Load())
 	}
 	if !loadCache.at.CompareAndSwap(at, now) {
-		return loadCache.busy.Load() // another goroutine is looking
+		return Mode(loadCache.mode.Load()) // another goroutine is looking
 	}
-	runnable, ok := Runnable()
-	busy := ok && busyToSpin(runnable, runtime.NumCPU())
-	loadCache.busy.Store(busy)
-	return busy
+	m := Spin
+	if runnable, ok := Runnable(); ok {
+		m = ModeFor(runnable, runtime.NumCPU())
+	}
+	loadCache.mode.Store(uint32(m))
+	return m
 }
-
-// busyToSpin is the rule: more than spinOverloadPerCPU runnable tasks per
-// CPU.
-func busyToSpin(runnable, cpus int) bool { return runnable > spinOverloadPerCPU*max(cpus, 1) }

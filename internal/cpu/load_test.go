@@ -5,23 +5,26 @@ import (
 	"time"
 )
 
-// TestBusyToSpin: a wait stops spinning past 16 runnable tasks per CPU,
-// and a look at the host's load holds for loadRefresh: a second look
+// TestModeFor: a wait polls keeping its core while every runnable task
+// has a CPU (the reader of the count besides), gives the core away
+// between polls past that, and parks at once past 16 runnable tasks per
+// CPU; a look at the host's load holds for loadRefresh: a second look
 // right after it says the same without reading the count again.
-func TestBusyToSpin(t *testing.T) {
+func TestModeFor(t *testing.T) {
 	for _, c := range []struct {
 		runnable, cpus int
-		want           bool
+		want           Mode
 	}{
-		{0, 2, false}, {16, 2, false}, {32, 2, false}, {33, 2, true}, {64, 2, true},
-		{16, 1, false}, {17, 1, true}, {17, 0, true}, {127, 8, false}, {129, 8, true},
+		{0, 2, Spin}, {2, 2, Spin}, {3, 2, Spin}, {4, 2, SpinYield}, {16, 2, SpinYield}, {32, 2, SpinYield},
+		{33, 2, Park}, {64, 2, Park}, {1, 1, Spin}, {2, 1, Spin}, {3, 1, SpinYield}, {16, 1, SpinYield},
+		{17, 1, Park}, {17, 0, Park}, {2, 0, Spin}, {9, 8, Spin}, {10, 8, SpinYield}, {127, 8, SpinYield}, {129, 8, Park},
 	} {
-		if got := busyToSpin(c.runnable, c.cpus); got != c.want {
-			t.Errorf("busyToSpin(%d runnable, %d cpus) = %v, want %v", c.runnable, c.cpus, got, c.want)
+		if got := ModeFor(c.runnable, c.cpus); got != c.want {
+			t.Errorf("ModeFor(%d runnable, %d cpus) = %v, want %v", c.runnable, c.cpus, got, c.want)
 		}
 	}
 	loadCache.at.Store(0)
-	first := TooBusyToSpin()
+	first := Now()
 	at := loadCache.at.Load()
 	if at == 0 {
 		t.Fatal("the look was not recorded")
@@ -30,9 +33,10 @@ func TestBusyToSpin(t *testing.T) {
 	// a slow machine cannot let it expire) is what the next call says.
 	at = time.Now().Add(time.Hour).UnixNano()
 	loadCache.at.Store(at)
-	loadCache.busy.Store(!first)
-	if got := TooBusyToSpin(); got != !first || loadCache.at.Load() != at {
-		t.Fatalf("a look within %v read the load again (busy %v, stamp %d then %d)", loadRefresh, got, at, loadCache.at.Load())
+	other := (first + 1) % 3
+	loadCache.mode.Store(uint32(other))
+	if got := Now(); got != other || loadCache.at.Load() != at {
+		t.Fatalf("a look within %v read the load again (mode %v, stamp %d then %d)", loadRefresh, got, at, loadCache.at.Load())
 	}
 	loadCache.at.Store(0)
 }

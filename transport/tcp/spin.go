@@ -65,6 +65,7 @@ func (s *spinReader) Read(p []byte) (int, error) {
 		err := s.rc.Read(func(fd uintptr) bool {
 			s.st.parked.Store(false)
 			var start time.Time
+			yield := s.yield
 			for {
 				n, rerr = syscall.Read(int(fd), p)
 				if rerr == syscall.EINTR {
@@ -82,8 +83,11 @@ func (s *spinReader) Read(p []byte) (int, error) {
 				}
 				if start.IsZero() {
 					start = time.Now()
-					if cpu.TooBusyToSpin() {
-						return false // park at once (see spinOverloadPerCPU)
+					switch cpu.Now() {
+					case cpu.Park:
+						return false // park at once
+					case cpu.SpinYield:
+						yield = true // tasks wait for a core: perhaps the peer
 					}
 				} else if time.Since(start) > s.spin {
 					return false
@@ -93,7 +97,7 @@ func (s *spinReader) Read(p []byte) (int, error) {
 				// run between polls: with one P a spin that kept it would
 				// starve them until sysmon took the P back, up to 10 ms.
 				runtime.Gosched()
-				if s.yield {
+				if yield {
 					cpu.Yield()
 				}
 			}

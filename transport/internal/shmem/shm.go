@@ -410,8 +410,13 @@ func Poll(word, sleeping *atomic.Uint32, spin time.Duration, yield bool, ready f
 		}
 		if start.IsZero() {
 			start = time.Now()
-			if spin > 0 && cpu.TooBusyToSpin() {
-				spin = 0 // this wait parks at once (see spinOverloadPerCPU)
+			if spin > 0 {
+				switch cpu.Now() {
+				case cpu.Park:
+					spin = 0 // this wait parks at once
+				case cpu.SpinYield:
+					yield = true // tasks wait for a core: perhaps the peer
+				}
 			}
 		}
 		if time.Since(start) < spin {
