@@ -304,40 +304,14 @@ func (st *assignRun) calibrateDeadline() error {
 	if st.propShares, err = ps.Shares(st.batch, speeds); err != nil {
 		return err
 	}
-	type calib struct {
-		over                []float64 // seconds per rank
-		opt                 []int
-		tOpt, tProp, deadln float64
-	}
 	heurSpans := shareMakespans(st.heur.m, make([]float64, st.np))
 	st.spread = percentile(heurSpans, 0.95) / median(heurSpans)
 	st.margin = math.Max(deadlineMargin, st.spread)
-	calibrateAt := func(o time.Duration) (calib, error) {
-		c := calib{over: make([]float64, st.np)}
-		perSampleSpeed := make([]float64, st.np)
-		fixedOver := make([]time.Duration, st.np)
-		for r, f := range st.fits {
-			if st.isSlow(r) {
-				c.over[r] = o.Seconds()
-			}
-			perSampleSpeed[r] = 1 / f.perSample
-			fixedOver[r] = time.Duration((f.fixed + c.over[r]) * float64(time.Second))
-		}
-		// Hub 0's kind of model offline: the per-sample parts as speeds,
-		// the fixed parts added to the overheads (ShareConfig.Split).
-		x, err := ps.ShareConfig{Rule: ps.ShareOptimal, Overhead: fixedOver}.Split(st.batch, perSampleSpeed, nil)
-		if err != nil {
-			return c, fmt.Errorf("assign: the solver on the fitted costs, overhead %v: %w", o, err)
-		}
-		c.opt, c.tOpt, c.tProp = x, affineMakespan(x, st.fits, c.over), affineMakespan(st.propShares, st.fits, c.over)
-		c.deadln = math.Ceil(math.Max(math.Sqrt(c.tOpt*c.tProp), st.margin*c.tOpt)*1e4) / 1e4 // 0.1 ms
-		return c, nil
-	}
 	st.halfMs = median(heurSpans) * 1000 / 2
-	var cal calib
+	var cal assignCalib
 	st.overD = time.Duration(0)
 	for o := 500 * time.Microsecond; o.Seconds()*1000 <= math.Max(st.halfMs, 0.5); o += 500 * time.Microsecond {
-		c, err := calibrateAt(o)
+		c, err := st.calibrateAt(o)
 		if err != nil {
 			return err
 		}
@@ -364,6 +338,38 @@ func (st *assignRun) calibrateDeadline() error {
 		st.slack = min(st.slack, st.deadline-(st.fits[r].fixed+st.fits[r].perSample+st.over[r]))
 	}
 	return nil
+}
+
+// assignCalib is the model's verdict on an overhead o on each slow rank.
+type assignCalib struct {
+	over                []float64 // seconds per rank
+	opt                 []int     // the solver's split
+	tOpt, tProp, deadln float64   // the solver's and the proportional split's makespans, and the deadline
+}
+
+// calibrateAt is what the fitted model says of an overhead o on each slow
+// rank: the solver's best split and its makespan, the proportional
+// split's, and the deadline between them.
+func (st *assignRun) calibrateAt(o time.Duration) (assignCalib, error) {
+	c := assignCalib{over: make([]float64, st.np)}
+	perSampleSpeed := make([]float64, st.np)
+	fixedOver := make([]time.Duration, st.np)
+	for r, f := range st.fits {
+		if st.isSlow(r) {
+			c.over[r] = o.Seconds()
+		}
+		perSampleSpeed[r] = 1 / f.perSample
+		fixedOver[r] = time.Duration((f.fixed + c.over[r]) * float64(time.Second))
+	}
+	// Hub 0's kind of model offline: the per-sample parts as speeds,
+	// the fixed parts added to the overheads (ShareConfig.Split).
+	x, err := ps.ShareConfig{Rule: ps.ShareOptimal, Overhead: fixedOver}.Split(st.batch, perSampleSpeed, nil)
+	if err != nil {
+		return c, fmt.Errorf("assign: the solver on the fitted costs, overhead %v: %w", o, err)
+	}
+	c.opt, c.tOpt, c.tProp = x, affineMakespan(x, st.fits, c.over), affineMakespan(st.propShares, st.fits, c.over)
+	c.deadln = math.Ceil(math.Max(math.Sqrt(c.tOpt*c.tProp), st.margin*c.tOpt)*1e4) / 1e4 // 0.1 ms
+	return c, nil
 }
 
 // runSolvers runs the solver's three configurations and the proportional
