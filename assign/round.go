@@ -144,54 +144,8 @@ func exactSearch(p Problem, b bounds, best float64, budget int) ([]int, bool) {
 	if budget <= 0 {
 		return nil, false
 	}
-	coef := make([]float64, n)
-	order := make([]int, n)
-	for i, w := range p.Workers {
-		coef[i] = p.Weights.Resource*w.Price*w.Cost - p.Weights.Accuracy
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, c int) bool { return coef[order[a]] < coef[order[c]] })
-	caps := make([]int, n)
-	fill := func(T float64, inf bool) ([]int, bool) {
-		for i := range caps {
-			caps[i] = b.hi[i]
-			if !inf {
-				w := p.Workers[i]
-				if w.Overhead > T {
-					return nil, false
-				}
-				if w.Cost > 0 {
-					if v := (T - w.Overhead) / w.Cost; v < float64(caps[i]) {
-						caps[i] = int(math.Floor(v + 1e-9))
-						for caps[i] >= 0 && p.time(i, caps[i]) > T {
-							caps[i]--
-						}
-					}
-				}
-				if caps[i] < b.lo[i] {
-					return nil, false
-				}
-			}
-		}
-		x := make([]int, n)
-		total := 0
-		for i := range x {
-			x[i] = b.lo[i]
-			total += x[i]
-		}
-		for _, i := range order {
-			room := caps[i] - x[i]
-			want := b.smin - total
-			if coef[i] < 0 {
-				want = b.smax - total
-			}
-			take := min(room, max(want, 0))
-			x[i] += take
-			total += take
-		}
-		return x, total >= b.smin
-	}
-	xinf, ok := fill(0, true)
+	g := newGreedy(p, b)
+	xinf, ok := g.fill(0, true)
 	if !ok {
 		return nil, false
 	}
@@ -202,12 +156,37 @@ func exactSearch(p Problem, b bounds, best float64, budget int) ([]int, bool) {
 	gInf := p.objective(xinf) - w1*makespan(p, xinf)
 	tmax := (best-gInf)/w1 + 1e-9*math.Max(1, math.Abs(best))
 	tmin := 0.0
-	for i, w := range p.Workers {
+	for i := range p.Workers {
 		tmin = max(tmin, p.time(i, b.lo[i]))
-		_ = w
 	}
+	cand, ok := makespanCandidates(p, b, tmin, tmax, budget/n)
+	if !ok {
+		return nil, false
+	}
+	var bestX []int
+	bestObj := math.Inf(1)
+	prev := math.NaN()
+	for _, T := range cand {
+		if T == prev {
+			continue
+		}
+		prev = T
+		x, ok := g.fill(T, false)
+		if !ok {
+			continue
+		}
+		if o := p.objective(x); o < bestObj {
+			bestObj, bestX = o, x
+		}
+	}
+	return bestX, bestX != nil
+}
+
+// makespanCandidates lists, in increasing order, the makespans in [tmin,
+// tmax] that some worker reaches exactly, T = o_i + c_i·k, and tmin
+// itself; false when they are more than limit.
+func makespanCandidates(p Problem, b bounds, tmin, tmax float64, limit int) ([]float64, bool) {
 	var cand []float64
-	limit := budget / n
 	for i, w := range p.Workers {
 		if w.Cost == 0 {
 			if w.Overhead >= tmin && w.Overhead <= tmax {
@@ -226,23 +205,82 @@ func exactSearch(p Problem, b bounds, best float64, budget int) ([]int, bool) {
 	}
 	cand = append(cand, tmin)
 	sort.Float64s(cand)
-	var bestX []int
-	bestObj := math.Inf(1)
-	prev := math.NaN()
-	for _, T := range cand {
-		if T == prev {
+	return cand, true
+}
+
+// greedy minimises exactSearch's G(T) under a makespan bound T: every
+// worker's floor, then the cheapest samples up to smin, then any sample
+// of negative coefficient up to smax, none past a worker's m_i(T).
+type greedy struct {
+	p     Problem
+	b     bounds
+	coef  []float64 // a sample's coefficient in G, w3·r_i·c_i − w2
+	order []int     // the workers by coef, cheapest first
+	caps  []int     // m_i(T), for the fill under way
+}
+
+// newGreedy ranks p's workers by coefficient.
+func newGreedy(p Problem, b bounds) *greedy {
+	n := len(p.Workers)
+	g := &greedy{p: p, b: b, coef: make([]float64, n), order: make([]int, n), caps: make([]int, n)}
+	for i, w := range p.Workers {
+		g.coef[i] = p.Weights.Resource*w.Price*w.Cost - p.Weights.Accuracy
+		g.order[i] = i
+	}
+	sort.SliceStable(g.order, func(a, c int) bool { return g.coef[g.order[a]] < g.coef[g.order[c]] })
+	return g
+}
+
+// setCaps sets caps to m_i(T) = min(hi_i, ⌊(T−o_i)/c_i⌋), or to hi_i when
+// inf (no makespan bound); false if a worker cannot take its floor by T.
+func (g *greedy) setCaps(T float64, inf bool) bool {
+	for i := range g.caps {
+		g.caps[i] = g.b.hi[i]
+		if inf {
 			continue
 		}
-		prev = T
-		x, ok := fill(T, false)
-		if !ok {
-			continue
+		w := g.p.Workers[i]
+		if w.Overhead > T {
+			return false
 		}
-		if o := p.objective(x); o < bestObj {
-			bestObj, bestX = o, x
+		if w.Cost > 0 {
+			if v := (T - w.Overhead) / w.Cost; v < float64(g.caps[i]) {
+				g.caps[i] = int(math.Floor(v + 1e-9))
+				for g.caps[i] >= 0 && g.p.time(i, g.caps[i]) > T {
+					g.caps[i]--
+				}
+			}
+		}
+		if g.caps[i] < g.b.lo[i] {
+			return false
 		}
 	}
-	return bestX, bestX != nil
+	return true
+}
+
+// fill is the greedy split under the makespan bound T (none when inf);
+// false if there is none, or it cannot reach smin.
+func (g *greedy) fill(T float64, inf bool) ([]int, bool) {
+	if !g.setCaps(T, inf) {
+		return nil, false
+	}
+	x := make([]int, len(g.caps))
+	total := 0
+	for i := range x {
+		x[i] = g.b.lo[i]
+		total += x[i]
+	}
+	for _, i := range g.order {
+		room := g.caps[i] - x[i]
+		want := g.b.smin - total
+		if g.coef[i] < 0 {
+			want = g.b.smax - total
+		}
+		take := min(room, max(want, 0))
+		x[i] += take
+		total += take
+	}
+	return x, total >= g.b.smin
 }
 
 func makespan(p Problem, x []int) float64 {

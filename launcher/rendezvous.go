@@ -119,11 +119,37 @@ func Meet(ctx context.Context, l net.Listener, cfg RendezvousConfig, warn func(s
 	defer func() { cancel(); wg.Wait() }()
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
 	defer stop()
-	type arrival struct {
-		n   Node
-		err error
-		c   net.Conn
+	arrivals := cfg.accept(ctx, l, &wg)
+	got := map[int]Node{}
+	for len(got) < cfg.Nodes-cfg.first() {
+		select {
+		case a := <-arrivals:
+			admit(got, a, warn)
+		case <-ctx.Done():
+			closeStreams(got)
+			why := fmt.Sprintf("within %v", cfg.Timeout)
+			if cause := context.Cause(ctx); !errors.Is(cause, context.DeadlineExceeded) {
+				why = "(" + cause.Error() + ")"
+			}
+			return nil, nil, fmt.Errorf("rendezvous at %s: nodes %v never dialed in %s", l.Addr(), cfg.missing(got), why)
+		}
 	}
+	stop()
+	_ = l.Close()
+	return cfg.rendezvous(got)
+}
+
+// arrival is a connection to l and how its handshake went.
+type arrival struct {
+	n   Node
+	err error
+	c   net.Conn
+}
+
+// accept accepts connections on l until it is closed, and hands each
+// one's handshake to arrivals, or closes it once ctx ends. wg counts the
+// handshakes under way.
+func (cfg RendezvousConfig) accept(ctx context.Context, l net.Listener, wg *sync.WaitGroup) <-chan arrival {
 	arrivals := make(chan arrival)
 	go func() {
 		for {
@@ -143,53 +169,58 @@ func Meet(ctx context.Context, l net.Listener, cfg RendezvousConfig, warn func(s
 			}()
 		}
 	}()
-	got := map[int]Node{}
-	var closeAll = func() {
-		for _, n := range got {
-			n.stream.Close()
+	return arrivals
+}
+
+// admit adds an arrival to got and tells it "ok", or refuses it (a failed
+// handshake, or a node already here), telling it why and warning.
+func admit(got map[int]Node, a arrival, warn func(string)) {
+	if a.err == nil {
+		if prev, dup := got[a.n.Index]; dup {
+			a.err = fmt.Errorf("node %d is here already (from %s)", a.n.Index, prev.Addr)
 		}
 	}
-	for len(got) < cfg.Nodes-cfg.first() {
-		select {
-		case a := <-arrivals:
-			if a.err == nil {
-				if prev, dup := got[a.n.Index]; dup {
-					a.err = fmt.Errorf("node %d is here already (from %s)", a.n.Index, prev.Addr)
-				}
+	if a.err != nil {
+		warn(fmt.Sprintf("rendezvous: refused %s: %v", a.c.RemoteAddr(), a.err))
+		_, _ = io.WriteString(a.c, "refused: "+a.err.Error()+"\n")
+		a.c.Close()
+		return
+	}
+	if _, err := io.WriteString(a.n.stream, "ok\n"); err != nil {
+		warn(fmt.Sprintf("rendezvous: node %d (%s) left during its handshake", a.n.Index, a.n.Addr))
+		a.n.stream.Close()
+		return
+	}
+	got[a.n.Index] = a.n
+}
+
+// closeStreams closes the streams of the nodes admitted.
+func closeStreams(got map[int]Node) {
+	for _, n := range got {
+		n.stream.Close()
+	}
+}
+
+// missing names the nodes not in got, by name where the launcher knows
+// it, else by index.
+func (cfg RendezvousConfig) missing(got map[int]Node) []string {
+	var missing []string
+	for i := cfg.first(); i < cfg.Nodes; i++ {
+		if _, ok := got[i]; !ok {
+			if i < len(cfg.names) {
+				missing = append(missing, cfg.names[i])
+			} else {
+				missing = append(missing, strconv.Itoa(i))
 			}
-			if a.err != nil {
-				warn(fmt.Sprintf("rendezvous: refused %s: %v", a.c.RemoteAddr(), a.err))
-				_, _ = io.WriteString(a.c, "refused: "+a.err.Error()+"\n")
-				a.c.Close()
-				continue
-			}
-			if _, err := io.WriteString(a.n.stream, "ok\n"); err != nil {
-				warn(fmt.Sprintf("rendezvous: node %d (%s) left during its handshake", a.n.Index, a.n.Addr))
-				a.n.stream.Close()
-				continue
-			}
-			got[a.n.Index] = a.n
-		case <-ctx.Done():
-			closeAll()
-			var missing []string
-			for i := cfg.first(); i < cfg.Nodes; i++ {
-				if _, ok := got[i]; !ok {
-					if i < len(cfg.names) {
-						missing = append(missing, cfg.names[i])
-					} else {
-						missing = append(missing, strconv.Itoa(i))
-					}
-				}
-			}
-			why := fmt.Sprintf("within %v", cfg.Timeout)
-			if cause := context.Cause(ctx); !errors.Is(cause, context.DeadlineExceeded) {
-				why = "(" + cause.Error() + ")"
-			}
-			return nil, nil, fmt.Errorf("rendezvous at %s: nodes %v never dialed in %s", l.Addr(), missing, why)
 		}
 	}
-	stop()
-	_ = l.Close()
+	return missing
+}
+
+// rendezvous is the Rendezvous of every node admitted, and the nodes in
+// order; two nodes from one address (or of one name, when every node
+// dialed in) are an error, and close every stream.
+func (cfg RendezvousConfig) rendezvous(got map[int]Node) (*Rendezvous, []Node, error) {
 	r := &Rendezvous{nodes: map[string]*Node{}}
 	nodes := make([]Node, 0, len(got))
 	for i := cfg.first(); i < cfg.Nodes; i++ {
@@ -199,7 +230,7 @@ func Meet(ctx context.Context, l net.Listener, cfg RendezvousConfig, warn func(s
 			key, what = n.Hostname, "have the same name"
 		}
 		if _, same := r.nodes[key]; same {
-			closeAll()
+			closeStreams(got)
 			return nil, nil, fmt.Errorf("rendezvous: nodes %d and %d %s %s: one gorun per node", r.nodes[key].Index, n.Index, what, key)
 		}
 		r.nodes[key] = &n

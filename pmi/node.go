@@ -213,10 +213,8 @@ func (n *Node) Serve(ctx context.Context, rank int, conn io.ReadWriter) (Result,
 		}
 		if req.Multi {
 			// mcmd=spawn: its lines run up to "endcmd".
-			for line != "endcmd" {
-				if line, err = readLine(r); err != nil {
-					return res, fmt.Errorf("rank %d: in %s: %w", rank, req.Cmd, err)
-				}
+			if err := skipMulti(r, line); err != nil {
+				return res, fmt.Errorf("rank %d: in %s: %w", rank, req.Cmd, err)
 			}
 			if err := w(Format("spawn_result", "rc", "-1", "errmsg", "gorun_does_not_spawn_processes")); err != nil {
 				return res, err
@@ -224,44 +222,10 @@ func (n *Node) Serve(ctx context.Context, rank int, conn io.ReadWriter) (Result,
 			continue
 		}
 		var out []byte
-		a := req.Args
 		switch req.Cmd {
 		case "init":
 			res.Init = true
-			rc := "0"
-			if a["pmi_version"] != "1" {
-				rc = "-1" // PMI-2 is another protocol
-			}
-			out = Format("response_to_init", "pmi_version", "1", "pmi_subversion", "1", "rc", rc)
-		case "get_maxes":
-			out = Format("maxes", "kvsname_max", strconv.Itoa(MaxKVSName), "keylen_max", strconv.Itoa(MaxKey), "vallen_max", strconv.Itoa(MaxValue))
-		case "get_appnum":
-			out = Format("appnum", "appnum", "0")
-		case "get_my_kvsname":
-			out = Format("my_kvsname", "kvsname", n.cfg.KVS)
-		case "get_universe_size":
-			out = Format("universe_size", "size", strconv.Itoa(n.cfg.Universe))
-		case "put":
-			k, v := a["key"], a["value"]
-			switch {
-			case a["kvsname"] != n.cfg.KVS:
-				out = Format("put_result", "rc", "-1", "msg", "unknown_kvsname")
-			case k == "" || len(k) > MaxKey:
-				out = Format("put_result", "rc", "-1", "msg", fmt.Sprintf("key_of_%d_bytes_(1_to_%d)", len(k), MaxKey))
-			case len(v) > MaxValue:
-				out = Format("put_result", "rc", "-1", "msg", fmt.Sprintf("value_of_%d_bytes_(at_most_%d)", len(v), MaxValue))
-			case k == "PMI_process_mapping":
-				out = Format("put_result", "rc", "-1", "msg", "reserved_key")
-			default:
-				n.put(k, v)
-				out = Format("put_result", "rc", "0", "msg", "success")
-			}
-		case "get":
-			if v, ok := n.get(a["key"]); ok && a["kvsname"] == n.cfg.KVS {
-				out = Format("get_result", "rc", "0", "msg", "success", "value", v)
-			} else {
-				out = Format("get_result", "rc", "-1", "msg", "key_not_found")
-			}
+			out = initReply(req.Args)
 		case "barrier_in":
 			if err := n.barrier(ctx); err != nil {
 				return res, fmt.Errorf("rank %d: %w", rank, err)
@@ -271,35 +235,110 @@ func (n *Node) Serve(ctx context.Context, rank int, conn io.ReadWriter) (Result,
 			res.Finalized = true
 			return res, w(Format("finalize_ack"))
 		case "abort":
-			res.Aborted = true
-			res.Code, _ = strconv.Atoi(a["exitcode"])
-			res.Msg = a["msg"]
-			if m, ok := a["message"]; ok {
-				res.Msg = m // MPICH 4.2
-			}
+			res.abort(req.Args)
 			if n.cfg.Abort != nil {
 				n.cfg.Abort(rank, res.Code, res.Msg)
 			}
 			return res, nil
-		case "publish_name":
-			out = Format("publish_result", "rc", "-1", "msg", "name_service_not_supported")
-		case "unpublish_name":
-			out = Format("unpublish_result", "rc", "-1", "msg", "name_service_not_supported")
-		case "lookup_name":
-			out = Format("lookup_result", "rc", "-1", "msg", "name_service_not_supported")
-		case "create_kvs":
-			out = Format("newkvs", "rc", "-1", "msg", "one_kvs_per_job")
-		case "destroy_kvs":
-			out = Format("kvs_destroyed", "rc", "-1", "msg", "one_kvs_per_job")
-		case "getbyidx":
-			out = Format("getbyidx_results", "rc", "-1", "reason", "kvs_iteration_not_supported")
 		default:
-			return res, fmt.Errorf("rank %d: %w: unknown command %q", rank, ErrMalformed, clip(req.Cmd))
+			var ok bool
+			if out, ok = n.reply(req); !ok {
+				return res, fmt.Errorf("rank %d: %w: unknown command %q", rank, ErrMalformed, clip(req.Cmd))
+			}
 		}
 		if err := w(out); err != nil {
 			return res, err
 		}
 	}
+}
+
+// skipMulti reads the rest of a multi-line request (mcmd=), whose first
+// line is line, up to its "endcmd" line.
+func skipMulti(r *bufio.Reader, line string) error {
+	var err error
+	for line != "endcmd" {
+		if line, err = readLine(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// initReply answers init: PMI-1.1, or rc=-1 to a client that asks for
+// another version.
+func initReply(a map[string]string) []byte {
+	rc := "0"
+	if a["pmi_version"] != "1" {
+		rc = "-1" // PMI-2 is another protocol
+	}
+	return Format("response_to_init", "pmi_version", "1", "pmi_subversion", "1", "rc", rc)
+}
+
+// abort records an abort request's exit code and message.
+func (res *Result) abort(a map[string]string) {
+	res.Aborted = true
+	res.Code, _ = strconv.Atoi(a["exitcode"])
+	res.Msg = a["msg"]
+	if m, ok := a["message"]; ok {
+		res.Msg = m // MPICH 4.2
+	}
+}
+
+// reply answers the requests that neither wait nor end the session: the
+// job's constants, the KVS's put and get, and the services gorun refuses
+// (name publishing, more KVSs, iteration). false: req.Cmd is none of
+// these.
+func (n *Node) reply(req Request) ([]byte, bool) {
+	a := req.Args
+	switch req.Cmd {
+	case "get_maxes":
+		return Format("maxes", "kvsname_max", strconv.Itoa(MaxKVSName), "keylen_max", strconv.Itoa(MaxKey), "vallen_max", strconv.Itoa(MaxValue)), true
+	case "get_appnum":
+		return Format("appnum", "appnum", "0"), true
+	case "get_my_kvsname":
+		return Format("my_kvsname", "kvsname", n.cfg.KVS), true
+	case "get_universe_size":
+		return Format("universe_size", "size", strconv.Itoa(n.cfg.Universe)), true
+	case "put":
+		return n.putReply(a), true
+	case "get":
+		if v, ok := n.get(a["key"]); ok && a["kvsname"] == n.cfg.KVS {
+			return Format("get_result", "rc", "0", "msg", "success", "value", v), true
+		}
+		return Format("get_result", "rc", "-1", "msg", "key_not_found"), true
+	case "publish_name":
+		return Format("publish_result", "rc", "-1", "msg", "name_service_not_supported"), true
+	case "unpublish_name":
+		return Format("unpublish_result", "rc", "-1", "msg", "name_service_not_supported"), true
+	case "lookup_name":
+		return Format("lookup_result", "rc", "-1", "msg", "name_service_not_supported"), true
+	case "create_kvs":
+		return Format("newkvs", "rc", "-1", "msg", "one_kvs_per_job"), true
+	case "destroy_kvs":
+		return Format("kvs_destroyed", "rc", "-1", "msg", "one_kvs_per_job"), true
+	case "getbyidx":
+		return Format("getbyidx_results", "rc", "-1", "reason", "kvs_iteration_not_supported"), true
+	}
+	return nil, false
+}
+
+// putReply stores a put's key and value, unless it names another KVS, its
+// key or value is out of bounds, or its key is the reserved
+// PMI_process_mapping, and answers it.
+func (n *Node) putReply(a map[string]string) []byte {
+	k, v := a["key"], a["value"]
+	switch {
+	case a["kvsname"] != n.cfg.KVS:
+		return Format("put_result", "rc", "-1", "msg", "unknown_kvsname")
+	case k == "" || len(k) > MaxKey:
+		return Format("put_result", "rc", "-1", "msg", fmt.Sprintf("key_of_%d_bytes_(1_to_%d)", len(k), MaxKey))
+	case len(v) > MaxValue:
+		return Format("put_result", "rc", "-1", "msg", fmt.Sprintf("value_of_%d_bytes_(at_most_%d)", len(v), MaxValue))
+	case k == "PMI_process_mapping":
+		return Format("put_result", "rc", "-1", "msg", "reserved_key")
+	}
+	n.put(k, v)
+	return Format("put_result", "rc", "0", "msg", "success")
 }
 
 // readLine reads one line of at most MaxLine bytes, without its newline.

@@ -59,15 +59,14 @@ func ParseShareConfig(s string) (ShareConfig, error) {
 	return c, nil
 }
 
+// parseShare is ParseShareConfig's parser: the rule's name, then, for the
+// optimal rule, each key=value option, then the checks that span them.
 func parseShare(s string) (ShareConfig, error) {
 	var c ShareConfig
 	name, opts, hasOpts := strings.Cut(strings.TrimSpace(s), ":")
-	if name == "" {
-		return c, fmt.Errorf("no rule (want proportional or optimal)")
-	}
-	rule, err := ParseShareRule(strings.TrimSpace(name))
+	rule, err := parseShareName(name)
 	if err != nil {
-		return c, fmt.Errorf("unknown rule %q (want proportional or optimal)", name)
+		return c, err
 	}
 	c.Rule = rule
 	if !hasOpts {
@@ -76,107 +75,140 @@ func parseShare(s string) (ShareConfig, error) {
 	if rule != ShareOptimal {
 		return c, fmt.Errorf("the %v rule takes no options (deadline, weights, prices, caps and overheads are the optimal rule's)", rule)
 	}
-	seen := map[string]bool{}
-	workers, first := -1, ""
-	list := func(key, v string) ([]string, error) {
-		if n := strings.Count(v, "/") + 1; n > assign.DefaultConfig().MaxWorkers {
-			return nil, fmt.Errorf("%s: %d entries; the optimal rule solves for at most %d workers", key, n, assign.DefaultConfig().MaxWorkers)
-		}
-		items := strings.Split(v, "/")
-		if workers >= 0 && len(items) != workers {
-			return nil, fmt.Errorf("%s has %d entries and %s %d: every list has one entry per worker", key, len(items), first, workers)
-		}
-		workers, first = len(items), key
-		for i := range items {
-			items[i] = strings.TrimSpace(items[i])
-		}
-		return items, nil
-	}
+	o := shareOptions{seen: map[string]bool{}, workers: -1}
 	for _, opt := range strings.Split(opts, ",") {
-		key, v, ok := strings.Cut(opt, "=")
-		key, v = strings.TrimSpace(key), strings.TrimSpace(v)
-		if !ok || key == "" {
-			return c, fmt.Errorf("option %q: want key=value (deadline, miss, time, resource, price, cap or overhead)", strings.TrimSpace(opt))
-		}
-		if seen[key] {
-			return c, fmt.Errorf("%s given twice", key)
-		}
-		seen[key] = true
-		switch key {
-		case "miss":
-			switch strings.ToLower(v) {
-			case "relax":
-				c.Miss = MissRelax
-			case "fail":
-				c.Miss = MissFail
-			default:
-				return c, fmt.Errorf("miss=%s: want relax or fail", v)
-			}
-		case "deadline":
-			if c.Deadline, err = parseShareDuration(v); err != nil {
-				return c, fmt.Errorf("deadline: %w", err)
-			}
-		case "time":
-			if c.Weights.Time, err = parseShareFloat(v); err != nil {
-				return c, fmt.Errorf("time: %w", err)
-			}
-		case "resource":
-			if c.Weights.Resource, err = parseShareFloat(v); err != nil {
-				return c, fmt.Errorf("resource: %w", err)
-			}
-		case "accuracy":
-			return c, fmt.Errorf("accuracy: an LB-BSP batch is fixed, so there is no accuracy term to weigh")
-		case "price":
-			items, err := list(key, v)
-			if err != nil {
-				return c, err
-			}
-			c.Price = make([]float64, len(items))
-			for i, it := range items {
-				if c.Price[i], err = parseShareFloat(it); err != nil {
-					return c, fmt.Errorf("price of worker %d: %w", i, err)
-				}
-			}
-		case "cap":
-			items, err := list(key, v)
-			if err != nil {
-				return c, err
-			}
-			c.Cap = make([]int, len(items))
-			for i, it := range items {
-				k, err := strconv.ParseInt(it, 10, 64)
-				switch {
-				case err != nil:
-					return c, fmt.Errorf("cap of worker %d: %q is not a whole number of samples", i, it)
-				case k < 0 || k > assign.MaxSamples:
-					return c, fmt.Errorf("cap of worker %d: %d samples is not in [0, %d] (0: no cap)", i, k, assign.MaxSamples)
-				}
-				c.Cap[i] = int(k)
-			}
-		case "overhead":
-			items, err := list(key, v)
-			if err != nil {
-				return c, err
-			}
-			c.Overhead = make([]time.Duration, len(items))
-			for i, it := range items {
-				if c.Overhead[i], err = parseShareDuration(it); err != nil {
-					return c, fmt.Errorf("overhead of worker %d: %w", i, err)
-				}
-			}
-		default:
-			return c, fmt.Errorf("unknown option %q (want deadline, miss, time, resource, price, cap or overhead)", key)
+		if err := o.set(&c, opt); err != nil {
+			return c, err
 		}
 	}
-	if seen["miss"] && c.Deadline == 0 {
+	if o.seen["miss"] && c.Deadline == 0 {
 		return c, fmt.Errorf("miss=%v without a deadline: it says what a missed deadline does", c.Miss)
 	}
 	// The hub's own check, for the number of workers the lists name: it
 	// should find nothing the options above let through.
-	if err := c.validate(max(1, workers)); err != nil {
+	if err := c.validate(max(1, o.workers)); err != nil {
 		return c, err
 	}
 	return c, nil
+}
+
+// parseShareName reads the rule's name, the text before any options.
+func parseShareName(name string) (ShareRule, error) {
+	if name == "" {
+		return 0, fmt.Errorf("no rule (want proportional or optimal)")
+	}
+	rule, err := ParseShareRule(strings.TrimSpace(name))
+	if err != nil {
+		return 0, fmt.Errorf("unknown rule %q (want proportional or optimal)", name)
+	}
+	return rule, nil
+}
+
+// shareOptions is what parseShare has read of the optimal rule's options
+// so far: the keys given (each may be given once), and the length of the
+// per-worker lists, which all must share, with the key of the first list.
+type shareOptions struct {
+	seen    map[string]bool
+	workers int    // -1 until a list is read
+	first   string // the list that set workers
+}
+
+// set reads one key=value option into c.
+func (o *shareOptions) set(c *ShareConfig, opt string) error {
+	key, v, ok := strings.Cut(opt, "=")
+	key, v = strings.TrimSpace(key), strings.TrimSpace(v)
+	if !ok || key == "" {
+		return fmt.Errorf("option %q: want key=value (deadline, miss, time, resource, price, cap or overhead)", strings.TrimSpace(opt))
+	}
+	if o.seen[key] {
+		return fmt.Errorf("%s given twice", key)
+	}
+	o.seen[key] = true
+	var err error
+	switch key {
+	case "miss":
+		c.Miss, err = parseShareMiss(v)
+		return err
+	case "deadline":
+		if c.Deadline, err = parseShareDuration(v); err != nil {
+			return fmt.Errorf("deadline: %w", err)
+		}
+	case "time":
+		if c.Weights.Time, err = parseShareFloat(v); err != nil {
+			return fmt.Errorf("time: %w", err)
+		}
+	case "resource":
+		if c.Weights.Resource, err = parseShareFloat(v); err != nil {
+			return fmt.Errorf("resource: %w", err)
+		}
+	case "accuracy":
+		return fmt.Errorf("accuracy: an LB-BSP batch is fixed, so there is no accuracy term to weigh")
+	case "price":
+		c.Price, err = perWorker(o, key, v, parseShareFloat)
+	case "cap":
+		c.Cap, err = perWorker(o, key, v, parseShareCap)
+	case "overhead":
+		c.Overhead, err = perWorker(o, key, v, parseShareDuration)
+	default:
+		return fmt.Errorf("unknown option %q (want deadline, miss, time, resource, price, cap or overhead)", key)
+	}
+	return err
+}
+
+// list splits a per-worker list into its entries, and checks that it has
+// as many as the lists before it, and no more than the solver takes.
+func (o *shareOptions) list(key, v string) ([]string, error) {
+	if n := strings.Count(v, "/") + 1; n > assign.DefaultConfig().MaxWorkers {
+		return nil, fmt.Errorf("%s: %d entries; the optimal rule solves for at most %d workers", key, n, assign.DefaultConfig().MaxWorkers)
+	}
+	items := strings.Split(v, "/")
+	if o.workers >= 0 && len(items) != o.workers {
+		return nil, fmt.Errorf("%s has %d entries and %s %d: every list has one entry per worker", key, len(items), o.first, o.workers)
+	}
+	o.workers, o.first = len(items), key
+	for i := range items {
+		items[i] = strings.TrimSpace(items[i])
+	}
+	return items, nil
+}
+
+// perWorker reads the per-worker list v of option key, each entry with
+// parse; an error names the option and the worker.
+func perWorker[T any](o *shareOptions, key, v string, parse func(string) (T, error)) ([]T, error) {
+	items, err := o.list(key, v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]T, len(items))
+	for i, it := range items {
+		if out[i], err = parse(it); err != nil {
+			return nil, fmt.Errorf("%s of worker %d: %w", key, i, err)
+		}
+	}
+	return out, nil
+}
+
+// parseShareMiss reads miss=: what a missed deadline does.
+func parseShareMiss(v string) (DeadlineMiss, error) {
+	switch strings.ToLower(v) {
+	case "relax":
+		return MissRelax, nil
+	case "fail":
+		return MissFail, nil
+	}
+	return 0, fmt.Errorf("miss=%s: want relax or fail", v)
+}
+
+// parseShareCap reads one worker's cap, in samples (0: no cap).
+func parseShareCap(v string) (int, error) {
+	k, err := strconv.ParseInt(v, 10, 64)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%q is not a whole number of samples", v)
+	case k < 0 || k > assign.MaxSamples:
+		return 0, fmt.Errorf("%d samples is not in [0, %d] (0: no cap)", k, assign.MaxSamples)
+	}
+	return int(k), nil
 }
 
 func parseShareFloat(v string) (float64, error) {

@@ -173,17 +173,10 @@ func encodeSparse[T Float](dst []byte, codec SparseCodec, vals []T, idx []int32,
 // lengths, every index, and what a compressed payload expands to, which
 // is capped by the partition's length before anything is allocated.
 func decodeSparse(s sparseSpec, p []byte, z *zstdCodec) (idx []int32, vals []float64, err error) {
-	size := reduce.Size(s.dtype)
-	switch {
-	case s.dtype != reduce.Float32 && s.dtype != reduce.Float64:
-		return nil, nil, fmt.Errorf("element type %s: keys hold float32 or float64", reduce.DTypeName(s.dtype))
-	case s.method != TopK && s.method != RandomK:
-		return nil, nil, fmt.Errorf("unknown sparse method %d", s.method)
-	case s.codec == CodecDefault || s.codec >= sparseCodecEnd:
-		return nil, nil, fmt.Errorf("unknown sparse codec %d", s.codec)
-	case s.n < 0 || s.k < 0 || s.k > s.n:
-		return nil, nil, fmt.Errorf("%d elements of a partition of %d", s.k, s.n)
-	case s.k == 0:
+	if err := s.check(); err != nil {
+		return nil, nil, err
+	}
+	if s.k == 0 {
 		if len(p) != 0 {
 			return nil, nil, fmt.Errorf("%d payload bytes for no element", len(p))
 		}
@@ -193,37 +186,88 @@ func decodeSparse(s sparseSpec, p []byte, z *zstdCodec) (idx []int32, vals []flo
 	if !ok {
 		return nil, nil, fmt.Errorf("%d elements of a partition of %d are more than this platform can hold", s.k, s.n)
 	}
+	if p, err = expandSparse(s, p, limit, z); err != nil {
+		return nil, nil, err
+	}
+	vals, rest, err := sparseValues(s, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case s.method == RandomK:
+		if len(rest) != 0 {
+			return nil, nil, fmt.Errorf("%d bytes after the %d values of a random-k push", len(rest), s.k)
+		}
+		return randomK(s.n, s.k, s.seed), vals, nil
+	case s.codec == CodecRaw:
+		idx, err = rawIndices(s, rest)
+	default:
+		idx, err = varintIndices(s, rest)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return idx, vals, nil
+}
+
+// check checks a spec's element type, method, codec and counts, before
+// decodeSparse looks at the payload.
+func (s sparseSpec) check() error {
+	switch {
+	case s.dtype != reduce.Float32 && s.dtype != reduce.Float64:
+		return fmt.Errorf("element type %s: keys hold float32 or float64", reduce.DTypeName(s.dtype))
+	case s.method != TopK && s.method != RandomK:
+		return fmt.Errorf("unknown sparse method %d", s.method)
+	case s.codec == CodecDefault || s.codec >= sparseCodecEnd:
+		return fmt.Errorf("unknown sparse codec %d", s.codec)
+	case s.n < 0 || s.k < 0 || s.k > s.n:
+		return fmt.Errorf("%d elements of a partition of %d", s.k, s.n)
+	}
+	return nil
+}
+
+// expandSparse decompresses a CodecS2 or CodecZstd payload, refusing one
+// that would expand to more than limit bytes before it allocates; other
+// codecs' payloads are returned as they are.
+func expandSparse(s sparseSpec, p []byte, limit int, z *zstdCodec) ([]byte, error) {
 	switch s.codec {
 	case CodecS2:
 		n, err := s2.DecodedLen(p)
 		if err != nil {
-			return nil, nil, fmt.Errorf("s2: %w", err)
+			return nil, fmt.Errorf("s2: %w", err)
 		}
 		if n > limit {
-			return nil, nil, fmt.Errorf("s2 payload expands to %d bytes, more than the %d of %d elements of a partition of %d", n, limit, s.k, s.n)
+			return nil, fmt.Errorf("s2 payload expands to %d bytes, more than the %d of %d elements of a partition of %d", n, limit, s.k, s.n)
 		}
 		if p, err = s2.Decode(make([]byte, n), p); err != nil {
-			return nil, nil, fmt.Errorf("s2: %w", err)
+			return nil, fmt.Errorf("s2: %w", err)
 		}
 	case CodecZstd:
 		var h zstd.Header
 		if err := h.Decode(p); err != nil {
-			return nil, nil, fmt.Errorf("zstd: %w", err)
+			return nil, fmt.Errorf("zstd: %w", err)
 		}
 		if h.HasFCS && h.FrameContentSize > uint64(limit) {
-			return nil, nil, fmt.Errorf("zstd payload expands to %d bytes, more than the %d of %d elements of a partition of %d", h.FrameContentSize, limit, s.k, s.n)
+			return nil, fmt.Errorf("zstd payload expands to %d bytes, more than the %d of %d elements of a partition of %d", h.FrameContentSize, limit, s.k, s.n)
 		}
 		dec, err := z.decoder()
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if p, err = dec.DecodeAll(p, make([]byte, 0, limit)); err != nil {
 			if errors.Is(err, zstd.ErrDecoderSizeExceeded) {
-				return nil, nil, fmt.Errorf("zstd payload expands to more than the %d bytes of %d elements of a partition of %d", limit, s.k, s.n)
+				return nil, fmt.Errorf("zstd payload expands to more than the %d bytes of %d elements of a partition of %d", limit, s.k, s.n)
 			}
-			return nil, nil, fmt.Errorf("zstd: %w", err)
+			return nil, fmt.Errorf("zstd: %w", err)
 		}
 	}
+	return p, nil
+}
+
+// sparseValues reads the k values at the head of an expanded payload,
+// and returns them and the bytes after them.
+func sparseValues(s sparseSpec, p []byte) (vals []float64, rest []byte, err error) {
+	size := reduce.Size(s.dtype)
 	if len(p) < s.k*size {
 		return nil, nil, fmt.Errorf("payload of %d bytes cannot hold %d %s values", len(p), s.k, reduce.DTypeName(s.dtype))
 	}
@@ -236,46 +280,52 @@ func decodeSparse(s sparseSpec, p []byte, z *zstdCodec) (idx []int32, vals []flo
 			vals[j] = math.Float64frombits(le.Uint64(p[8*j:]))
 		}
 	}
-	rest := p[s.k*size:]
-	if s.method == RandomK {
-		if len(rest) != 0 {
-			return nil, nil, fmt.Errorf("%d bytes after the %d values of a random-k push", len(rest), s.k)
-		}
-		return randomK(s.n, s.k, s.seed), vals, nil
+	return vals, p[s.k*size:], nil
+}
+
+// rawIndices reads CodecRaw's k indices, 4 bytes each, which must fill
+// rest, increase and be below n.
+func rawIndices(s sparseSpec, rest []byte) ([]int32, error) {
+	if len(rest) != 4*s.k {
+		return nil, fmt.Errorf("%d index bytes for %d indices of 4 bytes", len(rest), s.k)
 	}
-	idx = make([]int32, s.k)
-	if s.codec == CodecRaw {
-		if len(rest) != 4*s.k {
-			return nil, nil, fmt.Errorf("%d index bytes for %d indices of 4 bytes", len(rest), s.k)
+	idx := make([]int32, s.k)
+	le := binary.LittleEndian
+	for j := range idx {
+		i := le.Uint32(rest[4*j:])
+		switch {
+		case i >= uint32(s.n):
+			return nil, fmt.Errorf("index %d (#%d) out of range for a partition of %d", i, j, s.n)
+		case j > 0 && int32(i) == idx[j-1]:
+			return nil, fmt.Errorf("index %d (#%d) repeated", i, j)
+		case j > 0 && int32(i) < idx[j-1]:
+			return nil, fmt.Errorf("index %d (#%d) after %d: indices must increase", i, j, idx[j-1])
 		}
-		for j := range idx {
-			i := le.Uint32(rest[4*j:])
-			switch {
-			case i >= uint32(s.n):
-				return nil, nil, fmt.Errorf("index %d (#%d) out of range for a partition of %d", i, j, s.n)
-			case j > 0 && int32(i) == idx[j-1]:
-				return nil, nil, fmt.Errorf("index %d (#%d) repeated", i, j)
-			case j > 0 && int32(i) < idx[j-1]:
-				return nil, nil, fmt.Errorf("index %d (#%d) after %d: indices must increase", i, j, idx[j-1])
-			}
-			idx[j] = int32(i)
-		}
-		return idx, vals, nil
+		idx[j] = int32(i)
 	}
+	return idx, nil
+}
+
+// varintIndices reads the k indices of the other codecs (CodecVarint's
+// layout, once expanded): the first, then each one's distance from the
+// one before, as minimal uvarints that must fill rest, each distance at
+// least 1 and every index below n.
+func varintIndices(s sparseSpec, rest []byte) ([]int32, error) {
+	idx := make([]int32, s.k)
 	at := uint64(0)
 	for j := range idx {
 		d, w := binary.Uvarint(rest)
 		switch {
 		case w == 0:
-			return nil, nil, fmt.Errorf("payload ends after %d of %d indices", j, s.k)
+			return nil, fmt.Errorf("payload ends after %d of %d indices", j, s.k)
 		case w < 0:
-			return nil, nil, fmt.Errorf("index #%d: uvarint overflows", j)
+			return nil, fmt.Errorf("index #%d: uvarint overflows", j)
 		case w > 1 && rest[w-1] == 0:
-			return nil, nil, fmt.Errorf("index #%d: uvarint not minimal", j)
+			return nil, fmt.Errorf("index #%d: uvarint not minimal", j)
 		case j > 0 && d == 0:
-			return nil, nil, fmt.Errorf("index %d (#%d) repeated", at, j)
+			return nil, fmt.Errorf("index %d (#%d) repeated", at, j)
 		case d >= uint64(s.n)-at:
-			return nil, nil, fmt.Errorf("index #%d (%d after %d) out of range for a partition of %d", j, d, at, s.n)
+			return nil, fmt.Errorf("index #%d (%d after %d) out of range for a partition of %d", j, d, at, s.n)
 		}
 		rest = rest[w:]
 		if j == 0 {
@@ -286,7 +336,7 @@ func decodeSparse(s sparseSpec, p []byte, z *zstdCodec) (idx []int32, vals []flo
 		idx[j] = int32(at)
 	}
 	if len(rest) != 0 {
-		return nil, nil, fmt.Errorf("%d bytes after the %d indices", len(rest), s.k)
+		return nil, fmt.Errorf("%d bytes after the %d indices", len(rest), s.k)
 	}
-	return idx, vals, nil
+	return idx, nil
 }

@@ -183,37 +183,76 @@ func launchConfig(c *cli.Context) (launcher.Config, error) {
 	return cfg, nil
 }
 
+// parseLaunchFlags reads the launch flags into cfg: the hosts, how ranks
+// are run, the collectives' settings the ranks get in their environment,
+// elasticity, and the launcher's own plumbing.
 func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
-	var err error
-	source := "this machine (no -hostfile, -H or batch allocation)"
+	source, err := parseHostFlags(c, cfg)
+	if err != nil {
+		return err
+	}
+	if err := parseRunFlags(c, cfg); err != nil {
+		return err
+	}
+	if err := parseCollectiveFlags(c, cfg); err != nil {
+		return err
+	}
+	if err := parseElasticFlags(c, cfg); err != nil {
+		return err
+	}
+	cfg.PMI = c.String("pmi")
+	if cfg.Gorun, err = os.Executable(); err != nil {
+		return err
+	}
+	cfg.Stdin = os.Stdin
+	if c.Bool("verbose") {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		cfg.Logger.Info("hosts", "from", source, "hosts", len(cfg.Hosts))
+		cfg.Env = append(cfg.Env, jobenv.HubStatsVar+"=1") // hubs report their traffic
+	}
+	return nil
+}
+
+// parseHostFlags reads the job's hosts from -hostfile, -H or a batch
+// allocation (none: this machine), and says where they came from.
+func parseHostFlags(c *cli.Context, cfg *launcher.Config) (source string, err error) {
+	source = "this machine (no -hostfile, -H or batch allocation)"
 	if hf := c.String("hostfile"); hf != "" {
 		source = "hostfile " + hf
 		if c.String("H") != "" {
-			return errors.New("give either -hostfile or -H, not both")
+			return "", errors.New("give either -hostfile or -H, not both")
 		}
 		f, err := os.Open(hf)
 		if err != nil {
-			return err
+			return "", err
 		}
 		cfg.Hosts, err = launcher.ParseHostfile(hf, f)
 		f.Close()
 		if err != nil {
-			return err
+			return "", err
 		}
 	} else if h := c.String("H"); h != "" {
 		source = "-H " + h
 		if cfg.Hosts, err = launcher.ParseHostList(h); err != nil {
-			return err
+			return "", err
 		}
 	} else {
 		hosts, from, err := launcher.AllocHosts(os.LookupEnv, os.ReadFile)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if hosts != nil {
 			cfg.Hosts, source = hosts, from
 		}
 	}
+	return source, nil
+}
+
+// parseRunFlags reads how ranks are placed, started and watched: mapping,
+// exported variables, output, timeouts, ssh, working directory and the
+// collective strategy.
+func parseRunFlags(c *cli.Context, cfg *launcher.Config) error {
+	var err error
 	if cfg.MapBy, err = launcher.ParseMapBy(c.String("map-by")); err != nil {
 		return err
 	}
@@ -242,6 +281,13 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 	default:
 		return fmt.Errorf("--strategy %q: want ring or hub", s)
 	}
+	return nil
+}
+
+// parseCollectiveFlags reads the settings the ranks' collectives get in
+// their environment: --exact, --wire and --hub-share, checking the share
+// rule now when the job's size is known.
+func parseCollectiveFlags(c *cli.Context, cfg *launcher.Config) error {
 	if c.Bool("exact") {
 		cfg.Env = append(cfg.Env, jobenv.ExactVar+"=1")
 	}
@@ -263,6 +309,12 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// parseElasticFlags reads the hubs, elasticity, --min-np and
+// --max-restarts, and checks that they go together.
+func parseElasticFlags(c *cli.Context, cfg *launcher.Config) error {
 	cfg.Hubs, cfg.HubElastic, cfg.Elastic = c.Int("hubs"), c.Bool("hub-elastic"), c.Bool("elastic")
 	if c.IsSet("min-np") {
 		if !cfg.Elastic && !cfg.HubElastic {
@@ -279,16 +331,6 @@ func parseLaunchFlags(c *cli.Context, cfg *launcher.Config) error {
 		if cfg.MaxRestarts = c.Int("max-restarts"); cfg.MaxRestarts < 0 {
 			return fmt.Errorf("--max-restarts %d: want 0 or more", cfg.MaxRestarts)
 		}
-	}
-	cfg.PMI = c.String("pmi")
-	if cfg.Gorun, err = os.Executable(); err != nil {
-		return err
-	}
-	cfg.Stdin = os.Stdin
-	if c.Bool("verbose") {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-		cfg.Logger.Info("hosts", "from", source, "hosts", len(cfg.Hosts))
-		cfg.Env = append(cfg.Env, jobenv.HubStatsVar+"=1") // hubs report their traffic
 	}
 	return nil
 }
