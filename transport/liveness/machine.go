@@ -256,38 +256,14 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 			m.progress(p, c)
 		}
 	case Pong:
-		if p, c := m.current(ev.Peer, ev.Conn); c != nil {
-			c.pongs++
-			if c.pongs == c.pings {
-				c.rtt = m.now.Sub(c.pingAt)
-			}
-			if p.chk.phase != idle && c.pongs > p.chk.pongBase {
-				m.keep(p, ByPong)
-			}
-		}
+		m.pong(ev)
 	case Bye:
 		if p, c := m.current(ev.Peer, ev.Conn); c != nil {
 			c.bye = true
 			m.leave(p)
 		}
 	case ReadEnded:
-		if p, c := m.current(ev.Peer, ev.Conn); c != nil {
-			c.ended, c.broken = true, true
-			if c.bye || p.status != Live {
-				break
-			}
-			if p.chk.phase == pinging || p.chk.phase == draining {
-				// Gossip's verdict and a connection that ended without a
-				// goodbye: two witnesses.
-				m.lose(p, p.chk.reason+", and its data connection is broken", nil)
-				break
-			}
-			reason := "connection lost: " + errText(ev.Err)
-			if ev.Malformed {
-				reason = "sent a malformed frame: " + errText(ev.Err)
-			}
-			m.brk(p, reason)
-		}
+		m.readEnded(ev)
 	case SendFailed:
 		if p, c := m.current(ev.Peer, ev.Conn); c != nil {
 			c.broken = true
@@ -322,12 +298,7 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 	case Failed:
 		m.fail()
 	case Closing:
-		m.closing = true
-		clear(m.pending)
-		for _, p := range m.peers {
-			p.chk = check{}
-			p.breakDue, p.leftDue, p.connectDue = time.Time{}, time.Time{}, time.Time{}
-		}
+		m.close()
 		return nil
 	case Revive:
 		if p := m.peer(ev.Peer); p != nil {
@@ -336,6 +307,58 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 	}
 	m.fire()
 	return m.acts
+}
+
+// pong: a peer answered a ping on its current connection; an answer to
+// a ping sent after a check began keeps the peer.
+func (m *Machine) pong(ev Pong) {
+	p, c := m.current(ev.Peer, ev.Conn)
+	if c == nil {
+		return
+	}
+	c.pongs++
+	if c.pongs == c.pings {
+		c.rtt = m.now.Sub(c.pingAt)
+	}
+	if p.chk.phase != idle && c.pongs > p.chk.pongBase {
+		m.keep(p, ByPong)
+	}
+}
+
+// readEnded: a peer's current connection ended. After its goodbye, or
+// once the peer is no longer live, that says nothing; during a check of
+// gossip's verdict it is the second witness and the peer is lost; else
+// the connection is broken and the break rule runs.
+func (m *Machine) readEnded(ev ReadEnded) {
+	p, c := m.current(ev.Peer, ev.Conn)
+	if c == nil {
+		return
+	}
+	c.ended, c.broken = true, true
+	if c.bye || p.status != Live {
+		return
+	}
+	if p.chk.phase == pinging || p.chk.phase == draining {
+		// Gossip's verdict and a connection that ended without a
+		// goodbye: two witnesses.
+		m.lose(p, p.chk.reason+", and its data connection is broken", nil)
+		return
+	}
+	reason := "connection lost: " + errText(ev.Err)
+	if ev.Malformed {
+		reason = "sent a malformed frame: " + errText(ev.Err)
+	}
+	m.brk(p, reason)
+}
+
+// close: the transport is closing; no check or deadline runs from now on.
+func (m *Machine) close() {
+	m.closing = true
+	clear(m.pending)
+	for _, p := range m.peers {
+		p.chk = check{}
+		p.breakDue, p.leftDue, p.connectDue = time.Time{}, time.Time{}, time.Time{}
+	}
 }
 
 // peer returns id's state, making it; nil for an id that is no peer.
