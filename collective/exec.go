@@ -421,6 +421,14 @@ func (c *Comm) execute(ctx context.Context, op *Handle, f func(ctx context.Conte
 	if err == nil {
 		return nil
 	}
+	return c.opFailed(userCtx, kind, h, err)
+}
+
+// opFailed turns a collective's failure into its error, and into the
+// Comm's: Close's if the Comm closed under it, a view change's on an
+// elastic job, else the job's abort (told to the peers and the hubs
+// before the program sees it).
+func (c *Comm) opFailed(userCtx context.Context, kind uint8, h transport.Header, err error) error {
 	seq := h.Seq & seqMask
 	if c.isClosed() {
 		// Closed under the call: whatever the transport or the hubs said
