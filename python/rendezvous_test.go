@@ -58,7 +58,7 @@ func rendezvous(t *testing.T, args ...string) (string, int) {
 // torch.multiprocessing.spawn join the gorun backend through
 // init_process_group's init methods (env://, tcp://, file://) and a
 // store= of their own, and get the right results; gorun's launcher is
-// not involved.
+// not involved. Ranks of one host share memory, as under gorun.
 func TestRendezvous(t *testing.T) {
 	setup(t)
 	okRE := regexp.MustCompile(`gorun-rdv-ok rank=(\d+) size=(\d+) checks=(\d+)`)

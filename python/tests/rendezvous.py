@@ -88,6 +88,12 @@ def worker(rank, size, method, where, victim):
         dist.all_reduce(t, group=g)
         assert torch.equal(t, torch.full((5,), float(sum(evens)), dtype=torch.float64)), t
         checks += 1
+    if size > 1 and sys.platform == "linux":
+        # Every rank is on this host: gorun's shared memory carries the
+        # bytes, as under gorun's launcher (the segment stays mapped).
+        with open("/proc/self/maps") as f:
+            assert any("/dev/shm/gorun-" in line for line in f), "no gorun shared memory mapped"
+        checks += 1
     print(f"gorun-rdv-ok rank={rank} size={size} checks={checks}", flush=True)
     if victim is not None:
         t = torch.ones(1 << 16)
