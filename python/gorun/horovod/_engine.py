@@ -18,6 +18,7 @@ clear error instead of a hang or wrong bytes.
 
 import os
 import queue
+import re
 import threading
 import zlib
 
@@ -177,8 +178,10 @@ def disagreement(descs, ranks, ignore_dim0=False):
 
 
 def lost(err):
-    """The HorovodInternalError for a gorun error."""
-    e = HorovodInternalError(f"gorun.horovod: {err}")
+    """The HorovodInternalError for a gorun error; a lost rank leads its message."""
+    m = re.search(r"rank (\d+) lost", str(err))
+    head = f"rank {m.group(1)} was lost: " if m else ""
+    e = HorovodInternalError(f"gorun.horovod: {head}{err}")
     e.__cause__ = err
     return e
 
