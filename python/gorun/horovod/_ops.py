@@ -452,28 +452,21 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_process_set):
     """A sparse COO tensor's all-reduce (Sum or Average), as Horovod does it:
-    every rank's indices and values are gathered and summed. Returns a
-    handle; synchronize gives the coalesced sparse result."""
+    every member's indices and values are gathered. Returns a function
+    that waits and returns the sparse result (Horovod's handle here is one)."""
     if op not in (Sum, Average):
         raise NotImplementedError("sparse_allreduce_async supports Sum and Average")
     c = tensor.coalesce()
-    hi = allgather_async(c.indices().t().contiguous(), None if name is None else name + ".indices",
-                         process_set)
-    hv = allgather_async(c.values().contiguous(), None if name is None else name + ".values", process_set)
+    hv = allgather_async(c.values().contiguous(), None if name is None else f"{name}.values", process_set)
+    hi = allgather_async(c.indices().t().contiguous(), None if name is None else f"{name}.indices", process_set)
     n = _set(process_set).size()
-    h = E.Handle()
 
-    def finish():
-        try:
-            idx, val = synchronize(hi), synchronize(hv)
-            if op == Average:
-                val = val / n
-            h.value = torch.sparse_coo_tensor(idx.t(), val, tensor.shape).coalesce()
-        except BaseException as e:
-            h.error = e
-        h.event.set()
-    threading.Thread(target=finish, daemon=True).start()
-    return _register(h)
+    def handle():
+        val, idx = synchronize(hv), synchronize(hi)
+        if op == Average:
+            val = val / n
+        return torch.sparse_coo_tensor(idx.t(), val, tensor.shape)
+    return handle
 
 
 # -- allgather ------------------------------------------------------------------

@@ -47,13 +47,20 @@ class _Distributed:
         self.process_set = process_set
         self._handles = {}
         self._grad_accs = []
-        self._requires_update = []
+        self._requires_update = []  # in the order their all-reduces start (the same on every rank)
+        self._next = 0  # how many of them have started this step
         self._synchronized = False
         self._should_synchronize = True
         if process_set.included() and size() > 1:
             self._register_hooks()
 
     def _register_hooks(self):
+        # Gradients' all-reduces start in one order on every rank: the
+        # parameters' order reversed, which is the order backward usually
+        # produces them in. A gradient that comes early waits for those
+        # before it; one that never comes on this rank (a layer this step
+        # did not use) is all-reduced as zeros by synchronize(), in its
+        # turn. Ranks whose graphs differ stay in step without names.
         for g in self.param_groups:
             for p in g["params"]:
                 if p.requires_grad:
@@ -61,6 +68,17 @@ class _Distributed:
                     acc = p.expand_as(p).grad_fn.next_functions[0][0]
                     acc.register_hook(self._make_hook(p))
                     self._grad_accs.append(acc)
+        self._requires_update.reverse()
+
+    def _start_ready(self):
+        """Start the all-reduces of the ready gradients next in order."""
+        order = self._requires_update
+        while self._next < len(order):
+            p = order[self._next]
+            if p not in self._handles or self._allreduce_delay[p] > 0:
+                return
+            self._handles[p] = self._allreduce_grad_async(p)
+            self._next += 1
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
@@ -87,14 +105,14 @@ class _Distributed:
 
     def _make_hook(self, p):
         def hook(*_):
-            if p in self._handles and self._handles[p][0] is not None and self._allreduce_delay[p] <= 0:
+            if self._allreduce_delay[p] <= 0:
                 raise AssertionError("Gradients were computed more than backward_passes_per_step times before call "
                                      "to step(). Increase backward_passes_per_step to accumulate gradients locally.")
-            handle, ctx = None, None
             self._allreduce_delay[p] -= 1
+            if p not in self._handles:
+                self._handles[p] = (None, None)
             if self._allreduce_delay[p] == 0:
-                handle, ctx = self._allreduce_grad_async(p)
-            self._handles[p] = (handle, ctx)
+                self._start_ready()
         return hook
 
     def synchronize(self):
@@ -103,11 +121,11 @@ class _Distributed:
         if not self.process_set.included():
             self._synchronized = True
             return
-        for p in self._requires_update:
-            if p not in self._handles or self._handles[p][0] is None:
-                self._handles[p] = self._allreduce_grad_async(p)
+        for p in self._requires_update[self._next:]:
+            self._handles[p] = self._allreduce_grad_async(p)
+        self._next = 0
         for p, (handle, ctx) in self._handles.items():
-            out = synchronize(handle)
+            out = handle() if callable(handle) else synchronize(handle)
             self._allreduce_delay[p] = self.backward_passes_per_step
             if p.grad.is_sparse:
                 agg = self._compression.decompress(out, ctx) if ctx is not None else out
@@ -151,6 +169,7 @@ class _Distributed:
 
     def load_state_dict(self, *args, **kwargs):
         self._handles = {}
+        self._next = 0
         self._synchronized = False
         self._should_synchronize = True
         for p in self._allreduce_delay:
