@@ -526,7 +526,7 @@ class _Allgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        red = allreduce(grad, op=Sum, process_set=ctx.ps)
+        red = allreduce(grad, op=Average, process_set=ctx.ps)  # Horovod averages here
         dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ctx.ps)
         off = int(dims[:ctx.ps.rank()].sum())
         return red.narrow(0, off, ctx.dim), None, None
@@ -549,7 +549,7 @@ class _GroupedAllgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        red = grouped_allreduce(list(grads), op=Sum, process_set=ctx.ps)
+        red = grouped_allreduce(list(grads), op=Average, process_set=ctx.ps)  # Horovod averages here
         dims = allgather(torch.tensor([ctx.dims], dtype=torch.int64), process_set=ctx.ps)
         offs = dims[:ctx.ps.rank()].sum(0).tolist() if ctx.ps.rank() else [0] * len(grads)
         return (None, None) + tuple(r.narrow(0, int(o), d) for r, o, d in zip(red, offs, ctx.dims))
@@ -597,7 +597,7 @@ class _Broadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        red = allreduce(grad, op=Sum, process_set=ctx.ps)
+        red = allreduce(grad, op=Average, process_set=ctx.ps)  # Horovod averages here
         if rank() != ctx.root:
             red = red * 0
         return red, None, None, None
