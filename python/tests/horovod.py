@@ -322,6 +322,21 @@ def ops():
     for ps in sets:
         check(hvd.remove_process_set(ps) and ps.process_set_id is None, f"remove_process_set {ps}")
 
+    # Named collectives match by name, whatever order the ranks issue them in.
+    next_case()
+    xs = [[gen(torch.float64, (4,), r) for r in range(N)] for _ in range(3)]
+    order = [0, 1, 2] if R % 2 == 0 else [2, 0, 1]
+    hs = {i: hvd.allreduce_async(xs[i][R], op=hvd.Sum, name=f"named.{i}") for i in order}
+    for i in range(3):
+        ref, bound = reduce_ref(xs[i], hvd.Sum, torch.float64)
+        close(hvd.synchronize(hs[i]), ref, torch.float64, bound, f"allreduce named.{i} issued in order {order}")
+    if R == 0:
+        h = hvd.allgather_async(xs[0][R], name="early")
+    hvd.barrier()  # rank 0's "early" waits for the others' below
+    if R != 0:
+        h = hvd.allgather_async(xs[0][R], name="early")
+    check(torch.equal(hvd.synchronize(h), torch.cat(xs[0])), "a named allgather issued before a barrier on one rank")
+
     if N > 1:
         # Ranks that disagree all raise, and the next collective works.
         for bad, what in [(lambda: hvd.allreduce(torch.ones(3 + R)), "shapes"),

@@ -20,6 +20,7 @@ import os
 import queue
 import re
 import threading
+import time
 import zlib
 
 import torch
@@ -109,6 +110,7 @@ class Request:
         self.run = run  # run(engine, comm, descs) -> value, after the descriptors agree
         self.joinable = joinable
         self.handle = Handle(name, keep=self.tensors)
+        self.desc = self.descriptor(ignore_dim0=kind in (ALLGATHER, ALLTOALL))
 
     def descriptor(self, ignore_dim0=False):
         d = [0] * DESC
@@ -223,13 +225,67 @@ def allgather_int64(comm, values, n):
     return recv.view(n, len(values)).tolist()
 
 
+WINDOW = 4  # pending requests each rank shows in one exchange
+
+
+def stall_limit():
+    """Seconds ranks may wait for a named collective that some rank has not
+    issued before it fails (GORUN_HVD_STALL_TIMEOUT, default 60, at most
+    the collective timeout)."""
+    try:
+        v = float(os.environ.get("GORUN_HVD_STALL_TIMEOUT", "60"))
+    except ValueError:
+        v = 60.0
+    return min(v, timeout())
+
+
+def _key(d):
+    return (d[D_KIND], d[D_NAME])
+
+
+def choose(windows):
+    """What every rank runs next, from every member's window (their first
+    pending requests' descriptors, in order; a rank in join() shows JOIN
+    alone). The same on every rank: ("join", last rank) when every rank has
+    joined; ("run", [index in each window or None for joined ranks]) for
+    the request they all have (named ones match by name, in any order;
+    unnamed ones in the order issued); ("wait", None) when a named request
+    is not yet issued everywhere; ("mismatch", None) when the ranks' next
+    unnamed requests differ."""
+    joined = [i for i, w in enumerate(windows) if w[0][D_KIND] == JOIN]
+    active = [i for i in range(len(windows)) if i not in joined]
+    if not active:
+        return "join", max(range(len(windows)), key=lambda i: (windows[i][0][D_JOINSEQ], i))
+    first = windows[active[0]]
+
+    def first_unnamed(w):
+        return next((j for j, d in enumerate(w) if not d[D_NAME]), None)
+    for j, d in enumerate(first):
+        if d[D_NAME]:
+            idx = [next((k for k, e in enumerate(windows[i]) if _key(e) == _key(d)), None) for i in active]
+        else:
+            if j != first_unnamed(first):
+                continue
+            idx = [first_unnamed(windows[i]) for i in active]
+            idx = [k if k is not None and windows[i][k][D_KIND] == d[D_KIND] else None
+                   for i, k in zip(active, idx)]
+        if all(k is not None for k in idx):
+            at = dict(zip(active, idx))
+            return "run", [at.get(i) for i in range(len(windows))]
+    if all(not windows[i][0][D_NAME] for i in active):
+        return "mismatch", None
+    return "wait", None
+
+
 class Engine:
     """The queue of requests and the thread that runs it."""
 
     def __init__(self, world_pset):
         self.world = world_pset
         self.q = queue.SimpleQueue()
-        self.exchanges = 0  # descriptor exchanges on the global set (the same count on every rank)
+        self.pending = []  # taken from the queue, not yet run, in the order issued
+        self.exchanges = 0  # exchanges on the global set (the same count on every rank)
+        self.stopping = False
         self.thread = threading.Thread(target=self._loop, name="gorun-horovod", daemon=True)
         self.broken = None  # the error that broke the job's communication
         self.thread.start()
@@ -244,67 +300,148 @@ class Engine:
         self.q.put(None)
         self.thread.join(timeout=timeout())
 
+    def _take(self, block, wait=None):
+        """Move queued requests to pending (waiting for one if block)."""
+        try:
+            while True:
+                req = self.q.get(block=block, timeout=wait) if block else self.q.get_nowait()
+                block = False
+                if req is None:
+                    self.stopping = True
+                    return
+                self.pending.append(req)
+        except queue.Empty:
+            return
+
     def _loop(self):
+        stalled = None
         while True:
-            req = self.q.get()
-            if req is None:
-                return
-            h = req.handle
+            if not self.pending:
+                if self.stopping:
+                    return
+                self._take(True)
+                continue
+            self._take(False)
             try:
-                h.value = self._run(req)
-            except BaseException as e:  # the request's error goes to its handle
+                progressed = self._step()
+            except BaseException as e:  # the job's communication broke: every pending request fails
                 if isinstance(e, HorovodInternalError) and isinstance(e.__cause__, _core.GorunError):
                     self.broken = e
-                h.error = e
-            h.keep = None
-            h.event.set()
+                for req in self.pending:
+                    self._finish(req, None, e)
+                self.pending = []
+                continue
+            if progressed:
+                stalled = None
+                continue
+            now = time.monotonic()
+            stalled = stalled or now
+            if now - stalled > stall_limit():
+                e = HorovodInternalError(
+                    f"gorun.horovod: no collective matched for {stall_limit():.0f} s: this rank's next is "
+                    f"{self._what(self.pending[0])}; the other ranks issued other names (see "
+                    "GORUN_HVD_STALL_TIMEOUT)")
+                self._fail_head(e)
+                stalled = None
+                continue
+            self._take(True, 0.005)  # until something new is issued, or briefly
 
-    def exchange(self, pset, desc):
-        """Every member's descriptor."""
+    @staticmethod
+    def _what(req):
+        return f"{KIND_NAMES.get(req.kind, '?')}" + (f" {req.name!r}" if req.name else "")
+
+    def _fail_head(self, e):
+        req = self.pending.pop(0)
+        self._finish(req, None, e)
+
+    @staticmethod
+    def _finish(req, value, error):
+        h = req.handle
+        h.value, h.error, h.keep = value, error, None
+        h.event.set()
+
+    def exchange(self, pset, vec):
+        """Every member's vector."""
         if pset.process_set_id == 0:
             self.exchanges += 1
-        return allgather_int64(pset.comm, desc, pset.size())
+        return allgather_int64(pset.comm, vec, pset.size())
 
-    def _run(self, req):
-        pset = req.pset
-        if req.kind == JOIN:
-            return self._join()
-        desc = req.descriptor(ignore_dim0=req.kind in (ALLGATHER, ALLTOALL))
-        descs = self.exchange(pset, desc)
-        joined = [i for i, d in enumerate(descs) if d[D_KIND] == JOIN]
-        if joined:
-            if not req.joinable:
+    def _step(self):
+        """One exchange on the first pending request's process set, and what
+        it decides. Returns whether a request ended."""
+        head = self.pending[0]
+        pset = head.pset
+        if head.kind == JOIN:
+            window = [head]
+            if head.desc[D_JOINSEQ] == 0:
+                head.desc[D_JOINSEQ] = self.exchanges + 1
+        else:
+            window = [r for r in self.pending if r.pset is pset and r.kind != JOIN][:WINDOW]
+        vec = []
+        for r in window:
+            vec += r.desc
+        vec += [0] * (DESC * WINDOW - len(vec))
+        rows = self.exchange(pset, vec)
+        windows = [[row[k * DESC:(k + 1) * DESC] for k in range(WINDOW) if row[k * DESC + D_KIND]] for row in rows]
+        for i, w in enumerate(windows):
+            if not w or w[0][D_MAGIC] != MAGIC:
+                raise HorovodInternalError(f"gorun.horovod: rank {pset.ranks[i]} is not running gorun.horovod's "
+                                           "collectives in step with this one")
+        what, arg = choose(windows)
+        me = pset.rank()
+        if what == "join":
+            self.pending.remove(head)
+            self._finish(head, pset.ranks[arg], None)
+            return True
+        if what == "wait":
+            return False
+        active = [i for i, w in enumerate(windows) if w[0][D_KIND] != JOIN]
+        if what == "mismatch":
+            msg = disagreement([windows[i][0] for i in active], [pset.ranks[i] for i in active])
+            err = HorovodInternalError(f"gorun.horovod: {msg}")
+            if head.kind != JOIN:
+                self._fail_head(err)
+            return True
+        descs = [windows[i][arg[i]] for i in active]
+        kind = descs[0][D_KIND]
+        joined = [i for i in range(len(windows)) if i not in active]
+        req = None if arg[me] is None else window[arg[me]]
+        if req is None:  # this rank is in join(): take part with neutral values, or let the others fail
+            if kind == ALLREDUCE and not disagreement(descs, [pset.ranks[i] for i in active]):
+                self._neutral_allreduce(pset, descs[0])
+            return True
+        self.pending.remove(req)
+        try:
+            if joined and not req.joinable:
                 raise HorovodInternalError(
                     f"gorun.horovod: rank {pset.ranks[joined[0]]} has called join(): while a rank is in join(), "
                     f"only allreduce runs (not {KIND_NAMES[req.kind]})")
-            descs = [d for d in descs if d[D_KIND] != JOIN]
-        msg = disagreement(descs, [pset.ranks[i] for i in range(pset.size()) if i not in joined],
-                           ignore_dim0=req.kind in (ALLGATHER, ALLTOALL))
-        if msg:
-            raise HorovodInternalError(f"gorun.horovod: {msg}")
-        return req.run(self, pset.comm, descs) if req.run is not None else None
+            msg = disagreement(descs, [pset.ranks[i] for i in active], ignore_dim0=kind in (ALLGATHER, ALLTOALL))
+            if msg:
+                raise HorovodInternalError(f"gorun.horovod: {msg}")
+            value = req.run(self, pset.comm, descs) if req.run is not None else None
+        except HorovodInternalError as e:
+            if isinstance(e.__cause__, _core.GorunError):
+                self.pending.insert(0, req)
+                raise
+            self._finish(req, None, e)
+            return True
+        except BaseException as e:
+            self._finish(req, None, e)
+            return True
+        self._finish(req, value, None)
+        return True
 
-    def _join(self):
-        """Take part, with neutral data, in the allreduces of ranks that have
-        not joined, until every rank has; returns the rank that joined last."""
-        pset = self.world
-        d = [0] * DESC
-        d[D_MAGIC], d[D_KIND], d[D_JOINSEQ] = MAGIC, JOIN, self.exchanges + 1
-        while True:
-            descs = self.exchange(pset, d)
-            active = [x for x in descs if x[D_KIND] != JOIN]
-            if not active:
-                last = max(range(len(descs)), key=lambda i: (descs[i][D_JOINSEQ], i))
-                return pset.ranks[last]
-            a = active[0]
-            if a[D_KIND] != ALLREDUCE or disagreement(active, list(range(len(active)))):
-                continue  # the active ranks fail this one themselves
-            for code in range(1, len(DTYPES) + 1):
-                n = a[D_NUMEL + code - 1]
-                if n:
-                    dtype = DTYPES[code - 1]
-                    buf = torch.full((n,), neutral(a[D_OP], WIDE.get(dtype, dtype)), dtype=WIDE.get(dtype, dtype))
-                    run_op(pset.comm, _core.ALLREDUCE, NATIVE[buf.dtype], CORE_OP[a[D_OP]], 0, buf, None)
+    def _neutral_allreduce(self, pset, a):
+        """A joined rank's part in the others' allreduce: neutral values of
+        each data type, in the order the others move them."""
+        for code in range(1, len(DTYPES) + 1):
+            n = a[D_NUMEL + code - 1]
+            if n:
+                dtype = DTYPES[code - 1]
+                wide = WIDE.get(dtype, dtype)
+                buf = torch.full((n,), neutral(a[D_OP], wide), dtype=wide)
+                run_op(pset.comm, _core.ALLREDUCE, NATIVE[wide], CORE_OP[a[D_OP]], 0, buf, None)
 
 
 def neutral(op, dtype):

@@ -1,6 +1,8 @@
 """Horovod's collectives (horovod.torch.mpi_ops) on gorun's communicators."""
 
+import atexit
 import os
+import sys
 import threading
 
 import torch
@@ -132,6 +134,20 @@ def shutdown():
     _s.sets.clear()
     _s.handles.clear()
     _s.names.clear()
+
+
+def _at_exit():
+    # Stop the engine while the interpreter is whole; leave the job unless
+    # gorun.torch is loaded (its own exit hook leaves it, after torch's groups).
+    try:
+        shutdown()
+        if "gorun.torch" not in sys.modules and _core._world is not None:
+            _core._world.close()
+    except Exception:
+        pass
+
+
+atexit.register(_at_exit)
 
 
 def is_initialized():
