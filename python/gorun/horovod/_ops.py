@@ -288,6 +288,15 @@ def _scale(buf, factor):
     return (buf.to(torch.float64) * factor).to(buf.dtype)
 
 
+def _prescale(buf, factor, dtype):
+    """buf (in the wide type) times factor, rounded to dtype as Horovod's
+    prescaled tensor is, before the sum."""
+    buf = _scale(buf, factor)
+    if factor != 1.0 and buf.dtype != dtype and dtype.is_floating_point:
+        buf = buf.to(dtype).to(buf.dtype)
+    return buf
+
+
 def _op_value(op, average, default=Average):
     if average is not None:
         if op is not None:
@@ -319,7 +328,7 @@ def _reduce_group(comm, tensors, outputs, op, pre, post, n, kind=_core.ALLREDUCE
             buf = buf.clone()  # the input stays as it is
         if buf.numel() == 0:
             continue
-        buf = _scale(buf, pre)
+        buf = _prescale(buf, pre, dtype)
         E.run_op(comm, kind, E.NATIVE[wide], E.CORE_OP[op], 0, buf, None)
         if op == Average:
             if post == 1.0 and not buf.dtype.is_floating_point:
@@ -719,7 +728,7 @@ def _reducescatter_request(tensors, name, op, process_set, pre, post):
             rowel = t[0].numel() if rows else 0
             block = (rows + n - 1) // n * rowel
             wide = E.WIDE.get(t.dtype, t.dtype)
-            src = _scale(_flat(t).to(wide).clone(), pre)
+            src = _prescale(_flat(t).to(wide).clone(), pre, t.dtype)
             send = torch.zeros(block * n, dtype=wide)
             at = 0
             for p in range(n):
