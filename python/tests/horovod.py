@@ -337,6 +337,16 @@ def ops():
         h = hvd.allgather_async(xs[0][R], name="early")
     check(torch.equal(hvd.synchronize(h), torch.cat(xs[0])), "a named allgather issued before a barrier on one rank")
 
+    # A name is taken until its handle is synchronized.
+    h = hvd.allreduce_async(torch.ones(2), name="dup")
+    try:
+        hvd.allreduce_async(torch.ones(2), name="dup")
+        check(False, "a second allreduce named 'dup' in flight raised nothing")
+    except ValueError as e:
+        check("same name" in str(e), f"duplicate name: {e}")
+    check(torch.equal(hvd.synchronize(h), torch.ones(2)), "allreduce 'dup'")
+    check(torch.equal(hvd.allreduce(torch.ones(2), name="dup"), torch.ones(2)), "allreduce 'dup' again")
+
     if N > 1:
         # Ranks that disagree all raise, and the next collective works.
         for bad, what in [(lambda: hvd.allreduce(torch.ones(3 + R)), "shapes"),

@@ -25,7 +25,7 @@ class _State:
         self.next_set = 1
         self.handles = {}  # int handle -> Handle
         self.next_handle = 1
-        self.names = {}  # names of the collectives in flight -> handle
+        self.names = {}  # (process set, kind, name) of collectives not yet synchronized -> handle
 
 
 _s = _State()
@@ -225,17 +225,23 @@ def _register(handle):
 
 
 def _submit(req):
-    """Queue req; synchronize(handle) returns what its run returns."""
+    """Queue req; synchronize(handle) returns what its run returns.
+
+    A name is taken from when its collective is issued until synchronize()
+    returns its result (or the handle is forgotten): issuing another
+    collective of the same kind and name on the same process set meanwhile
+    raises ValueError, as Horovod does while one is in flight. (Taking it
+    until synchronize, not until the data has moved, makes the check the
+    same however fast the other ranks are.)"""
     name = req.name
+    key = (req.pset.process_set_id, req.kind, name)
+    if name is not None and key in _s.names:
+        raise ValueError(f"Requested to {E.KIND_NAMES[req.kind]} a tensor with the same name as another tensor "
+                         f"that is currently being processed: {name!r}")
+    handle = _register(_s.engine.submit(req))
     if name is not None:
-        prev = _s.names.get((req.pset.process_set_id, name))
-        if prev is not None and not prev.done():
-            raise ValueError(f"Requested to {E.KIND_NAMES[req.kind]} a tensor with the same name as another tensor "
-                             f"that is currently being processed: {name!r}")
-    handle = _s.engine.submit(req)
-    if name is not None:
-        _s.names[(req.pset.process_set_id, name)] = handle
-    return _register(handle)
+        _s.names[key] = handle
+    return handle
 
 
 def poll(handle):
@@ -246,19 +252,27 @@ def poll(handle):
     return h.done()
 
 
+def _forget(handle):
+    """Drop handle without waiting: its name is free again (its collective
+    still runs when the other ranks issue it)."""
+    h = _s.handles.pop(handle, None)
+    if h is not None and h.name is not None:
+        for k, v in list(_s.names.items()):
+            if v == handle:
+                del _s.names[k]
+    return h
+
+
 def synchronize(handle):
     """Wait for the operation of handle and return its result; raises
     HorovodInternalError when it failed."""
-    h = _s.handles.pop(handle, None)
+    h = _s.handles.get(handle)
     if h is None:
         return None
     try:
         return h.wait()
     finally:
-        if h.name is not None:
-            for k, v in list(_s.names.items()):
-                if v is h:
-                    del _s.names[k]
+        _forget(handle)
 
 
 # -- helpers ------------------------------------------------------------------

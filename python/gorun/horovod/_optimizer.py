@@ -168,6 +168,9 @@ class _Distributed:
         return super().zero_grad(*args, **kwargs)
 
     def load_state_dict(self, *args, **kwargs):
+        for handle, _ in self._handles.values():
+            if handle is not None and not callable(handle):
+                _ops._forget(handle)
         self._handles = {}
         self._next = 0
         self._synchronized = False
