@@ -1,19 +1,18 @@
 """The background thread that runs gorun.horovod's collectives.
 
-Every collective is a request. A request goes into one queue, and one
-thread per process (the engine) runs the queue in order. For each request
-the members of its process set first exchange a fixed-size descriptor (an
-all-gather of DESC int64s): what the operation is, its reduction, root,
-data types, shapes and name. Ranks that disagree all fail the request with
-the same message, naming the ranks, and the communicator stays usable (a
-collective whose lengths disagree would break it). When they agree, the
-data moves in one gorun collective per data type, and the request's handle
-completes.
-
-Ranks must issue their collectives in one order (Horovod matches them by
-name instead): gorun's communicators run collectives in the order they are
-started. The descriptor exchange catches a rank that is out of order with a
-clear error instead of a hang or wrong bytes.
+Every collective is a request. Requests go into one queue, and one thread
+per process (the engine) runs them. For each step the members of the first
+pending request's process set all-gather a fixed-size window: the
+descriptors (WINDOW x DESC int64) of their first pending requests on that
+set: what each operation is, its reduction, root, data types, shapes and
+name. From the windows every rank computes the same choice (choose()):
+the first request that every member has, named ones matched by name in any
+order (as Horovod's coordinator matches them), unnamed ones in the order
+issued. Ranks that disagree on the chosen request (its data type, shape,
+root...) all fail it with the same message, naming the ranks, and the
+communicator stays usable (a collective whose lengths disagree would break
+it). When they agree, the data moves in one gorun collective per data
+type, and the request's handle completes.
 """
 
 import os

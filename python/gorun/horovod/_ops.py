@@ -887,6 +887,3 @@ def remove_process_set(process_set):
     synchronize(_submit(req))
     return True
 
-
-def _process_set_ids():
-    return sorted([0] + list(_s.sets))
