@@ -81,3 +81,45 @@ func TestHorovodKill(t *testing.T) {
 		t.Fatalf("processes left behind: %s", left)
 	}
 }
+
+// TestHorovodElastic: gorun.horovod.elastic (run, TorchState, commit) with
+// a DistributedOptimizer under gorun --elastic. A killed rank (rank 0, the
+// first state holder) leaves the survivors to go back to their last commit,
+// sync and train on in a smaller view; with --max-restarts 1 the restarted
+// rank comes back in, takes the survivors' state, and the job ends with
+// every rank of the final view holding the same weights and step.
+func TestHorovodElastic(t *testing.T) {
+	setup(t)
+	okRE := regexp.MustCompile(`hvd-elastic-ok rank=(\d+) step=(\d+) size=(\d+) resets=(\d+) restarts=(\d+)`)
+	t.Run("shrink", func(t *testing.T) {
+		out, code := job(t, 4, []string{"--elastic"}, "tests/horovod.py", "--mode", "elastic", "--victim", "0", "--at", "8", "--steps", "30")
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		got := lines(out, okRE)
+		if len(got) != 3 {
+			t.Fatalf("%d ranks finished, want the 3 survivors:\n%s", len(got), out)
+		}
+		for _, r := range []string{"1", "2", "3"} {
+			m, ok := got[r]
+			if !ok || m[2] != "30" || m[3] != "3" || m[4] == "0" {
+				t.Fatalf("rank %s: %v, want step 30 in a view of 3 after a reset:\n%s", r, m, out)
+			}
+		}
+	})
+	t.Run("rejoin", func(t *testing.T) {
+		out, code := job(t, 3, []string{"--elastic", "--max-restarts", "1"}, "tests/horovod.py", "--mode", "elastic", "--victim", "1", "--at", "8", "--steps", "30", "--until-size", "3")
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		got := everyRank(t, out, 3, okRE)
+		for r, m := range got {
+			if m[3] != "3" || m[2] != got["0"][2] {
+				t.Fatalf("rank %s: %v, want the view of 3 at rank 0's step %s:\n%s", r, m, got["0"][2], out)
+			}
+		}
+		if got["1"][5] != "1" {
+			t.Fatalf("rank 1 was not restarted: %v\n%s", got["1"], out)
+		}
+	})
+}

@@ -30,7 +30,9 @@ import torch.nn as nn
 import gorun.horovod as hvd
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--mode", choices=["ops", "train", "kill"], default="ops")
+ap.add_argument("--mode", choices=["ops", "train", "kill", "elastic"], default="ops")
+ap.add_argument("--steps", type=int, default=30)
+ap.add_argument("--until-size", type=int, default=0, help="elastic: train on until the view has this many ranks")
 ap.add_argument("--seed", type=int, default=1)
 ap.add_argument("--victim", type=int, default=1)
 ap.add_argument("--at", type=int, default=10)
@@ -572,6 +574,47 @@ def kill():
         raise SystemExit(3)
 
 
-{"ops": ops, "train": train, "kill": kill}[args.mode]()
+def elastic():
+    """hvd.elastic.run with TorchState and a DistributedOptimizer on an
+    elastic job: the victim dies at step --at (its first life only); the
+    survivors go back to their last commit, sync and go on. Every rank of
+    the final view must hold the same weights and step."""
+    w = hvd._ops._s.world
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).double()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                   named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model, opt, step=0)
+    resets = []
+    state.register_reset_callbacks([lambda: resets.append(hvd.size())])
+
+    @hvd.elastic.run
+    def train(state):
+        g = torch.Generator()
+        while state.step < args.steps or hvd.size() < args.until_size:
+            if state.step > args.steps + 3000:
+                raise SystemExit(f"rank {w.rank}: the view never grew back to {args.until_size} ranks")
+            if w.restarts == 0 and w.rank == args.victim and state.step == args.at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            g.manual_seed(state.step)
+            n, r = hvd.size(), hvd.rank()
+            x = torch.randn(4 * n, 16, generator=g, dtype=torch.float64)
+            y = torch.randn(4 * n, 4, generator=g, dtype=torch.float64)
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x[4 * r:4 * (r + 1)]), y[4 * r:4 * (r + 1)]).backward()
+            opt.step()
+            state.step += 1
+            state.commit()
+            time.sleep(0.01)
+    train(state)
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()] + [torch.tensor([float(state.step)],
+                                                                                       dtype=torch.float64)])
+    every = hvd.allgather(flat.unsqueeze(0))
+    check(all(torch.equal(every[q], flat) for q in range(hvd.size())), "weights or step differ between ranks")
+    print(f"hvd-elastic-ok rank={w.rank} step={state.step} size={hvd.size()} resets={len(resets)} "
+          f"restarts={w.restarts}", flush=True)
+
+
+{"ops": ops, "train": train, "kill": kill, "elastic": elastic}[args.mode]()
 print(f"hvd-ok rank={R} mode={args.mode} size={N} checks={checks}", flush=True)
 hvd.shutdown()

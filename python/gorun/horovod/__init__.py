@@ -24,4 +24,6 @@ from ._functions import allgather_object, broadcast_object, broadcast_optimizer_
 from ._optimizer import DistributedOptimizer  # noqa: F401
 from .compression import Compression  # noqa: F401
 from .sync_batch_norm import SyncBatchNorm  # noqa: F401
+from . import elastic  # noqa: F401,E402
+from .elastic import HostsUpdatedInterrupt  # noqa: F401
 

@@ -25,6 +25,7 @@ class _State:
         self.next_set = 1
         self.handles = {}  # int handle -> Handle
         self.next_handle = 1
+        self.view = None  # an elastic job's view (job ranks) when init ran
         self.names = {}  # (process set, kind, name) of collectives not yet synchronized -> handle
 
 
@@ -96,24 +97,29 @@ def init(comm=None, process_sets=None):
         if _s.engine is not None:
             return
         w = _core.world(E.timeout())
-        if w.elastic:
-            raise ValueError("gorun.horovod runs on a fixed job: start it without --elastic")
         _s.world = w
-        global_process_set.ranks = list(range(w.size))
+        _s.view = w.view() if w.elastic else None
+        global_process_set.ranks = list(range(len(_s.view) if _s.view is not None else w.size))
         global_process_set.comm = w
         global_process_set.process_set_id = 0
         _s.engine = E.Engine(global_process_set)
-    try:
-        local = int(os.environ.get("GORUN_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
-        node = int(os.environ.get("GORUN_NODE_RANK", "0"))
-        lsize = int(os.environ.get("GORUN_LOCAL_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1")))
-        rows = E.allgather_int64(w, [local, node, lsize], w.size)
-        _s.local_rank, _s.local_size, _s.cross_rank = local, lsize, node
-        _s.cross_size = sum(1 for r in rows if r[0] == local)
-        _s.homogeneous = len({r[2] for r in rows}) == 1
-    except BaseException:
-        shutdown()
-        raise
+    local = int(os.environ.get("GORUN_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
+    node = int(os.environ.get("GORUN_NODE_RANK", "0"))
+    lsize = int(os.environ.get("GORUN_LOCAL_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    _s.local_rank, _s.local_size, _s.cross_rank = local, lsize, node
+    if _s.view is not None:
+        # No collective here on an elastic job (a restarted rank's first one
+        # is its resync): the launch's placement stands in.
+        _s.cross_size = -(-w.job_size // max(lsize, 1))
+        _s.homogeneous = True
+    else:
+        try:
+            rows = E.allgather_int64(w, [local, node, lsize], w.size)
+            _s.cross_size = sum(1 for r in rows if r[0] == local)
+            _s.homogeneous = len({r[2] for r in rows}) == 1
+        except BaseException:
+            shutdown()
+            raise
     if process_sets is not None and process_sets != "dynamic":
         for ps in process_sets:
             add_process_set(ps)
@@ -161,7 +167,17 @@ def size():
 
 def rank():
     _need_init()
+    if _s.view is not None:  # an elastic job: the place in the view the engine runs on
+        return _s.view.index(_s.world.rank)
     return _s.world.rank
+
+
+def _root(ps, place):
+    """A member's place as gorun's collectives take a root: on an elastic
+    job, its job rank."""
+    if ps.process_set_id == 0 and _s.view is not None:
+        return _s.view[place]
+    return place
 
 
 def local_rank():
@@ -605,7 +621,7 @@ def _broadcast_request(tensor, output, root_rank, name, process_set):
     _check_tensor(tensor, "broadcast")
     if root_rank not in ps.ranks:
         raise ValueError(f"broadcast: root rank {root_rank} is not in {ps}")
-    root = ps.ranks.index(root_rank)
+    root = _root(ps, ps.ranks.index(root_rank))
 
     def run(engine, comm, descs):
         src = _flat(tensor)
@@ -842,6 +858,8 @@ def add_process_set(process_set):
     """Make a process set on every rank (every rank calls this, in the same
     order); returns it, initialized. Its members get a gorun communicator."""
     _need_init()
+    if _s.view is not None:
+        raise ValueError("gorun.horovod: process sets are not supported on an elastic job (gorun --elastic)")
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     ranks = process_set.ranks
