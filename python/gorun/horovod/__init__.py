@@ -4,9 +4,10 @@
     hvd.init()                       # run with: gorun -np N /usr/bin/python3 train.py
 
 Collectives run on gorun's communicators (the job's, and one per process
-set) from one background thread per process, in the order each rank
-issues them; docs/horovod.md says what is supported and where gorun
-differs from Horovod.
+set) from one background thread per process; named ones match across ranks
+by name, unnamed ones in the order issued. hvd.elastic runs on gorun's
+elastic ring (gorun --elastic). docs/horovod.md says what is supported and
+where gorun differs from Horovod.
 """
 
 from ._engine import HorovodInternalError
