@@ -525,6 +525,20 @@ def train():
     every = hvd.allgather(st.unsqueeze(0))
     check(torch.equal(every[R], every[root]), "broadcast_optimizer_state")
 
+    # ElasticSampler: the shares cover the dataset; after two batches the new
+    # shares cover exactly what was not processed.
+    smp = hvd.elastic.ElasticSampler(list(range(37)), shuffle=True, seed=5)
+    every = hvd.allgather_object(list(smp))
+    check(len(every[R]) == len(smp) == -(-37 // N) and set().union(*every) == set(range(37)),
+          f"ElasticSampler shares {every}")
+    done = set().union(*[e[:2] for e in every])
+    smp.record_batch(0, 2)
+    again = hvd.elastic.ElasticSampler(list(range(37)), shuffle=True, seed=5)
+    again.load_state_dict(smp.state_dict())
+    rest = hvd.allgather_object(list(again))
+    check(set().union(*rest) == set(range(37)) - done and len(done) == min(2 * N, 37),
+          f"ElasticSampler after record_batch: {rest} (processed {sorted(done)})")
+
     # SyncBatchNorm against BatchNorm on the whole batch.
     next_case()
     g = torch.Generator().manual_seed(args.seed + case)
@@ -584,7 +598,8 @@ def elastic():
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).double()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
                                    named_parameters=model.named_parameters())
-    state = hvd.elastic.TorchState(model, opt, step=0)
+    sampler = hvd.elastic.ElasticSampler(list(range(1000)), shuffle=False)
+    state = hvd.elastic.TorchState(model, opt, sampler=sampler, step=0)
     resets = []
     state.register_reset_callbacks([lambda: resets.append(hvd.size())])
 
@@ -604,6 +619,8 @@ def elastic():
             nn.functional.mse_loss(model(x[4 * r:4 * (r + 1)]), y[4 * r:4 * (r + 1)]).backward()
             opt.step()
             state.step += 1
+            check(state.sampler.num_replicas == n and state.sampler.rank == r, "the sampler's view")
+            state.sampler.record_batch(0, 1)
             state.commit()
             time.sleep(0.01)
     train(state)
@@ -611,6 +628,8 @@ def elastic():
                                                                                        dtype=torch.float64)])
     every = hvd.allgather(flat.unsqueeze(0))
     check(all(torch.equal(every[q], flat) for q in range(hvd.size())), "weights or step differ between ranks")
+    sizes = hvd.allgather_object(sampler.processed_num)
+    check(len(set(sizes)) == 1, f"the sampler's progress differs between ranks: {sizes}")
     print(f"hvd-elastic-ok rank={w.rank} step={state.step} size={hvd.size()} resets={len(resets)} "
           f"restarts={w.restarts}", flush=True)
 

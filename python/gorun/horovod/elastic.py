@@ -21,6 +21,7 @@ resync: a restarted rank holds none), then calls the function again.
 import copy
 import functools
 import io
+import math
 
 import torch
 
@@ -28,7 +29,7 @@ from .. import _core
 from . import _ops
 from ._engine import HorovodInternalError, timeout
 
-__all__ = ["State", "ObjectState", "TorchState", "HostsUpdatedInterrupt", "run"]
+__all__ = ["State", "ObjectState", "TorchState", "ElasticSampler", "HostsUpdatedInterrupt", "run"]
 
 
 class HostsUpdatedInterrupt(RuntimeError):
@@ -136,6 +137,65 @@ class ObjectState(State):
         self._set_attrs()
 
 
+class ElasticSampler(torch.utils.data.Sampler):
+    """A sampler that gives each rank its share of the dataset's samples not
+    yet processed this epoch, and shares them out again after a reset (a
+    new view). Keep it in the TorchState, call record_batch() after each
+    batch and set_epoch() at the end of each epoch.
+
+    The order is a permutation drawn from seed + epoch (the same on every
+    rank) when shuffle is True; the last share is filled up with the first
+    samples, so that every rank has as many."""
+
+    def __init__(self, dataset, shuffle=True, seed=0):
+        self.dataset = dataset
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+        self.processed_num = 0
+        self.reset()
+
+    def set_epoch(self, epoch):
+        """Start epoch: nothing of it is processed yet."""
+        self.epoch = epoch
+        self.processed_num = 0
+        self.reset()
+
+    def record_batch(self, batch_idx, batch_size):
+        """batch_size samples were processed on every rank."""
+        self.processed_num += batch_size * self.num_replicas
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "processed_num": self.processed_num}
+
+    def load_state_dict(self, state):
+        self.epoch = state["epoch"]
+        self.processed_num = state["processed_num"]
+        self.reset()
+
+    def reset(self):
+        """Share the samples not yet processed among the current view."""
+        self.num_replicas = _ops.size()
+        self.rank = _ops.rank()
+        n = len(self.dataset)
+        if self.shuffle:
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
+        else:
+            order = list(range(n))
+        self.remaining_indices = order[self.processed_num:]
+        self.num_samples = math.ceil(len(self.remaining_indices) / self.num_replicas)
+        self.total_size = self.num_samples * self.num_replicas
+
+    def __iter__(self):
+        idx = list(self.remaining_indices)
+        while idx and len(idx) < self.total_size:
+            idx += idx[:self.total_size - len(idx)]
+        return iter(idx[self.rank:self.total_size:self.num_replicas])
+
+    def __len__(self):
+        return self.num_samples
+
+
 class TorchState(ObjectState):
     """A model's and an optimizer's state, and any picklable values (as
     attributes)."""
@@ -145,14 +205,24 @@ class TorchState(ObjectState):
         self.optimizer = optimizer
         self._saved_model = None
         self._saved_optimizer = None
-        super().__init__(**kwargs)
+        # Samplers are kept by their state_dict, not copied.
+        self._samplers = {k: v for k, v in kwargs.items() if isinstance(v, ElasticSampler)}
+        self._saved_samplers = {}
+        for k, v in self._samplers.items():
+            setattr(self, k, v)
+        super().__init__(**{k: v for k, v in kwargs.items() if k not in self._samplers})
         self.save()
+
+    def reset(self):
+        for smp in self._samplers.values():
+            smp.reset()
 
     def save(self):
         if self.model is not None:
             self._saved_model = copy.deepcopy(self.model.state_dict())
         if self.optimizer is not None:
             self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
+        self._saved_samplers = {k: v.state_dict() for k, v in self._samplers.items()}
         super().save()
 
     def restore(self):
@@ -160,6 +230,8 @@ class TorchState(ObjectState):
             self.model.load_state_dict(self._saved_model)
         if self.optimizer is not None and self._saved_optimizer is not None:
             self.optimizer.load_state_dict(self._saved_optimizer)
+        for k, v in self._saved_samplers.items():
+            self._samplers[k].load_state_dict(v)
         super().restore()
 
     def _payload(self):
@@ -168,6 +240,7 @@ class TorchState(ObjectState):
             p["model"] = self.model.state_dict()
         if self.optimizer is not None:
             p["optimizer"] = self.optimizer.state_dict()
+        p["samplers"] = {k: v.state_dict() for k, v in self._samplers.items()}
         return p
 
     def _load(self, payload):
@@ -175,6 +248,8 @@ class TorchState(ObjectState):
             self.model.load_state_dict(payload["model"])
         if self.optimizer is not None:
             self.optimizer.load_state_dict(payload["optimizer"])
+        for k, v in payload.get("samplers", {}).items():
+            self._samplers[k].load_state_dict(v)
         super()._load(payload)
 
 
