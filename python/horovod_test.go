@@ -1,0 +1,125 @@
+package python_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestHorovodOps: gorun.horovod's collectives (every call, data type and
+// a spread of sizes, process sets of the even and the odd ranks, join,
+// the errors of ranks that disagree) against naive references, on 1, 2,
+// 3 and 5 ranks.
+func TestHorovodOps(t *testing.T) {
+	setup(t)
+	hvdRuns(t, "ops")
+}
+
+// TestHorovodTrain: gorun.horovod's DistributedOptimizer equals one
+// process training on the whole batch (float64, to 1e-9), also with
+// backward_passes_per_step=2 and gradient_predivide_factor; fp16
+// compression within its bound; broadcast_parameters,
+// broadcast_optimizer_state and SyncBatchNorm; on 1, 2, 3 and 5 ranks.
+func TestHorovodTrain(t *testing.T) {
+	setup(t)
+	hvdRuns(t, "train")
+}
+
+func hvdRuns(t *testing.T, mode string) {
+	okRE := regexp.MustCompile(`hvd-ok rank=(\d+) mode=(\w+) size=(\d+) checks=(\d+)`)
+	for _, np := range []int{1, 2, 3, 5} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			out, code := job(t, np, nil, "tests/horovod.py", "--mode", mode, "--seed", fmt.Sprint(np))
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+			for r, m := range everyRank(t, out, np, okRE) {
+				if m[2] != mode || m[3] != fmt.Sprint(np) || m[4] == "0" {
+					t.Fatalf("rank %s: %v", r, m)
+				}
+			}
+		})
+	}
+}
+
+// TestHorovodKill: a rank SIGKILLed with all-reduces outstanding makes
+// every survivor's synchronize raise HorovodInternalError naming it; the
+// job exits non-zero and leaves no process behind.
+func TestHorovodKill(t *testing.T) {
+	setup(t)
+	script := filepath.Join(t.TempDir(), "hvd-kill-drill.py")
+	src, err := os.ReadFile("tests/horovod.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(script, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := job(t, 4, nil, script, "--mode", "kill", "--victim", "2", "--at", "10")
+	if code == 0 {
+		t.Fatalf("gorun exited 0:\n%s", out)
+	}
+	seen := lines(out, regexp.MustCompile(`hvd-kill-seen rank=(\d+) after=([0-9.]+) error=(\w+): (.*)`))
+	for _, r := range []string{"0", "1", "3"} {
+		m, ok := seen[r]
+		if !ok {
+			t.Fatalf("rank %s reported no failure:\n%s", r, out)
+		}
+		if m[3] != "HorovodInternalError" || !strings.Contains(m[4], "rank 2 was lost") {
+			t.Fatalf("rank %s: %s: %s, want HorovodInternalError naming rank 2", r, m[3], m[4])
+		}
+		t.Logf("rank %s saw the loss %ss after reaching the step: %s", r, m[2], m[4])
+	}
+	if _, ok := seen["2"]; ok {
+		t.Fatalf("the victim reported a failure:\n%s", out)
+	}
+	if left, _ := exec.Command("pgrep", "-f", script).Output(); len(left) > 0 {
+		t.Fatalf("processes left behind: %s", left)
+	}
+}
+
+// TestHorovodElastic: gorun.horovod.elastic (run, TorchState, commit) with
+// a DistributedOptimizer under gorun --elastic. A killed rank (rank 0, the
+// first state holder) leaves the survivors to go back to their last commit,
+// sync and train on in a smaller view; with --max-restarts 1 the restarted
+// rank comes back in, takes the survivors' state, and the job ends with
+// every rank of the final view holding the same weights and step.
+func TestHorovodElastic(t *testing.T) {
+	setup(t)
+	okRE := regexp.MustCompile(`hvd-elastic-ok rank=(\d+) step=(\d+) size=(\d+) resets=(\d+) restarts=(\d+)`)
+	t.Run("shrink", func(t *testing.T) {
+		out, code := job(t, 4, []string{"--elastic"}, "tests/horovod.py", "--mode", "elastic", "--victim", "0", "--at", "8", "--steps", "30")
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		got := lines(out, okRE)
+		if len(got) != 3 {
+			t.Fatalf("%d ranks finished, want the 3 survivors:\n%s", len(got), out)
+		}
+		for _, r := range []string{"1", "2", "3"} {
+			m, ok := got[r]
+			if !ok || m[2] != "30" || m[3] != "3" || m[4] == "0" {
+				t.Fatalf("rank %s: %v, want step 30 in a view of 3 after a reset:\n%s", r, m, out)
+			}
+		}
+	})
+	t.Run("rejoin", func(t *testing.T) {
+		out, code := job(t, 3, []string{"--elastic", "--max-restarts", "1"}, "tests/horovod.py", "--mode", "elastic", "--victim", "1", "--at", "8", "--steps", "30", "--until-size", "3")
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		got := everyRank(t, out, 3, okRE)
+		for r, m := range got {
+			if m[3] != "3" || m[2] != got["0"][2] {
+				t.Fatalf("rank %s: %v, want the view of 3 at rank 0's step %s:\n%s", r, m, got["0"][2], out)
+			}
+		}
+		if got["1"][5] != "1" {
+			t.Fatalf("rank 1 was not restarted: %v\n%s", got["1"], out)
+		}
+	})
+}
