@@ -23,9 +23,10 @@ import (
 
 // wheelJob is the 2-rank job that TestWheel runs from the venv: an
 // all-reduce through gorun.torch against the sum computed here, and where
-// gorun was imported from.
+// gorun (and its subpackage gorun.horovod) was imported from.
 const wheelJob = `
-import torch, torch.distributed as dist, gorun, gorun.torch as gt
+import os, torch, torch.distributed as dist, gorun, gorun.torch as gt, gorun.horovod
+assert gorun.horovod.__file__.startswith(os.path.dirname(gorun.__file__)), gorun.horovod.__file__
 gt.init()
 r, n = dist.get_rank(), dist.get_world_size()
 x = torch.arange(1000, dtype=torch.float32) * (r + 1)
@@ -187,7 +188,7 @@ func checkWheel(t *testing.T, path string) []byte {
 			}
 		}
 	}
-	for _, name := range []string{info + "METADATA", info + "WHEEL", info + "RECORD", "gorun/__init__.py", "gorun/_core.py", "gorun/torch.py", "gorun/libgorun.so", scriptName} {
+	for _, name := range []string{info + "METADATA", info + "WHEEL", info + "RECORD", "gorun/__init__.py", "gorun/_core.py", "gorun/torch.py", "gorun/horovod/__init__.py", "gorun/libgorun.so", scriptName} {
 		if _, ok := data[name]; !ok {
 			t.Fatalf("the wheel has no %s", name)
 		}

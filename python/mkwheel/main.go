@@ -32,6 +32,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,19 +117,32 @@ func build(goCmd, out string) (string, error) {
 		data []byte
 	}
 	var files []file
+	// Every .py file of the package and its subpackages (gorun.horovod),
+	// in a stable order (WalkDir's, lexical).
 	pkg := filepath.Join(root, "python", "gorun")
-	ents, err := os.ReadDir(pkg)
+	err = filepath.WalkDir(pkg, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() && e.Name() == "__pycache__" {
+			return filepath.SkipDir
+		}
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".py") {
+			return nil
+		}
+		rel, err := filepath.Rel(pkg, path)
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		files = append(files, file{"gorun/" + filepath.ToSlash(rel), 0o644, b})
+		return nil
+	})
 	if err != nil {
 		return "", err
-	}
-	for _, e := range ents {
-		if e.Type().IsRegular() && strings.HasSuffix(e.Name(), ".py") {
-			b, err := os.ReadFile(filepath.Join(pkg, e.Name()))
-			if err != nil {
-				return "", err
-			}
-			files = append(files, file{"gorun/" + e.Name(), 0o644, b})
-		}
 	}
 	for _, f := range []struct{ name, path string }{
 		{"gorun/libgorun.so", lib},
