@@ -30,6 +30,11 @@ SUM, AVG, MIN, MAX, PROD = 1, 2, 3, 4, 5
 # Facts gorun_info reports.
 _RANK, _SIZE, _JOB_SIZE, _RESTARTS, _EPOCH, _INDEX, _ELASTIC, _HUB, _EXACT = range(9)
 
+# The size up to which gorun does an all-reduce in one exchange
+# (collective.Config.SmallBytes' default): operations up to it cost less
+# run on the calling thread (Comm.run) than handed to gorun's threads.
+SMALL_BYTES = 32 << 10
+
 # The largest group tag gorun accepts (collective.MaxGroupTag).
 MAX_GROUP_TAG = (1 << 30) - 1
 

@@ -296,7 +296,7 @@ def _done_work(result):
 # ones start and return at once, so that DDP's buckets overlap backward.
 # GORUN_TORCH_INLINE_BYTES sets it (0: never); elastic jobs never run
 # inline (their blocking calls mean "the program saw the view change").
-INLINE_BYTES = int(os.environ.get("GORUN_TORCH_INLINE_BYTES", 32 << 10))
+INLINE_BYTES = int(os.environ.get("GORUN_TORCH_INLINE_BYTES", _core.SMALL_BYTES))
 
 
 class _Pending:

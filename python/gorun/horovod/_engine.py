@@ -187,9 +187,31 @@ def lost(err):
     return e
 
 
+# Kinds that gorun runs on the calling thread (Comm.run), for operations of
+# at most _core.SMALL_BYTES: no hand-off to gorun's threads and back.
+_INLINE = {_core.ALLREDUCE, _core.BROADCAST, _core.REDUCE, _core.ALLGATHER, _core.BARRIER}
+
+
+def _nbytes(t):
+    return t.numel() * t.element_size() if t is not None else 0
+
+
 def run_op(comm, kind, dtype, op, root, send, recv, counts=None):
     """Run one gorun collective on tensors (contiguous, flat) and wait for
-    it; raises HorovodInternalError when it fails."""
+    it; raises HorovodInternalError when it fails. A small one runs on this
+    thread (as gorun.torch's do), except on an elastic job, whose blocking
+    calls mean "the program saw the view change"."""
+    if kind in _INLINE and counts is None and max(_nbytes(send), _nbytes(recv)) <= _core.SMALL_BYTES \
+            and not comm.elastic:
+        try:
+            comm.run(kind, dtype, op, root,
+                     send.data_ptr() if send is not None and send.numel() else None,
+                     send.numel() if send is not None else 0,
+                     recv.data_ptr() if recv is not None and recv.numel() else None,
+                     recv.numel() if recv is not None else 0, timeout())
+        except _core.GorunError as e:
+            raise lost(e) from e
+        return
     res = []
     done = threading.Event()
 
