@@ -14,7 +14,9 @@ const MaxStretch = 120
 // answered no handshake for 2.5 s while alive.)
 const overloadPerCPU = 2
 
-// Load is how busy this rank's host is: runnable tasks and CPUs, as the
+// Load is how busy this rank's host is: tasks that want a CPU (now or
+// lately: the owner reads what it can, the TCP mesh the larger of the
+// running count and the last minute's load average) and CPUs, as the
 // owner last read them (HostLoad). The zero Load is "unknown".
 type Load struct {
 	Runnable, CPUs int

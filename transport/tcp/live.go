@@ -212,10 +212,12 @@ func (t *Mesh) livenessLoop() {
 	}
 }
 
-// hostLoad is this host's load now, for the confirmation windows (the
-// zero Load where it cannot be read).
+// hostLoad is this host's load, now or over the last minute, whichever
+// is more (cpu.Lately), for the confirmation windows (the zero Load
+// where it cannot be read): a window opened at a lull of a busy host is
+// as long as the host's work says.
 func hostLoad() liveness.Load {
-	n, ok := cpu.Runnable()
+	n, ok := cpu.Lately()
 	if !ok {
 		return liveness.Load{}
 	}
