@@ -2,11 +2,7 @@ package python_test
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 )
 
@@ -51,35 +47,14 @@ func hvdRuns(t *testing.T, mode string) {
 // job exits non-zero and leaves no process behind.
 func TestHorovodKill(t *testing.T) {
 	setup(t)
-	script := filepath.Join(t.TempDir(), "hvd-kill-drill.py")
-	src, err := os.ReadFile("tests/horovod.py")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(script, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	script := scriptCopy(t, "tests/horovod.py", "hvd-kill-drill.py")
 	out, code := job(t, 4, nil, script, "--mode", "kill", "--victim", "2", "--at", "10")
 	if code == 0 {
 		t.Fatalf("gorun exited 0:\n%s", out)
 	}
-	seen := lines(out, regexp.MustCompile(`hvd-kill-seen rank=(\d+) after=([0-9.]+) error=(\w+): (.*)`))
-	for _, r := range []string{"0", "1", "3"} {
-		m, ok := seen[r]
-		if !ok {
-			t.Fatalf("rank %s reported no failure:\n%s", r, out)
-		}
-		if m[3] != "HorovodInternalError" || !strings.Contains(m[4], "rank 2 was lost") {
-			t.Fatalf("rank %s: %s: %s, want HorovodInternalError naming rank 2", r, m[3], m[4])
-		}
-		t.Logf("rank %s saw the loss %ss after reaching the step: %s", r, m[2], m[4])
-	}
-	if _, ok := seen["2"]; ok {
-		t.Fatalf("the victim reported a failure:\n%s", out)
-	}
-	if left, _ := exec.Command("pgrep", "-f", script).Output(); len(left) > 0 {
-		t.Fatalf("processes left behind: %s", left)
-	}
+	survivorsSaw(t, out, regexp.MustCompile(`hvd-kill-seen rank=(\d+) after=([0-9.]+) error=(\w+): (.*)`),
+		[]string{"0", "1", "3"}, "2", "HorovodInternalError", "rank 2 was lost")
+	noneLeft(t, script)
 }
 
 // TestHorovodElastic: gorun.horovod.elastic (run, TorchState, commit) with

@@ -21,14 +21,7 @@ func rendezvous(t *testing.T, args ...string) (string, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile("tests/rendezvous.py")
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(t.TempDir(), "rdv-"+strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())+".py")
-	if err := os.WriteFile(script, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	script := scriptCopy(t, "tests/rendezvous.py", "rdv-"+strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())+".py")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, append([]string{script}, args...)...)
@@ -40,9 +33,7 @@ func rendezvous(t *testing.T, args ...string) (string, int) {
 	if ctx.Err() != nil {
 		t.Fatalf("still running after 4 minutes:\n%s", out.String())
 	}
-	if left, _ := exec.Command("pgrep", "-f", script).Output(); len(left) > 0 {
-		t.Fatalf("processes left behind: %s\n%s", left, out.String())
-	}
+	noneLeft(t, script)
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
@@ -94,19 +85,9 @@ func TestRendezvousKill(t *testing.T) {
 			if code == 0 {
 				t.Fatalf("exit 0:\n%s", out)
 			}
-			seen := lines(out, seenRE)
-			for _, r := range []string{"0", "1", "3"} {
-				m, ok := seen[r]
-				if !ok {
-					t.Fatalf("rank %s reported no failure:\n%s", r, out)
-				}
-				if m[3] != "PeerLost" || !strings.Contains(m[4], "rank 2") {
-					t.Fatalf("rank %s: %s: %s, want PeerLost naming rank 2", r, m[3], m[4])
-				}
-				t.Logf("rank %s saw the loss after %ss: %s", r, m[2], m[4])
-			}
-			if _, ok := seen["2"]; ok || strings.Contains(out, "gorun-rdv-hung") {
-				t.Fatalf("the victim reported a failure, or a rank hung:\n%s", out)
+			survivorsSaw(t, out, seenRE, []string{"0", "1", "3"}, "2", "PeerLost", "rank 2")
+			if strings.Contains(out, "gorun-rdv-hung") {
+				t.Fatalf("a rank hung:\n%s", out)
 			}
 		})
 	}

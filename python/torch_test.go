@@ -245,41 +245,63 @@ func TestDDP(t *testing.T) {
 	}
 }
 
+// scriptCopy copies tests/NAME to a file of its own, named name, to look
+// for leftover processes by.
+func scriptCopy(t *testing.T, src, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(script, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return script
+}
+
+// survivorsSaw fails unless each survivor printed a line matching re
+// (submatches: rank, seconds, error type, message) with error type want
+// and a message holding victim's name, and the victim printed none.
+func survivorsSaw(t *testing.T, out string, re *regexp.Regexp, survivors []string, victim, want, name string) {
+	t.Helper()
+	seen := lines(out, re)
+	for _, r := range survivors {
+		m, ok := seen[r]
+		if !ok {
+			t.Fatalf("rank %s reported no failure:\n%s", r, out)
+		}
+		if m[3] != want || !strings.Contains(m[4], name) {
+			t.Fatalf("rank %s: %s: %s, want %s naming rank %s", r, m[3], m[4], want, victim)
+		}
+		t.Logf("rank %s saw the loss after %ss: %s", r, m[2], m[4])
+	}
+	if _, ok := seen[victim]; ok {
+		t.Fatalf("the victim reported a failure:\n%s", out)
+	}
+}
+
+// noneLeft fails if a process runs script.
+func noneLeft(t *testing.T, script string) {
+	t.Helper()
+	if left, _ := exec.Command("pgrep", "-f", script).Output(); len(left) > 0 {
+		t.Fatalf("processes left behind: %s", left)
+	}
+}
+
 // TestKill: a rank SIGKILLed with Works outstanding makes every other
 // rank's pending Work raise PeerLost naming it; gorun exits non-zero and
 // no rank is left.
 func TestKill(t *testing.T) {
 	setup(t)
-	// A copy under a name of its own, to look for leftovers by.
-	script := filepath.Join(t.TempDir(), "kill-drill.py")
-	src, err := os.ReadFile("tests/kill.py")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(script, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	script := scriptCopy(t, "tests/kill.py", "kill-drill.py")
 	out, code := job(t, 4, nil, script, "--victim", "2", "--at", "10")
 	if code == 0 {
 		t.Fatalf("gorun exited 0:\n%s", out)
 	}
-	seen := lines(out, regexp.MustCompile(`gorun-kill-seen rank=(\d+) after=([0-9.]+) error=(\w+): (.*)`))
-	for _, r := range []string{"0", "1", "3"} {
-		m, ok := seen[r]
-		if !ok {
-			t.Fatalf("rank %s reported no failure:\n%s", r, out)
-		}
-		if m[3] != "PeerLost" || !strings.Contains(m[4], "rank 2") {
-			t.Fatalf("rank %s: %s: %s, want PeerLost naming rank 2", r, m[3], m[4])
-		}
-		t.Logf("rank %s saw the loss %ss after reaching the step: %s", r, m[2], m[4])
-	}
-	if _, ok := seen["2"]; ok {
-		t.Fatalf("the victim reported a failure:\n%s", out)
-	}
-	if left, _ := exec.Command("pgrep", "-f", script).Output(); len(left) > 0 {
-		t.Fatalf("processes left behind: %s", left)
-	}
+	survivorsSaw(t, out, regexp.MustCompile(`gorun-kill-seen rank=(\d+) after=([0-9.]+) error=(\w+): (.*)`),
+		[]string{"0", "1", "3"}, "2", "PeerLost", "rank 2")
+	noneLeft(t, script)
 }
 
 // TestMismatch: ranks whose tensors disagree in length all raise
