@@ -8,6 +8,7 @@ library, so Python threads run while bytes move.
 """
 
 import ctypes
+import logging
 import os
 import re
 import queue
@@ -39,6 +40,10 @@ SMALL_BYTES = 32 << 10
 MAX_GROUP_TAG = (1 << 30) - 1
 
 _ERRLEN = 4096
+
+# The package reports what it cannot raise (a failed callback on its own
+# threads) here, never on stdout or stderr itself.
+_log = logging.getLogger("gorun")
 
 
 class GorunError(RuntimeError):
@@ -201,9 +206,8 @@ class _Completions:
             res = _result(op_id)
             try:
                 cb(*res)
-            except BaseException as e:  # a callback must not end the thread
-                import sys
-                print(f"gorun: a completion callback failed: {e!r}", file=sys.stderr)
+            except BaseException:  # a callback must not end the thread
+                _log.exception("gorun: a completion callback failed")
 
 
 def _result(op_id):
@@ -248,9 +252,8 @@ class _Completer:
             fn = self._q.get()
             try:
                 fn()
-            except BaseException as e:  # a completion must not end the worker
-                import sys
-                print(f"gorun: a completion failed: {e!r}", file=sys.stderr)
+            except BaseException:  # a completion must not end the worker
+                _log.exception("gorun: a completion failed")
             with self._lock:
                 self._free += 1
 
