@@ -38,6 +38,12 @@ SIZES = [0, 1, 2, 3, 7, 13, 31, 1000, 4099]
 os.environ.setdefault("USE_LIBUV", "0")
 
 
+def say(line):
+    """One line to stdout in one write: the ranks share this stdout, and a
+    line written in pieces could interleave with another rank's."""
+    os.write(1, (line + "\n").encode())
+
+
 def free_tcp_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -94,7 +100,7 @@ def worker(rank, size, method, where, victim):
         with open("/proc/self/maps") as f:
             assert any("/dev/shm/gorun-" in line for line in f), "no gorun shared memory mapped"
         checks += 1
-    print(f"gorun-rdv-ok rank={rank} size={size} checks={checks}", flush=True)
+    say(f"gorun-rdv-ok rank={rank} size={size} checks={checks}")
     if victim is not None:
         t = torch.ones(1 << 16)
         dist.all_reduce(t)
@@ -104,10 +110,9 @@ def worker(rank, size, method, where, victim):
         try:
             for _ in range(1_000_000):
                 dist.all_reduce(t)
-            print(f"gorun-rdv-noerror rank={rank}", flush=True)
+            say(f"gorun-rdv-noerror rank={rank}")
         except Exception as e:
-            print(f"gorun-rdv-seen rank={rank} after={time.monotonic() - t0:.2f} error={type(e).__name__}: {e}",
-                  flush=True)
+            say(f"gorun-rdv-seen rank={rank} after={time.monotonic() - t0:.2f} error={type(e).__name__}: {e}")
             os._exit(3)
     # Rank 0 holds a TCP store: nobody leaves while another rank may still
     # be polling it (torch's new_group waits on the store).
@@ -133,7 +138,7 @@ def wait_all(procs):
             for i, p in enumerate(procs):
                 if codes[i] is None:
                     p.kill()
-                    print(f"gorun-rdv-hung index={i}", flush=True)
+                    say(f"gorun-rdv-hung index={i}")
                     codes[i] = -9
             break
         time.sleep(0.05)
@@ -168,7 +173,7 @@ def main():
                 for p in procs:
                     if p.is_alive():
                         p.kill()
-                        print("gorun-rdv-hung", flush=True)
+                        say("gorun-rdv-hung")
                 sys.exit(1)
             time.sleep(0.05)
         codes = [p.exitcode for p in procs]
@@ -181,7 +186,7 @@ def main():
                    "--np", str(a.np), "--where", where] + (["--victim", str(a.victim)] if a.victim is not None else [])
             procs.append(subprocess.Popen(cmd, env=env))
         codes = wait_all(procs)
-    print(f"gorun-rdv-exit codes={','.join(str(c) for c in codes)}", flush=True)
+    say(f"gorun-rdv-exit codes={','.join(str(c) for c in codes)}")
     sys.exit(0 if all(c == 0 for c in codes) else 1)
 
 
