@@ -1,15 +1,9 @@
 package python_test
 
 import (
-	"bytes"
-	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 )
 
 // rendezvous runs tests/rendezvous.py (a copy named for the test, to look
@@ -17,30 +11,10 @@ import (
 // torch.distributed's rendezvous.
 func rendezvous(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	here, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
-	}
 	script := scriptCopy(t, "tests/rendezvous.py", "rdv-"+strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())+".py")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, python, append([]string{script}, args...)...)
-	cmd.Dir = t.TempDir()
-	cmd.Env = append(os.Environ(), "GORUN_LIBRARY="+filepath.Join(dir, "libgorun.so"), "PYTHONPATH="+here, "OMP_NUM_THREADS=1")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("still running after 4 minutes:\n%s", out.String())
-	}
+	out, code := runTimed(t, t.TempDir(), python, append([]string{script}, args...)...)
 	noneLeft(t, script)
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return out.String(), code
+	return out, code
 }
 
 // TestRendezvous: ranks started as torchrun starts them (each with RANK,

@@ -78,20 +78,30 @@ func TestMain(m *testing.M) {
 // exit code.
 func job(t *testing.T, np int, gorunArgs []string, script string, args ...string) (string, int) {
 	t.Helper()
+	argv := append(append([]string{"-np", fmt.Sprint(np)}, gorunArgs...), python, script)
+	return runTimed(t, "", filepath.Join(dir, "gorun"), append(argv, args...)...)
+}
+
+// runTimed runs prog with args in wd ("": here) with the package's
+// environment (the library built for the tests, this directory on
+// PYTHONPATH), for at most 4 minutes, and returns its output and exit
+// code.
+func runTimed(t *testing.T, wd, prog string, args ...string) (string, int) {
+	t.Helper()
 	here, err := filepath.Abs(".")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	argv := append(append([]string{"-np", fmt.Sprint(np)}, gorunArgs...), python, script)
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "gorun"), append(argv, args...)...)
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Dir = wd
 	cmd.Env = append(os.Environ(), "GORUN_LIBRARY="+filepath.Join(dir, "libgorun.so"), "PYTHONPATH="+here, "OMP_NUM_THREADS=1")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
 	if ctx.Err() != nil {
-		t.Fatalf("gorun %s: still running after 4 minutes:\n%s", strings.Join(argv, " "), out.String())
+		t.Fatalf("%s %s: still running after 4 minutes:\n%s", filepath.Base(prog), strings.Join(args, " "), out.String())
 	}
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
