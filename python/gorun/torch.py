@@ -234,13 +234,18 @@ def _keep(work):
 def _finished(work):
     """Work completed: it is let go _KEEP seconds from now (or after
     _KEEP_COUNT later completions)."""
-    now = time.monotonic()
     with _alive_lock:
-        if id(work) not in _alive:
-            return
-        _done.append((now, id(work)))
-        while _done and (len(_done) > _KEEP_COUNT or now - _done[0][0] > _KEEP):
-            _alive.pop(_done.popleft()[1], None)
+        if id(work) in _alive:
+            _completed_locked(work)
+
+
+def _completed_locked(work):
+    """Records work's completion and lets go of the Works past their
+    keeping (_alive_lock is held)."""
+    now = time.monotonic()
+    _done.append((now, id(work)))
+    while len(_done) > _KEEP_COUNT or now - _done[0][0] > _KEEP:
+        _alive.pop(_done.popleft()[1], None)
 
 
 class _DoneWork(dist.Work):
@@ -276,12 +281,9 @@ class _DoneWork(dist.Work):
 
 def _done_work(result):
     w = _DoneWork(result)
-    now = time.monotonic()
-    with _alive_lock:  # _keep and _finished at once
+    with _alive_lock:  # _keep and _finished under one lock
         _alive[id(w)] = w
-        _done.append((now, id(w)))
-        while len(_done) > _KEEP_COUNT or now - _done[0][0] > _KEEP:
-            _alive.pop(_done.popleft()[1], None)
+        _completed_locked(w)
     return w
 
 
