@@ -8,6 +8,7 @@ package cpu
 
 import (
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -48,7 +49,7 @@ func (m Mode) String() string {
 	case Park:
 		return "park"
 	}
-	return "mode(" + string(rune('0'+m)) + ")"
+	return "mode(" + strconv.Itoa(int(m)) + ")"
 }
 
 // ModeFor is the rule, from the host's runnable tasks (running or

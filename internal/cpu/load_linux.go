@@ -10,11 +10,7 @@ import (
 // Runnable is the number of tasks running or waiting for a CPU now,
 // host-wide: the fourth field of /proc/loadavg, "running/total".
 func Runnable() (int, bool) {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0, false
-	}
-	n, _, ok := parseLoadavg(string(b))
+	n, _, ok := readLoadavg()
 	return n, ok
 }
 
@@ -23,12 +19,17 @@ func Runnable() (int, bool) {
 // (rounded up). A count taken at one instant can catch a busy host at a
 // lull (its ranks all asleep in a wait, say); the average cannot.
 func Lately() (int, bool) {
+	n, avg, ok := readLoadavg()
+	return max(n, int(math.Ceil(avg))), ok
+}
+
+// readLoadavg reads /proc/loadavg (parseLoadavg).
+func readLoadavg() (int, float64, bool) {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
-		return 0, false
+		return 0, 0, false
 	}
-	n, avg, ok := parseLoadavg(string(b))
-	return max(n, int(math.Ceil(avg))), ok
+	return parseLoadavg(string(b))
 }
 
 // parseLoadavg reads the running count and the last minute's load
