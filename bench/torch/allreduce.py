@@ -9,12 +9,13 @@ line per size: "size=B backend=X np=N median_us=... p10_us=... busbw_GBps=..."
 """
 
 import argparse
-import os
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
+
+import backend
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--backend", choices=["gorun", "gloo"], required=True)
@@ -23,14 +24,7 @@ ap.add_argument("--iters", type=int, default=30)
 args = ap.parse_args()
 
 torch.set_num_threads(1)
-if args.backend == "gorun":
-    import gorun.torch as gt
-    gt.init()
-else:
-    # Gloo's env:// rendezvous starts a TCPStore, which asks for libuv
-    # from torch 2.4 on; Debian 13's PyTorch 2.6 is built without it.
-    os.environ.setdefault("USE_LIBUV", "0")
-    dist.init_process_group("gloo")
+backend.init(args.backend)
 R, N = dist.get_rank(), dist.get_world_size()
 for size in [int(s) for s in args.sizes.split(",")]:
     t = torch.ones(size // 4)

@@ -18,7 +18,6 @@ img_per_s_per_rank=..." (img_per_s counts every rank's images).
 """
 
 import argparse
-import os
 import time
 
 import torch
@@ -75,14 +74,8 @@ else:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    if args.backend == "gorun":
-        import gorun.torch as gt
-        gt.init()
-    else:
-        # Gloo's env:// rendezvous starts a TCPStore, which asks for libuv
-        # from torch 2.4 on; Debian 13's PyTorch 2.6 is built without it.
-        os.environ.setdefault("USE_LIBUV", "0")
-        dist.init_process_group("gloo")
+    import backend
+    backend.init(args.backend)
     R, N = dist.get_rank(), dist.get_world_size()
     net = DDP(model)  # broadcasts rank 0's parameters
     opt = torch.optim.SGD(net.parameters(), lr=0.01 * N)
