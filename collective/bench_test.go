@@ -243,24 +243,3 @@ func BenchmarkElastic(b *testing.B) {
 		}
 	}
 }
-
-// BenchmarkExactConvert is the exact sum's work per element outside the
-// network: the exponent codes, the fixed-point terms and the way back
-// (float32).
-func BenchmarkExactConvert(b *testing.B) {
-	const n = 1 << 20
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = float32(i%1000)*0.37 - 100
-	}
-	codes := make([]uint8, n)
-	q := make([]int32, n)
-	b.SetBytes(4 * n)
-	for range b.N {
-		for i, v := range x {
-			codes[i] = exactCode32(v)
-		}
-		toFixed32(x, codes, q, 2)
-		fromFixed32(q, codes, x, 2, 1)
-	}
-}

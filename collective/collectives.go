@@ -138,7 +138,7 @@ func allReduceWireFunc[T Number](buf []T, op Op, w Wire) func(ctx context.Contex
 // all ranks' bufs. Every rank ends with the same bits.
 func AllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error {
 	if exactFor[T](c, op) {
-		return doExact(ctx, c, newExact(buf, op, nil), kindAllReduce)
+		return doExact(ctx, c, newExact(c, buf, op, nil), kindAllReduce)
 	}
 	return c.do(ctx, kindAllReduce, allReduceFunc(buf, op), header[T](op, len(buf)))
 }
@@ -147,7 +147,7 @@ func AllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error {
 // the collective until its handle is done.
 func StartAllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) *Handle {
 	if exactFor[T](c, op) {
-		return startExact(ctx, c, newExact(buf, op, nil), kindAllReduce, nil)
+		return startExact(ctx, c, newExact(c, buf, op, nil), kindAllReduce, nil)
 	}
 	return c.async(ctx, kindAllReduce, allReduceFunc(buf, op), header[T](op, len(buf)), nil)
 }
@@ -324,7 +324,7 @@ func reduceScatterFunc[T Number](c *Comm, buf []T, op Op, mine *[]T) func(ctx co
 // scratch afterwards.
 func ReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) (mine []T, err error) {
 	if exactFor[T](c, op) {
-		err = doExact(ctx, c, newExact(buf, op, &mine), kindReduceScatter)
+		err = doExact(ctx, c, newExact(c, buf, op, &mine), kindReduceScatter)
 		return mine, err
 	}
 	err = c.do(ctx, kindReduceScatter, reduceScatterFunc(c, buf, op, &mine), header[T](op, len(buf)))
@@ -338,7 +338,7 @@ func ReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) (mine
 func StartReduceScatter[T Number](ctx context.Context, c *Comm, buf []T, op Op) *Handle {
 	var mine []T
 	if exactFor[T](c, op) {
-		return startExact(ctx, c, newExact(buf, op, &mine), kindReduceScatter, nil)
+		return startExact(ctx, c, newExact(c, buf, op, &mine), kindReduceScatter, nil)
 	}
 	return c.async(ctx, kindReduceScatter, reduceScatterFunc(c, buf, op, &mine), header[T](op, len(buf)), nil)
 }

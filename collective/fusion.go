@@ -74,7 +74,7 @@ func groupFunc[T Number](f *fused[T], op Op) func(ctx context.Context, x *call) 
 func GroupAllReduce[T Number](ctx context.Context, c *Comm, bufs [][]T, op Op) error {
 	f := fuse(bufs)
 	if exactFor[T](c, op) {
-		err := doExact(ctx, c, newExact(f.flat, op, nil), kindGroup)
+		err := doExact(ctx, c, newExact(c, f.flat, op, nil), kindGroup)
 		if err == nil {
 			f.unfuse()
 		} else {
@@ -95,7 +95,7 @@ func GroupAllReduce[T Number](ctx context.Context, c *Comm, bufs [][]T, op Op) e
 func StartGroupAllReduce[T Number](ctx context.Context, c *Comm, bufs [][]T, op Op) *Handle {
 	f := fuse(bufs)
 	if exactFor[T](c, op) {
-		return startExact(ctx, c, newExact(f.flat, op, nil), kindGroup, f.unfuse)
+		return startExact(ctx, c, newExact(c, f.flat, op, nil), kindGroup, f.unfuse)
 	}
 	return c.async(ctx, kindGroup, groupFunc(f, op), header[T](op, len(f.flat)), f.unfuse)
 }

@@ -158,8 +158,8 @@ func rankMain(mode string) int {
 		return 0
 	case "exact":
 		// Exact float32 sums (GORUN_EXACT=1) of values over many binades
-		// with cancellation: AllReduce, GroupAllReduce in pieces and
-		// StartAllReduce give the same bits, within the stated bound of
+		// with cancellation: AllReduce, GroupAllReduce in pieces,
+		// StartAllReduce and a small AllReduce give the same bits, within the stated bound of
 		// the exact sum (math/big), and a digest that must be the same
 		// on every rank and under every algorithm and strategy.
 		const n = 100_003
@@ -187,6 +187,19 @@ func rankMain(mode string) int {
 		if err := collective.StartAllReduce(ctx, c, d, collective.Sum).Wait(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
+		}
+		// A small buffer: gathered and summed by each rank, in one round;
+		// the same bits as the two rounds gave.
+		small := slices.Clone(rows[c.Rank()][:1000])
+		if err := collective.AllReduce(ctx, c, small, collective.Sum); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		for i, v := range small {
+			if math.Float32bits(v) != math.Float32bits(a[i]) {
+				fmt.Fprintf(os.Stderr, "element %d: %v in a small buffer, %v in the whole\n", i, v, a[i])
+				return 1
+			}
 		}
 		h := fnv.New64a()
 		hb := bits.Len(uint(c.Size()))

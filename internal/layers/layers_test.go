@@ -23,6 +23,7 @@ const module = "github.com/gorun/gorun/"
 var allowed = map[string][]string{
 	// The floor: pure pieces that know nothing of gorun's other packages.
 	"reduce":             nil,                    // element-wise reductions, wire formats
+	"reduce/exact":       nil,                    // exact sums' arithmetic: fixed point at a shared exponent
 	"assign":             nil,                    // the exact assignment solver
 	"membership":         {"internal/jobsecret"}, // gossip membership (memberlist)
 	"pmi":                nil,                    // PMI-1 codec and server
@@ -56,7 +57,7 @@ var allowed = map[string][]string{
 	"transport/tcp":            {"internal/backoff", "internal/canceled", "internal/cpu", "internal/jobsecret", "transport", "transport/internal/shmem", "transport/internal/world", "transport/liveness", "transport/wire"},
 	"ring":                     {"reduce", "transport"},
 	"ps":                       {"assign", "internal/jobenv", "internal/jobsecret", "reduce", "transport", "transport/shm", "transport/wire"},
-	"collective":               {"internal/control", "internal/inspect", "internal/jobenv", "internal/jobsecret", "internal/tick", "membership", "ps", "reduce", "ring", "transport", "transport/mem", "transport/shm", "transport/tcp", "transport/wire"},
+	"collective":               {"internal/control", "internal/inspect", "internal/jobenv", "internal/jobsecret", "internal/tick", "membership", "ps", "reduce", "reduce/exact", "ring", "transport", "transport/mem", "transport/shm", "transport/tcp", "transport/wire"},
 	"collective/powersgd":      {"collective"},
 	"pipeline":                 {"collective"},
 	"capi":                     {"collective", "reduce"},
@@ -96,12 +97,12 @@ var free = []string{"bench", "examples", "scripts"}
 // the data plane never reaches up into the launcher, and no library
 // imports a test aid.
 var never = []struct{ from, to []string }{
-	{[]string{"reduce", "transport", "transport/wire", "transport/shm", "transport/tcp", "transport/mem", "ring", "ps", "membership", "collective"}, []string{"launcher", "launcher/agent", "launcher/proto", "pmi", "pmix", "cmd/gorun"}},
-	{[]string{"launcher", "launcher/proto", "launcher/agent", "pmi", "pmix"}, []string{"collective", "ring", "ps", "membership", "reduce", "transport", "transport/wire", "transport/shm", "transport/tcp", "transport/mem"}},
+	{[]string{"reduce", "reduce/exact", "transport", "transport/wire", "transport/shm", "transport/tcp", "transport/mem", "ring", "ps", "membership", "collective"}, []string{"launcher", "launcher/agent", "launcher/proto", "pmi", "pmix", "cmd/gorun"}},
+	{[]string{"launcher", "launcher/proto", "launcher/agent", "pmi", "pmix"}, []string{"collective", "ring", "ps", "membership", "reduce", "reduce/exact", "transport", "transport/wire", "transport/shm", "transport/tcp", "transport/mem"}},
 	// ParamHub and the ring family use the interface and the kit, never
 	// the rank mesh.
 	{[]string{"ps", "ring"}, []string{"transport/tcp"}},
-	{[]string{"reduce", "transport", "transport/wire", "transport/shm", "transport/tcp", "transport/mem", "ring", "ps", "membership", "collective", "launcher", "launcher/proto", "launcher/agent", "pmi", "pmix", "capi"}, []string{"internal/proctest", "internal/mpitest", "internal/soak", "internal/commtest", "internal/conformance", "internal/jobtest"}},
+	{[]string{"reduce", "reduce/exact", "transport", "transport/wire", "transport/shm", "transport/tcp", "transport/mem", "ring", "ps", "membership", "collective", "launcher", "launcher/proto", "launcher/agent", "pmi", "pmix", "capi"}, []string{"internal/proctest", "internal/mpitest", "internal/soak", "internal/commtest", "internal/conformance", "internal/jobtest"}},
 }
 
 func root(t *testing.T) string {
