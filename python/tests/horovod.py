@@ -416,9 +416,16 @@ def weights(m):
 def train():
     loss_fn = nn.MSELoss()
     batch = 4
-    for passes, predivide, opt_cls in [(1, 1.0, "sgd"), (2, 1.0, "adam"), (1, 2.0, "sgd")]:
+    # Gradients fused into buckets: one (the default threshold), each its
+    # own (0), and two buckets of the six (1000 bytes: the unused layer's
+    # zeros share one with fc2 and fc1's bias).
+    for passes, predivide, opt_cls, fusion, buckets in [(1, 1.0, "sgd", None, 1), (2, 1.0, "adam", "0", 6),
+                                                        (1, 2.0, "sgd", "1000", 2)]:
         next_case()
         model, ref = make(), make()
+        os.environ.pop("HOROVOD_FUSION_THRESHOLD", None)
+        if fusion is not None:
+            os.environ["HOROVOD_FUSION_THRESHOLD"] = fusion
 
         def opt_of(m):
             if opt_cls == "sgd":
@@ -427,6 +434,9 @@ def train():
         opt = hvd.DistributedOptimizer(opt_of(model), named_parameters=model.named_parameters(),
                                        backward_passes_per_step=passes, gradient_predivide_factor=predivide)
         ref_opt = opt_of(ref)
+        if N > 1:
+            check(len(opt._buckets) == buckets, f"HOROVOD_FUSION_THRESHOLD={fusion}: {len(opt._buckets)} buckets, "
+                  f"want {buckets}")
         g = torch.Generator().manual_seed(args.seed + case)
         for step in range(6):
             xs, ys = [], []
@@ -443,10 +453,11 @@ def train():
             sum(loss_fn(ref(x), y) for x, y in zip(xs, ys)).backward()
             ref_opt.step()
         d = (weights(model) - weights(ref)).abs().max().item()
-        check(d <= 1e-9, f"DistributedOptimizer {opt_cls} passes={passes} predivide={predivide}: differs from one "
-              f"process by {d}")
+        check(d <= 1e-9, f"DistributedOptimizer {opt_cls} passes={passes} predivide={predivide} fusion={fusion}: "
+              f"differs from one process by {d}")
         every = hvd.allgather(weights(model).unsqueeze(0))
         check(all(torch.equal(every[r], every[0]) for r in range(N)), "the ranks' weights differ")
+    os.environ.pop("HOROVOD_FUSION_THRESHOLD", None)
 
     # Ranks whose graphs differ: each rank's step uses one of two heads, so
     # the other head has no gradient on it (its all-reduce carries zeros).

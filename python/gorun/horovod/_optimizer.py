@@ -2,20 +2,57 @@
 computes them (horovod.torch.optimizer)."""
 
 import contextlib
+import functools
+import os
 import warnings
 
 import torch
 
 from . import _ops
-from ._ops import Adasum, Average, allreduce_async_, global_process_set, size, sparse_allreduce_async, synchronize
+from ._ops import (Adasum, Average, allreduce_async_, global_process_set, grouped_allreduce_async_, size,
+                   sparse_allreduce_async, synchronize)
 from .compression import Compression
+
+
+def fusion_threshold():
+    """The most bytes of gradients one all-reduce carries
+    (HOROVOD_FUSION_THRESHOLD, as in Horovod; 0 gives each gradient its own
+    all-reduce). The default is DDP's bucket size, 25 MiB: a bucket starts
+    as soon as backward has produced all of it, so smaller buckets start
+    earlier and overlap more of backward."""
+    v = os.environ.get("HOROVOD_FUSION_THRESHOLD", "")
+    try:
+        return max(int(v), 0) if v else 25 << 20
+    except ValueError:
+        raise ValueError(f"HOROVOD_FUSION_THRESHOLD={v!r}: want a number of bytes") from None
+
+
+class _BucketResult:
+    """One bucket's grouped all-reduce, waited for once: bucket member i's
+    result is get(i)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.out = None
+
+    def get(self, i):
+        if self.out is None:
+            self.out = synchronize(self.handle)
+        return self.out[i]
+
+    def forget(self):
+        if self.out is None:
+            _ops._forget(self.handle)
+            self.out = ()
 
 
 class _Distributed:
     """Mixed in before the wrapped optimizer's class: a hook on each
-    parameter's gradient accumulator starts its all-reduce when backward has
-    produced it backward_passes_per_step times; step() (or synchronize())
-    waits for them and puts the results in .grad."""
+    parameter's gradient accumulator counts the backward passes; when every
+    gradient of a bucket (consecutive gradients in backward's usual order, up
+    to fusion_threshold() bytes) has been produced backward_passes_per_step
+    times, one grouped all-reduce starts for the bucket. step() (or
+    synchronize()) waits for them and puts the results in .grad."""
 
     def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
                    sparse_as_dense, process_set):
@@ -48,7 +85,8 @@ class _Distributed:
         self._handles = {}
         self._grad_accs = []
         self._requires_update = []  # in the order their all-reduces start (the same on every rank)
-        self._next = 0  # how many of them have started this step
+        self._buckets = []  # _requires_update cut by fusion_threshold()
+        self._next = 0  # how many buckets have started this step
         self._synchronized = False
         self._should_synchronize = True
         if process_set.included() and size() > 1:
@@ -57,10 +95,12 @@ class _Distributed:
     def _register_hooks(self):
         # Gradients' all-reduces start in one order on every rank: the
         # parameters' order reversed, which is the order backward usually
-        # produces them in. A gradient that comes early waits for those
-        # before it; one that never comes on this rank (a layer this step
-        # did not use) is all-reduced as zeros by synchronize(), in its
-        # turn. Ranks whose graphs differ stay in step without names.
+        # produces them in, cut into buckets by size (the same cut on every
+        # rank). A bucket starts when all of its gradients have come and
+        # the buckets before it have started; a gradient that never comes on
+        # this rank (a layer this step did not use) is all-reduced as zeros
+        # by synchronize(), in its turn. Ranks whose graphs differ stay in
+        # step without names.
         for g in self.param_groups:
             for p in g["params"]:
                 if p.requires_grad:
@@ -69,16 +109,51 @@ class _Distributed:
                     acc.register_hook(self._make_hook(p))
                     self._grad_accs.append(acc)
         self._requires_update.reverse()
+        self._buckets = []
+        cap, used = fusion_threshold(), 0
+        for p in self._requires_update:
+            nbytes = p.numel() * p.element_size()
+            if not self._buckets or cap == 0 or used + nbytes > cap:
+                self._buckets.append([])
+                used = 0
+            self._buckets[-1].append(p)
+            used += nbytes
 
     def _start_ready(self):
-        """Start the all-reduces of the ready gradients next in order."""
-        order = self._requires_update
-        while self._next < len(order):
-            p = order[self._next]
-            if p not in self._handles or self._allreduce_delay[p] > 0:
+        """Start the all-reduces of the ready buckets next in order."""
+        while self._next < len(self._buckets):
+            bucket = self._buckets[self._next]
+            if any(p not in self._handles or self._allreduce_delay[p] > 0 for p in bucket):
                 return
-            self._handles[p] = self._allreduce_grad_async(p)
+            self._start_bucket(bucket)
             self._next += 1
+
+    def _start_bucket(self, bucket):
+        """One grouped all-reduce for the bucket's gradients (each its own
+        when there is one, or when one is sparse)."""
+        for p in bucket:
+            if p.grad is None:
+                # Another rank may have a gradient here: every rank moves one.
+                p.grad = torch.zeros_like(p.data)
+        if len(bucket) == 1 or any(p.grad.is_sparse for p in bucket):
+            for p in bucket:
+                self._handles[p] = self._allreduce_grad_async(p)
+            return
+        pairs = [self._compression.compress(p.grad) for p in bucket]
+        pre, post = self._scales()
+        h = grouped_allreduce_async_([c for c, _ in pairs], name="bucket." + self._parameter_names.get(bucket[0]),
+                                     op=self.op, prescale_factor=pre, postscale_factor=post,
+                                     process_set=self.process_set)
+        res = _BucketResult(h)
+        for i, (p, (_, ctx)) in enumerate(zip(bucket, pairs)):
+            self._handles[p] = (functools.partial(res.get, i), ctx)
+
+    def _scales(self):
+        """The prescale and postscale factors: an average split into a
+        division before and one after the sum."""
+        if self.op == Average:
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
@@ -96,9 +171,7 @@ class _Distributed:
                 return sparse_allreduce_async(tensor, name=name, op=self.op, process_set=self.process_set), None
             tensor = tensor.to_dense()
         compressed, ctx = self._compression.compress(tensor)
-        pre, post = 1.0, 1.0
-        if self.op == Average:  # the average split into a division before and one after the sum
-            pre, post = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        pre, post = self._scales()
         h = allreduce_async_(compressed, name=name, op=self.op, prescale_factor=pre, postscale_factor=post,
                              process_set=self.process_set)
         return h, ctx
@@ -121,8 +194,8 @@ class _Distributed:
         if not self.process_set.included():
             self._synchronized = True
             return
-        for p in self._requires_update[self._next:]:
-            self._handles[p] = self._allreduce_grad_async(p)
+        for bucket in self._buckets[self._next:]:
+            self._start_bucket(bucket)
         self._next = 0
         for p, (handle, ctx) in self._handles.items():
             out = handle() if callable(handle) else synchronize(handle)
@@ -169,7 +242,9 @@ class _Distributed:
 
     def load_state_dict(self, *args, **kwargs):
         for handle, _ in self._handles.values():
-            if handle is not None and not callable(handle):
+            if isinstance(handle, functools.partial) and isinstance(handle.func.__self__, _BucketResult):
+                handle.func.__self__.forget()
+            elif handle is not None and not callable(handle):
                 _ops._forget(handle)
         self._handles = {}
         self._next = 0
