@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # busy.sh: gorun's all-reduce beside other work on its host, against Open
-# MPI's `mpirun` with no flags (its shared memory), run by run in one
-# sitting: 2 ranks on this host, beside each load in turn:
+# MPI's `mpirun` with no flags (its shared memory; --oversubscribe when
+# there are more ranks than cores, without which it refuses to start them),
+# run by run in one sitting: NP ranks (default 2) on this host, beside each
+# load in turn:
 #   idle         nothing
 #   hogs2, hogs4, hogs8  2, 4 or 8 busy processes (spinning shell loops)
 #   torch        a 2-process PyTorch training job (the Fashion-MNIST CNN
@@ -11,6 +13,7 @@
 #   bash bench/busy.sh [REPS]                  (default 3)
 #   LOADS="idle torch" SIZES=4KiB bash bench/busy.sh
 #   GORUN_BASE=/path/to/old/gorun bash bench/busy.sh   (adds that build, interleaved)
+#   NP=4 bash bench/busy.sh                    (4 ranks)
 #
 # Prints one line per run: "load=L rep=R who=gorun|base|mpirun size=B us=T";
 # then the median per (load, size, who) and its time over mpirun's.
@@ -19,6 +22,9 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 reps=${1:-3}
+np=${NP:-2}
+mpiflags=()
+[ "$np" -gt "$(nproc)" ] && mpiflags=(--oversubscribe)
 sizes=${SIZES:-4KiB,64KiB,1MiB}
 work=$(mktemp -d)
 loads=${LOADS:-idle hogs2 hogs4 torch torch+hogs2}
@@ -53,13 +59,13 @@ for l in $loads; do
     for rep in $(seq "$reps"); do
         for r in "${runs[@]}"; do
             who=${r%%:*} bin=${r#*:}
-            "$bin" --tag-output=false -np 2 "$work/allreduce" -sizes "$sizes" -target 0.5s |
+            "$bin" --tag-output=false -np "$np" "$work/allreduce" -sizes "$sizes" -target 0.5s |
                 awk -v l="$l" -v rep="$rep" -v who="$who" '$1 ~ /B$/ && $2 ~ /^[0-9.]+$/ {
                     s = $1; m = 1
                     if (s ~ /KiB$/) { m = 1024; sub(/KiB$/, "", s) } else if (s ~ /MiB$/) { m = 1048576; sub(/MiB$/, "", s) } else sub(/B$/, "", s)
                     printf "load=%s rep=%s who=%s size=%d us=%s\n", l, rep, who, s * m, $2 }' | tee -a "$log"
         done
-        mpirun --allow-run-as-root -np 2 "$work/mpi" "$sizes" 0.5 |
+        mpirun --allow-run-as-root "${mpiflags[@]}" -np "$np" "$work/mpi" "$sizes" 0.5 |
             awk -v l="$l" -v rep="$rep" '$1 ~ /^[0-9]+$/ { printf "load=%s rep=%s who=mpirun size=%s us=%s\n", l, rep, $1, $2 }' | tee -a "$log"
     done
     stop_load

@@ -31,6 +31,8 @@
 # are passed to gorun's job (examples/scale: -log info logs the runtime's
 # messages of level info and above, e.g. a Close that waited for a peer);
 # LOGS=DIR keeps every run's output as DIR/RUNNER-N-ROUND.out/.err.
+# HOGS=K keeps K busy processes (spinning shell loops) running on this
+# machine through every run: the jobs beside other work.
 # Needs openmpi-bin libopenmpi-dev mpich libmpich-dev.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,7 +54,9 @@ slots=${SLOTS:-2}
 out=${OUT:-$repo/results/scale/$(date +%F)-$(git -C "$repo" rev-parse --short HEAD).tsv}
 mkdir -p "$(dirname "$out")"
 work=$(mktemp -d)
+hogs=()
 cleanup() {
+    for p in "${hogs[@]}"; do kill -- "-$p" 2>/dev/null || kill "$p" 2>/dev/null || true; done
     if [ "$mode" != local ]; then bash "$tn" down >/dev/null 2>&1 || true; fi
     rm -rf "$work"
 }
@@ -61,6 +65,10 @@ make -C "$repo" build >/dev/null
 (cd "$repo" && go build -o "$work/scale" ./examples/scale)
 mpicc.openmpi -O2 -o "$work/scale_ompi" "$repo/bench/mpi/scale_mpi.c"
 mpicc.mpich -O2 -o "$work/scale_mpich" "$repo/bench/mpi/scale_mpi.c"
+for _ in $(seq "${HOGS:-0}"); do
+    setsid sh -c 'while :; do :; done' &
+    hogs+=($!)
+done
 printf '%s\n' mode hosts n round runner status rc wall_s shm_peak_kib join_ms_max rss_kib_max sockets_max sockets_mean exit_ms \
     started_ms joined_ms worked_ms |
     paste -sd '\t' >"$out"

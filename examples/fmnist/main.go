@@ -165,6 +165,7 @@ type options struct {
 	testN     int
 	dump      string // rank 0 writes the final weights here
 	duration  time.Duration
+	untilSize int
 	iters     int // per worker; 0: until the duration is spent
 	epochs    float64
 	curve     time.Duration // rank 0 snapshots the weights this often
@@ -251,6 +252,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.dump, "dump", "", "rank 0 writes the final weights to FILE (float64, little-endian)")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "training time budget")
 	fs.IntVar(&o.iters, "iters", 0, "stop each worker after this many iterations (0: run for -duration)")
+	fs.IntVar(&o.untilSize, "until-size", 0, "with -duration, train on past it until the view has this many ranks again (a restarted rank is back), for at most "+untilSizeWait.String()+" more")
 	fs.Float64Var(&o.epochs, "epochs", 0, "stop after this many passes over the training set (sets -iters from -batch)")
 	fs.DurationVar(&o.curve, "curve", 0, "rank 0 keeps the weights this often and prints the test loss, RMSE and accuracy of each (a learning curve)")
 	fs.IntVar(&o.samples, "samples", 12000, "training samples of -data synthetic")
@@ -760,12 +762,19 @@ func (wk *worker) printCurve(out io.Writer, test *dataset) []curvePoint {
 	return pts
 }
 
+// untilSizeWait is how long past -duration -until-size waits at most.
+const untilSizeWait = 10 * time.Second
+
 // done reports whether this worker has spent its budget.
 func (wk *worker) done(t0 time.Time) bool {
 	if wk.o.iters > 0 {
 		return wk.iters >= wk.o.iters
 	}
-	return time.Since(t0) > wk.o.duration
+	el := time.Since(t0)
+	if wk.o.untilSize > 0 && wk.c.Size() < wk.o.untilSize && el < wk.o.duration+untilSizeWait {
+		return false // a restarted rank is on its way back
+	}
+	return el > wk.o.duration
 }
 
 // step computes the gradient of the batch idx of training samples into

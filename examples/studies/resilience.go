@@ -157,7 +157,7 @@ func resilience(o options, rep *report, base []string) error {
 	rep.f("## Resilience\n\n")
 	rep.f("%d ranks train the MLP for %s; rank %d is SIGKILLed, or frozen with SIGSTOP, at %s (at its first step after it). ", n, dur, victim, failAt)
 	rep.f("Without `--elastic` a lost rank ends a ring job. With `--elastic` gorun sends the survivors a view without it (a frozen rank is first found by gossip and killed); their all-reduce returns `ErrViewChanged`, they take the weights, the momentum and the step count from rank 0 (`Resync`), redo the interrupted step on %d ranks, and re-divide the training set among themselves (the global batch stays about %d: %d samples per rank). ", n-1, batch/(n-1)*(n-1), batch/(n-1))
-	rep.f("With `--max-restarts 1` gorun also starts the lost rank again; it loads its data, joins at the survivors' next all-reduce, takes their state and trains on (it does not fail again). ")
+	rep.f("With `--max-restarts 1` gorun also starts the lost rank again; it loads its data, joins at the survivors' next all-reduce, takes their state and trains on (it does not fail again; the survivors train on past the run's time until it is back, at most 10 s more). ")
 	rep.f("The elastic hub (`--strategy hub --hub-elastic`, BSP, one hub in rank 0) finishes each round with the workers it still has; the lost worker's share of the training set (1/%d) is no longer used, and the global batch falls to the survivors' %d samples (%d each).\n\n", n, batch/n*(n-1), batch/n)
 	rep.f("Times: the victim prints the moment it fails and every rank each gap of over %s between two of its completed iterations, on the shared wall clock. ", stall)
 	rep.f("*Recover*: from the failure to rank 0's first completed iteration after it. *Longest stall*: the longest time between two completed iterations of any survivor (the first iteration, which sets up the connections, not counted), when it ended (on that rank's clock) and which rank's; the runs without a failure show what this shared machine's noise alone gives. *Work lost*: steps computed but not applied. *Back*: from the failure to the restarted rank's first completed iteration (and from its process's start).\n\n")
@@ -170,6 +170,11 @@ func resilience(o options, rep *report, base []string) error {
 		args := append([]string{"-mode", d.s.mode, "-duration", dur.String(), "-curve", curve.String(), "-stall", stall.String()}, base...)
 		if d.how != "" {
 			args = append(args, "-fail-rank", strconv.Itoa(victim), "-fail-at", failAt.String(), "-fail-how", d.how)
+		}
+		if d.s.name == rejoin.name {
+			// On a busy machine the restart may take longer than the run:
+			// train on until it is back (at most 10 s more).
+			args = append(args, "-until-size", strconv.Itoa(n))
 		}
 		// A worker frozen under the hub never exits: --timeout ends the
 		// job once the others are done (gorun cannot tell frozen from busy).

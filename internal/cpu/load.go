@@ -3,7 +3,8 @@
 // polls, or park at once), from how many tasks are runnable against its
 // CPUs, and how to give the core away (Yield). The rule (ModeFor) is a
 // pure function of the count; Now reads the count at most every
-// loadRefresh.
+// loadRefresh. Lately says how busy the host has been, and a StallMeter
+// how long this process itself was kept from running.
 package cpu
 
 import (

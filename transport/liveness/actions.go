@@ -93,10 +93,13 @@ const (
 
 // AskAgain: Peer has not answered yet but frames came from it during the
 // window (or wait for room in this rank's inbox): its answer may be
-// behind its data, so it is asked again. Once per check. (Log it.)
+// behind its data, so it is asked again; or (Starved) this rank itself was
+// kept from running for much of the window, which then proves nothing.
+// Once per check. (Log it.)
 type AskAgain struct {
-	Peer int
-	Gen  uint32
+	Peer    int
+	Gen     uint32
+	Starved bool
 }
 
 // Doubt: gossip declared Peer, to which this rank has no connection, dead
@@ -129,7 +132,12 @@ func (a DeclareLost) String() string {
 }
 func (a DeclareLeft) String() string { return fmt.Sprintf("left %d gen=%d", a.Peer, a.Gen) }
 func (a Kept) String() string        { return fmt.Sprintf("kept %d gen=%d %v", a.Peer, a.Gen, a.By) }
-func (a AskAgain) String() string    { return fmt.Sprintf("ask-again %d gen=%d", a.Peer, a.Gen) }
+func (a AskAgain) String() string {
+	if a.Starved {
+		return fmt.Sprintf("ask-again %d gen=%d starved", a.Peer, a.Gen)
+	}
+	return fmt.Sprintf("ask-again %d gen=%d", a.Peer, a.Gen)
+}
 func (a Doubt) String() string {
 	return fmt.Sprintf("doubt %d gen=%d: %s", a.Peer, a.Gen, a.Reason)
 }
@@ -166,6 +174,9 @@ func LogMessage(a Action) string {
 		}
 		return "gossip declared a rank dead, but it answered a connection; keeping it"
 	case AskAgain:
+		if a.Starved {
+			return "gossip declared a rank dead, but this rank was itself kept from running while it waited for an answer; asking it again"
+		}
 		return "gossip declared a rank dead, but it is still sending on the data plane; asking it again"
 	case Doubt:
 		return "gossip declared an unconnected rank dead"

@@ -79,10 +79,19 @@
 //     (Kept). A window (Policy) with no pong and no frames read from it,
 //     its reader not waiting on a full inbox, loses it ("..., and no
 //     answer on its data connection for 1s").
-//  6. A window with frames, or with the reader waiting on a full inbox,
+//  6. A window with frames (any read of the connection that returned
+//     data), or with the reader waiting on a full inbox,
 //     proves nothing either way: its pong may be behind its data. It is
 //     asked again (AskAgain, once), window after window, until it answers
 //     or sends nothing for a window. A stopped process sends nothing.
+//     Nor does a window in which this rank itself was kept from running
+//     for a quarter of it or more (Progress.Stall, its goroutines'
+//     longest wait for a CPU, or how late the window's end was stepped):
+//     the answer may wait unread in this rank's socket, and a peer in the
+//     same process, or on a host as busy, waited as long. The peer is
+//     asked again (AskAgain{Starved}), in a window at least four times the
+//     stall, until MaxStretch × ConfirmTimeout has passed since the
+//     verdict.
 //  7. If the ping cannot be written (PingFailed), or a send already
 //     failed, the connection is broken: a peer that said goodbye and
 //     exited breaks the ping too, and its goodbye may still wait to be
@@ -166,7 +175,9 @@
 //     frames wait on this rank's full inbox, is never lost.
 //   - A connected peer that falls silent (no frames, no pongs) is lost
 //     within two windows of gossip's first verdict after it fell silent
-//     (one window if it was silent when the check began).
+//     (one window if it was silent when the check began), when this rank
+//     was not itself starved; within MaxStretch × ConfirmTimeout of the
+//     verdict when it was.
 //   - After Revive, nothing about the replaced process loses its
 //     successor.
 //   - Deadline is always after the last Step's time.

@@ -1,5 +1,7 @@
 package liveness
 
+import "time"
+
 // An Event is one thing the owner saw happen. Step takes it with the time
 // it happened. Events about a connection name it by Conn: an event about a
 // connection that is not the peer's current one (replaced by Revive, or
@@ -44,15 +46,20 @@ type Connected struct {
 	Conn ConnID
 }
 
-// Progress: the read side of Conn, sampled now. Reads counts the frames
-// read from it since it was made; Stuck says its reader is waiting for
-// room in this rank's inbox from the peer (this rank's own work is
-// behind). The owner steps one for every Sample action, at once.
+// Progress: the read side of Conn, sampled now. Reads counts the reads
+// of it that returned data since it was made (the pieces of a long frame
+// each count: a sender kept from running sends it slowly); Stuck says its
+// reader is waiting for room in this rank's inbox from the peer (this
+// rank's own work is behind). Stall is the longest this rank's process was
+// kept from running since the last Progress for Conn (its goroutines'
+// longest wait for a CPU; 0 if unknown). The owner steps one for every
+// Sample action, at once.
 type Progress struct {
 	Peer  int
 	Conn  ConnID
 	Reads uint64
 	Stuck bool
+	Stall time.Duration
 }
 
 // Pong: a pong was read on Conn.

@@ -153,12 +153,13 @@ type check struct {
 	started  time.Time
 	round    int
 	window   time.Duration
-	due      time.Time // the window's end
-	pongBase uint64    // pongs beyond this answer this check
-	base     uint64    // reads at the window's start
-	baseSet  bool      // base came (the Progress after the window's Sample)
-	waitEnd  bool      // the window ended: a Sample is out, its Progress decides
-	said     bool      // AskAgain was given
+	due      time.Time     // the window's end
+	pongBase uint64        // pongs beyond this answer this check
+	base     uint64        // reads at the window's start
+	baseSet  bool          // base came (the Progress after the window's Sample)
+	waitEnd  bool          // the window ended: a Sample is out, its Progress decides
+	said     bool          // AskAgain was given
+	late     time.Duration // how late the window's end was stepped
 }
 
 // New returns a machine for cfg, or why cfg is not valid.
@@ -253,7 +254,7 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 	case Progress:
 		if p, c := m.current(ev.Peer, ev.Conn); c != nil {
 			c.reads, c.stuck = ev.Reads, ev.Stuck
-			m.progress(p, c)
+			m.progress(p, c, ev.Stall)
 		}
 	case Pong:
 		m.pong(ev)
@@ -389,8 +390,8 @@ func (m *Machine) emit(a Action) { m.acts = append(m.acts, a) }
 func (m *Machine) pend(p *peer) { m.pending[p.id] = p }
 
 // window asks the policy for the next window of p's check.
-func (m *Machine) window(p *peer, connected bool, reads uint64, stuck bool) time.Duration {
-	o := Observation{Base: m.cfg.ConfirmTimeout, Load: m.load, Connected: connected, Round: p.chk.round, Reads: reads, Stuck: stuck}
+func (m *Machine) window(p *peer, connected bool, reads uint64, stuck bool, stall time.Duration) time.Duration {
+	o := Observation{Base: m.cfg.ConfirmTimeout, Load: m.load, Connected: connected, Round: p.chk.round, Reads: reads, Stuck: stuck, Stall: stall}
 	if !p.chk.started.IsZero() {
 		o.Elapsed = m.now.Sub(p.chk.started)
 	}
@@ -427,7 +428,7 @@ func (m *Machine) verdict(p *peer, reason string) {
 	switch {
 	case c == nil:
 		p.chk.phase = probing
-		p.chk.window = m.window(p, false, 0, false)
+		p.chk.window = m.window(p, false, 0, false, 0)
 		p.chk.due = m.now.Add(p.chk.window)
 		m.emit(Probe{Peer: p.id, Gen: p.gen, Timeout: p.chk.window})
 		m.pend(p)
@@ -438,7 +439,7 @@ func (m *Machine) verdict(p *peer, reason string) {
 	default:
 		p.chk.phase = pinging
 		p.chk.pongBase = max(c.pings, c.pongs) // a pong beyond both answers this check
-		p.chk.window = m.window(p, true, 0, c.stuck)
+		p.chk.window = m.window(p, true, 0, c.stuck, 0)
 		m.ping(p, c)
 		m.emit(Sample{Peer: p.id, Conn: c.id})
 	}
@@ -465,7 +466,7 @@ func (m *Machine) drain(p *peer, c *conn) {
 		return
 	}
 	p.chk.waitEnd = false
-	p.chk.window = m.window(p, true, 0, c.stuck)
+	p.chk.window = m.window(p, true, 0, c.stuck, 0)
 	p.chk.due = m.now.Add(p.chk.window)
 	if !p.chk.baseSet {
 		m.emit(Sample{Peer: p.id, Conn: c.id})
@@ -473,8 +474,8 @@ func (m *Machine) drain(p *peer, c *conn) {
 	m.pend(p)
 }
 
-// progress takes a Progress into p's check.
-func (m *Machine) progress(p *peer, c *conn) {
+// progress takes a Progress into p's check; stall is the Progress's.
+func (m *Machine) progress(p *peer, c *conn, stall time.Duration) {
 	if p.chk.phase != pinging && p.chk.phase != draining {
 		return
 	}
@@ -493,7 +494,13 @@ func (m *Machine) progress(p *peer, c *conn) {
 		reads = c.reads - p.chk.base
 	}
 	sending := c.reads != p.chk.base || c.stuck
-	if !sending {
+	stall = max(stall, p.chk.late)
+	// A window in which this rank itself was kept from running for long
+	// proves nothing either (the answer may wait unread in its socket,
+	// and a peer in this process, or on a host as busy, waited as long),
+	// until MaxStretch windows' worth of time has passed.
+	starved := !sending && starved(stall, p.chk.window) && m.now.Sub(p.chk.started) < MaxStretch*m.cfg.ConfirmTimeout
+	if !sending && !starved {
 		if p.chk.phase == draining {
 			m.lose(p, p.chk.reason+", and its data connection is broken", nil)
 		} else {
@@ -509,9 +516,9 @@ func (m *Machine) progress(p *peer, c *conn) {
 	p.chk.base = c.reads
 	if p.chk.phase == pinging && !p.chk.said {
 		p.chk.said = true
-		m.emit(AskAgain{Peer: p.id, Gen: p.gen})
+		m.emit(AskAgain{Peer: p.id, Gen: p.gen, Starved: starved})
 	}
-	p.chk.window = m.window(p, true, reads, c.stuck)
+	p.chk.window = m.window(p, true, reads, c.stuck, stall)
 	if p.chk.phase == draining || c.broken {
 		p.chk.phase = draining
 		p.chk.due = m.now.Add(p.chk.window)
@@ -689,6 +696,7 @@ func (m *Machine) fire() {
 					break
 				}
 				p.chk.waitEnd = true
+				p.chk.late = max(now.Sub(p.chk.due), 0)
 				m.emit(Sample{Peer: p.id, Conn: p.conn.id})
 			}
 		}

@@ -39,11 +39,15 @@ type Observation struct {
 	Round int
 	// Elapsed is the time since the check began.
 	Elapsed time.Duration
-	// Reads is how many frames were read from the peer in the window just
-	// over (0 in the first), and Stuck whether its reader was waiting for
-	// room in this rank's inbox at the window's end.
+	// Reads is how many reads of the peer's connection returned data in
+	// the window just over (0 in the first), and Stuck whether its reader
+	// was waiting for room in this rank's inbox at the window's end.
 	Reads uint64
 	Stuck bool
+	// Stall is the longest this rank itself was kept from running in the
+	// window just over (0 in the first): its goroutines' longest wait for
+	// a CPU, or how late the window's end was stepped, whichever is more.
+	Stall time.Duration
 	// RTT is the last round trip of a ping on the peer's connection (from
 	// the Ping action to its Pong), 0 if none was measured.
 	RTT time.Duration
@@ -57,16 +61,37 @@ type Observation struct {
 //
 // The rule that tells a starved rank from a dead one belongs here: the
 // Observation carries what the machine saw (round trips, read progress,
-// rounds, load), so such a rule is one function with a table test.
+// rounds, load, this rank's own stalls), so such a rule is one function
+// with a table test.
 type Policy func(Observation) time.Duration
 
-// DefaultPolicy is today's rule: Base, stretched by how overloaded the
-// host is (runnable tasks per CPU over 2, the factor from 1 to
-// MaxStretch). On an overloaded host every process, the suspect included,
-// waits its turn for a core: 256 ranks on 2 cores missed gossip's probes
-// and a 1 s confirmation while alive. A stopped or cut-off rank never
-// answers, so a longer window only delays naming it.
-func DefaultPolicy(o Observation) time.Duration { return stretch(o.Base, o.Load) }
+// DefaultPolicy is Base, stretched by how overloaded the host is
+// (runnable tasks per CPU over 2, the factor from 1 to MaxStretch), and at
+// least stallFactor times the longest this rank itself stalled in the
+// window before (at most MaxStretch × Base). On an overloaded host every
+// process, the suspect included, waits its turn for a core: 256 ranks on
+// 2 cores missed gossip's probes and a 1 s confirmation while alive; a
+// process of many ranks kept from its CPUs waits as long inside itself,
+// which the host's count of runnable tasks does not show. A stopped or
+// cut-off rank never answers, so a longer window only delays naming it.
+func DefaultPolicy(o Observation) time.Duration {
+	w := stretch(o.Base, o.Load)
+	if s := min(stallFactor*o.Stall, MaxStretch*o.Base); s > w {
+		w = s
+	}
+	return w
+}
+
+// stallFactor is how many times its own longest stall a rank waits, at
+// least, in the window after one in which it stalled.
+const stallFactor = 4
+
+// starved reports whether a window of length w in which this rank itself
+// stalled for stall proves nothing about a silent peer: this rank was kept
+// from running for a quarter of it or more, so the peer's answer may wait
+// unread in its socket, and a peer in the same process, or on a host as
+// busy, was likely kept as long.
+func starved(stall, w time.Duration) bool { return stall > 0 && 4*stall >= w }
 
 // stretch is base × runnable/(overloadPerCPU × cpus), the factor clamped
 // to [1, MaxStretch]; base when the load is unknown.

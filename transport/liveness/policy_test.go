@@ -10,26 +10,53 @@ import (
 
 // TestDefaultPolicy: ConfirmTimeout, stretched in proportion past 2
 // runnable tasks per CPU, at most MaxStretch times; unstretched when the
-// load is unknown.
+// load is unknown; at least four times this rank's own last stall, at
+// most MaxStretch times ConfirmTimeout.
 func TestDefaultPolicy(t *testing.T) {
 	for _, c := range []struct {
 		runnable, cpus int
+		stall          time.Duration
 		want           time.Duration
 	}{
-		{0, 2, time.Second},
-		{2, 2, time.Second},
-		{4, 2, time.Second},
-		{6, 2, 1500 * time.Millisecond},
-		{11, 2, 2750 * time.Millisecond},
-		{16, 2, 4 * time.Second},
-		{256, 2, 64 * time.Second},
-		{1024, 2, MaxStretch * time.Second},
-		{5, 0, time.Second},
-		{0, 0, time.Second},
+		{0, 2, 0, time.Second},
+		{2, 2, 0, time.Second},
+		{4, 2, 0, time.Second},
+		{6, 2, 0, 1500 * time.Millisecond},
+		{11, 2, 0, 2750 * time.Millisecond},
+		{16, 2, 0, 4 * time.Second},
+		{256, 2, 0, 64 * time.Second},
+		{1024, 2, 0, MaxStretch * time.Second},
+		{5, 0, 0, time.Second},
+		{0, 0, 0, time.Second},
+		{0, 2, 100 * time.Millisecond, time.Second},
+		{0, 2, 250 * time.Millisecond, time.Second},
+		{0, 2, 600 * time.Millisecond, 2400 * time.Millisecond},
+		{16, 2, 600 * time.Millisecond, 4 * time.Second},
+		{16, 2, 2 * time.Second, 8 * time.Second},
+		{0, 0, time.Minute, MaxStretch * time.Second},
 	} {
-		o := Observation{Base: time.Second, Load: Load{Runnable: c.runnable, CPUs: c.cpus}}
+		o := Observation{Base: time.Second, Load: Load{Runnable: c.runnable, CPUs: c.cpus}, Stall: c.stall}
 		if got := DefaultPolicy(o); got != c.want {
-			t.Errorf("DefaultPolicy(1s, %d runnable, %d cpus) = %v, want %v", c.runnable, c.cpus, got, c.want)
+			t.Errorf("DefaultPolicy(1s, %d runnable, %d cpus, stall %v) = %v, want %v", c.runnable, c.cpus, c.stall, got, c.want)
+		}
+	}
+}
+
+// TestStarved: a window proves nothing when this rank stalled for a
+// quarter of it or more.
+func TestStarved(t *testing.T) {
+	for _, c := range []struct {
+		stall, w time.Duration
+		want     bool
+	}{
+		{0, time.Second, false},
+		{249 * time.Millisecond, time.Second, false},
+		{250 * time.Millisecond, time.Second, true},
+		{time.Second, time.Second, true},
+		{time.Millisecond, 0, true},
+	} {
+		if got := starved(c.stall, c.w); got != c.want {
+			t.Errorf("starved(%v, %v) = %v, want %v", c.stall, c.w, got, c.want)
 		}
 	}
 }

@@ -24,8 +24,9 @@ import (
 // diff: it is the change of behaviour).
 //
 // The harness stands in for the transport: it numbers connections,
-// keeps each one's read count and inbox state (frames, stuck), and
-// answers every Sample at once with a Progress, as the owner must. Pings
+// keeps each one's read count and inbox state (frames, stuck) and this
+// rank's stall to report (stall for=D, once), and answers every Sample at
+// once with a Progress, as the owner must. Pings
 // and probes are answered only by the script (pong, probe-done).
 //
 // Commands (P is a peer; every event takes at=D, the time since the
@@ -195,6 +196,7 @@ type harness struct {
 	cur   map[int]ConnID // each peer's current connection, as the harness made it
 	reads map[ConnID]uint64
 	stuck map[ConnID]bool
+	stall map[ConnID]time.Duration // reported at the next Sample, then 0
 }
 
 func (h *harness) fatalf(d *directive, format string, a ...any) {
@@ -240,7 +242,7 @@ func (h *harness) do(d *directive) []string {
 			h.fatalf(d, "%v", err)
 		}
 		h.m, h.at, h.next = m, 0, 0
-		h.cur, h.reads, h.stuck = map[int]ConnID{}, map[ConnID]uint64{}, map[ConnID]bool{}
+		h.cur, h.reads, h.stuck, h.stall = map[int]ConnID{}, map[ConnID]uint64{}, map[ConnID]bool{}, map[ConnID]time.Duration{}
 		return nil
 	}
 	if h.m == nil {
@@ -275,6 +277,9 @@ func (h *harness) do(d *directive) []string {
 		return nil
 	case "stuck":
 		h.stuck[conn] = a.flags["on"]
+		return nil
+	case "stall":
+		h.stall[conn] = h.dur(d, a, "for", 0)
 		return nil
 	case "pong":
 		ev = Pong{Peer: p, Conn: conn}
@@ -340,8 +345,12 @@ func (h *harness) step(ev Event) []string {
 		for _, act := range h.m.Step(t0.Add(h.at), ev) {
 			line := act.String()
 			if s, ok := act.(Sample); ok {
-				pr := Progress{Peer: s.Peer, Conn: s.Conn, Reads: h.reads[s.Conn], Stuck: h.stuck[s.Conn]}
+				pr := Progress{Peer: s.Peer, Conn: s.Conn, Reads: h.reads[s.Conn], Stuck: h.stuck[s.Conn], Stall: h.stall[s.Conn]}
 				line += fmt.Sprintf(" -> reads=%d stuck=%v", pr.Reads, pr.Stuck)
+				if pr.Stall > 0 {
+					line += fmt.Sprintf(" stall=%v", pr.Stall)
+				}
+				delete(h.stall, s.Conn)
 				queue = append(queue, pr)
 			}
 			out = append(out, line)

@@ -102,7 +102,7 @@ func (t *Mesh) perform(acts []liveness.Action) {
 		switch a := a.(type) {
 		case liveness.Sample:
 			if pc := t.connOf(a.Peer, a.Conn); pc != nil {
-				acts = append(acts, t.step(liveness.Progress{Peer: a.Peer, Conn: a.Conn, Reads: pc.reads.Load(), Stuck: pc.stuck.Load()})...)
+				acts = append(acts, t.step(liveness.Progress{Peer: a.Peer, Conn: a.Conn, Reads: pc.reads.Load(), Stuck: pc.stuck.Load(), Stall: pc.stall.Longest()})...)
 			}
 		case liveness.Ping:
 			t.ping(a)

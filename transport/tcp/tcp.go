@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/canceled"
+	"github.com/gorun/gorun/internal/cpu"
 	"github.com/gorun/gorun/transport"
 	"github.com/gorun/gorun/transport/internal/shmem"
 	"github.com/gorun/gorun/transport/internal/world"
@@ -94,13 +96,16 @@ type peerConn struct {
 	dialed   bool                       // this rank dialed it (its remote address is where the peer listens)
 	port     uint16                     // accepted: the port the peer listens on (its hello's)
 	broken   atomic.Bool                // an error was read or written on it (set with the machine's step: stepBroken)
-	// reads counts the frames read from it, and stuck is set while its
-	// reader waits for room in the peer's inbox (this rank's own
-	// collectives are behind): what a Sample of the liveness machine
-	// asks (a peer gossip declared dead that goes on sending is alive,
-	// even if its answer to a ping waits behind its data).
+	// reads counts the reads of it that returned data (the pieces of a
+	// long frame each count), and stuck is set while its reader waits for
+	// room in the peer's inbox (this rank's own collectives are behind):
+	// what a Sample of the liveness machine asks (a peer gossip declared
+	// dead that goes on sending is alive, even if its answer to a ping
+	// waits behind its data). stall measures how long this process was
+	// kept from running between two Samples.
 	reads atomic.Uint64
 	stuck atomic.Bool
+	stall cpu.StallMeter
 	// outwaited is set when Close's linger ran out on it: the peer had
 	// neither read the goodbye nor closed.
 	outwaited atomic.Bool
@@ -282,12 +287,10 @@ func (t *Mesh) readLoop(pc *peerConn) {
 	defer t.wg.Done()
 	defer t.readers.Done()
 	alive := func() bool { return t.w.Err() == nil }
-	fr := wire.NewReader(bufio.NewReaderSize(newSpinReader(pc.c, &pc.spin, t.cfg.SpinTime, t.cfg.SpinYield, alive), readBufferSize), t.cfg.MaxPayload)
+	r := countReads{newSpinReader(pc.c, &pc.spin, t.cfg.SpinTime, t.cfg.SpinYield, alive), &pc.reads}
+	fr := wire.NewReader(bufio.NewReaderSize(r, readBufferSize), t.cfg.MaxPayload)
 	for {
 		h, p, err := fr.Next(transport.GetBuf)
-		if err == nil {
-			pc.reads.Add(1)
-		}
 		if err != nil {
 			if t.lingering.Load() || shmem.IsClosed(t.closing) {
 				// Close is waiting for this: the end is expected, or its
@@ -351,6 +354,20 @@ func (t *Mesh) readLoop(pc *peerConn) {
 			transport.PutBuf(p)
 		}
 	}
+}
+
+// countReads counts the reads of r that return data in n.
+type countReads struct {
+	r io.Reader
+	n *atomic.Uint64
+}
+
+func (c countReads) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	if k > 0 {
+		c.n.Add(1)
+	}
+	return k, err
 }
 
 // readBufferSize is a reader's buffer. It lets one read take in many small
