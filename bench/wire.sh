@@ -9,7 +9,9 @@
 #        (defaults: 3, "1gbit 100mbit shm", "16MiB,64MiB")
 # STRATEGY=hub times the hub strategy's all-reduce instead (gorun --strategy
 # hub, HUBS colocated hubs, default 4: one on each host), whose hubs decode,
-# sum in float32 and encode the result once.
+# sum in float32 and encode the result once. VARIANTS (default "full fp16
+# bf16") are what is compared with full float32: a wire format, or "exact"
+# (gorun --exact: exact sums, results/exact/ by default).
 # Prints one line per run and, per rate and size, each format's median time
 # and its speed-up over float32 round by round; writes the runs to OUT
 # (default results/wire/<date>-<commit>.tsv) and the tables beside it (.txt).
@@ -34,14 +36,20 @@ hub)
     exit 2
     ;;
 esac
-out=${OUT:-$repo/results/wire/$(date +%F)-$(git -C "$repo" rev-parse --short HEAD)$tag.tsv}
+read -r -a wires <<<"${VARIANTS:-full fp16 bf16}"
+[ "${wires[0]}" = full ] || {
+    echo "wire.sh: VARIANTS must begin with full (what the others are compared with)" >&2
+    exit 2
+}
+dir=wire
+[[ " ${wires[*]} " == *" exact "* ]] && dir=exact
+out=${OUT:-$repo/results/$dir/$(date +%F)-$(git -C "$repo" rev-parse --short HEAD)$tag.tsv}
 mkdir -p "$(dirname "$out")"
 export TESTNET_DIR=${TESTNET_DIR:-/tmp/gorun-wire-bench}
 make -C "$repo" build >/dev/null
 (cd "$repo" && CGO_ENABLED=0 go build -o bin/allreduce ./examples/allreduce)
 trap 'bash "$tn" down >/dev/null 2>&1 || true' EXIT
 printf 'rate\tround\twire\tbytes\tring_us\n' >"$out"
-wires=(full fp16 bf16)
 for rate in $rates; do
     if [ "$rate" = shm ]; then
         bash "$tn" down >/dev/null 2>&1 || true
@@ -53,9 +61,11 @@ for rate in $rates; do
         where=(--ssh "$TESTNET_SSH" -hostfile "$TESTNET_HOSTFILE" -np 4)
     fi
     for r in $(seq "$rounds"); do
-        for i in 0 1 2; do
-            w=${wires[$(((i + r - 1) % 3))]}
-            "$repo/bin/gorun" -q --tag-output=false "${where[@]}" --wire "$w" "${extra[@]}" "$repo/bin/allreduce" -sizes "$sizes" -target "$target" |
+        for i in "${!wires[@]}"; do
+            w=${wires[$(((i + r - 1) % ${#wires[@]}))]}
+            flags=(--wire "$w")
+            [ "$w" = exact ] && flags=(--exact)
+            "$repo/bin/gorun" -q --tag-output=false "${where[@]}" "${flags[@]}" "${extra[@]}" "$repo/bin/allreduce" -sizes "$sizes" -target "$target" |
                 awk -v rate="$rate" -v r="$r" -v w="$w" '$1 ~ /^[0-9]+[KMG]iB$/ {
                     n = $1 + 0; u = substr($1, length(n) + 1); m = (u == "KiB" ? 1024 : u == "MiB" ? 1048576 : 1073741824)
                     printf "%s\t%s\t%s\t%d\t%s\n", rate, r, w, n * m, $2 }' |
@@ -65,17 +75,18 @@ for rate in $rates; do
 done
 awk -F '\t' 'NR > 1 { t[$1, $4, $3, $2] = $5; if (!(($1, $4) in seen)) { seen[$1, $4] = 1; order[++n] = $1 SUBSEP $4 }; if ($2 > maxr) maxr = $2 }
 END {
+    split(wl, ws, " ")
     for (k = 1; k <= n; k++) {
         split(order[k], a, SUBSEP); rate = a[1]; b = a[2]
-        printf "\n%s, %d MiB: %s all-reduce of 4 ranks, us per call\n", rate, b / 1048576, strategy
-        for (wi = 1; wi <= 3; wi++) {
-            w = (wi == 1 ? "full" : wi == 2 ? "fp16" : "bf16"); line = ""; sp = ""
+        printf "\n%s, %d KiB: %s all-reduce of 4 ranks, us per call\n", rate, b / 1024, strategy
+        for (wi = 1; wi <= nw; wi++) {
+            w = ws[wi]; line = ""; sp = ""
             for (r = 1; r <= maxr; r++) {
-                line = line sprintf(" %10.0f", t[rate, b, w, r])
+                line = line sprintf(" %10.1f", t[rate, b, w, r])
                 if (w != "full" && t[rate, b, w, r] > 0) sp = sp sprintf(" %.2f", t[rate, b, "full", r] / t[rate, b, w, r])
             }
             printf "  %-5s %s%s\n", w, line, (sp == "" ? "" : "   float32/" w ", round by round:" sp)
         }
     }
-}' strategy="$strategy" "$out" | tee "${out%.tsv}.txt"
+}' strategy="$strategy" nw="${#wires[@]}" wl="${wires[*]}" "$out" | tee "${out%.tsv}.txt"
 echo "runs: $out, tables: ${out%.tsv}.txt"

@@ -421,6 +421,34 @@ func TestTrainer(t *testing.T) {
 	}
 }
 
+// TestTrainerExact: the CNN trainer under gorun --exact on 4 ranks trains
+// the same weights, bit for bit, and so the same accuracy, under the ring
+// strategy's default plan, the plain ring, and ParamHub: its gradient
+// sums do not depend on the algorithm.
+func TestTrainerExact(t *testing.T) {
+	setup(t)
+	finalRE := regexp.MustCompile(`final backend=gorun np=4 .* test_acc=([0-9.]+) .* weights=([0-9a-f]{16})`)
+	digests := map[string]string{}
+	for _, run := range []struct {
+		name string
+		args []string
+	}{
+		{"ring", []string{"--exact"}},
+		{"plain ring", []string{"--exact", "-x", "GORUN_ALGORITHM=ring"}},
+		{"hub", []string{"--exact", "--strategy", "hub"}},
+	} {
+		out, code := job(t, 4, run.args, "../examples/torch_fmnist/train.py", "--model", "cnn", "--epochs", "1", "--train", "768", "--test", "300", "--batch", "96")
+		m := finalRE.FindStringSubmatch(out)
+		if code != 0 || m == nil {
+			t.Fatalf("%s: exit %d:\n%s", run.name, code, out)
+		}
+		digests[run.name] = m[1] + " " + m[2]
+	}
+	if digests["ring"] != digests["plain ring"] || digests["ring"] != digests["hub"] {
+		t.Fatalf("accuracy and weights differ: %v", digests)
+	}
+}
+
 // TestFunctional: torch 2.x's functional collectives
 // (torch.distributed._functional_collectives) on the gorun backend, on the
 // default group, by its name and on a group of the even ranks, against

@@ -9,7 +9,9 @@ Every rank takes the same seeded shuffle of the first --train samples and
 trains on its shard of each global batch, so runs with either backend see the
 same data in the same order. Rank 0 prints one line per epoch and a summary:
 "final backend=... np=... epochs=... test_acc=... seconds_per_epoch=...
-longest_stall_s=..." (the longest time between two of its completed steps).
+longest_stall_s=... weights=..." (the longest time between two of its
+completed steps, and a digest of the trained weights' bits: under
+gorun --exact the same whatever the strategy or algorithm).
 
 On an elastic gorun job (gorun --elastic [--max-restarts R], --backend gorun)
 a lost rank makes the survivors resync (model, optimizer, position in the
@@ -20,6 +22,7 @@ itself at that global step (once: a restarted process does not).
 
 import argparse
 import gzip
+import hashlib
 import os
 import signal
 import struct
@@ -120,6 +123,14 @@ if restarts > 0:
 ddp = None
 
 
+def weights_digest():
+    """The first 16 hex digits of a SHA-256 of the parameters' bits."""
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def accuracy():
     model.eval()
     with torch.no_grad():
@@ -173,5 +184,6 @@ if dist.get_rank() == 0:
     per_epoch = sum(epoch_times) / max(len(epoch_times), 1)
     print(f"final backend={args.backend} np={dist.get_world_size()} model={args.model} epochs={args.epochs} "
           f"test_acc={accuracy():.4f} seconds_per_epoch={per_epoch:.2f} "
-          f"total_seconds={time.perf_counter() - t_start:.2f} longest_stall_s={longest_stall:.3f}", flush=True)
+          f"total_seconds={time.perf_counter() - t_start:.2f} longest_stall_s={longest_stall:.3f} "
+          f"weights={weights_digest()}", flush=True)
 dist.destroy_process_group()
