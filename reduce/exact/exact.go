@@ -30,6 +30,11 @@
 // type's range is an infinity. A sum of zeros is -0 only when every term
 // is -0. At most MaxRanks terms: the infinities are counted in 15-bit
 // fields of the float32 sum.
+//
+// The conversions give the same bits on every machine. On amd64 with AVX2
+// and FMA they run as vector code (exact_amd64.s), held bit for bit to the
+// element-by-element Go that runs elsewhere and with the purego build
+// tag, for every input.
 package exact
 
 import (
@@ -80,6 +85,12 @@ func Code64(x float64) int32 {
 
 // Codes32 sets codes[i] to Code32(x[i]); codes holds len(x) elements.
 func Codes32(x []float32, codes []uint8) {
+	codes32(x, codes[:len(x)])
+}
+
+// codes32Go is Codes32 element by element: the definition the vector
+// kernels (exact_amd64.s) are held to, and what runs without them.
+func codes32Go(x []float32, codes []uint8) {
 	codes = codes[:len(x)]
 	for i, v := range x {
 		codes[i] = Code32(v)
@@ -88,6 +99,12 @@ func Codes32(x []float32, codes []uint8) {
 
 // Codes64 sets codes[i] to Code64(x[i]).
 func Codes64(x []float64, codes []int32) {
+	codes64(x, codes[:len(x)])
+}
+
+// codes64Go is Codes64 element by element (the definition, and the
+// fallback).
+func codes64Go(x []float64, codes []int32) {
 	codes = codes[:len(x)]
 	for i, v := range x {
 		codes[i] = Code64(v)
@@ -221,6 +238,12 @@ const roundMagic = 0x1.8p52
 // significant bits, inside float64's range for every code), and the
 // magic addition rounds it half to even.
 func ToFixed32(x []float32, codes []uint8, q []int32, h int) {
+	toFixed32(x, codes[:len(x)], q[:len(x)], h)
+}
+
+// toFixed32Go is ToFixed32 element by element (the definition, and the
+// fallback).
+func toFixed32Go(x []float32, codes []uint8, q []int32, h int) {
 	var scale [256]float64
 	for c := range Code32Special {
 		scale[c] = pow2(Scale32(uint8(c), h))
@@ -245,6 +268,12 @@ func ToFixed32(x []float32, codes []uint8, q []int32, h int) {
 // divided by avg when avg > 1, rounded once to float32 (an Avg rounds
 // twice: the division in float64, then to float32).
 func FromFixed32(q []int32, codes []uint8, out []float32, h, avg int) {
+	fromFixed32(q, codes[:len(q)], out[:len(q)], h, avg)
+}
+
+// fromFixed32Go is FromFixed32 element by element (the definition, and
+// the fallback).
+func fromFixed32Go(q []int32, codes []uint8, out []float32, h, avg int) {
 	// The scale of each code: 2^-S, a normal float64 for every code, so
 	// float64(s)·2^-S is exact and float32 rounds once.
 	var scale [256]float64
@@ -274,6 +303,12 @@ func FromFixed32(q []int32, codes []uint8, out []float32, h, avg int) {
 
 // ToFixed64 is ToFixed32 for float64 (int64 terms).
 func ToFixed64(x []float64, codes []int32, q []int64, h int) {
+	toFixed64(x, codes[:len(x)], q[:len(x)], h)
+}
+
+// toFixed64Go is ToFixed64 element by element (the definition, and the
+// fallback).
+func toFixed64Go(x []float64, codes []int32, q []int64, h int) {
 	codes = codes[:len(x)]
 	q = q[:len(x)]
 	for i, v := range x {
@@ -293,6 +328,12 @@ func ToFixed64(x []float64, codes []int32, q []int64, h int) {
 
 // FromFixed64 is FromFixed32 for float64.
 func FromFixed64(q []int64, codes []int32, out []float64, h, avg int) {
+	fromFixed64(q, codes[:len(q)], out[:len(q)], h, avg)
+}
+
+// fromFixed64Go is FromFixed64 element by element (the definition, and
+// the fallback).
+func fromFixed64Go(q []int64, codes []int32, out []float64, h, avg int) {
 	codes = codes[:len(q)]
 	out = out[:len(q)]
 	for i, s := range q {
