@@ -251,7 +251,7 @@ func allGatherFunc[T Number](c *Comm, send, recv []T) func(ctx context.Context, 
 		if len(recv) != n*c.Size() {
 			return localError("all-gather recv holds %d elements, want %d ranks x %d", len(recv), c.Size(), n)
 		}
-		switch c.planFor(kindAllGather, bytesOf[T](len(recv))) {
+		switch p := c.planFor(kindAllGather, bytesOf[T](len(recv))); p {
 		case viaHub:
 			return c.hubRound(ctx, x.o.Header.Seq, ps.Collective{Kind: ps.RoundGather, DType: dtype[T](), Count: n, Send: reduce.AsBytes(send), Recv: reduce.AsBytes(recv)})
 		case viaHierarchical:
@@ -264,6 +264,9 @@ func allGatherFunc[T Number](c *Comm, send, recv []T) func(ctx context.Context, 
 		case viaDoubling:
 			copy(recv[c.index()*n:], send)
 			return gatherByDoubling(ctx, x, recv, n)
+		case viaDirect:
+			copy(recv[c.index()*n:], send)
+			return ring.DirectGather(ctx, x.net, recv, n, x.o)
 		}
 		copy(recv[c.index()*n:], send)
 		return ring.AllGather(ctx, x.net, recv, x.o)

@@ -107,7 +107,8 @@ func gatherSum[F float32 | float64](b []F, op Op, sum func(all []F, n int, out [
 			return err
 		}
 		n := x.c.Size()
-		all := make([]F, n*len(b))
+		all, free := pooled[F](n * len(b))
+		defer free()
 		if err := allGatherFunc(x.c, b, all)(ctx, x); err != nil {
 			return err
 		}
@@ -151,7 +152,7 @@ func planExact[F float32 | float64, C uint8 | int32, Q int32 | int64](b []F, op 
 
 // pooled is a scratch buffer of n elements from the transport's pool, and
 // what gives it back.
-func pooled[Q int32 | int64](n int) ([]Q, func()) {
+func pooled[Q int32 | int64 | float32 | float64](n int) ([]Q, func()) {
 	if n == 0 {
 		return nil, func() {}
 	}

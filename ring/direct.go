@@ -42,6 +42,51 @@ func Direct[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst, s
 	return directReduce(ctx, tr, buf, fold, seg, o, snd)
 }
 
+// DirectGather is the latency-optimal all-gather for small blocks: buf
+// holds size blocks of n elements, this rank's own at rank*n; in one round
+// every rank sends its block to every other rank and copies each peer's
+// into its place. Every rank calls it with the same n.
+func DirectGather[T Elem](ctx context.Context, tr Transport, buf []T, n int, o Options) error {
+	rank, size := tr.Rank(), tr.Size()
+	if size < 2 {
+		return nil
+	}
+	if len(buf) != n*size {
+		return fmt.Errorf("ring: all-gather of %d elements over %d ranks of %d", len(buf), size, n)
+	}
+	mine := buf[rank*n : (rank+1)*n]
+	es := reduce.SizeOf[T]()
+	seg := max(1, o.SegmentBytes/es)
+	segs := segments(Span{0, n}, seg)
+	recvAll := func() error {
+		for i := 1; i < size; i++ {
+			j := (rank - i + size) % size
+			if err := recvInto(ctx, tr, j, 0, buf[j*n:(j+1)*n], seg, nil, o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(segs) == 1 && n*es*(size-1) <= inlineBytes {
+		// Small: written here, as Direct writes its small frames.
+		for i := 1; i < size; i++ {
+			if err := tr.Send(ctx, (rank+i)%size, o.Header, reduce.AsBytes(mine)); err != nil {
+				return fmt.Errorf("send to rank %d: %w", global(tr, (rank+i)%size), err)
+			}
+		}
+		return recvAll()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	snd := startSender[T](ctx, cancel, tr, (size-1)*len(segs), o)
+	for i := 1; i < size; i++ {
+		for _, s := range segs {
+			snd.queue <- sendItem[T]{(rank + i) % size, 0, mine[s.Off : s.Off+s.Len]}
+		}
+	}
+	return snd.wait(recvAll())
+}
+
 // inlineBytes bounds what Direct writes without a sender goroutine, over
 // all its peers: each peer's frame is at most inlineBytes/(size-1).
 const inlineBytes = 256 << 10

@@ -134,15 +134,25 @@ func TestReduceScatterAllGatherBroadcast(t *testing.T) {
 			for r := range size {
 				cat = append(cat, in[r]...)
 			}
-			errs, _ = runAll(size, func(tr *mem.Transport) error {
-				recv := make([]int64, n*size)
-				copy(recv[tr.Rank()*n:], in[tr.Rank()])
-				got[tr.Rank()] = recv
-				return AllGather(ctx, tr, recv, opts(n, 16))
-			})
-			for r := range size {
-				if errs[r] != nil || !slices.Equal(got[r], cat) {
-					t.Fatalf("all-gather size %d n %d rank %d: %v %v", size, n, r, errs[r], got[r])
+			// By the ring, and in one round (DirectGather: whole blocks
+			// written inline, or in segments by its sender).
+			for _, mode := range []string{"ring", "direct", "direct in segments"} {
+				errs, _ = runAll(size, func(tr *mem.Transport) error {
+					recv := make([]int64, n*size)
+					copy(recv[tr.Rank()*n:], in[tr.Rank()])
+					got[tr.Rank()] = recv
+					switch mode {
+					case "direct":
+						return DirectGather(ctx, tr, recv, n, opts(n, 1<<20))
+					case "direct in segments":
+						return DirectGather(ctx, tr, recv, n, opts(n, 16))
+					}
+					return AllGather(ctx, tr, recv, opts(n, 16))
+				})
+				for r := range size {
+					if errs[r] != nil || !slices.Equal(got[r], cat) {
+						t.Fatalf("all-gather %s size %d n %d rank %d: %v %v", mode, size, n, r, errs[r], got[r])
+					}
 				}
 			}
 			for _, mode := range []string{"chain", "direct", "tree"} {

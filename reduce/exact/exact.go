@@ -40,6 +40,7 @@ package exact
 import (
 	"math"
 	"math/bits"
+	"sync"
 )
 
 // MaxRanks is the most terms (ranks) an exact float32 sum serves.
@@ -360,42 +361,55 @@ func fromFixed64Go(q []int64, codes []int32, out []float64, h, avg int) {
 // all[r*len(out):(r+1)*len(out)]), divided by avg when avg > 1: what the
 // two collectives give, computed here. The rows' order does not matter.
 func SumRows32(all []float32, n int, out []float32, avg int) {
-	m := len(out)
-	codes := make([]uint8, m)
-	row := make([]uint8, m)
-	for r := range n {
-		Codes32(all[r*m:(r+1)*m], row)
-		MaxCodes(codes, row)
-	}
-	h := Headroom(n)
-	sum := make([]int32, m)
-	q := make([]int32, m)
-	for r := range n {
-		ToFixed32(all[r*m:(r+1)*m], codes, q, h)
-		for i, v := range q {
-			sum[i] += v
-		}
-	}
-	FromFixed32(sum, codes, out, h, avg)
+	sumRows(all, n, out, avg, &scratch32, Codes32, ToFixed32, FromFixed32)
 }
 
 // SumRows64 is SumRows32 for float64.
 func SumRows64(all []float64, n int, out []float64, avg int) {
+	sumRows(all, n, out, avg, &scratch64, Codes64, ToFixed64, FromFixed64)
+}
+
+// rows is SumRows' working memory, kept between calls (scratch32 and
+// scratch64 hold them).
+type rows[C uint8 | int32, Q int32 | int64] struct {
+	codes, row []C
+	sum, q     []Q
+}
+
+var scratch32, scratch64 sync.Pool
+
+// sized is s with n elements, reusing its memory when it has room.
+func sized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+func sumRows[F float32 | float64, C uint8 | int32, Q int32 | int64](all []F, n int, out []F, avg int, pool *sync.Pool,
+	code func([]F, []C), to func([]F, []C, []Q, int), from func([]Q, []C, []F, int, int)) {
 	m := len(out)
-	codes := make([]int32, m)
-	row := make([]int32, m)
-	for r := range n {
-		Codes64(all[r*m:(r+1)*m], row)
-		MaxCodes(codes, row)
+	if m == 0 || n < 1 {
+		return
+	}
+	w, _ := pool.Get().(*rows[C, Q])
+	if w == nil {
+		w = new(rows[C, Q])
+	}
+	defer pool.Put(w)
+	w.codes, w.row, w.sum, w.q = sized(w.codes, m), sized(w.row, m), sized(w.sum, m), sized(w.q, m)
+	code(all[:m], w.codes)
+	for r := 1; r < n; r++ {
+		code(all[r*m:(r+1)*m], w.row)
+		MaxCodes(w.codes, w.row)
 	}
 	h := Headroom(n)
-	sum := make([]int64, m)
-	q := make([]int64, m)
-	for r := range n {
-		ToFixed64(all[r*m:(r+1)*m], codes, q, h)
-		for i, v := range q {
-			sum[i] += v
+	to(all[:m], w.codes, w.sum, h)
+	for r := 1; r < n; r++ {
+		to(all[r*m:(r+1)*m], w.codes, w.q, h)
+		for i, v := range w.q {
+			w.sum[i] += v
 		}
 	}
-	FromFixed64(sum, codes, out, h, avg)
+	from(w.sum, w.codes, out, h, avg)
 }
