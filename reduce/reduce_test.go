@@ -2,7 +2,9 @@ package reduce
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -85,6 +87,43 @@ func checkBytes[T Number](t *testing.T, rng *rand.Rand, n int, op Op) {
 		for i := range want {
 			if got[i] != want[i] {
 				t.Fatalf("%s %v n=%d shift=%d: [%d] = %v, want %v", DTypeName(DTypeOf[T]()), op, n, shift, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestFinishAvg: Avg's division by the number of ranks gives, for float32
+// and float64, the bits of dividing each element by n (a power of two
+// takes the vector kernel's multiplication by 1/n), over values of every
+// binade, subnormals, zeros of both signs, infinities and NaN, for n from
+// 1 to 17 and lengths 0, 1, primes.
+func TestFinishAvg(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for n := 1; n <= 17; n++ {
+		for _, m := range []int{0, 1, 2, 7, 31, 1031} {
+			f32 := make([]float32, m)
+			f64 := make([]float64, m)
+			for i := range m {
+				f32[i] = math.Float32frombits(rng.Uint32())
+				f64[i] = math.Float64frombits(rng.Uint64())
+				if i%5 == 0 {
+					f32[i] = math.Float32frombits(rng.Uint32() & (1<<31 | 1<<23 - 1)) // subnormal or zero
+				}
+			}
+			w32, w64 := slices.Clone(f32), slices.Clone(f64)
+			for i := range m {
+				w32[i] /= float32(n)
+				w64[i] /= float64(n)
+			}
+			Finish(Avg, f32, n)
+			Finish(Avg, f64, n)
+			for i := range m {
+				if math.Float32bits(f32[i]) != math.Float32bits(w32[i]) && !(f32[i] != f32[i] && w32[i] != w32[i]) {
+					t.Fatalf("float32 n %d element %d: %v, want %v", n, i, f32[i], w32[i])
+				}
+				if math.Float64bits(f64[i]) != math.Float64bits(w64[i]) && !(f64[i] != f64[i] && w64[i] != w64[i]) {
+					t.Fatalf("float64 n %d element %d: %v, want %v", n, i, f64[i], w64[i])
+				}
 			}
 		}
 	}
