@@ -667,14 +667,16 @@ func TestStall(t *testing.T) {
 
 // TestLogWriterLevels: memberlist's lines about a foreign label or a failed
 // decryption are warnings about the job secret; a stream that ended before
-// its first byte (the empty label: a dial given up on an overloaded host)
-// is not, and neither is the rest of memberlist's chatter.
+// its first byte (the empty label: a dial given up on an overloaded host),
+// or whose label did not come in time, is not, and neither is the rest of
+// memberlist's chatter.
 func TestLogWriterLevels(t *testing.T) {
 	for _, c := range []struct {
 		line string
 		warn bool
 	}{
 		{`[ERR] memberlist: discarding stream with unacceptable label "": from=10.0.0.2:4000`, false},
+		{`[ERR] memberlist: failed to receive and remove the stream label header: read tcp 198.18.0.68:12147->198.18.0.12:33884: i/o timeout from=198.18.0.12:33884`, false},
 		{`[ERR] memberlist: discarding stream with unacceptable label "otherjob": from=10.0.0.2:4000`, true},
 		{`[ERR] memberlist: discarding packet with unacceptable label "": from=10.0.0.2:4000`, true},
 		{`[ERR] memberlist: Failed to decrypt packet: No installed keys could decrypt the message`, true},
