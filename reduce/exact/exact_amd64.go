@@ -24,22 +24,27 @@ const block = 32
 func codes32AVX2(x *float32, codes *uint8, n int)
 
 // toFixed32AVX2 is ToFixed32 of n elements (a multiple of block) at
-// headroom h, where every code c of a block it converts lies in
-// lo..lo+span. It multiplies in float32 by 2^Scale32(c, h), which must be
-// a normal float32 for those codes, and rounds by the conversion to int32
-// (half to even); a block whose product is out of int32's range
-// (a code below the element's own) it leaves. It returns the elements
-// converted before the first block it leaves.
+// headroom h (0..64). It multiplies in float32 by 2^Scale32(c, h), which
+// must be a normal float32 for the codes c in lo..lo+span, or, in a block
+// with a code outside them, by its two halves in turn, and rounds by the
+// conversion to int32 (half to even); a block with code 255, or whose
+// product is out of int32's range (a code below the element's own), it
+// leaves. It returns the elements converted before the first block it
+// leaves.
 //
 //go:noescape
 func toFixed32AVX2(x *float32, codes *uint8, q *int32, n, h, lo, span int) int
 
-// fromFixed32AVX2 is FromFixed32 of n elements (a multiple of block)
-// where every code c of a block it converts lies in lo..lo+span: each
-// integer to float32 (rounded once: with div 0 by the conversion, else
-// divided by div in float64 first, by recip = 1/div and a remainder), then
-// multiplied by the float32 of exponent bits c+bias, exactly. It returns
-// the elements converted before the first block it leaves.
+// fromFixed32AVX2 is FromFixed32 of n elements (a multiple of block) at
+// headroom h (0..64). Where every code c of a block lies in lo..lo+span:
+// each integer to float32 (rounded once: with div 0 by the conversion,
+// else divided by div in float64 first, by recip = 1/div and a
+// remainder), then multiplied by the float32 of exponent bits c+bias,
+// exactly. A block with another code it converts in float64: each integer
+// (divided by div, the same way, if div is not 0) multiplied by the
+// float64 of exponent bits c+bias+896, then rounded to float32, and -0 at
+// code 0. A block with code 255 it leaves. It returns the elements
+// converted before the first block it leaves.
 //
 //go:noescape
 func fromFixed32AVX2(q *int32, codes *uint8, out *float32, n, bias, lo, span int, div, recip float64) int
@@ -56,14 +61,37 @@ func codes32(x []float32, codes []uint8) {
 // toFixed32 runs the kernel on the whole blocks and toFixed32Of on the
 // blocks it leaves and the tail.
 //
-// The kernel's product x·2^S (S = Scale32(c, h)) is in float32: 2^S is a
-// normal float32 for codes 30-h..283-h, and the product is exact unless
-// it is below float32's normal range, where it is below 2^-126 and both
-// ways round it to 0. The conversion to int32 rounds half to even
-// (MXCSR's default mode, which Go keeps), as the magic addition does, and
-// gives 1<<31 where the product is NaN or 2^31 or more in magnitude (at a
-// code below the element's own). The kernel leaves a block with such a
-// product, or with a code outside 30-h..283-h (255 among them).
+// The kernel's product x·2^S (S = Scale32(c, h)) is in float32. A
+// product of a float32 x by a power of two is exact unless it overflows,
+// or it scales down to below float32's normal range (scaling up keeps x's
+// lowest bit, at least 2^-149).
+//
+// Where a block's codes lie in 30-h..283-h, 2^S is a normal float32 and
+// the kernel multiplies once: the product is exact unless it is below
+// 2^-126, where both ways round it to 0, or past float32's range (an
+// infinity).
+//
+// A block with other codes (below 30-h S passes 127: code 1, of zeros and
+// subnormals, and code 0 of -0 among them) it multiplies twice, by 2^S1
+// then 2^S2, S1 = floor(S/2), S2 = S-S1. For h in 0..64 and codes 0..254 S
+// lies in -161..157, so S1 and S2 lie in -81..79, normal float32s. Both
+// have S's sign (or are 0), so for finite x:
+//   - if S < 0 and |x·2^S1| < 2^-126 (the first product may round), then
+//     |x·2^S| ≤ |x·2^S1| < 2^-126 is far below 1/2: Go rounds it to 0,
+//     and the kernel's second product, at most 2^-126 in magnitude, too;
+//   - if x·2^S1 overflows, |x·2^S| is at least as large, past 2^31 (a
+//     code below x's own): the second product is an infinity;
+//   - else the first product is exact, and the second, x·2^S, is exact,
+//     or below 2^-126 (S2 < 0 then: both ways 0), or an infinity.
+//
+// An x of Inf or NaN (at a code below its own) makes Inf or NaN. A -0
+// makes -0, which converts to 0 as in Go.
+//
+// The conversion to int32 rounds half to even (MXCSR's default mode,
+// which Go keeps), as the magic addition does, and gives 1<<31 where the
+// product is NaN or 2^31 or more in magnitude (at a code below the
+// element's own). The kernel leaves a block with such a product, or with
+// code 255.
 //
 // The kernels take h in 0..64 (a sum's headroom is 1..15).
 func toFixed32(x []float32, codes []uint8, q []int32, h int) {
@@ -71,10 +99,10 @@ func toFixed32(x []float32, codes []uint8, q []int32, h int) {
 		toFixed32Go(x, codes, q, h)
 		return
 	}
-	lo, hi := max(30-h, 0), min(283-h, Code32Special-1)
+	lo, span := toFixed32Range(h)
 	n := len(x) &^ (block - 1)
 	for i := 0; i < n; {
-		i += toFixed32AVX2(&x[i], &codes[i], &q[i], n-i, h, lo, hi-lo)
+		i += toFixed32AVX2(&x[i], &codes[i], &q[i], n-i, h, lo, span)
 		for j := min(i+block, n); i < j; i++ {
 			q[i] = toFixed32Of(x[i], codes[i], h)
 		}
@@ -82,6 +110,13 @@ func toFixed32(x []float32, codes []uint8, q []int32, h int) {
 	for i := n; i < len(x); i++ {
 		q[i] = toFixed32Of(x[i], codes[i], h)
 	}
+}
+
+// toFixed32Range is the codes lo..lo+span at which toFixed32AVX2
+// multiplies once at headroom h (0..64): 2^Scale32(c, h) a normal float32.
+func toFixed32Range(h int) (lo, span int) {
+	lo, hi := max(30-h, 0), min(283-h, Code32Special-1)
+	return lo, hi - lo
 }
 
 // toFixed32Of is one element of toFixed32Go, the power of two computed
@@ -108,8 +143,21 @@ func toFixed32Of(v float32, c uint8, h int) int32 {
 // takes in: 2^(c+h-157-k)), else k = bits.Len(avg) (the scale
 // 2^(c+h-157)); the result is normal from code 31-h+k up, and the scale
 // a normal float32 up to code 254-bias (bias, the kernel's, makes its
-// exponent bits c+bias). Outside those codes, and at codes 0 and 255, a
-// block is left.
+// exponent bits c+bias).
+//
+// A block with codes outside those (code 1, of zeros and subnormals,
+// among them, and code 0) the kernel converts in float64 as
+// fromFixed32Go does: float64(s) is exact; then the division (below),
+// for a divisor not a power of two; then the product by 2^-S (S =
+// Scale32(c, h), plus log2(avg) for a power of two), a normal float64 for
+// h in 0..64 and codes 0..254 (2^-188..2^161), exact: a quotient that is
+// not 0 lies in 2^-31..2^31 in magnitude, so the product stays in
+// float64's normal range, where it is also the quotient of s·2^-S that Go
+// takes (scaling by a power of two commutes with rounding there). The
+// conversion to float32 is the one rounding
+// (to a subnormal, 0 or an infinity as well), Go's float32(r). A sum of 0
+// gives +0 (the division's steps too), and code 0 gives -0 whatever the
+// sum. Only a block with code 255 is left.
 //
 // A division by d = avg not a power of two is the correctly rounded
 // quotient of a float64 a (here s) by the integer d: q0 = a·r rounded,
@@ -126,19 +174,10 @@ func fromFixed32(q []int32, codes []uint8, out []float32, h, avg int) {
 		fromFixed32Go(q, codes, out, h, avg)
 		return
 	}
-	var div, recip float64
-	k := bits.Len(uint(max(avg, 1))) - 1
-	bias := h - 30 - k
-	if avg > 1 && avg&(avg-1) != 0 {
-		k = bits.Len(uint(avg))
-		div = float64(avg)
-		recip = 1 / div
-		bias = h - 30
-	}
-	lo, hi := max(31-h+k, 1), min(254-bias, Code32Special-1)
+	bias, lo, span, div, recip := fromFixed32Args(h, avg)
 	n := len(q) &^ (block - 1)
 	for i := 0; i < n; {
-		i += fromFixed32AVX2(&q[i], &codes[i], &out[i], n-i, bias, lo, hi-lo, div, recip)
+		i += fromFixed32AVX2(&q[i], &codes[i], &out[i], n-i, bias, lo, span, div, recip)
 		for j := min(i+block, n); i < j; i++ {
 			out[i] = fromFixed32Of(q[i], codes[i], h, avg)
 		}
@@ -146,6 +185,21 @@ func fromFixed32(q []int32, codes []uint8, out []float32, h, avg int) {
 	for i := n; i < len(q); i++ {
 		out[i] = fromFixed32Of(q[i], codes[i], h, avg)
 	}
+}
+
+// fromFixed32Args are fromFixed32AVX2's arguments at headroom h and
+// divisor avg (up to 2^31).
+func fromFixed32Args(h, avg int) (bias, lo, span int, div, recip float64) {
+	k := bits.Len(uint(max(avg, 1))) - 1
+	bias = h - 30 - k
+	if avg > 1 && avg&(avg-1) != 0 {
+		k = bits.Len(uint(avg))
+		div = float64(avg)
+		recip = 1 / div
+		bias = h - 30
+	}
+	lo, hi := max(31-h+k, 1), min(254-bias, Code32Special-1)
+	return bias, lo, hi - lo, div, recip
 }
 
 // fromFixed32Of is one element of fromFixed32Go, the power of two

@@ -63,13 +63,31 @@ codesLoop:
 	VZEROUPPER
 	RET
 
+// SPLIT32 sets r to the int32s of the 8 float32s at m times 2^S, S =
+// 157-h-c for the 8 codes at c, as two products: by 2^S1, S1 = floor(S/2),
+// then by 2^S2, S2 = ceil(S/2). Y10 holds 411-h (S+254 at code 0) in each
+// dword: 411-h-c is S+254, half of it (rounded down) the exponent bits of
+// 2^S1, and the rest those of 2^S2. t is scratch.
+#define SPLIT32(m, c, r, t) \
+	VPMOVZXBD c, r        \
+	VPSUBD    r, Y10, r   \
+	VPSRLD    $1, r, t    \
+	VPSUBD    t, r, r     \
+	VPSLLD    $23, t, t   \
+	VPSLLD    $23, r, r   \
+	VMULPS    m, t, t     \
+	VMULPS    t, r, r     \
+	VCVTPS2DQ r, r
+
 // func toFixed32AVX2(x *float32, codes *uint8, q *int32, n, h, lo, span int) int
 //
 // Per 8 elements: the float32 2^(157-h-c), exponent bits 284-h-c; the
 // product with x, exact; its conversion to int32, rounded half to even
-// by MXCSR's default mode. A block is left, before any of it is stored,
-// when a code lies outside lo..lo+span or a conversion is invalid (its
-// result 1<<31: the product is NaN or at least 2^31 in magnitude).
+// by MXCSR's default mode. A block with a code outside lo..lo+span takes
+// two products instead (SPLIT32), at any code but 255. A block is left,
+// before any of it is stored, when a code is 255 or a conversion is
+// invalid (its result 1<<31: the product is NaN or at least 2^31 in
+// magnitude).
 TEXT ·toFixed32AVX2(SB), NOSPLIT, $0-64
 	MOVQ x+0(FP), SI
 	MOVQ codes+8(FP), DI
@@ -88,6 +106,11 @@ TEXT ·toFixed32AVX2(SB), NOSPLIT, $0-64
 	MOVL $0x80000000, AX
 	VMOVD AX, X12
 	VPBROADCASTD X12, Y12 // an invalid conversion's result
+	VPCMPEQB Y11, Y11, Y11 // code 255, bytes
+	MOVQ $411, AX
+	SUBQ h+32(FP), AX
+	VMOVD AX, X10
+	VPBROADCASTD X10, Y10 // 411-h
 	XORQ AX, AX
 
 toLoop:
@@ -96,7 +119,7 @@ toLoop:
 	VPSUBB   Y14, Y0, Y0
 	VPSUBUSB Y13, Y0, Y0
 	VPTEST   Y0, Y0
-	JNZ      toDone
+	JNZ      toSplit
 
 	VPMOVZXBD (DI)(AX*1), Y0
 	VPMOVZXBD 8(DI)(AX*1), Y1
@@ -118,6 +141,8 @@ toLoop:
 	VCVTPS2DQ Y1, Y1
 	VCVTPS2DQ Y2, Y2
 	VCVTPS2DQ Y3, Y3
+
+toStore:
 	VPCMPEQD  Y12, Y0, Y4
 	VPCMPEQD  Y12, Y1, Y5
 	VPCMPEQD  Y12, Y2, Y6
@@ -134,6 +159,17 @@ toLoop:
 	ADDQ      $32, AX
 	CMPQ      AX, CX
 	JB        toLoop
+	JMP       toDone
+
+toSplit:
+	VPCMPEQB (DI)(AX*1), Y11, Y0
+	VPTEST   Y0, Y0
+	JNZ      toDone
+	SPLIT32((SI)(AX*4), (DI)(AX*1), Y0, Y4)
+	SPLIT32(32(SI)(AX*4), 8(DI)(AX*1), Y1, Y5)
+	SPLIT32(64(SI)(AX*4), 16(DI)(AX*1), Y2, Y6)
+	SPLIT32(96(SI)(AX*4), 24(DI)(AX*1), Y3, Y7)
+	JMP      toStore
 
 toDone:
 	MOVQ AX, ret+56(FP)
@@ -166,11 +202,62 @@ toDone:
 	VCVTPD2PSY   t, tx          \
 	VINSERTF128  $1, tx, r, r
 
+// WIDESCALE multiplies the float64s in a by the float64 of exponent bits
+// c+bias+896 for the 4 codes at m (Y10 holds bias+896 in each qword):
+// 2^(c+h-157), divided by avg where it is a power of two (bias takes its
+// log2 in); t is scratch.
+#define WIDESCALE(m, a, t) \
+	VPMOVZXBQ m, t        \
+	VPADDQ    Y10, t, t   \
+	VPSLLQ    $52, t, t   \
+	VMULPD    t, a, a
+
+// WIDEQUO sets r to the float64s in a divided by Y13 (Y12 its reciprocal,
+// rounded), correctly rounded by a remainder, as FROMQUO; a is scratch.
+#define WIDEQUO(a, r) \
+	VMULPD       Y12, a, r   \
+	VFNMADD231PD r, Y13, a   \
+	VFMADD231PD  Y12, a, r
+
+// WIDEOUT rounds the float64s in a and b (4 each) to float32, into a (ax
+// its low half): a's then b's, then -0 where their code at m is 0 (Y7
+// holds 0, Y8 1<<31 in each dword). t is scratch.
+#define WIDEOUT(m, a, ax, b, bx, t) \
+	VCVTPD2PSY  a, ax        \
+	VCVTPD2PSY  b, bx        \
+	VINSERTF128 $1, bx, a, a \
+	VPMOVZXBD   m, t         \
+	VPCMPEQD    Y7, t, t     \
+	VBLENDVPS   t, Y8, a, a
+
+// WIDE converts the 8 int32s at m0 and m1 (4 each), codes at c0 and c1
+// (4 each), into float32s stored at o: in float64, each scaled exactly,
+// then rounded once.
+#define WIDE(m0, m1, c0, c1, o) \
+	VCVTDQ2PD m0, Y0            \
+	VCVTDQ2PD m1, Y1            \
+	WIDESCALE(c0, Y0, Y2)       \
+	WIDESCALE(c1, Y1, Y2)       \
+	WIDEOUT(c0, Y0, X0, Y1, X1, Y2) \
+	VMOVUPS   Y0, o
+
+// WIDEDIV is WIDE with the division by Y13 first.
+#define WIDEDIV(m0, m1, c0, c1, o) \
+	VCVTDQ2PD m0, Y0            \
+	VCVTDQ2PD m1, Y1            \
+	WIDEQUO(Y0, Y3)             \
+	WIDEQUO(Y1, Y4)             \
+	WIDESCALE(c0, Y3, Y2)       \
+	WIDESCALE(c1, Y4, Y2)       \
+	WIDEOUT(c0, Y3, X3, Y4, X4, Y2) \
+	VMOVUPS   Y3, o
+
 // func fromFixed32AVX2(q *int32, codes *uint8, out *float32, n, bias, lo, span int, div, recip float64) int
 //
-// A block is left, before any of it is stored, when a code lies outside
-// lo..lo+span. Each group of 8 is read before it is stored, so out may be
-// q itself.
+// A block with a code outside lo..lo+span is converted in float64
+// instead (WIDE, WIDEDIV): at any code but 255, where the block is left
+// before any of it is stored. Each group of 8 is read before it is
+// stored, so out may be q itself.
 TEXT ·fromFixed32AVX2(SB), NOSPLIT, $0-80
 	MOVQ q+0(FP), SI
 	MOVQ codes+8(FP), DI
@@ -179,6 +266,9 @@ TEXT ·fromFixed32AVX2(SB), NOSPLIT, $0-80
 	MOVQ bias+32(FP), AX
 	VMOVD AX, X15
 	VPBROADCASTD X15, Y15 // bias
+	ADDQ $896, AX
+	VMOVQ AX, X10
+	VPBROADCASTQ X10, Y10 // bias+896, qwords
 	MOVQ lo+40(FP), AX
 	VMOVD AX, X14
 	VPBROADCASTB X14, Y14 // lo, bytes
@@ -187,6 +277,11 @@ TEXT ·fromFixed32AVX2(SB), NOSPLIT, $0-80
 	VPBROADCASTB X11, Y11 // span, bytes
 	VBROADCASTSD div+56(FP), Y13
 	VBROADCASTSD recip+64(FP), Y12
+	VPCMPEQB Y9, Y9, Y9 // code 255, bytes
+	MOVL $0x80000000, AX
+	VMOVD AX, X8
+	VPBROADCASTD X8, Y8 // -0
+	VPXOR Y7, Y7, Y7
 	XORQ AX, AX
 	MOVQ div+56(FP), BX
 	TESTQ BX, BX
@@ -197,7 +292,7 @@ fromLoop:
 	VPSUBB   Y14, Y0, Y0
 	VPSUBUSB Y11, Y0, Y0
 	VPTEST   Y0, Y0
-	JNZ      fromDone
+	JNZ      fromWide
 	VCVTDQ2PS (SI)(AX*4), Y0
 	VCVTDQ2PS 32(SI)(AX*4), Y1
 	VCVTDQ2PS 64(SI)(AX*4), Y2
@@ -205,22 +300,34 @@ fromLoop:
 	FROMSCALE((DI)(AX*1), Y0, Y4)
 	FROMSCALE(8(DI)(AX*1), Y1, Y5)
 	FROMSCALE(16(DI)(AX*1), Y2, Y6)
-	FROMSCALE(24(DI)(AX*1), Y3, Y7)
+	FROMSCALE(24(DI)(AX*1), Y3, Y4)
 	VMOVUPS  Y0, (DX)(AX*4)
 	VMOVUPS  Y1, 32(DX)(AX*4)
 	VMOVUPS  Y2, 64(DX)(AX*4)
 	VMOVUPS  Y3, 96(DX)(AX*4)
+
+fromNext:
 	ADDQ     $32, AX
 	CMPQ     AX, CX
 	JB       fromLoop
 	JMP      fromDone
+
+fromWide:
+	VPCMPEQB (DI)(AX*1), Y9, Y0
+	VPTEST   Y0, Y0
+	JNZ      fromDone
+	WIDE((SI)(AX*4), 16(SI)(AX*4), (DI)(AX*1), 4(DI)(AX*1), (DX)(AX*4))
+	WIDE(32(SI)(AX*4), 48(SI)(AX*4), 8(DI)(AX*1), 12(DI)(AX*1), 32(DX)(AX*4))
+	WIDE(64(SI)(AX*4), 80(SI)(AX*4), 16(DI)(AX*1), 20(DI)(AX*1), 64(DX)(AX*4))
+	WIDE(96(SI)(AX*4), 112(SI)(AX*4), 24(DI)(AX*1), 28(DI)(AX*1), 96(DX)(AX*4))
+	JMP      fromNext
 
 fromQuoLoop:
 	VMOVDQU  (DI)(AX*1), Y0
 	VPSUBB   Y14, Y0, Y0
 	VPSUBUSB Y11, Y0, Y0
 	VPTEST   Y0, Y0
-	JNZ      fromDone
+	JNZ      fromQuoWide
 	FROMQUO((SI)(AX*4), 16(SI)(AX*4), Y0, X0, Y4, Y5, Y6, X6)
 	FROMSCALE((DI)(AX*1), Y0, Y4)
 	VMOVUPS  Y0, (DX)(AX*4)
@@ -233,9 +340,22 @@ fromQuoLoop:
 	FROMQUO(96(SI)(AX*4), 112(SI)(AX*4), Y3, X3, Y4, Y5, Y6, X6)
 	FROMSCALE(24(DI)(AX*1), Y3, Y4)
 	VMOVUPS  Y3, 96(DX)(AX*4)
+
+fromQuoNext:
 	ADDQ     $32, AX
 	CMPQ     AX, CX
 	JB       fromQuoLoop
+	JMP      fromDone
+
+fromQuoWide:
+	VPCMPEQB (DI)(AX*1), Y9, Y0
+	VPTEST   Y0, Y0
+	JNZ      fromDone
+	WIDEDIV((SI)(AX*4), 16(SI)(AX*4), (DI)(AX*1), 4(DI)(AX*1), (DX)(AX*4))
+	WIDEDIV(32(SI)(AX*4), 48(SI)(AX*4), 8(DI)(AX*1), 12(DI)(AX*1), 32(DX)(AX*4))
+	WIDEDIV(64(SI)(AX*4), 80(SI)(AX*4), 16(DI)(AX*1), 20(DI)(AX*1), 64(DX)(AX*4))
+	WIDEDIV(96(SI)(AX*4), 112(SI)(AX*4), 24(DI)(AX*1), 28(DI)(AX*1), 96(DX)(AX*4))
+	JMP      fromQuoNext
 
 fromDone:
 	MOVQ AX, ret+72(FP)

@@ -3,6 +3,7 @@
 package exact
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -112,6 +113,46 @@ func TestKernelsVector64(t *testing.T) {
 			fromFixed64Go(c.q, codes, want, h, avg)
 			if i := firstDiff(bitsOf64(out), bitsOf64(want)); i >= 0 {
 				t.Fatalf("h %d avg %d: element %d (%d at code %d): %g, want %g", h, avg, i, c.q[i], codes[i], out[i], want[i])
+			}
+		}
+	}
+}
+
+// TestKernelsVectorSmallCodes: blocks of zeros, -0, subnormals, small
+// codes and these among normal values (smallCase, in contract) the
+// vector kernels convert themselves, with the arguments toFixed32 and
+// fromFixed32 pass, at every h of the contract and on both of
+// FromFixed32's paths.
+func TestKernelsVectorSmallCodes(t *testing.T) {
+	if !vector {
+		t.Skip("no AVX2 and FMA")
+	}
+	rng := rand.New(rand.NewPCG(73, 74))
+	const n = 1024
+	for h := 1; h <= 31; h++ {
+		c := smallCase(rng, n, h, false)
+		lo, span := toFixed32Range(h)
+		q := make([]int32, n)
+		if done := toFixed32AVX2(&c.x[0], &c.codes[0], &q[0], n, h, lo, span); done != n {
+			t.Fatalf("h %d: toFixed32AVX2 converted %d of %d", h, done, n)
+		}
+		want := make([]int32, n)
+		toFixed32Go(c.x, c.codes, want, h)
+		if i := firstDiff(q, want); i >= 0 {
+			t.Fatalf("h %d: element %d (%#x at code %d): %d, want %d", h, i, math.Float32bits(c.x[i]), c.codes[i], q[i], want[i])
+		}
+		for _, avg := range []int{1, 2, 4, 3, 7, 32767, 1<<31 - 1} {
+			bias, lo, span, div, recip := fromFixed32Args(h, avg)
+			for _, in := range [][]int32{c.q, q} {
+				out := make([]float32, n)
+				if done := fromFixed32AVX2(&in[0], &c.codes[0], &out[0], n, bias, lo, span, div, recip); done != n {
+					t.Fatalf("h %d avg %d: fromFixed32AVX2 converted %d of %d", h, avg, done, n)
+				}
+				want := make([]float32, n)
+				fromFixed32Go(in, c.codes, want, h, avg)
+				if i := firstDiff(bitsOf(out), bitsOf(want)); i >= 0 {
+					t.Fatalf("h %d avg %d: element %d (%d at code %d): %g, want %g", h, avg, i, in[i], c.codes[i], out[i], want[i])
+				}
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"unsafe"
 )
@@ -167,6 +168,178 @@ func kernelCaseOf(rng *rand.Rand, n, h int, kinds []int, mix, bad, wild float64)
 	codes := kernelCodes(rng, x, mix, bad)
 	// codes may be longer than x.
 	return kernelCase{x, append(codes, uint8(rng.IntN(256)), uint8(rng.IntN(256))), kernelSums(rng, codes, h, wild)}
+}
+
+// The patterns of smallCase's blocks: zeros of every rank (code 1), -0 of
+// every rank (code 0), -0 where some rank held +0 (code 1), zeros of both
+// signs at codes 0 (-0 only) and 1, subnormals and zeros (code 1),
+// ReLU-like halves of zeros among normal values, small codes (2..40, where
+// 2^Scale32 passes float32's range for any headroom) with values at most
+// their code, all of these lane by lane, and small codes out of contract.
+const (
+	smallZeros = iota
+	smallNegZeros
+	smallNegZerosCode1
+	smallSignedZeros
+	smallSubnormals
+	smallReLU
+	smallLowCodes
+	smallMixed
+	smallBad
+	smallPatterns
+)
+
+// smallLane draws one lane of pattern p (smallMixed: of a random other
+// pattern) at headroom h: x, its code and an integer sum at that code.
+func smallLane(rng *rand.Rand, p, h int) (float32, uint8, int32) {
+	negZero := float32(math.Copysign(0, -1))
+	if p == smallMixed {
+		p = rng.IntN(smallMixed)
+	}
+	var x float32
+	var c uint8
+	switch p {
+	case smallZeros:
+		x, c = 0, 1
+	case smallNegZeros:
+		x, c = negZero, Code32NegZero
+	case smallNegZerosCode1:
+		x, c = negZero, 1
+	case smallSignedZeros:
+		x, c = []float32{0, negZero}[rng.IntN(2)], 1
+		if x == 0 && math.Signbit(float64(x)) && rng.IntN(2) == 0 {
+			c = Code32NegZero
+		}
+	case smallSubnormals:
+		x, c = kernelValue(rng, 1+rng.IntN(2)), 1
+	case smallReLU:
+		x, c = 0, 1
+		if rng.IntN(2) == 0 {
+			x = kernelValue(rng, 5)
+			c = Code32(x)
+			if rng.IntN(2) == 0 {
+				c = min(c+uint8(rng.IntN(8)), 254)
+			}
+		}
+	case smallLowCodes:
+		c = uint8(2 + rng.IntN(39))
+		x = math.Float32frombits(uint32(rng.IntN(2))<<31 | uint32(rng.IntN(int(c)))<<23 | uint32(rng.IntN(1<<23)))
+	case smallBad:
+		// A code of 0..40 whatever x is: below x's own, or 0 under a
+		// value other than -0.
+		x, c = kernelValue(rng, rng.IntN(6)), uint8(rng.IntN(41))
+		if Code32(x) == Code32Special {
+			x = 1
+		}
+	}
+	// The sum: 0, a term times up to 2^h-1 ranks, one of up to 16 terms
+	// of any size, the least sums (subnormal results at the least codes),
+	// or any int32.
+	var s int32
+	switch r := rng.IntN(10); {
+	case r < 3:
+	case r < 6:
+		if Code32(x) <= c && c != Code32NegZero {
+			s = fixed32(x, c, h) * int32(1+rng.IntN(1<<min(max(h, 0), 30)))
+		}
+	case r < 8:
+		s = kernelSums(rng, []uint8{c}, h, 0)[0]
+	case r < 9:
+		s = int32(rng.IntN(33) - 16)
+	default:
+		s = int32(rng.Uint32())
+	}
+	return x, c, s
+}
+
+// smallCase draws a case of n elements by blocks of 32, each of one
+// pattern (smallBad only when bad is set).
+func smallCase(rng *rand.Rand, n, h int, bad bool) kernelCase {
+	c := kernelCase{make([]float32, n), make([]uint8, n), make([]int32, n)}
+	top := smallBad
+	if bad {
+		top = smallPatterns
+	}
+	for b := 0; b < n; b += 32 {
+		p := rng.IntN(top)
+		for i := b; i < min(b+32, n); i++ {
+			c.x[i], c.codes[i], c.q[i] = smallLane(rng, p, h)
+		}
+	}
+	return c
+}
+
+// TestKernelsSmallCodes: blocks of zeros, of -0, of subnormals, of small
+// codes and of these among normal values, in and out of contract, at
+// every h of the contract (and out of it) and many avg, bit for bit.
+func TestKernelsSmallCodes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(69, 70))
+	avgs := append([]int{1, 2, 3, 4, 7, 16, 100, 32767, 0, -3, 1<<31 - 1}, wideAvgs...)
+	for h := 0; h <= 32; h++ {
+		for _, avg := range avgs {
+			for _, n := range []int{32, 1024 + 7} {
+				c := smallCase(rng, n, h, rng.IntN(4) == 0)
+				if err := checkKernels(c, h, avg, rng.IntN(8)); err != nil {
+					t.Fatalf("h %d avg %d, %d elements: %v", h, avg, n, err)
+				}
+			}
+		}
+	}
+	for _, h := range []int{63, 64, 65, -1} {
+		c := smallCase(rng, 1024, h, true)
+		if err := checkKernels(c, h, 3, 0); err != nil {
+			t.Fatalf("h %d: %v", h, err)
+		}
+	}
+}
+
+// TestSumRowsReLU: SumRows32 of rows with many zeros (ReLU-like: zeros
+// every rank holds, zeros of both signs, rows that are all zeros) gives
+// the bits of the element-by-element conversions.
+func TestSumRowsReLU(t *testing.T) {
+	rng := rand.New(rand.NewPCG(71, 72))
+	var pool sync.Pool
+	for n := 1; n <= 17; n++ {
+		const m = 32*40 + 5
+		all := make([]float32, n*m)
+		for i := range m {
+			kind := rng.IntN(6)
+			for r := range n {
+				v := &all[r*m+i]
+				switch kind {
+				case 0: // every rank's 0
+				case 1:
+					*v = float32(math.Copysign(0, -1))
+				case 2:
+					*v = []float32{0, float32(math.Copysign(0, -1))}[rng.IntN(2)]
+				case 3:
+					if rng.IntN(2) == 0 {
+						*v = kernelValue(rng, 2)
+					}
+				default:
+					if rng.IntN(3) > 0 {
+						*v = float32(max(rng.NormFloat64(), 0) * 1e-3)
+					}
+				}
+			}
+		}
+		// Blocks where every rank is all zeros, or all -0.
+		for r := range n {
+			clear(all[r*m : r*m+64])
+			for i := r*m + 64; i < r*m+96; i++ {
+				all[i] = float32(math.Copysign(0, -1))
+			}
+		}
+		for _, avg := range []int{1, n} {
+			got := make([]float32, m)
+			want := make([]float32, m)
+			SumRows32(all, n, got, avg)
+			sumRows(all, n, want, avg, &pool, codes32Go, toFixed32Go, fromFixed32Go)
+			if i := firstDiff(bitsOf(got), bitsOf(want)); i >= 0 {
+				t.Fatalf("%d ranks, avg %d, element %d: %g, want %g", n, avg, i, got[i], want[i])
+			}
+		}
+	}
 }
 
 // kernelCase64 is one input to the float64 conversions.
@@ -444,9 +617,9 @@ func quotientSums[Q int32 | int64](rng *rand.Rand, bits int) []Q {
 }
 
 // TestKernelsQuotient: FromFixed32's division by avg, over many divisors,
-// at codes in the middle and near the ends of the vector code's range.
-// The quotient must be the division's in float64 where float32 rounds it
-// again, as at a midpoint between float32s.
+// at codes in the middle and near the ends of the vector code's range,
+// and at the least codes. The quotient must be the division's in float64
+// where float32 rounds it again, as at a midpoint between float32s.
 func TestKernelsQuotient(t *testing.T) {
 	rng := rand.New(rand.NewPCG(55, 56))
 	q := quotientSums[int32](rng, 32)
@@ -471,6 +644,8 @@ func TestKernelsQuotient(t *testing.T) {
 			borderCodes[uint8](rng, len(q), 120, 140, 254),
 			borderCodes[uint8](rng, len(q), 31-h+k, 254, 254),
 			borderCodes[uint8](rng, len(q), 30-h+k, 284-h, 254),
+			// The least codes, converted in float64.
+			borderCodes[uint8](rng, len(q), 1, 31-h+k, 40),
 		} {
 			FromFixed32(q, codes, got, h, avg)
 			fromFixed32Go(q, codes, want, h, avg)
@@ -554,14 +729,17 @@ func TestKernelsQuotient64(t *testing.T) {
 func TestKernelsInPlace(t *testing.T) {
 	rng := rand.New(rand.NewPCG(57, 58))
 	for _, avg := range []int{1, 3} {
-		c := kernelCaseOf(rng, 1000, 4, []int{5}, 0.01, 0, 0)
-		want := make([]float32, len(c.q))
-		fromFixed32Go(c.q, c.codes, want, 4, avg)
-		buf := slices.Clone(c.q)
-		FromFixed32(buf, c.codes, unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(buf))), len(buf)), 4, avg)
-		for i, w := range want {
-			if got := math.Float32frombits(uint32(buf[i])); math.Float32bits(got) != math.Float32bits(w) {
-				t.Fatalf("avg %d element %d in place: %g, want %g", avg, i, got, w)
+		// Normal values with now and then a code 0 or 255, and blocks of
+		// small codes (zeros, -0, subnormals).
+		for _, c := range []kernelCase{kernelCaseOf(rng, 1000, 4, []int{5}, 0.01, 0, 0), smallCase(rng, 1000, 4, false)} {
+			want := make([]float32, len(c.q))
+			fromFixed32Go(c.q, c.codes, want, 4, avg)
+			buf := slices.Clone(c.q)
+			FromFixed32(buf, c.codes, unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(buf))), len(buf)), 4, avg)
+			for i, w := range want {
+				if got := math.Float32frombits(uint32(buf[i])); math.Float32bits(got) != math.Float32bits(w) {
+					t.Fatalf("avg %d element %d in place: %g, want %g", avg, i, got, w)
+				}
 			}
 		}
 
@@ -684,40 +862,62 @@ func BenchmarkCodes32(b *testing.B) {
 	}
 }
 
+// benchInputs are the float32 inputs of the conversion benchmarks: normal
+// values over many binades (benchData), all zeros (code 1, every rank
+// holding 0 there), and ReLU-like rows where half the elements, at random,
+// are zeros every rank holds.
+var benchInputs = []string{"normal", "zeros", "half"}
+
+// benchInput is benchData for one of benchInputs.
+func benchInput(kind string, n int) (x []float32, codes []uint8, q []int32) {
+	x, codes, q = benchData(n)
+	rng := rand.New(rand.NewPCG(67, 68))
+	for i := range x {
+		if kind == "zeros" || kind == "half" && rng.IntN(2) == 0 {
+			x[i], codes[i], q[i] = 0, Code32(0), 0
+		}
+	}
+	return x, codes, q
+}
+
 func BenchmarkToFixed32(b *testing.B) {
 	const n = 1 << 20
-	x, codes, q := benchData(n)
-	for _, impl := range kernelImpls {
-		b.Run(impl, func(b *testing.B) {
-			b.SetBytes(9 * n)
-			for range b.N {
-				if impl == "go" {
-					toFixed32Go(x, codes, q, 2)
-				} else {
-					ToFixed32(x, codes, q, 2)
+	for _, kind := range benchInputs {
+		x, codes, q := benchInput(kind, n)
+		for _, impl := range kernelImpls {
+			b.Run(kind+"/"+impl, func(b *testing.B) {
+				b.SetBytes(9 * n)
+				for range b.N {
+					if impl == "go" {
+						toFixed32Go(x, codes, q, 2)
+					} else {
+						ToFixed32(x, codes, q, 2)
+					}
 				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/elem")
-		})
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/elem")
+			})
+		}
 	}
 }
 
 func BenchmarkFromFixed32(b *testing.B) {
 	const n = 1 << 20
-	x, codes, q := benchData(n)
-	for _, avg := range []int{1, 3} {
-		for _, impl := range kernelImpls {
-			b.Run(fmt.Sprintf("avg=%d/%s", avg, impl), func(b *testing.B) {
-				b.SetBytes(9 * n)
-				for range b.N {
-					if impl == "go" {
-						fromFixed32Go(q, codes, x, 2, avg)
-					} else {
-						FromFixed32(q, codes, x, 2, avg)
+	for _, kind := range benchInputs {
+		x, codes, q := benchInput(kind, n)
+		for _, avg := range []int{1, 3} {
+			for _, impl := range kernelImpls {
+				b.Run(fmt.Sprintf("%s/avg=%d/%s", kind, avg, impl), func(b *testing.B) {
+					b.SetBytes(9 * n)
+					for range b.N {
+						if impl == "go" {
+							fromFixed32Go(q, codes, x, 2, avg)
+						} else {
+							FromFixed32(q, codes, x, 2, avg)
+						}
 					}
-				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/elem")
-			})
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/elem")
+				})
+			}
 		}
 	}
 }
