@@ -120,7 +120,14 @@ func DTypeName(dtype uint8) string {
 // Func returns dst[i] = dst[i] op src[i]. Avg reduces as Sum; the
 // division happens once at the end (see Finish). It returns nil for an
 // invalid op.
+//
+// The integer Sum and Avg of int32 and int64 and the Max and Min of uint8
+// and int32 are AVX2 kernels where the CPU has them (amd64, without the
+// purego tag), with the Go loops' results.
 func Func[T Number](op Op) func(dst, src []T) {
+	if f := kernel[T](op); f != nil {
+		return f
+	}
 	switch op {
 	case Sum, Avg:
 		return SumInto[T]
@@ -146,7 +153,42 @@ func Func[T Number](op Op) func(dst, src []T) {
 	return nil
 }
 
-// SumInto adds src to dst, with gonum's vector kernels for floats.
+// kernel is Func's vector kernel of op on T, or nil.
+func kernel[T Number](op Op) func(dst, src []T) {
+	if !vector {
+		return nil
+	}
+	var f any
+	switch any(*new(T)).(type) {
+	case int32:
+		switch op {
+		case Sum, Avg:
+			f = addInt32
+		case Max:
+			f = maxInt32
+		case Min:
+			f = minInt32
+		}
+	case int64:
+		if op == Sum || op == Avg {
+			f = addInt64
+		}
+	case uint8:
+		switch op {
+		case Max:
+			f = maxUint8
+		case Min:
+			f = minUint8
+		}
+	}
+	if f == nil {
+		return nil
+	}
+	return f.(func(dst, src []T))
+}
+
+// SumInto adds src to dst, with gonum's vector kernels for floats and
+// Func's for int32 and int64 (integer sums wrap).
 func SumInto[T Number](dst, src []T) {
 	switch d := any(dst).(type) {
 	case []float32:
@@ -154,12 +196,23 @@ func SumInto[T Number](dst, src []T) {
 		if len(d) > 0 {
 			blas32.Axpy(1, blas32.Vector{N: len(s), Data: s, Inc: 1}, blas32.Vector{N: len(d), Data: d, Inc: 1})
 		}
+		return
 	case []float64:
 		floats.Add(d, any(src).([]float64))
-	default:
-		for i := range dst {
-			dst[i] += src[i]
+		return
+	case []int32:
+		if vector {
+			addInt32(d, any(src).([]int32))
+			return
 		}
+	case []int64:
+		if vector {
+			addInt64(d, any(src).([]int64))
+			return
+		}
+	}
+	for i := range dst {
+		dst[i] += src[i]
 	}
 }
 

@@ -1,0 +1,89 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// The AVX2 kernels of kernels_amd64.go: dst[i] = dst[i] op src[i] over n
+// bytes (a multiple of 32, at least 32), four vectors a round, then one.
+// Each vector's src and dst are both loaded before its result is stored,
+// so dst == src gives the element-wise result too.
+
+// FOLD folds the n bytes at src (SI) into dst (DI), n in CX, with the
+// vector instruction INSTR (INSTR mem, Y, Y: dst's vector op src's).
+#define FOLD(INSTR) \
+	XORQ    AX, AX            \
+	MOVQ    CX, DX            \
+	ANDQ    $~127, DX         \
+	JZ      one               \
+four:                         \
+	VMOVDQU 0(DI)(AX*1), Y0   \
+	VMOVDQU 32(DI)(AX*1), Y1  \
+	VMOVDQU 64(DI)(AX*1), Y2  \
+	VMOVDQU 96(DI)(AX*1), Y3  \
+	INSTR   0(SI)(AX*1), Y0, Y0  \
+	INSTR   32(SI)(AX*1), Y1, Y1 \
+	INSTR   64(SI)(AX*1), Y2, Y2 \
+	INSTR   96(SI)(AX*1), Y3, Y3 \
+	VMOVDQU Y0, 0(DI)(AX*1)   \
+	VMOVDQU Y1, 32(DI)(AX*1)  \
+	VMOVDQU Y2, 64(DI)(AX*1)  \
+	VMOVDQU Y3, 96(DI)(AX*1)  \
+	ADDQ    $128, AX          \
+	CMPQ    AX, DX            \
+	JB      four              \
+one:                          \
+	CMPQ    AX, CX            \
+	JAE     done              \
+	VMOVDQU 0(DI)(AX*1), Y0   \
+	INSTR   0(SI)(AX*1), Y0, Y0  \
+	VMOVDQU Y0, 0(DI)(AX*1)   \
+	ADDQ    $32, AX           \
+	JMP     one               \
+done:                         \
+	VZEROUPPER                \
+	RET
+
+// func addInt32AVX2(dst, src *int32, n int)
+TEXT ·addInt32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHLQ $2, CX
+	FOLD(VPADDD)
+
+// func addInt64AVX2(dst, src *int64, n int)
+TEXT ·addInt64AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHLQ $3, CX
+	FOLD(VPADDQ)
+
+// func maxInt32AVX2(dst, src *int32, n int)
+TEXT ·maxInt32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHLQ $2, CX
+	FOLD(VPMAXSD)
+
+// func minInt32AVX2(dst, src *int32, n int)
+TEXT ·minInt32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHLQ $2, CX
+	FOLD(VPMINSD)
+
+// func maxUint8AVX2(dst, src *uint8, n int)
+TEXT ·maxUint8AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	FOLD(VPMAXUB)
+
+// func minUint8AVX2(dst, src *uint8, n int)
+TEXT ·minUint8AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	FOLD(VPMINUB)

@@ -1,0 +1,44 @@
+//go:build !amd64 || purego
+
+package reduce
+
+// Without the amd64 kernels the integer folds are Func's and SumInto's Go
+// loops; these are never called.
+
+const vector = false
+
+func addInt32(dst, src []int32) {
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+func addInt64(dst, src []int64) {
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+func maxInt32(dst, src []int32) {
+	for i := range dst {
+		dst[i] = max(dst[i], src[i])
+	}
+}
+
+func minInt32(dst, src []int32) {
+	for i := range dst {
+		dst[i] = min(dst[i], src[i])
+	}
+}
+
+func maxUint8(dst, src []uint8) {
+	for i := range dst {
+		dst[i] = max(dst[i], src[i])
+	}
+}
+
+func minUint8(dst, src []uint8) {
+	for i := range dst {
+		dst[i] = min(dst[i], src[i])
+	}
+}
