@@ -88,10 +88,13 @@
 //     for a quarter of it or more (Progress.Stall, its goroutines'
 //     longest wait for a CPU, or how late the window's end was stepped):
 //     the answer may wait unread in this rank's socket, and a peer in the
-//     same process, or on a host as busy, waited as long. The peer is
-//     asked again (AskAgain{Starved}), in a window at least four times the
+//     same process, or on a host as busy, waited as long. Nor does a
+//     window at whose end this rank's ping was still being written
+//     (Progress.Writing: its write waits behind another, or for room the
+//     peer has not read). The peer is asked again (AskAgain{Starved}), in a window at least four times the
 //     stall, until MaxStretch × ConfirmTimeout has passed since the
-//     verdict.
+//     verdict; a loss then says what this rank saw of itself ("this rank
+//     stalled up to 400ms", "its ping still being written").
 //  7. If the ping cannot be written (PingFailed), or a send already
 //     failed, the connection is broken: a peer that said goodbye and
 //     exited breaks the ping too, and its goodbye may still wait to be

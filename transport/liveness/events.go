@@ -52,14 +52,17 @@ type Connected struct {
 // reader is waiting for room in this rank's inbox from the peer (this
 // rank's own work is behind). Stall is the longest this rank's process was
 // kept from running since the last Progress for Conn (its goroutines'
-// longest wait for a CPU; 0 if unknown). The owner steps one for every
+// longest wait for a CPU; 0 if unknown). Writing says a ping this rank
+// sent on Conn is still being written (its write waits for room in the
+// connection, or for the write before it). The owner steps one for every
 // Sample action, at once.
 type Progress struct {
-	Peer  int
-	Conn  ConnID
-	Reads uint64
-	Stuck bool
-	Stall time.Duration
+	Peer    int
+	Conn    ConnID
+	Reads   uint64
+	Stuck   bool
+	Stall   time.Duration
+	Writing bool
 }
 
 // Pong: a pong was read on Conn.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -254,7 +255,7 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 	case Progress:
 		if p, c := m.current(ev.Peer, ev.Conn); c != nil {
 			c.reads, c.stuck = ev.Reads, ev.Stuck
-			m.progress(p, c, ev.Stall)
+			m.progress(p, c, ev.Stall, ev.Writing)
 		}
 	case Pong:
 		m.pong(ev)
@@ -474,8 +475,9 @@ func (m *Machine) drain(p *peer, c *conn) {
 	m.pend(p)
 }
 
-// progress takes a Progress into p's check; stall is the Progress's.
-func (m *Machine) progress(p *peer, c *conn, stall time.Duration) {
+// progress takes a Progress into p's check; stall and writing are the
+// Progress's.
+func (m *Machine) progress(p *peer, c *conn, stall time.Duration, writing bool) {
 	if p.chk.phase != pinging && p.chk.phase != draining {
 		return
 	}
@@ -499,12 +501,15 @@ func (m *Machine) progress(p *peer, c *conn, stall time.Duration) {
 	// proves nothing either (the answer may wait unread in its socket,
 	// and a peer in this process, or on a host as busy, waited as long),
 	// until MaxStretch windows' worth of time has passed.
-	starved := !sending && starved(stall, p.chk.window) && m.now.Sub(p.chk.started) < MaxStretch*m.cfg.ConfirmTimeout
+	// So does a window whose ping this rank could not even write (its
+	// write waits behind another, or for room the peer has not read).
+	blocked := !sending && (starved(stall, p.chk.window) || writing && p.chk.phase == pinging)
+	starved := blocked && m.now.Sub(p.chk.started) < MaxStretch*m.cfg.ConfirmTimeout
 	if !sending && !starved {
 		if p.chk.phase == draining {
 			m.lose(p, p.chk.reason+", and its data connection is broken", nil)
 		} else {
-			m.lose(p, p.chk.reason+", and no answer on its data connection for "+roundMS(p.chk.window), nil)
+			m.lose(p, p.chk.reason+", and no answer on its data connection for "+roundMS(p.chk.window)+ownState(stall, writing), nil)
 		}
 		return
 	}
@@ -526,6 +531,23 @@ func (m *Machine) progress(p *peer, c *conn, stall time.Duration) {
 		return
 	}
 	m.ping(p, c)
+}
+
+// ownState is what a loss's reason adds about this rank's own part in the
+// last window: how long it stalled, and whether its ping was still being
+// written ("" when neither).
+func ownState(stall time.Duration, writing bool) string {
+	var parts []string
+	if stall >= time.Millisecond {
+		parts = append(parts, "this rank stalled up to "+stall.Round(time.Millisecond).String())
+	}
+	if writing {
+		parts = append(parts, "its ping still being written")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // keep ends p's check: it showed it is alive.

@@ -24,8 +24,9 @@ import (
 // diff: it is the change of behaviour).
 //
 // The harness stands in for the transport: it numbers connections,
-// keeps each one's read count and inbox state (frames, stuck) and this
-// rank's stall to report (stall for=D, once), and answers every Sample at
+// keeps each one's read count and inbox state (frames, stuck), this
+// rank's stall to report (stall for=D, once) and whether its ping is still
+// being written (writing on|off), and answers every Sample at
 // once with a Progress, as the owner must. Pings
 // and probes are answered only by the script (pong, probe-done).
 //
@@ -188,15 +189,16 @@ func parseArgs(line string) args {
 
 // harness runs one case: the machine and what the transport would hold.
 type harness struct {
-	t     *testing.T
-	file  string
-	m     *Machine
-	at    time.Duration
-	next  ConnID
-	cur   map[int]ConnID // each peer's current connection, as the harness made it
-	reads map[ConnID]uint64
-	stuck map[ConnID]bool
-	stall map[ConnID]time.Duration // reported at the next Sample, then 0
+	t       *testing.T
+	file    string
+	m       *Machine
+	at      time.Duration
+	next    ConnID
+	cur     map[int]ConnID // each peer's current connection, as the harness made it
+	reads   map[ConnID]uint64
+	stuck   map[ConnID]bool
+	stall   map[ConnID]time.Duration // reported at the next Sample, then 0
+	writing map[ConnID]bool          // a ping still being written
 }
 
 func (h *harness) fatalf(d *directive, format string, a ...any) {
@@ -243,6 +245,7 @@ func (h *harness) do(d *directive) []string {
 		}
 		h.m, h.at, h.next = m, 0, 0
 		h.cur, h.reads, h.stuck, h.stall = map[int]ConnID{}, map[ConnID]uint64{}, map[ConnID]bool{}, map[ConnID]time.Duration{}
+		h.writing = map[ConnID]bool{}
 		return nil
 	}
 	if h.m == nil {
@@ -280,6 +283,9 @@ func (h *harness) do(d *directive) []string {
 		return nil
 	case "stall":
 		h.stall[conn] = h.dur(d, a, "for", 0)
+		return nil
+	case "writing":
+		h.writing[conn] = a.flags["on"]
 		return nil
 	case "pong":
 		ev = Pong{Peer: p, Conn: conn}
@@ -345,10 +351,13 @@ func (h *harness) step(ev Event) []string {
 		for _, act := range h.m.Step(t0.Add(h.at), ev) {
 			line := act.String()
 			if s, ok := act.(Sample); ok {
-				pr := Progress{Peer: s.Peer, Conn: s.Conn, Reads: h.reads[s.Conn], Stuck: h.stuck[s.Conn], Stall: h.stall[s.Conn]}
+				pr := Progress{Peer: s.Peer, Conn: s.Conn, Reads: h.reads[s.Conn], Stuck: h.stuck[s.Conn], Stall: h.stall[s.Conn], Writing: h.writing[s.Conn]}
 				line += fmt.Sprintf(" -> reads=%d stuck=%v", pr.Reads, pr.Stuck)
 				if pr.Stall > 0 {
 					line += fmt.Sprintf(" stall=%v", pr.Stall)
+				}
+				if pr.Writing {
+					line += " writing"
 				}
 				delete(h.stall, s.Conn)
 				queue = append(queue, pr)

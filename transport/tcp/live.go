@@ -102,7 +102,7 @@ func (t *Mesh) perform(acts []liveness.Action) {
 		switch a := a.(type) {
 		case liveness.Sample:
 			if pc := t.connOf(a.Peer, a.Conn); pc != nil {
-				acts = append(acts, t.step(liveness.Progress{Peer: a.Peer, Conn: a.Conn, Reads: pc.reads.Load(), Stuck: pc.stuck.Load(), Stall: pc.stall.Longest()})...)
+				acts = append(acts, t.step(liveness.Progress{Peer: a.Peer, Conn: a.Conn, Reads: pc.reads.Load(), Stuck: pc.stuck.Load(), Stall: pc.stall.Longest(), Writing: pc.pinging.Load() > 0})...)
 			}
 		case liveness.Ping:
 			t.ping(a)
@@ -152,7 +152,10 @@ func (t *Mesh) ping(a liveness.Ping) {
 		return
 	}
 	t.goTracked(func() {
-		if err := t.write(t.closeCtx, pc, transport.Header{Type: transport.TypePing}, nil); err != nil {
+		pc.pinging.Add(1)
+		err := t.write(t.closeCtx, pc, transport.Header{Type: transport.TypePing}, nil)
+		pc.pinging.Add(-1)
+		if err != nil {
 			t.perform(t.stepBroken(pc, liveness.PingFailed{Peer: a.Peer, Conn: a.Conn, Err: err}))
 		}
 	})

@@ -102,10 +102,12 @@ type peerConn struct {
 	// what a Sample of the liveness machine asks (a peer gossip declared
 	// dead that goes on sending is alive, even if its answer to a ping
 	// waits behind its data). stall measures how long this process was
-	// kept from running between two Samples.
-	reads atomic.Uint64
-	stuck atomic.Bool
-	stall cpu.StallMeter
+	// kept from running between two Samples, and pinging counts the pings
+	// being written to it.
+	reads   atomic.Uint64
+	stuck   atomic.Bool
+	stall   cpu.StallMeter
+	pinging atomic.Int32
 	// outwaited is set when Close's linger ran out on it: the peer had
 	// neither read the goodbye nor closed.
 	outwaited atomic.Bool
