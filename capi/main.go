@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"time"
 	"unsafe"
@@ -588,9 +587,6 @@ func gorun_next(timeoutMs C.int64_t) C.int64_t {
 	}
 }
 
-// spinWait is how long gorun_wait polls before it parks.
-const spinWait = 50 * time.Microsecond
-
 // gorun_wait waits up to timeoutMs (forever if negative) for one
 // operation. It returns 2 when the operation finished while this thread
 // waited: it is then this thread's, and gorun_next will not return it; 1
@@ -598,6 +594,14 @@ const spinWait = 50 * time.Microsecond
 // collected already; 0 if it is not done yet. It does not collect it. A
 // thread that waits for its own operation this way is woken directly,
 // without a hand-off through the thread that calls gorun_next.
+//
+// It parks at once rather than polling first. The caller's thread came
+// from C, so its goroutine is locked to it: while it polls it holds one of
+// the runtime's Ps, which under gorun's GOMAXPROCS (cores / ranks on the
+// host, often 1) is the only one, so the operation it waits for cannot
+// run; and each runtime.Gosched from a locked goroutine hands the P to
+// another thread and back (tens of microseconds). Parking hands the P to
+// the operation's goroutines until it is done.
 //
 //export gorun_wait
 func gorun_wait(id C.int64_t, timeoutMs C.int64_t) C.int {
@@ -615,15 +619,6 @@ func gorun_wait(id C.int64_t, timeoutMs C.int64_t) C.int {
 	}
 	w.waiters++
 	reg.mu.Unlock()
-	// A small operation is often done within microseconds: look for that
-	// before parking this thread (a park and wake cost tens of them).
-	for spin := time.Now(); time.Since(spin) < spinWait; runtime.Gosched() {
-		select {
-		case <-w.done:
-			return 2
-		default:
-		}
-	}
 	var timeout <-chan time.Time
 	if timeoutMs >= 0 {
 		timer := time.NewTimer(time.Duration(timeoutMs) * time.Millisecond)

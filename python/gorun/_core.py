@@ -211,7 +211,7 @@ class _Completions:
 
 
 def _result(op_id):
-    buf = _errbuf()
+    buf = _thread_errbuf()
     code = _lib.gorun_result(op_id, buf, _ERRLEN)
     return code, buf.value.decode(errors="replace")
 

@@ -111,6 +111,19 @@ def _reducible(dtype):
                         "float16, bfloat16, int8, uint8, int32, int64 and bool)")
 
 
+def _one(tensors):
+    """The native element type of tensors if they are one dense, contiguous
+    CPU tensor of a native type, whose memory a collective takes as it
+    lies; else None."""
+    if len(tensors) != 1 or not isinstance(tensors[0], torch.Tensor):
+        return None
+    t = tensors[0]
+    dt = _NATIVE.get(t.dtype)
+    if dt is None or t.is_sparse or not t.is_cpu or not t.is_contiguous():
+        return None
+    return dt
+
+
 def _flat(t):
     """A 1-D tensor of stride 1 with t's elements, sharing t's memory when it can."""
     f = (t if t.is_contiguous() else t.contiguous()).reshape(-1)
@@ -190,7 +203,7 @@ class _Work(dist.Work):
         return True
 
     def get_future(self):
-        return self._p.out
+        return self._p.future()
 
     def _source_rank(self):
         """The sender of a receive from any source (dist.recv without src)."""
@@ -311,7 +324,7 @@ class _Pending:
 
     def __init__(self, result, finish=None):
         self.src = torch.futures.Future()  # completed with the result or the error object
-        self.out = self.src.then(_relay)
+        self.out = None  # src.then(_relay), made by future() when torch asks for it
         self.result = result
         self.finish = finish
         self.left = 1  # the builder's own share, released by work()
@@ -354,6 +367,15 @@ class _Pending:
     def _complete(self):
         self.src.set_result(self.err if self.err is not None else self.result)
         _finished(self.w)
+
+    def future(self):
+        """The future that torch gets (Work.get_future): src's value, or its
+        error raised. Made on first use, since a blocking call never asks
+        for it; made after src completed, it is complete from the start."""
+        with self.lock:
+            if self.out is None:
+                self.out = self.src.then(_relay)
+            return self.out
 
     def work(self):
         """Seal: no more operations; the Work completes when they are done."""
@@ -549,12 +571,10 @@ class ProcessGroupGorun(dist.ProcessGroup):
     def _inline(self, tensors):
         """The native element type of tensors if they are one tensor that
         runs in the calling thread (INLINE_BYTES), else None."""
-        if len(tensors) != 1 or not self._inline_ok:
+        if not self._inline_ok:
             return None
-        t = tensors[0]
-        dt = _NATIVE.get(t.dtype)
-        if dt is None or t.is_sparse or not t.is_cpu or not t.is_contiguous() or \
-                t.numel() * t.element_size() > INLINE_BYTES:
+        dt = _one(tensors)
+        if dt is None or tensors[0].numel() * tensors[0].element_size() > INLINE_BYTES:
             return None
         return dt
 
@@ -566,9 +586,17 @@ class ProcessGroupGorun(dist.ProcessGroup):
         return _done_work(tensors)
 
     def _reduce(self, tensors, op, kind, root, timeout):
-        dt = self._inline(tensors)
+        dt = _one(tensors)
         if dt is not None:
-            return self._run_inline(tensors, kind, dt, _op_code(op, tensors[0].dtype), root, timeout)
+            t = tensors[0]
+            code = _op_code(op, t.dtype)
+            if self._inline_ok and t.numel() * t.element_size() <= INLINE_BYTES:
+                return self._run_inline(tensors, kind, dt, code, root, timeout)
+            # One tensor reduced where it lies: no checks, copies or
+            # finish beyond what _one established.
+            pend = _Pending(tensors)
+            pend.add(self.comm, kind, dt, code, root, 0, t, None, timeout=timeout)
+            return pend.work()
         for t in tensors:  # every tensor checked before any operation starts
             _check(t)
             _reducible(t.dtype)
