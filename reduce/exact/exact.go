@@ -246,31 +246,23 @@ func ToFixed32(x []float32, codes []uint8, q []int32, h int) {
 // fallback).
 func toFixed32Go(x []float32, codes []uint8, q []int32, h int) {
 	var scale [256]float64
-	for c := range 256 {
+	for c := range Code32Special {
 		scale[c] = pow2(Scale32(uint8(c), h))
 	}
 	codes = codes[:len(x)]
 	q = q[:len(x)]
 	for i, v := range x {
-		q[i] = toFixed32At(v, codes[i], scale[codes[i]])
-	}
-}
-
-// toFixed32At is one element of ToFixed32, scale being 2^Scale32(c, h).
-func toFixed32At(v float32, c uint8, scale float64) int32 {
-	if c == Code32Special {
-		if Code32(v) == Code32Special {
-			return special32(v)
+		c := codes[i]
+		if c == Code32Special {
+			q[i] = 0
+			if Code32(v) == Code32Special {
+				q[i] = special32(v)
+			}
+			continue
 		}
-		return 0
+		y := float64(float64(v) * scale[c])
+		q[i] = int32(int64(float64(y+roundMagic) - roundMagic))
 	}
-	y := float64(float64(v) * scale)
-	return int32(int64(float64(y+roundMagic) - roundMagic))
-}
-
-// toFixed32Of is toFixed32At with the power of two computed, not looked up.
-func toFixed32Of(v float32, c uint8, h int) int32 {
-	return toFixed32At(v, c, pow2(Scale32(c, h)))
 }
 
 // FromFixed32 sets out[i] to the integer sum q[i] at the scale of codes[i],
@@ -286,38 +278,28 @@ func fromFixed32Go(q []int32, codes []uint8, out []float32, h, avg int) {
 	// The scale of each code: 2^-S, a normal float64 for every code, so
 	// float64(s)·2^-S is exact and float32 rounds once.
 	var scale [256]float64
-	for c := range 256 {
+	for c := 1; c < Code32Special; c++ {
 		scale[c] = pow2(-Scale32(uint8(c), h))
 	}
 	codes = codes[:len(q)]
 	out = out[:len(q)]
+	div := float64(max(avg, 1))
 	for i, s := range q {
-		out[i] = fromFixed32At(s, codes[i], scale[codes[i]], avg)
+		c := codes[i]
+		var r float64
+		switch c {
+		case Code32Special:
+			r = specialOf(int64(s&(1<<15-1)), int64(s>>15))
+		case Code32NegZero:
+			r = math.Copysign(0, -1)
+		default:
+			r = float64(s) * scale[c]
+		}
+		if avg > 1 {
+			r /= div
+		}
+		out[i] = float32(r)
 	}
-}
-
-// fromFixed32At is one element of FromFixed32, scale being
-// 2^-Scale32(c, h).
-func fromFixed32At(s int32, c uint8, scale float64, avg int) float32 {
-	var r float64
-	switch c {
-	case Code32Special:
-		r = specialOf(int64(s&(1<<15-1)), int64(s>>15))
-	case Code32NegZero:
-		r = math.Copysign(0, -1)
-	default:
-		r = float64(s) * scale
-	}
-	if avg > 1 {
-		r /= float64(avg)
-	}
-	return float32(r)
-}
-
-// fromFixed32Of is fromFixed32At with the power of two computed, not
-// looked up.
-func fromFixed32Of(s int32, c uint8, h, avg int) float32 {
-	return fromFixed32At(s, c, pow2(-Scale32(c, h)), avg)
 }
 
 // ToFixed64 is ToFixed32 for float64 (int64 terms).
@@ -331,22 +313,18 @@ func toFixed64Go(x []float64, codes []int32, q []int64, h int) {
 	codes = codes[:len(x)]
 	q = q[:len(x)]
 	for i, v := range x {
-		q[i] = toFixed64Of(v, codes[i], h)
-	}
-}
-
-// toFixed64Of is one element of ToFixed64.
-func toFixed64Of(v float64, c int32, h int) int64 {
-	switch {
-	case c == Code64Special:
-		if Code64(v) == Code64Special {
-			return special64(v)
+		switch c := codes[i]; {
+		case c == Code64Special:
+			q[i] = 0
+			if Code64(v) == Code64Special {
+				q[i] = special64(v)
+			}
+		case v == 0:
+			q[i] = 0
+		default:
+			q[i] = fixed64(v, c, h)
 		}
-		return 0
-	case v == 0:
-		return 0
 	}
-	return fixed64(v, c, h)
 }
 
 // FromFixed64 is FromFixed32 for float64.
@@ -360,27 +338,23 @@ func fromFixed64Go(q []int64, codes []int32, out []float64, h, avg int) {
 	codes = codes[:len(q)]
 	out = out[:len(q)]
 	for i, s := range q {
-		out[i] = fromFixed64Of(s, codes[i], h, avg)
+		c := codes[i]
+		var r float64
+		switch {
+		case c == Code64Special:
+			r = specialOf(s&(1<<31-1), s>>31)
+		case c == 0:
+			r = math.Copysign(0, -1)
+		default:
+			// float64(s) rounds once; the scaling is exact but for a
+			// subnormal result.
+			r = math.Ldexp(float64(s), -Scale64(c, h))
+		}
+		if avg > 1 {
+			r /= float64(avg)
+		}
+		out[i] = r
 	}
-}
-
-// fromFixed64Of is one element of FromFixed64.
-func fromFixed64Of(s int64, c int32, h, avg int) float64 {
-	var r float64
-	switch {
-	case c == Code64Special:
-		r = specialOf(s&(1<<31-1), s>>31)
-	case c == 0:
-		r = math.Copysign(0, -1)
-	default:
-		// float64(s) rounds once; the scaling is exact but for a
-		// subnormal result.
-		r = math.Ldexp(float64(s), -Scale64(c, h))
-	}
-	if avg > 1 {
-		r /= float64(avg)
-	}
-	return r
 }
 
 // SumRows32 sets out to the exact sum of the n rows of all (row r is

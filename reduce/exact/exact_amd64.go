@@ -3,6 +3,7 @@
 package exact
 
 import (
+	"math"
 	"math/bits"
 
 	"golang.org/x/sys/cpu"
@@ -118,6 +119,19 @@ func toFixed32Range(h int) (lo, span int) {
 	return lo, hi - lo
 }
 
+// toFixed32Of is one element of toFixed32Go, the power of two computed
+// rather than looked up.
+func toFixed32Of(v float32, c uint8, h int) int32 {
+	if c == Code32Special {
+		if Code32(v) == Code32Special {
+			return special32(v)
+		}
+		return 0
+	}
+	y := float64(float64(v) * pow2(Scale32(c, h)))
+	return int32(int64(float64(y+roundMagic) - roundMagic))
+}
+
 // fromFixed32 runs the kernel on the whole blocks and fromFixed32Of on the
 // blocks it leaves and the tail.
 //
@@ -188,6 +202,24 @@ func fromFixed32Args(h, avg int) (bias, lo, span int, div, recip float64) {
 	return bias, lo, hi - lo, div, recip
 }
 
+// fromFixed32Of is one element of fromFixed32Go, the power of two
+// computed rather than looked up.
+func fromFixed32Of(s int32, c uint8, h, avg int) float32 {
+	var r float64
+	switch c {
+	case Code32Special:
+		r = specialOf(int64(s&(1<<15-1)), int64(s>>15))
+	case Code32NegZero:
+		r = math.Copysign(0, -1)
+	default:
+		r = float64(s) * pow2(-Scale32(c, h))
+	}
+	if avg > 1 {
+		r /= float64(avg)
+	}
+	return float32(r)
+}
+
 // codes64AVX2 is Codes64 of n elements, n a multiple of block.
 //
 //go:noescape
@@ -242,6 +274,20 @@ func toFixed64(x []float64, codes []int32, q []int64, h int) {
 	}
 }
 
+// toFixed64Of is one element of toFixed64Go.
+func toFixed64Of(v float64, c int32, h int) int64 {
+	switch {
+	case c == Code64Special:
+		if Code64(v) == Code64Special {
+			return special64(v)
+		}
+		return 0
+	case v == 0:
+		return 0
+	}
+	return fixed64(v, c, h)
+}
+
 // fromFixed64 runs the kernel on the whole blocks and fromFixed64Of on the
 // blocks it leaves and the tail.
 //
@@ -282,4 +328,21 @@ func fromFixed64(q []int64, codes []int32, out []float64, h, avg int) {
 	for i := n; i < len(q); i++ {
 		out[i] = fromFixed64Of(q[i], codes[i], h, avg)
 	}
+}
+
+// fromFixed64Of is one element of fromFixed64Go.
+func fromFixed64Of(s int64, c int32, h, avg int) float64 {
+	var r float64
+	switch {
+	case c == Code64Special:
+		r = specialOf(s&(1<<31-1), s>>31)
+	case c == 0:
+		r = math.Copysign(0, -1)
+	default:
+		r = math.Ldexp(float64(s), -Scale64(c, h))
+	}
+	if avg > 1 {
+		r /= float64(avg)
+	}
+	return r
 }
