@@ -504,8 +504,8 @@ func (m *Machine) progress(p *peer, c *conn, stall time.Duration, writing bool) 
 	// So does a window whose ping this rank could not even write (its
 	// write waits behind another, or for room the peer has not read).
 	blocked := !sending && (starved(stall, p.chk.window) || writing && p.chk.phase == pinging)
-	starved := blocked && m.now.Sub(p.chk.started) < MaxStretch*m.cfg.ConfirmTimeout
-	if !sending && !starved {
+	unproven := blocked && m.now.Sub(p.chk.started) < MaxStretch*m.cfg.ConfirmTimeout
+	if !sending && !unproven {
 		if p.chk.phase == draining {
 			m.lose(p, p.chk.reason+", and its data connection is broken", nil)
 		} else {
@@ -521,7 +521,7 @@ func (m *Machine) progress(p *peer, c *conn, stall time.Duration, writing bool) 
 	p.chk.base = c.reads
 	if p.chk.phase == pinging && !p.chk.said {
 		p.chk.said = true
-		m.emit(AskAgain{Peer: p.id, Gen: p.gen, Starved: starved})
+		m.emit(AskAgain{Peer: p.id, Gen: p.gen, Starved: unproven})
 	}
 	p.chk.window = m.window(p, true, reads, c.stuck, stall)
 	if p.chk.phase == draining || c.broken {
