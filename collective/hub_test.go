@@ -405,3 +405,61 @@ func TestHubSpreadByHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHubBytesOnlyThroughHubs: a Comm's hub byte counters (which its
+// status page and gorun --metrics report) stay at zero while it runs its
+// collectives on the ring, and count a hub all-reduce's payload both ways
+// once it switches to the hubs.
+func TestHubBytesOnlyThroughHubs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.Strategy, cfg.ColocatedHubs = StrategyHub, 1
+	comms, err := NewLocal(3, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	const n = 1009
+	total := func(c *Comm) (sent, recvd int64) {
+		s, r := c.HubBytes()
+		for i := range s {
+			sent, recvd = sent+s[i], recvd+r[i]
+		}
+		return sent, recvd
+	}
+	err = runAll(comms, func(c *Comm) error {
+		if err := c.SetStrategy(StrategyRing); err != nil {
+			return err
+		}
+		buf := make([]float32, n)
+		for range 5 {
+			if err := AllReduce(ctx, c, buf, Sum); err != nil {
+				return err
+			}
+		}
+		if s, r := total(c); s != 0 || r != 0 {
+			return fmt.Errorf("rank %d: %d bytes sent and %d received through hubs after ring all-reduces only", c.Rank(), s, r)
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if err := c.SetStrategy(StrategyHub); err != nil {
+			return err
+		}
+		if err := AllReduce(ctx, c, buf, Sum); err != nil {
+			return err
+		}
+		if s, r := total(c); s < 4*n || r < 4*n {
+			return fmt.Errorf("rank %d: %d bytes sent and %d received through hubs after a %d-byte hub all-reduce", c.Rank(), s, r, 4*n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

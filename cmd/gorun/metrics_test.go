@@ -46,8 +46,8 @@ func scrapeMetrics(t *testing.T, url string) (map[string]float64, bool) {
 // TestMetrics: gorun --metrics serves a running job's metrics (its URL
 // logged with -v): two ranks of `gorun bench`'s rank program, running
 // all-reduces for a few seconds, are both alive and their collectives
-// count up from one scrape to a later one, then their hub traffic once
-// the bench goes through the hub; once gorun is gone, so is the endpoint.
+// count up from one scrape to a later one, and so does their hub traffic
+// once the bench goes through the hub; once gorun is gone, so is the endpoint.
 func TestMetrics(t *testing.T) {
 	cmd, out, errb := gorunCmd(t, "-v", "--metrics", "127.0.0.1:0", "-np", "2",
 		os.Args[0], benchRankCommand, "--sizes", "4KiB", "--target", "3s", "--format", "csv")
@@ -112,12 +112,12 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	// The bench's second half runs the same all-reduces through the hub
-	// in rank 0: both ranks' hub traffic counts up, both ways.
+	// in rank 0: both ranks' hub traffic counts up, both ways. (That the
+	// counters stay at zero while a rank uses only the ring is
+	// collective's TestHubBytesOnlyThroughHubs: which half the bench is in
+	// at a scrape depends on how late the status pages arrive.)
 	hub := func(s map[string]float64, rank int) (float64, float64) {
 		return s[series("gorun_rank_hub_sent_bytes_total", rank)], s[series("gorun_rank_hub_received_bytes_total", rank)]
-	}
-	if tx, rx := hub(first, 0); tx != 0 || rx != 0 {
-		t.Errorf("rank 0 sent %v and received %v bytes through hubs before the bench used one", tx, rx)
 	}
 	var third map[string]float64
 	proctest.WaitFor(t, 60*time.Second, func() bool {
