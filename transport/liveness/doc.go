@@ -142,8 +142,11 @@
 //
 //  15. A pair that does not connect within ConnectTimeout of the first
 //     dial loses the peer ("no connection to it within 30s (last error:
-//     ...)"); a later dial does not restart the clock; once the job failed
-//     the clock stops.
+//     ...)"). On an overloaded host the window stretches with the load
+//     at its end, as a confirmation window does (at most 4 times). A
+//     later dial does not restart the clock; the peer's refusal of one as
+//     a duplicate does (it is dialing this rank, under its own clock).
+//     Once the job failed the clock stops.
 //  16. A dial refused by the handshake's job or secret check (DialAuth)
 //     loses the peer at once ("refused this rank's connection: ...").
 //

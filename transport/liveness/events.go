@@ -17,9 +17,10 @@ type ConnID uint64
 type Tick struct{}
 
 // HostLoad: the host's load was read (runnable tasks and CPUs). Windows
-// opened from now on see it (Observation.Load). Today's code reads the
-// load when a verdict comes and when a doubted peer's dial fails: step a
-// HostLoad just before those events to keep that.
+// opened from now on see it (Observation.Load), and so does ConnectTimeout
+// at its end. The TCP mesh reads the load when a verdict comes, when a
+// dial fails and at every Deadline: step a HostLoad just before those
+// events to keep that.
 type HostLoad struct{ Load Load }
 
 // Verdict: gossip declared Peer dead, for Reason (membership's text,

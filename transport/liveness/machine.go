@@ -113,9 +113,12 @@ type peer struct {
 	// Gossip said it left while it had no connection.
 	leftDue time.Time
 
-	// Connecting: ConnectTimeout's end, and the last failure.
-	connectDue time.Time
-	lastDial   error
+	// Connecting: since when (the first dial, or the peer's last
+	// refusal of one as a duplicate), ConnectTimeout's end as last
+	// stretched, and the last failure.
+	connectSince time.Time
+	connectDue   time.Time
+	lastDial     error
 
 	// Gossip declared it dead while it had no connection (Doubt).
 	doubted    bool
@@ -290,7 +293,7 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 		}
 	case DialStarted:
 		if p := m.peer(ev.Peer); p != nil && ev.Gen == p.gen && p.status == Live && p.conn == nil && !m.failed && p.connectDue.IsZero() {
-			p.connectDue = m.now.Add(m.cfg.ConnectTimeout)
+			p.connectSince, p.connectDue = m.now, m.now.Add(m.cfg.ConnectTimeout)
 			m.pend(p)
 		}
 	case DialFailed:
@@ -609,6 +612,13 @@ func (m *Machine) dialFailed(p *peer, ev DialFailed) {
 		m.lose(p, "refused this rank's connection: "+errText(ev.Err), ev.Err)
 	case DialOther:
 		p.lastDial = ev.Err
+	case DialDuplicate:
+		// The peer answered: it is dialing this rank itself, under its
+		// own clock. This rank's starts again.
+		if !p.connectDue.IsZero() {
+			p.connectSince, p.connectDue = m.now, m.now.Add(m.cfg.ConnectTimeout)
+			m.pend(p)
+		}
 	}
 }
 
@@ -703,9 +713,13 @@ func (m *Machine) fire() {
 			}
 		}
 		if due(p.connectDue, now) {
+			ran := p.connectDue.Sub(p.connectSince)
 			p.connectDue = time.Time{}
-			if p.conn == nil {
-				m.lose(p, fmt.Sprintf("no connection to it within %v (last error: %v)", m.cfg.ConnectTimeout, p.lastDial), nil)
+			w := connectWindow(m.cfg.ConnectTimeout, m.load)
+			if p.conn == nil && now.Sub(p.connectSince) < w {
+				p.connectDue = p.connectSince.Add(w) // the host got busier
+			} else if p.conn == nil {
+				m.lose(p, fmt.Sprintf("no connection to it within %v (last error: %v)", roundMS(ran), p.lastDial), nil)
 			}
 		}
 		if p.chk.phase != idle && !p.chk.waitEnd && due(p.chk.due, now) {

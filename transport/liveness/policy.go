@@ -93,6 +93,17 @@ const stallFactor = 4
 // busy, was likely kept as long.
 func starved(stall, w time.Duration) bool { return stall > 0 && 4*stall >= w }
 
+// maxConnectStretch bounds how far an overloaded host stretches
+// ConnectTimeout.
+const maxConnectStretch = 4
+
+// connectWindow is how long a pair gets to connect: ConnectTimeout,
+// stretched by the host's load as a confirmation window is, at most
+// maxConnectStretch times.
+func connectWindow(base time.Duration, l Load) time.Duration {
+	return min(stretch(base, l), maxConnectStretch*base)
+}
+
 // stretch is base × runnable/(overloadPerCPU × cpus), the factor clamped
 // to [1, MaxStretch]; base when the load is unknown.
 func stretch(base time.Duration, l Load) time.Duration {

@@ -187,8 +187,8 @@ func (t *Mesh) goTracked(f func()) {
 	}()
 }
 
-// livenessLoop steps a Tick whenever the machine's deadline comes, until
-// the transport closes.
+// livenessLoop steps the host's load and a Tick whenever the machine's
+// deadline comes, until the transport closes.
 func (t *Mesh) livenessLoop() {
 	defer t.wg.Done()
 	timer := time.NewTimer(time.Hour)
@@ -207,7 +207,9 @@ func (t *Mesh) livenessLoop() {
 		}
 		select {
 		case <-fire:
-			t.perform(t.step(liveness.Tick{}))
+			// The load at a deadline stretches the windows that end then
+			// (connecting, a probe).
+			t.perform(t.step(liveness.HostLoad{Load: hostLoad()}, liveness.Tick{}))
 		case <-t.rearm:
 		case <-t.closing:
 			return

@@ -455,8 +455,16 @@ func (t *Mesh) write(ctx context.Context, pc *peerConn, h transport.Header, payl
 	defer func() { <-pc.wmu }()
 	_ = pc.c.SetWriteDeadline(time.Time{})
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { _ = pc.c.SetWriteDeadline(time.Now()) })
-		defer stop()
+		// A context that ends as this write returns has its deadline set
+		// in a goroutine of its own: wait for it, or it lands on the next
+		// write, whose context may be fine, and fails that one.
+		set := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() { _ = pc.c.SetWriteDeadline(time.Now()); close(set) })
+		defer func() {
+			if !stop() {
+				<-set
+			}
+		}()
 	}
 	if len(pc.rest) > 0 {
 		n, err := pc.c.Write(pc.rest)
