@@ -322,15 +322,16 @@ func TestRingElastic(t *testing.T) {
 }
 
 // TestRingRejoinStall: under gorun --elastic --max-restarts 1 rank 2,
-// killed 0.3 s into 6 s of training (time for a restart under the full
-// suite's load), says when it failed (-stall), comes back
+// killed 0.3 s into 6 s of training (-until-size 3 trains on until it is
+// back, however slow its restart under load), says when it failed
+// (-stall), comes back
 // once (it does not fail again), and every rank goes through the view
 // without it and the view with it back; rank 0, whose state the others
 // take, redoes exactly the interrupted step each time; every rank
 // reports its longest iteration.
 func TestRingRejoinStall(t *testing.T) {
 	res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-data", "synthetic", "-lr", "0.5", "-duration", "6s", "-samples", "3000",
-		"-fail-rank", "2", "-fail-at", "300ms", "-fail-how", "kill", "-stall", "1s"},
+		"-fail-rank", "2", "-fail-at", "300ms", "-fail-how", "kill", "-stall", "1s", "-until-size", "3"},
 		func(c *launcher.Config) { c.Elastic, c.MaxRestarts = true, 1 })
 	if res.ExitCode != 0 || !regexp.MustCompile(`\[0\] mode=ring .* ranks=3 `).MatchString(out) {
 		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
@@ -425,8 +426,9 @@ func TestOverlapSameWeights(t *testing.T) {
 
 // TestRingElasticBuckets: the MLP, whose gradient makes several buckets,
 // through an elastic job whose rank 2 is killed 0.3 s in and comes back
-// (gorun --max-restarts 1): every rank goes through both view changes and
-// ends in the view with rank 2 back, and the job finishes. (Several
+// (gorun --max-restarts 1; -until-size 3 trains on until it is back):
+// every rank goes through both view changes and ends in the view with
+// rank 2 back, and the job finishes. (Several
 // buckets a step, each its own collective, must not leave the survivors
 // and the restarted rank disagreeing on the collectives after a view
 // change.) With -standardize, so that the restarted rank prepares its
@@ -434,7 +436,7 @@ func TestOverlapSameWeights(t *testing.T) {
 // share of the epoch.
 func TestRingElasticBuckets(t *testing.T) {
 	res, out := jobtest.Launch(t, 3, []string{"-mode", "ring", "-model", "mlp", "-data", "synthetic", "-lr", "0.5", "-duration", "5s", "-samples", "3000", "-batch", "96",
-		"-fail-rank", "2", "-fail-at", "300ms", "-fail-how", "kill", "-standardize"},
+		"-fail-rank", "2", "-fail-at", "300ms", "-fail-how", "kill", "-standardize", "-until-size", "3"},
 		func(c *launcher.Config) { c.Elastic, c.MaxRestarts = true, 1 })
 	if res.ExitCode != 0 || !regexp.MustCompile(`\[0\] mode=ring model=mlp .* ranks=3 `).MatchString(out) || !strings.Contains(out, "elastic: epoch 2, ranks [0 1 2], 2 view change(s)") {
 		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
