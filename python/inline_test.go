@@ -3,6 +3,7 @@ package python_test
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -10,10 +11,12 @@ import (
 // TestInline: small operations that run in the calling thread
 // (gorun.torch.INLINE_BYTES) give the threaded path's bits and the
 // reference's, at sizes around the threshold, every native dtype and
-// op, beside a large nonblocking all-reduce; on 1, 2, 3 and 5 ranks.
+// op, beside a large nonblocking all-reduce; on 1, 2, 3 and 5 ranks. The
+// all-reduces go through allreduce's fast path, which must have run (and
+// not for the sizes above the threshold: fast < checks).
 func TestInline(t *testing.T) {
 	setup(t)
-	okRE := regexp.MustCompile(`gorun-inline-ok rank=(\d+) checks=(\d+) inline=(\d+)`)
+	okRE := regexp.MustCompile(`gorun-inline-ok rank=(\d+) checks=(\d+) inline=(\d+) fast=(\d+)`)
 	for _, np := range []int{1, 2, 3, 5} {
 		t.Run(fmt.Sprint(np), func(t *testing.T) {
 			out, code := job(t, np, nil, "tests/inline.py")
@@ -21,8 +24,10 @@ func TestInline(t *testing.T) {
 				t.Fatalf("exit %d:\n%s", code, out)
 			}
 			for r, m := range everyRank(t, out, np, okRE) {
-				if m[2] == "0" || m[3] == "0" {
-					t.Fatalf("rank %s: nothing checked, or nothing ran inline: %v", r, m)
+				checks, _ := strconv.Atoi(m[2])
+				fast, _ := strconv.Atoi(m[4])
+				if checks == 0 || m[3] == "0" || fast == 0 || fast >= checks {
+					t.Fatalf("rank %s: nothing checked, nothing ran inline, or the fast path ran none or all: %v", r, m)
 				}
 			}
 		})

@@ -52,10 +52,21 @@ _WIDE = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.bool
 _OPS = {"SUM": _core.SUM, "AVG": _core.AVG, "MIN": _core.MIN, "MAX": _core.MAX, "PRODUCT": _core.PROD}
 
 
+# The reduction code of each (RedOpType's int value, native dtype) pair
+# gorun reduces as it lies: the fast path of allreduce looks an operation
+# up here in one step (_op_code decodes every other form torch gives a
+# reduction). Keyed by int: hashing a RedOpType costs a microsecond.
+_FAST_OPS = {(int(ReduceOp.RedOpType.__members__[name]), dtype): code
+             for name, code in _OPS.items() for dtype in _NATIVE
+             if code != _core.AVG or dtype.is_floating_point}
+
+
 def world():
     """The job's gorun communicator (joined on first use)."""
     return _core.world()
 
+
+_AllreduceOptions = dist.AllreduceOptions
 
 # Reductions by RedOpType value, for ops given as plain ints (the values
 # are the same in torch 1.13 and 2.x).
@@ -292,11 +303,19 @@ class _DoneWork(dist.Work):
         return self._result
 
 
+# Works complete from the start, with their completion time: kept as
+# long as the others once completed (_KEEP seconds, at most _KEEP_COUNT).
+_done_keep = collections.deque(maxlen=_KEEP_COUNT)
+
+
 def _done_work(result):
     w = _DoneWork(result)
-    with _alive_lock:  # _keep and _finished under one lock
-        _alive[id(w)] = w
-        _completed_locked(w)
+    now = time.monotonic()
+    _done_keep.append((now, w))
+    if now - _done_keep[0][0] > _KEEP:
+        with _alive_lock:
+            while _done_keep and now - _done_keep[0][0] > _KEEP:
+                _done_keep.popleft()
     return w
 
 
@@ -622,6 +641,22 @@ class ProcessGroupGorun(dist.ProcessGroup):
 
     @_routed
     def allreduce(self, tensors, opts=None):
+        # dist.all_reduce of one small tensor that gorun reduces as it
+        # lies: in this thread, with no more Python than it needs (the
+        # same steps as _reduce and _run_inline).
+        if type(opts) is _AllreduceOptions and self._inline_ok and type(tensors) is list and len(tensors) == 1:
+            t = tensors[0]
+            if type(t) is torch.Tensor and t.is_cpu and not t.is_sparse and t.is_contiguous():
+                code = _FAST_OPS.get((int(opts.reduceOp.op), t.dtype))
+                n = t.numel()
+                if code is not None and n * t.element_size() <= INLINE_BYTES:
+                    try:
+                        with self._lock:
+                            self.comm.run(_core.ALLREDUCE, _NATIVE[t.dtype], code, 0, t.data_ptr() if n else None,
+                                          n, None, 0, _timeout(opts, self._default_timeout))
+                    except GorunError as e:
+                        return _failed_work(e)
+                    return _done_work(tensors)
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         op = opts if opts is not None else dist.ReduceOp.SUM  # options, or an op as it stands

@@ -3,12 +3,14 @@ against the threaded path and a reference.
 
     gorun -np N /usr/bin/python3 python/tests/inline.py [--mode check|timeout|kill]
 
-check: all_reduce (every op), reduce and broadcast of every native dtype
-at random sizes (0, 1, primes, the threshold's element count -1, +0, +1),
-run inline and threaded (the group's inline switch off), must give the
-same bits, equal to a reference; small inline operations started between
-a large nonblocking all-reduce's start and its wait keep their order and
-results. Prints "gorun-inline-ok rank=R checks=K inline=I".
+check: all_reduce (every op, AVG for the floating types), reduce and
+broadcast of every native dtype at random sizes (0, 1, primes, the
+threshold's element count -1, +0, +1), run inline and threaded (the
+group's inline switch off), must give the same bits, equal to a
+reference; small inline operations started between a large nonblocking
+all-reduce's start and its wait keep their order and results. Prints
+"gorun-inline-ok rank=R checks=K inline=I fast=F", F counting the
+all-reduces that allreduce's fast path ran (not the general _reduce).
 
 timeout: rank 0 alone runs a small all-reduce on a group with a 0.5 s
 timeout and must raise Timeout; prints "gorun-inline-seen rank=R error=T".
@@ -49,6 +51,8 @@ def reference(xs, op):
         return s.max(0).values
     if op == dist.ReduceOp.MIN:
         return s.min(0).values
+    if op == dist.ReduceOp.AVG:
+        return s.sum(0, dtype=xs[0].dtype) / N
     return s.prod(0, dtype=xs[0].dtype)
 
 
@@ -61,19 +65,28 @@ def data(gen, n, dtype, op):
 
 def check():
     gen = torch.Generator().manual_seed(99)
-    checks = inline = 0
+    checks = inline = fast = 0
+    general = [0]  # calls of the general path (_reduce)
+    reduce_ = pg._reduce
+
+    def counted(*args):
+        general[0] += 1
+        return reduce_(*args)
+    pg._reduce = counted
     for dtype in DTYPES:
         edge = gt.INLINE_BYTES // torch.tensor([], dtype=dtype).element_size()
         sizes = [0, 1, 2, 3, 7, 13, 31, 257, edge - 1, edge, edge + 1]
         for n in sizes:
-            for op in OPS:
+            for op in OPS + ([dist.ReduceOp.AVG] if dtype.is_floating_point else []):
                 xs = data(gen, n, dtype, op)
                 want = reference(xs, op) if n else xs[R]
                 got = []
                 for on in (True, False):
                     pg._inline_ok = on
                     t = xs[R].clone()
+                    before = general[0]
                     dist.all_reduce(t, op=op)
+                    fast += int(on and general[0] == before)
                     got.append(t)
                 pg._inline_ok = True
                 assert torch.equal(got[0], got[1]) and torch.equal(got[0], want), (dtype, n, op)
@@ -106,7 +119,8 @@ def check():
     for i, s in enumerate(smalls):
         assert torch.equal(s, torch.full((16,), float(sum(i * N + r for r in range(N))))), ("small", i)
     checks += 21
-    print(f"gorun-inline-ok rank={R} checks={checks} inline={inline}", flush=True)
+    pg._reduce = reduce_
+    print(f"gorun-inline-ok rank={R} checks={checks} inline={inline} fast={fast}", flush=True)
 
 
 def seen(e, t0):
