@@ -5,6 +5,7 @@ import (
 
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/reduce/exact"
+	"github.com/gorun/gorun/ring"
 	"github.com/gorun/gorun/transport"
 )
 
@@ -17,7 +18,9 @@ import (
 //   - small buffers (exactGatherBytes over all ranks): one all-gather of
 //     every rank's input, then the sum of the rows here (exact.SumRows32);
 //   - larger ones: a Max all-reduce of each element's exponent code, then
-//     a Sum all-reduce of the fixed-point integers.
+//     a Sum all-reduce of the fixed-point integers (on the ring: its
+//     reduce-scatter half, each rank's chunk converted back, then its
+//     all-gather half, which passes the floats).
 //
 // Both give the same bits: the codes are the same Max, the integers the
 // same sum in another order.
@@ -137,6 +140,9 @@ func planExact[F float32 | float64, C uint8 | int32, Q int32 | int64](b []F, op 
 		q, free := pooled[Q](len(b))
 		defer free()
 		to(b, codes, q, h)
+		if mine == nil && x.c.planFor(kindAllReduce, bytesOf[Q](len(q))) == viaRing {
+			return ringExactSum(ctx, x, q, codes, b, func(q []Q, codes []C, out []F) { from(q, codes, out, h, avg) })
+		}
 		off, q, err := exactSum(ctx, x, q, mine != nil)
 		if err != nil {
 			return err
@@ -183,6 +189,27 @@ func exactSizes(c *Comm, op Op) (h, avg int, err error) {
 		avg = n
 	}
 	return exact.Headroom(n), avg, nil
+}
+
+// ringExactSum is the integer round of an exact all-reduce on the ring
+// with the conversion back in its middle: the reduce-scatter half sums q,
+// this rank converts its own chunk (from, into b), and the all-gather half
+// passes the converted chunks round. Each rank converts 1/N of the
+// elements instead of all of them; the elements are as wide as the
+// integers (float32 and int32, float64 and int64), so the chunks are the
+// same.
+func ringExactSum[F float32 | float64, C uint8 | int32, Q int32 | int64](ctx context.Context, x *call, q []Q, codes []C, b []F, from func([]Q, []C, []F)) error {
+	o := x.o
+	o.Wire = WireFull
+	size, rank := x.net.Size(), x.net.Rank()
+	spans := ring.Chunks(len(q), size)
+	steps := ring.Plan(rank, size)
+	if err := ring.Run(ctx, x.net, q, spans, steps[:len(steps)/2], reducer[Q](Sum), o); err != nil {
+		return err
+	}
+	s := spans[rank]
+	from(q[s.Off:s.Off+s.Len], codes[s.Off:s.Off+s.Len], b[s.Off:s.Off+s.Len])
+	return ring.Run(ctx, x.net, b, spans, steps[len(steps)/2:], nil, o)
 }
 
 // exactSum sums q (integers) over every rank with x: all of it, or with
