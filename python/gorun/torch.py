@@ -270,6 +270,7 @@ def _completed_locked(work):
     _done.append((now, id(work)))
     while len(_done) > _KEEP_COUNT or now - _done[0][0] > _KEEP:
         _alive.pop(_done.popleft()[1], None)
+    _prune_done_locked(now)
 
 
 class _DoneWork(dist.Work):
@@ -312,11 +313,18 @@ def _done_work(result):
     w = _DoneWork(result)
     now = time.monotonic()
     _done_keep.append((now, w))
-    if now - _done_keep[0][0] > _KEEP:
+    if now - _done_keep[0][0] > _KEEP:  # (w is there: it cannot be past its keeping)
         with _alive_lock:
-            while _done_keep and now - _done_keep[0][0] > _KEEP:
-                _done_keep.popleft()
+            _prune_done_locked(now)
     return w
+
+
+def _prune_done_locked(now):
+    """Lets go of the complete-from-the-start Works past their keeping
+    (_alive_lock is held): at every completion, so that they go even when
+    only larger operations follow."""
+    while _done_keep and now - _done_keep[0][0] > _KEEP:
+        _done_keep.popleft()
 
 
 # An all-reduce, reduce or broadcast of one contiguous CPU tensor of a

@@ -146,7 +146,8 @@
 //     at its end, as a confirmation window does (at most 4 times). A
 //     later dial does not restart the clock; the peer's refusal of one as
 //     a duplicate does (it is dialing this rank, under its own clock).
-//     Once the job failed the clock stops.
+//     Neither takes a pair past 4 times ConnectTimeout from its first
+//     dial. Once the job failed the clock stops.
 //  16. A dial refused by the handshake's job or secret check (DialAuth)
 //     loses the peer at once ("refused this rank's connection: ...").
 //

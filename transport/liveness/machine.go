@@ -113,9 +113,10 @@ type peer struct {
 	// Gossip said it left while it had no connection.
 	leftDue time.Time
 
-	// Connecting: since when (the first dial, or the peer's last
-	// refusal of one as a duplicate), ConnectTimeout's end as last
-	// stretched, and the last failure.
+	// Connecting: the first dial; since when the clock runs (that dial,
+	// or the peer's last refusal of one as a duplicate); ConnectTimeout's
+	// end as last stretched; and the last failure.
+	connectFirst time.Time
 	connectSince time.Time
 	connectDue   time.Time
 	lastDial     error
@@ -293,7 +294,7 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 		}
 	case DialStarted:
 		if p := m.peer(ev.Peer); p != nil && ev.Gen == p.gen && p.status == Live && p.conn == nil && !m.failed && p.connectDue.IsZero() {
-			p.connectSince, p.connectDue = m.now, m.now.Add(m.cfg.ConnectTimeout)
+			p.connectFirst, p.connectSince, p.connectDue = m.now, m.now, m.now.Add(m.cfg.ConnectTimeout)
 			m.pend(p)
 		}
 	case DialFailed:
@@ -614,9 +615,13 @@ func (m *Machine) dialFailed(p *peer, ev DialFailed) {
 		p.lastDial = ev.Err
 	case DialDuplicate:
 		// The peer answered: it is dialing this rank itself, under its
-		// own clock. This rank's starts again.
+		// own clock. This rank's starts again, within connectBound of the
+		// first dial (a peer that refuses for another reason, holding a
+		// stale connection say, has no clock running).
+		p.lastDial = ev.Err
 		if !p.connectDue.IsZero() {
-			p.connectSince, p.connectDue = m.now, m.now.Add(m.cfg.ConnectTimeout)
+			p.connectSince = m.now
+			p.connectDue = minTime(m.now.Add(m.cfg.ConnectTimeout), p.connectFirst.Add(m.connectBound()))
 			m.pend(p)
 		}
 	}
@@ -713,13 +718,12 @@ func (m *Machine) fire() {
 			}
 		}
 		if due(p.connectDue, now) {
-			ran := p.connectDue.Sub(p.connectSince)
 			p.connectDue = time.Time{}
-			w := connectWindow(m.cfg.ConnectTimeout, m.load)
-			if p.conn == nil && now.Sub(p.connectSince) < w {
-				p.connectDue = p.connectSince.Add(w) // the host got busier
+			end := minTime(p.connectSince.Add(connectWindow(m.cfg.ConnectTimeout, m.load)), p.connectFirst.Add(m.connectBound()))
+			if p.conn == nil && now.Before(end) {
+				p.connectDue = end // the host got busier
 			} else if p.conn == nil {
-				m.lose(p, fmt.Sprintf("no connection to it within %v (last error: %v)", roundMS(ran), p.lastDial), nil)
+				m.lose(p, fmt.Sprintf("no connection to it within %v (last error: %v)", roundMS(now.Sub(p.connectFirst)), p.lastDial), nil)
 			}
 		}
 		if p.chk.phase != idle && !p.chk.waitEnd && due(p.chk.due, now) {
@@ -745,6 +749,18 @@ func (m *Machine) fire() {
 func due(t, now time.Time) bool { return !t.IsZero() && !t.After(now) }
 
 // roundMS is a window as today's messages print it.
+// connectBound is the longest a pair gets to connect, from its first
+// dial, however busy the host and however often the peer refuses a dial
+// as a duplicate.
+func (m *Machine) connectBound() time.Duration { return maxConnectStretch * m.cfg.ConnectTimeout }
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 func roundMS(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
 func errText(err error) string {
