@@ -1,11 +1,16 @@
 """torch.distributed.all_reduce timed through a backend, for side-by-side runs.
 
-    gorun -np N /usr/bin/python3 bench/torch/allreduce.py --backend gorun|gloo [--sizes 4096,1048576] [--iters K]
+    gorun -np N /usr/bin/python3 bench/torch/allreduce.py --backend gorun|gloo [--sizes 4096,1048576] [--iters K] [--back-to-back]
 
 Each size (bytes of float32) is warmed up, then timed over K calls (a
 barrier before each, so that every call starts together); rank 0 prints one
 line per size: "size=B backend=X np=N median_us=... p10_us=... busbw_GBps=..."
 (bus bandwidth as nccl-tests defines it: 2(N-1)/N x bytes / time).
+
+--back-to-back times calls as a Go program's sweep does (examples/allreduce,
+gorun bench): K blocks of calls with no barrier between them, each block's
+time divided by its calls (100 calls a block up to 64 KiB, 10 above); the
+median and p10 are over the blocks.
 """
 
 import argparse
@@ -21,6 +26,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--backend", choices=["gorun", "gloo"], required=True)
 ap.add_argument("--sizes", default="4096,65536,1048576,16777216,67108864")
 ap.add_argument("--iters", type=int, default=30)
+ap.add_argument("--back-to-back", action="store_true", help="time blocks of calls with no barrier between them")
 args = ap.parse_args()
 
 torch.set_num_threads(1)
@@ -32,11 +38,19 @@ for size in [int(s) for s in args.sizes.split(",")]:
     for _ in range(3):
         dist.all_reduce(t)
     times = []
-    for _ in range(iters):
-        dist.barrier()
-        t0 = time.perf_counter()
-        dist.all_reduce(t)
-        times.append(time.perf_counter() - t0)
+    if args.back_to_back:
+        calls = 100 if size <= (64 << 10) else 10
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                dist.all_reduce(t)
+            times.append((time.perf_counter() - t0) / calls)
+    else:
+        for _ in range(iters):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(t)
+            times.append(time.perf_counter() - t0)
     if R == 0:
         med = statistics.median(times)
         p10 = sorted(times)[len(times) // 10]
