@@ -23,7 +23,7 @@ const module = "github.com/gorun/gorun/"
 var allowed = map[string][]string{
 	// The floor: pure pieces that know nothing of gorun's other packages.
 	"reduce":             nil,                    // element-wise reductions, wire formats
-	"reduce/exact":       nil,                    // exact sums' arithmetic: fixed point at a shared exponent
+	"reduce/exact":       {"reduce"},             // exact sums' arithmetic: fixed point at a shared exponent, on reduce's integer kernels
 	"assign":             nil,                    // the exact assignment solver
 	"membership":         {"internal/jobsecret"}, // gossip membership (memberlist)
 	"pmi":                nil,                    // PMI-1 codec and server

@@ -41,6 +41,8 @@ import (
 	"math"
 	"math/bits"
 	"sync"
+
+	"github.com/gorun/gorun/reduce"
 )
 
 // MaxRanks is the most terms (ranks) an exact float32 sum serves.
@@ -114,11 +116,9 @@ func codes64Go(x []float64, codes []int32) {
 
 // MaxCodes sets dst[i] to the larger of dst[i] and src[i]: the codes of
 // one more term.
+// (package reduce's Max: a vector kernel on amd64).
 func MaxCodes[C uint8 | int32](dst, src []C) {
-	src = src[:len(dst)]
-	for i, c := range src {
-		dst[i] = max(dst[i], c)
-	}
+	reduce.Func[C](reduce.Max)(dst, src[:len(dst)])
 }
 
 // Scale32 is the power of two that takes a float32 of code c (1..254) to
@@ -405,11 +405,10 @@ func sumRows[F float32 | float64, C uint8 | int32, Q int32 | int64](all []F, n i
 	}
 	h := Headroom(n)
 	to(all[:m], w.codes, w.sum, h)
+	add := reduce.Func[Q](reduce.Sum) // integer sums (a vector kernel on amd64)
 	for r := 1; r < n; r++ {
 		to(all[r*m:(r+1)*m], w.codes, w.q, h)
-		for i, v := range w.q {
-			w.sum[i] += v
-		}
+		add(w.sum, w.q)
 	}
 	from(w.sum, w.codes, out, h, avg)
 }
