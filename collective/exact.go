@@ -201,15 +201,16 @@ func exactSizes(c *Comm, op Op) (h, avg int, err error) {
 func ringExactSum[F float32 | float64, C uint8 | int32, Q int32 | int64](ctx context.Context, x *call, q []Q, codes []C, b []F, from func([]Q, []C, []F)) error {
 	o := x.o
 	o.Wire = WireFull
-	size, rank := x.net.Size(), x.net.Rank()
-	spans := ring.Chunks(len(q), size)
-	steps := ring.Plan(rank, size)
-	if err := ring.Run(ctx, x.net, q, spans, steps[:len(steps)/2], reducer[Q](Sum), o); err != nil {
+	s, err := ring.ReduceScatter(ctx, x.net, q, reducer[Q](Sum), o)
+	if err != nil {
 		return err
 	}
-	s := spans[rank]
 	from(q[s.Off:s.Off+s.Len], codes[s.Off:s.Off+s.Len], b[s.Off:s.Off+s.Len])
-	return ring.Run(ctx, x.net, b, spans, steps[len(steps)/2:], nil, o)
+	// The all-gather half of the same plan (ring.AllGather wants equal
+	// blocks; the chunks of an uneven buffer are not).
+	size := x.net.Size()
+	steps := ring.Plan(x.net.Rank(), size)
+	return ring.Run(ctx, x.net, b, ring.Chunks(len(b), size), steps[len(steps)/2:], nil, o)
 }
 
 // exactSum sums q (integers) over every rank with x: all of it, or with

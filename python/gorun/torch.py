@@ -660,11 +660,10 @@ class ProcessGroupGorun(dist.ProcessGroup):
                 if code is not None and n * t.element_size() <= INLINE_BYTES:
                     try:
                         with self._lock:
-                            self.comm.run(_core.ALLREDUCE, _NATIVE[t.dtype], code, 0, t.data_ptr() if n else None,
-                                          n, None, 0, _timeout(opts, self._default_timeout))
+                            return self._run_inline(tensors, _core.ALLREDUCE, _NATIVE[t.dtype], code, 0,
+                                                    _timeout(opts, self._default_timeout))
                     except GorunError as e:
                         return _failed_work(e)
-                    return _done_work(tensors)
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         op = opts if opts is not None else dist.ReduceOp.SUM  # options, or an op as it stands
