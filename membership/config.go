@@ -57,6 +57,9 @@ type Config struct {
 	// is waited for, one that has stopped is not. 0: only ctx bounds it.
 	StallTimeout time.Duration
 	Logger       *slog.Logger
+
+	// wrapNet, if set, wraps the member's network (a test's faults).
+	wrapNet func(memberlist.Transport) memberlist.Transport
 }
 
 // DefaultConfig has timers for a LAN: a silent member is declared dead in

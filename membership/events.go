@@ -3,6 +3,7 @@ package membership
 import (
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -30,6 +31,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	m.mu.Lock()
 	m.peers[r] = p
 	m.nodes[r] = memberlist.Node{Name: n.Name, Addr: append(net.IP(nil), n.Addr...), Port: n.Port}
+	delete(m.deadAt, r)
 	m.mu.Unlock()
 	select {
 	case m.joined <- struct{}{}:
@@ -44,9 +46,14 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 		return
 	}
 	m.mu.Lock()
-	left := m.leaving[r]
+	left := m.leaving[r] || n.State == memberlist.StateLeft
+	if left {
+		delete(m.deadAt, r)
+	} else {
+		m.deadAt[r] = time.Now()
+	}
 	m.mu.Unlock()
-	if left || n.State == memberlist.StateLeft {
+	if left {
 		if m.ev.Left != nil {
 			m.ev.Left(r)
 		}

@@ -7,7 +7,9 @@
 // job nor an outsider can join. A member's metadata carries its rank and
 // its data-plane address. The timers are tuned so that a silent peer
 // (stopped, or cut off) is declared dead in one to one and a half seconds
-// on a LAN; the transport then confirms the verdict with a ping.
+// on a LAN; the transport then confirms the verdict with a ping. A verdict
+// the transport refutes leaves gossip split; a member heals that by
+// joining the ranks gossip holds dead, one at a time (reconnect.go).
 package membership
 
 import (
@@ -34,6 +36,7 @@ type Member struct {
 	peers   map[int]Peer            // rank -> data address and host
 	leaving map[int]bool            // ranks that said goodbye before leaving
 	nodes   map[int]memberlist.Node // rank -> a copy of its node (name and address)
+	deadAt  map[int]time.Time       // ranks gossip holds dead (not left): since when
 	joined  chan struct{}           // signalled on every join
 	ev      Events
 	byes    *memberlist.TransmitLimitedQueue // goodbyes to gossip on
@@ -58,7 +61,7 @@ func Start(cfg Config, ev Events) (*Member, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Member{cfg: cfg, log: logger, peers: map[int]Peer{}, leaving: map[int]bool{}, nodes: map[int]memberlist.Node{}, joined: make(chan struct{}, 1), ev: ev, done: make(chan struct{})}
+	m := &Member{cfg: cfg, log: logger, peers: map[int]Peer{}, leaving: map[int]bool{}, nodes: map[int]memberlist.Node{}, deadAt: map[int]time.Time{}, joined: make(chan struct{}, 1), ev: ev, done: make(chan struct{})}
 	m.meta = encodeMeta(cfg.Rank, cfg.DataAddr, cfg.Host)
 	if len(m.meta) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("membership: rank %d: data address and host of %d bytes exceed memberlist's %d", cfg.Rank, len(m.meta), memberlist.MetaMaxSize)
@@ -73,6 +76,14 @@ func Start(cfg Config, ev Events) (*Member, error) {
 		defer m.mu.Unlock()
 		return max(1, len(m.peers))
 	}}
+	if cfg.wrapNet != nil {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("membership: rank %d: %w", cfg.Rank, err)
+		}
+		mc.BindPort, mc.AdvertisePort = nt.GetAutoBindPort(), nt.GetAutoBindPort()
+		mc.Transport = cfg.wrapNet(nt)
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil && cfg.BindPort != 0 && (errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")) {
 		// The launcher reserved the port, but another socket took it
@@ -87,6 +98,8 @@ func Start(cfg Config, ev Events) (*Member, error) {
 		return nil, fmt.Errorf("membership: rank %d: %w", cfg.Rank, err)
 	}
 	m.ml = ml
+	m.joins.Add(1)
+	go m.reconnect()
 	return m, nil
 }
 

@@ -1,0 +1,172 @@
+package membership
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/internal/proctest"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// cutNet is a member's network that can be cut off: while cut, nothing
+// goes out and nothing that comes in is read (a host whose link is down).
+type cutNet struct {
+	memberlist.Transport
+	cut     atomic.Bool
+	packets chan *memberlist.Packet
+	streams chan net.Conn
+	stop    chan struct{}
+	once    sync.Once
+}
+
+func newCutNet(inner memberlist.Transport) *cutNet {
+	c := &cutNet{Transport: inner, packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), stop: make(chan struct{})}
+	go func() {
+		for {
+			select {
+			case p := <-inner.PacketCh():
+				if c.cut.Load() {
+					continue
+				}
+				select {
+				case c.packets <- p:
+				case <-c.stop:
+					return
+				}
+			case <-c.stop:
+				return
+			}
+		}
+	}()
+	go func() {
+		for {
+			select {
+			case conn := <-inner.StreamCh():
+				if c.cut.Load() {
+					conn.Close()
+					continue
+				}
+				select {
+				case c.streams <- conn:
+				case <-c.stop:
+					conn.Close()
+					return
+				}
+			case <-c.stop:
+				return
+			}
+		}
+	}()
+	return c
+}
+
+func (c *cutNet) WriteTo(b []byte, addr string) (time.Time, error) {
+	if c.cut.Load() {
+		return time.Now(), nil // lost on the way
+	}
+	return c.Transport.WriteTo(b, addr)
+}
+
+func (c *cutNet) DialTimeout(addr string, d time.Duration) (net.Conn, error) {
+	if c.cut.Load() {
+		return nil, errors.New("network is unreachable")
+	}
+	return c.Transport.DialTimeout(addr, d)
+}
+
+func (c *cutNet) PacketCh() <-chan *memberlist.Packet { return c.packets }
+func (c *cutNet) StreamCh() <-chan net.Conn           { return c.streams }
+
+func (c *cutNet) Shutdown() error {
+	c.once.Do(func() { close(c.stop) })
+	return c.Transport.Shutdown()
+}
+
+// members lists the ranks m's gossip holds alive, itself included.
+func members(m *Member) []int {
+	var rs []int
+	for _, n := range m.ml.Members() {
+		if r, _, ok := parseMeta(n.Meta); ok {
+			rs = append(rs, r)
+		}
+	}
+	slices.Sort(rs)
+	return rs
+}
+
+// TestPartitionHeals: a member cut off long enough that both sides
+// declare each other dead and forget each other is taken back by gossip
+// once its link is up again, though no probe or gossip crosses by itself:
+// both sides hold each other alive again, a rank restarted afterwards
+// that joins one side finds every rank, and gossip reports the member's
+// later death.
+func TestPartitionHeals(t *testing.T) {
+	const secret = "secret-secret-secret"
+	var cfgs []Config
+	for r := range 3 {
+		cfgs = append(cfgs, testConfig("jobp", r, 4, secret))
+	}
+	var cut *cutNet
+	cfgs[2].wrapNet = func(inner memberlist.Transport) memberlist.Transport { cut = newCutNet(inner); return cut }
+	g := start(t, cfgs)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i, m := range g.ms {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, errs[i] = m.WaitFor(ctx, []int{0, 1, 2}) }()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+
+	cut.cut.Store(true)
+	proctest.WaitFor(t, 20*time.Second, func() bool {
+		_, a := g.rec[0].sawDead(2)
+		_, b := g.rec[2].sawDead(0)
+		_, c := g.rec[2].sawDead(1)
+		return a && b && c
+	}, "both sides of the cut declare the other dead")
+	// Past GossipToTheDeadTime each side has forgotten the other.
+	time.Sleep(3 * time.Second)
+	if a, b := members(g.ms[0]), members(g.ms[2]); !slices.Equal(a, []int{0, 1}) || !slices.Equal(b, []int{2}) {
+		t.Fatalf("gossip during the cut: rank 0 holds %v alive, rank 2 %v", a, b)
+	}
+	cut.cut.Store(false)
+	healed := time.Now()
+	proctest.WaitFor(t, 30*time.Second, func() bool {
+		return slices.Equal(members(g.ms[0]), []int{0, 1, 2}) && slices.Equal(members(g.ms[2]), []int{0, 1, 2})
+	}, "both sides hold each other alive after the cut")
+	t.Logf("healed %v after the link came back", time.Since(healed).Round(time.Millisecond))
+
+	// A rank that joins the side of rank 0 finds rank 2 too.
+	c3 := testConfig("jobp", 3, 4, secret)
+	c3.Seeds = []string{g.ms[0].cfg.Seeds[0]} // rank 0's side only
+	joiner, err := Start(c3, Events{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { joiner.Close() })
+	jctx, jcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer jcancel()
+	if _, err := joiner.WaitFor(jctx, []int{0, 1, 2, 3}); err != nil {
+		t.Fatalf("a rank joining after the cut: %v", err)
+	}
+
+	// Gossip watches rank 2 again: its death is reported anew.
+	since := time.Now()
+	g.ms[2].closeOnce.Do(func() { _ = g.ms[2].ml.Shutdown() })
+	proctest.WaitFor(t, 20*time.Second, func() bool {
+		at, ok := g.rec[0].sawDead(2)
+		return ok && at.After(since)
+	}, "rank 0 sees rank 2's death after the cut")
+}
