@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/control"
+	"github.com/gorun/gorun/internal/cpu"
 	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/launcher/proto"
 )
@@ -161,7 +163,7 @@ func (d *driver) loop(ctx context.Context) {
 			}
 		case now := <-d.wake.C:
 			d.armed = time.Time{}
-			d.perform(d.sv.step(event{kind: evTick, now: now}))
+			d.perform(d.sv.step(event{kind: evTick, now: now, load: launcherLoad()}))
 			d.publishNow = true // an agent may have gone silent
 		case ev := <-d.j.events:
 			d.agentEvent(ev)
@@ -520,4 +522,14 @@ func (j *job) forwardStdin() (stop func()) {
 		<-done
 		_ = d.SetReadDeadline(time.Time{})
 	}
+}
+
+// launcherLoad is this host's load for the supervisor's deadlines (the
+// zero hostLoad where it cannot be read).
+func launcherLoad() hostLoad {
+	n, ok := cpu.Lately()
+	if !ok {
+		return hostLoad{}
+	}
+	return hostLoad{runnable: n, cpus: runtime.NumCPU()}
 }
