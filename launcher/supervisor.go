@@ -500,11 +500,11 @@ func (s *supervisor) tick(now time.Time, l hostLoad) {
 		delete(s.joinBy, rank)
 		i := s.owner[rank]
 		if s.pol.joining[rank] && s.pol.restarts[rank] == jd.count && !s.pol.exited[rank] && s.pol.stopping == 0 && !s.agents[i].done {
-			why := "frozen?"
-			if joinWindow(base, l) > base {
-				why += fmt.Sprintf(" the host's load stretched the wait from %v", base)
+			waited, why := now.Sub(jd.from), "frozen?"
+			if waited > base+time.Second/2 {
+				why += fmt.Sprintf("; the host's load stretched the wait from %v", base)
 			}
-			s.emit(action{kind: actPrint, text: fmt.Sprintf("rank %d has not joined %v after its restart %d (%s); --elastic: killed it", rank, now.Sub(jd.from).Round(time.Second), jd.count, why)})
+			s.emit(action{kind: actPrint, text: fmt.Sprintf("rank %d has not joined %v after its restart %d (%s); --elastic: killed it", rank, waited.Round(time.Second), jd.count, why)})
 			s.emit(action{kind: actSignalRank, agent: i, rank: rank, sig: syscall.SIGKILL})
 		}
 	}

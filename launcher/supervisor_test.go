@@ -325,9 +325,10 @@ func TestSupervisor(t *testing.T) {
 		}},
 		{name: "restart: on an overloaded host the wait for a restarted rank's join stretches with the load, up to 4 times", cfg: restarts(1, 2), steps: []sstep{
 			{ev: exited(1, 2, 7), want: []string{"print: rank 2 exited", "tell 0 view 1 0,1,3", "tell 1 view 1 0,1,3", "restart 1 rank 2 #1 view 1 0,1,3"}},
-			{at: 30 * time.Second, ev: loadTick(12, 2)},  // 3 times as long
-			{at: 89 * time.Second, ev: loadTick(100, 2)}, // then 4 times
-			{at: 120 * time.Second, ev: loadTick(100, 2), want: []string{"print: rank 2 has not joined 2m0s after its restart 1 (frozen? the host's load stretched the wait from 30s); --elastic: killed it", "signal 1 rank 2 KILL"}},
+			{at: 30 * time.Second, ev: loadTick(12, 2)},   // 3 times as long: to 90 s
+			{at: 90 * time.Second, ev: loadTick(100, 2)},  // then 4 times: to 120 s
+			{at: 119 * time.Second, ev: loadTick(100, 2)}, // not yet
+			{at: 120 * time.Second, ev: loadTick(2, 2), want: []string{"print: rank 2 has not joined 2m0s after its restart 1 (frozen?; the host's load stretched the wait from 30s); --elastic: killed it", "signal 1 rank 2 KILL"}},
 			{at: 120 * time.Second, ev: event{kind: evExited, agent: 1, rank: 2, exit: &proto.Exit{Code: -1, Signal: 9}, text: "rank 2 was killed by signal 9"},
 				want: []string{"print: rank 2 was killed by signal 9; --elastic: it had not joined (restart 1); restarting it (restart 2 of 2)", "restart 1 rank 2 #2 view 1 0,1,3"}},
 			{at: 150 * time.Second, ev: loadTick(4, 2), want: []string{"print: rank 2 has not joined 30s after its restart 2 (frozen?); --elastic: killed it", "signal 1 rank 2 KILL"}}, // idle again

@@ -16,6 +16,7 @@ func (d *delegate) NotifyMsg(b []byte) {
 		m.mu.Lock()
 		seen := m.leaving[r]
 		m.leaving[r] = true
+		delete(m.dead, r) // a goodbye after the verdict: not to be tried
 		m.mu.Unlock()
 		if !seen {
 			m.byes.QueueBroadcast(bye(append([]byte(nil), b...)))

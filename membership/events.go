@@ -31,7 +31,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	m.mu.Lock()
 	m.peers[r] = p
 	m.nodes[r] = memberlist.Node{Name: n.Name, Addr: append(net.IP(nil), n.Addr...), Port: n.Port}
-	delete(m.deadAt, r)
+	delete(m.dead, r)
 	m.mu.Unlock()
 	select {
 	case m.joined <- struct{}{}:
@@ -46,11 +46,11 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 		return
 	}
 	m.mu.Lock()
-	left := m.leaving[r] || n.State == memberlist.StateLeft
+	left := m.leaving[r]
 	if left {
-		delete(m.deadAt, r)
-	} else {
-		m.deadAt[r] = time.Now()
+		delete(m.dead, r)
+	} else if _, ok := m.nodes[r]; ok {
+		m.dead[r] = deadRank{due: time.Now().Add(reconnectAfter), pause: reconnectAfter}
 	}
 	m.mu.Unlock()
 	if left {

@@ -36,7 +36,7 @@ type Member struct {
 	peers   map[int]Peer            // rank -> data address and host
 	leaving map[int]bool            // ranks that said goodbye before leaving
 	nodes   map[int]memberlist.Node // rank -> a copy of its node (name and address)
-	deadAt  map[int]time.Time       // ranks gossip holds dead (not left): since when
+	dead    map[int]deadRank        // ranks gossip holds dead (not left), for reconnect
 	joined  chan struct{}           // signalled on every join
 	ev      Events
 	byes    *memberlist.TransmitLimitedQueue // goodbyes to gossip on
@@ -61,7 +61,7 @@ func Start(cfg Config, ev Events) (*Member, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Member{cfg: cfg, log: logger, peers: map[int]Peer{}, leaving: map[int]bool{}, nodes: map[int]memberlist.Node{}, deadAt: map[int]time.Time{}, joined: make(chan struct{}, 1), ev: ev, done: make(chan struct{})}
+	m := &Member{cfg: cfg, log: logger, peers: map[int]Peer{}, leaving: map[int]bool{}, nodes: map[int]memberlist.Node{}, dead: map[int]deadRank{}, joined: make(chan struct{}, 1), ev: ev, done: make(chan struct{})}
 	m.meta = encodeMeta(cfg.Rank, cfg.DataAddr, cfg.Host)
 	if len(m.meta) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("membership: rank %d: data address and host of %d bytes exceed memberlist's %d", cfg.Rank, len(m.meta), memberlist.MetaMaxSize)

@@ -382,9 +382,9 @@ func TestDeadAndLeft(t *testing.T) {
 	c := cfgs[0]
 	bound := time.Duration(c.SuspicionMult*2+len(cfgs)+2)*c.ProbeInterval + c.ProbeTimeout
 	t0 := time.Now()
-	g.ms[3].closeOnce.Do(func() { _ = g.ms[3].ml.Shutdown() }) // no goodbye: as SIGKILL
-	g.ms[2].Close()                                            // a clean goodbye
-	deadline := time.Now().Add(4 * bound)                      // slack for a loaded machine
+	kill(g.ms[3])                         // no goodbye: as SIGKILL
+	g.ms[2].Close()                       // a clean goodbye
+	deadline := time.Now().Add(4 * bound) // slack for a loaded machine
 	for _, i := range []int{0, 1} {
 		for {
 			at, ok := g.rec[i].sawDead(3)
@@ -422,7 +422,7 @@ func TestRestartedElsewhere(t *testing.T) {
 	if _, errs := g.waitAll(10 * time.Second); errors.Join(errs...) != nil {
 		t.Fatal(errors.Join(errs...))
 	}
-	g.ms[1].closeOnce.Do(func() { _ = g.ms[1].ml.Shutdown() }) // a death: no leave, no goodbye
+	kill(g.ms[1]) // a death: no leave, no goodbye
 	proctest.WaitFor(t, 15*time.Second, func() bool { _, ok := g.rec[0].sawDead(1); return ok }, "rank 0 sees rank 1 dead")
 	cfg := testConfig("job9", 1, 3, secret)
 	cfg.DataAddr = "127.0.0.1:29999"

@@ -101,13 +101,35 @@ func members(m *Member) []int {
 	return rs
 }
 
+// kill ends m as SIGKILL would: no goodbye, no leave.
+func kill(m *Member) {
+	m.closeOnce.Do(func() {
+		m.mu.Lock()
+		close(m.done)
+		m.mu.Unlock()
+		_ = m.ml.Shutdown()
+		m.joins.Wait()
+	})
+}
+
 // TestPartitionHeals: a member cut off long enough that both sides
-// declare each other dead and forget each other is taken back by gossip
-// once its link is up again, though no probe or gossip crosses by itself:
-// both sides hold each other alive again, a rank restarted afterwards
-// that joins one side finds every rank, and gossip reports the member's
-// later death.
+// declare each other dead is taken back by gossip once its link is up
+// again, whether the sides still remember each other as dead or have
+// dropped each other (memberlist does when its probe round wraps, here
+// within a second), though no probe or gossip crosses by itself: both
+// sides hold each other alive again, a rank restarted afterwards that
+// joins one side finds every rank, and gossip reports the member's later
+// death.
 func TestPartitionHeals(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		after time.Duration // from both verdicts to the link's return
+	}{{"remembered", 0}, {"dropped", 3 * time.Second}} {
+		t.Run(c.name, func(t *testing.T) { partitionHeals(t, c.after) })
+	}
+}
+
+func partitionHeals(t *testing.T, after time.Duration) {
 	const secret = "secret-secret-secret"
 	var cfgs []Config
 	for r := range 3 {
@@ -129,15 +151,16 @@ func TestPartitionHeals(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	cutAt := time.Now()
 	cut.cut.Store(true)
+	deadSince := func(i, r int, since time.Time) bool {
+		at, ok := g.rec[i].sawDead(r)
+		return ok && at.After(since)
+	}
 	proctest.WaitFor(t, 20*time.Second, func() bool {
-		_, a := g.rec[0].sawDead(2)
-		_, b := g.rec[2].sawDead(0)
-		_, c := g.rec[2].sawDead(1)
-		return a && b && c
+		return deadSince(0, 2, cutAt) && deadSince(2, 0, cutAt) && deadSince(2, 1, cutAt)
 	}, "both sides of the cut declare the other dead")
-	// Past GossipToTheDeadTime each side has forgotten the other.
-	time.Sleep(3 * time.Second)
+	time.Sleep(after)
 	if a, b := members(g.ms[0]), members(g.ms[2]); !slices.Equal(a, []int{0, 1}) || !slices.Equal(b, []int{2}) {
 		t.Fatalf("gossip during the cut: rank 0 holds %v alive, rank 2 %v", a, b)
 	}
@@ -164,9 +187,17 @@ func TestPartitionHeals(t *testing.T) {
 
 	// Gossip watches rank 2 again: its death is reported anew.
 	since := time.Now()
-	g.ms[2].closeOnce.Do(func() { _ = g.ms[2].ml.Shutdown() })
-	proctest.WaitFor(t, 20*time.Second, func() bool {
-		at, ok := g.rec[0].sawDead(2)
-		return ok && at.After(since)
-	}, "rank 0 sees rank 2's death after the cut")
+	kill(g.ms[2])
+	proctest.WaitFor(t, 20*time.Second, func() bool { return deadSince(0, 2, since) }, "rank 0 sees rank 2's death after the cut")
+}
+
+func TestReconnectChance(t *testing.T) {
+	for _, c := range []struct {
+		alive int
+		want  float64
+	}{{0, 1}, {1, 1}, {2, 1}, {4, 0.5}, {256, 2.0 / 256}} {
+		if got := reconnectChance(c.alive); got != c.want {
+			t.Errorf("reconnectChance(%d) = %v, want %v", c.alive, got, c.want)
+		}
+	}
 }
