@@ -126,12 +126,39 @@ func allReduceWireFunc[T Number](buf []T, op Op, w Wire) func(ctx context.Contex
 		if !wire.Valid() {
 			return localError("unknown wire format %d", wire)
 		}
+		if op == Avg && wire == WireFull && x.c.Size() > 1 && x.c.planFor(kindAllReduce, bytesOf[T](len(buf))) == viaRing {
+			return ringAvg(ctx, x, buf)
+		}
 		if err := reduceAll(ctx, x, buf, op, kindAllReduce, wire); err != nil {
 			return err
 		}
 		finish(op, buf, x.c.Size())
 		return nil
 	}
+}
+
+// ringAvg is an Avg all-reduce on the ring that divides in its middle:
+// the reduce-scatter half sums, this rank divides its own chunk, and the
+// all-gather half passes the quotients round. Each rank divides 1/N of the
+// elements instead of all of them, with the same bits (each element's
+// quotient is its own). With a wire format the chunks travel rounded, so
+// the division stays after the all-reduce there.
+func ringAvg[T Number](ctx context.Context, x *call, buf []T) error {
+	s, err := ring.ReduceScatter(ctx, x.net, buf, reducer[T](Avg), x.o)
+	if err != nil {
+		return err
+	}
+	finish(Avg, buf[s.Off:s.Off+s.Len], x.c.Size())
+	return ringGatherChunks(ctx, x, buf, x.o)
+}
+
+// ringGatherChunks runs the all-gather half of the ring's plan over buf's
+// chunks (ring.Chunks), each rank's own in place: ring.AllGather wants
+// equal blocks, and the chunks of an uneven buffer are not.
+func ringGatherChunks[T ring.Elem](ctx context.Context, x *call, buf []T, o ring.Options) error {
+	size := x.net.Size()
+	steps := ring.Plan(x.net.Rank(), size)
+	return ring.Run(ctx, x.net, buf, ring.Chunks(len(buf), size), steps[len(steps)/2:], nil, o)
 }
 
 // AllReduce replaces buf on every rank with the element-wise reduction of

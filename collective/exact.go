@@ -206,11 +206,7 @@ func ringExactSum[F float32 | float64, C uint8 | int32, Q int32 | int64](ctx con
 		return err
 	}
 	from(q[s.Off:s.Off+s.Len], codes[s.Off:s.Off+s.Len], b[s.Off:s.Off+s.Len])
-	// The all-gather half of the same plan (ring.AllGather wants equal
-	// blocks; the chunks of an uneven buffer are not).
-	size := x.net.Size()
-	steps := ring.Plan(x.net.Rank(), size)
-	return ring.Run(ctx, x.net, b, ring.Chunks(len(b), size), steps[len(steps)/2:], nil, o)
+	return ringGatherChunks(ctx, x, b, o)
 }
 
 // exactSum sums q (integers) over every rank with x: all of it, or with

@@ -49,3 +49,45 @@ func benchKernel[T Number](b *testing.B, name string, op Op, n int) {
 		})
 	}
 }
+
+// BenchmarkFinishAvg times Avg's division (Finish) of float32 and float64
+// by 2 ranks (a multiplication by 1/2) and 3 (a division), against the
+// plain Go loop, in ns per element (and CPU time, as BenchmarkIntKernels),
+// at 1<<12 elements and 1<<18 (1 MiB of float32).
+func BenchmarkFinishAvg(b *testing.B) {
+	for _, n := range []int{1 << 12, 1 << 18} {
+		for _, ranks := range []int{2, 3} {
+			benchFinish[float32](b, "float32", n, ranks)
+			benchFinish[float64](b, "float64", n, ranks)
+		}
+	}
+}
+
+func benchFinish[T float32 | float64](b *testing.B, name string, n, ranks int) {
+	x := make([]T, n)
+	for i := range x {
+		x[i] = T(i%1000) * 0.37
+	}
+	for _, way := range []string{"finish", "loop"} {
+		b.Run(fmt.Sprintf("%s/%d/%s/%d", name, ranks, way, n), func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			b.SetBytes(int64(n * SizeOf[T]()))
+			cpu0 := threadCPU()
+			for b.Loop() {
+				if way == "finish" {
+					Finish(Avg, x, ranks)
+				} else {
+					for i := range x {
+						x[i] /= T(ranks)
+					}
+				}
+			}
+			cpu := threadCPU() - cpu0
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/elem")
+			if cpu > 0 {
+				b.ReportMetric(float64(cpu)/float64(b.N)/float64(n), "cpu-ns/elem")
+			}
+		})
+	}
+}

@@ -131,3 +131,75 @@ func minUint8(dst, src []uint8) {
 		minUint8AVX2(&dst[n-32], &src[n-32], 32)
 	}
 }
+
+// The float kernels set each of x's n elements (n·size a multiple of 32
+// bytes, at least 32) to x[i]·s or x[i]/d: IEEE's operations, rounded once
+// each, the same bits as the Go loops.
+
+//go:noescape
+func mulFloat32AVX2(x *float32, n int, s float32)
+
+//go:noescape
+func divFloat32AVX2(x *float32, n int, d float32)
+
+//go:noescape
+func mulFloat64AVX2(x *float64, n int, s float64)
+
+//go:noescape
+func divFloat64AVX2(x *float64, n int, d float64)
+
+// mulFloat32 sets x[i] *= s.
+func mulFloat32(x []float32, s float32) {
+	n := 0
+	if vector {
+		n = len(x) &^ 7
+	}
+	if n > 0 {
+		mulFloat32AVX2(&x[0], n, s)
+	}
+	for i := n; i < len(x); i++ {
+		x[i] *= s
+	}
+}
+
+// divFloat32 sets x[i] /= d.
+func divFloat32(x []float32, d float32) {
+	n := 0
+	if vector {
+		n = len(x) &^ 7
+	}
+	if n > 0 {
+		divFloat32AVX2(&x[0], n, d)
+	}
+	for i := n; i < len(x); i++ {
+		x[i] /= d
+	}
+}
+
+// mulFloat64 sets x[i] *= s.
+func mulFloat64(x []float64, s float64) {
+	n := 0
+	if vector {
+		n = len(x) &^ 3
+	}
+	if n > 0 {
+		mulFloat64AVX2(&x[0], n, s)
+	}
+	for i := n; i < len(x); i++ {
+		x[i] *= s
+	}
+}
+
+// divFloat64 sets x[i] /= d.
+func divFloat64(x []float64, d float64) {
+	n := 0
+	if vector {
+		n = len(x) &^ 3
+	}
+	if n > 0 {
+		divFloat64AVX2(&x[0], n, d)
+	}
+	for i := n; i < len(x); i++ {
+		x[i] /= d
+	}
+}

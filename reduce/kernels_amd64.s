@@ -87,3 +87,71 @@ TEXT ·minUint8AVX2(SB), NOSPLIT, $0-24
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
 	FOLD(VPMINUB)
+
+// SCALE sets each of the n bytes at DI (n in CX, a multiple of 32, at
+// least 32) to itself INSTR Y4 (INSTR Y4, Y, Y: the element's vector op
+// Y4's), four vectors a round, then one.
+#define SCALE(INSTR) \
+	XORQ    AX, AX            \
+	MOVQ    CX, DX            \
+	ANDQ    $~127, DX         \
+	JZ      sone              \
+sfour:                        \
+	VMOVUPS 0(DI)(AX*1), Y0   \
+	VMOVUPS 32(DI)(AX*1), Y1  \
+	VMOVUPS 64(DI)(AX*1), Y2  \
+	VMOVUPS 96(DI)(AX*1), Y3  \
+	INSTR   Y4, Y0, Y0        \
+	INSTR   Y4, Y1, Y1        \
+	INSTR   Y4, Y2, Y2        \
+	INSTR   Y4, Y3, Y3        \
+	VMOVUPS Y0, 0(DI)(AX*1)   \
+	VMOVUPS Y1, 32(DI)(AX*1)  \
+	VMOVUPS Y2, 64(DI)(AX*1)  \
+	VMOVUPS Y3, 96(DI)(AX*1)  \
+	ADDQ    $128, AX          \
+	CMPQ    AX, DX            \
+	JB      sfour             \
+sone:                         \
+	CMPQ    AX, CX            \
+	JAE     sdone             \
+	VMOVUPS 0(DI)(AX*1), Y0   \
+	INSTR   Y4, Y0, Y0        \
+	VMOVUPS Y0, 0(DI)(AX*1)   \
+	ADDQ    $32, AX           \
+	JMP     sone              \
+sdone:                        \
+	VZEROUPPER                \
+	RET
+
+// func mulFloat32AVX2(x *float32, n int, s float32)
+TEXT ·mulFloat32AVX2(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), DI
+	MOVQ         n+8(FP), CX
+	SHLQ         $2, CX
+	VBROADCASTSS s+16(FP), Y4
+	SCALE(VMULPS)
+
+// func divFloat32AVX2(x *float32, n int, d float32)
+TEXT ·divFloat32AVX2(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), DI
+	MOVQ         n+8(FP), CX
+	SHLQ         $2, CX
+	VBROADCASTSS d+16(FP), Y4
+	SCALE(VDIVPS)
+
+// func mulFloat64AVX2(x *float64, n int, s float64)
+TEXT ·mulFloat64AVX2(SB), NOSPLIT, $0-24
+	MOVQ         x+0(FP), DI
+	MOVQ         n+8(FP), CX
+	SHLQ         $3, CX
+	VBROADCASTSD s+16(FP), Y4
+	SCALE(VMULPD)
+
+// func divFloat64AVX2(x *float64, n int, d float64)
+TEXT ·divFloat64AVX2(SB), NOSPLIT, $0-24
+	MOVQ         x+0(FP), DI
+	MOVQ         n+8(FP), CX
+	SHLQ         $3, CX
+	VBROADCASTSD d+16(FP), Y4
+	SCALE(VDIVPD)

@@ -42,3 +42,27 @@ func minUint8(dst, src []uint8) {
 		dst[i] = min(dst[i], src[i])
 	}
 }
+
+func mulFloat32(x []float32, s float32) {
+	for i := range x {
+		x[i] *= s
+	}
+}
+
+func divFloat32(x []float32, d float32) {
+	for i := range x {
+		x[i] /= d
+	}
+}
+
+func mulFloat64(x []float64, s float64) {
+	for i := range x {
+		x[i] *= s
+	}
+}
+
+func divFloat64(x []float64, d float64) {
+	for i := range x {
+		x[i] /= d
+	}
+}

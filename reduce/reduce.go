@@ -233,21 +233,17 @@ func Finish[T Number](op Op, buf []T, n int) {
 	case []float32:
 		if n&(n-1) == 0 {
 			// x/2^k and x·2^-k are the same exact value rounded once:
-			// the same bits, by the vector kernel.
-			blas32.Scal(1/float32(n), blas32.Vector{N: len(b), Inc: 1, Data: b})
+			// the same bits.
+			mulFloat32(b, 1/float32(n))
 			return
 		}
-		for i := range b {
-			b[i] /= float32(n)
-		}
+		divFloat32(b, float32(n))
 	case []float64:
 		if n&(n-1) == 0 {
-			floats.Scale(1/float64(n), b)
+			mulFloat64(b, 1/float64(n))
 			return
 		}
-		for i := range b {
-			b[i] /= float64(n)
-		}
+		divFloat64(b, float64(n))
 	default:
 		for i := range buf {
 			buf[i] /= T(n)

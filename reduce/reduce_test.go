@@ -100,7 +100,7 @@ func checkBytes[T Number](t *testing.T, rng *rand.Rand, n int, op Op) {
 func TestFinishAvg(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for n := 1; n <= 17; n++ {
-		for _, m := range []int{0, 1, 2, 7, 31, 1031} {
+		for _, m := range []int{0, 1, 2, 3, 4, 5, 7, 8, 9, 31, 32, 33, 127, 129, 1031} {
 			f32 := make([]float32, m)
 			f64 := make([]float64, m)
 			for i := range m {
