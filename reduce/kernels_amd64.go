@@ -24,6 +24,12 @@ func addInt32AVX2(dst, src *int32, n int)
 func addInt64AVX2(dst, src *int64, n int)
 
 //go:noescape
+func addFloat32AVX2(dst, src *float32, n int)
+
+//go:noescape
+func addFloat64AVX2(dst, src *float64, n int)
+
+//go:noescape
 func maxInt32AVX2(dst, src *int32, n int)
 
 //go:noescape
@@ -39,7 +45,7 @@ func minUint8AVX2(dst, src *uint8, n int)
 // where the CPU has AVX2, src is at least as long, and the two are the
 // same elements or do not overlap (a partial overlap is the Go loop's, in
 // its order); else none.
-func vectorLen[T int32 | int64 | uint8](dst, src []T) int {
+func vectorLen[T int32 | int64 | uint8 | float32 | float64](dst, src []T) int {
 	n := len(dst)
 	if !vector || len(src) < n {
 		return 0
@@ -201,5 +207,27 @@ func divFloat64(x []float64, d float64) {
 	}
 	for i := n; i < len(x); i++ {
 		x[i] /= d
+	}
+}
+
+// addFloat32 sets dst[i] += src[i].
+func addFloat32(dst, src []float32) {
+	n := vectorLen(dst, src) &^ 7
+	if n > 0 {
+		addFloat32AVX2(&dst[0], &src[0], n)
+	}
+	for i := n; i < len(dst); i++ {
+		dst[i] += src[i]
+	}
+}
+
+// addFloat64 sets dst[i] += src[i].
+func addFloat64(dst, src []float64) {
+	n := vectorLen(dst, src) &^ 3
+	if n > 0 {
+		addFloat64AVX2(&dst[0], &src[0], n)
+	}
+	for i := n; i < len(dst); i++ {
+		dst[i] += src[i]
 	}
 }

@@ -58,6 +58,22 @@ TEXT ·addInt64AVX2(SB), NOSPLIT, $0-24
 	SHLQ $3, CX
 	FOLD(VPADDQ)
 
+// func addFloat32AVX2(dst, src *float32, n int)
+TEXT ·addFloat32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHLQ $2, CX
+	FOLD(VADDPS)
+
+// func addFloat64AVX2(dst, src *float64, n int)
+TEXT ·addFloat64AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHLQ $3, CX
+	FOLD(VADDPD)
+
 // func maxInt32AVX2(dst, src *int32, n int)
 TEXT ·maxInt32AVX2(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI

@@ -36,6 +36,10 @@ func TestKernelsVector(t *testing.T) {
 		{"avg int64", Func[int64](Avg), addInt64},
 		{"max uint8", Func[uint8](Max), maxUint8},
 		{"min uint8", Func[uint8](Min), minUint8},
+		{"sum float32", Func[float32](Sum), addFloat32},
+		{"avg float32", Func[float32](Avg), addFloat32},
+		{"sum float64", Func[float64](Sum), addFloat64},
+		{"avg float64", Func[float64](Avg), addFloat64},
 	} {
 		if ptr(c.got) != ptr(c.want) {
 			t.Errorf("%s: Func is not the kernel", c.name)
@@ -43,9 +47,14 @@ func TestKernelsVector(t *testing.T) {
 	}
 	// Every other pair keeps its Go code.
 	for op := Sum; op <= Prod; op++ {
-		for _, k := range []any{kernel[float32](op), kernel[float64](op), kernel[int8](op)} {
+		if !reflect.ValueOf(kernel[int8](op)).IsNil() {
+			t.Errorf("a kernel for %v of int8", op)
+		}
+	}
+	for _, op := range []Op{Min, Max, Prod} {
+		for _, k := range []any{kernel[float32](op), kernel[float64](op)} {
 			if !reflect.ValueOf(k).IsNil() {
-				t.Errorf("a kernel for %v of a type without one", op)
+				t.Errorf("a float kernel for %v", op)
 			}
 		}
 	}
@@ -87,18 +96,20 @@ func TestKernelsVector(t *testing.T) {
 		asm[int64](t, rng, "addInt64AVX2", 4*n, Sum, addInt64AVX2)
 		asm[uint8](t, rng, "maxUint8AVX2", 32*n, Max, maxUint8AVX2)
 		asm[uint8](t, rng, "minUint8AVX2", 32*n, Min, minUint8AVX2)
+		asm[float32](t, rng, "addFloat32AVX2", 8*n, Sum, addFloat32AVX2)
+		asm[float64](t, rng, "addFloat64AVX2", 4*n, Sum, addFloat64AVX2)
 	}
 }
 
 func asm[T Number](t *testing.T, rng *rand.Rand, name string, n int, op Op, f func(dst, src *T, n int)) {
 	t.Helper()
 	dst, src := make([]T, n+1), make([]T, n+1)
-	randomInts(rng, dst)
-	randomInts(rng, src)
+	fill(rng, dst)
+	fill(rng, src)
 	want := slices.Clone(dst)
 	f(&dst[1], &src[1], n)
 	loopOf[T](op)(want[1:], src[1:])
-	if !slices.Equal(dst, want) {
+	if !slices.EqualFunc(dst, want, same[T]) {
 		t.Fatalf("%s of %d: %v, want %v", name, n, dst, want)
 	}
 }

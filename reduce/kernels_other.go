@@ -66,3 +66,15 @@ func divFloat64(x []float64, d float64) {
 		x[i] /= d
 	}
 }
+
+func addFloat32(dst, src []float32) {
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+func addFloat64(dst, src []float64) {
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}

@@ -9,11 +9,13 @@ import (
 	"testing"
 )
 
-// The integer folds that have vector kernels (Sum and Avg of int32 and
-// int64, Max and Min of uint8 and int32) are held to the plain Go loops on
-// any input: values of every size with the extremes among them (sums that
-// wrap), every length up to 70 and a few thousand, starts 0..7 elements
-// into their arrays, and src the same elements as dst or overlapping it.
+// The folds that have vector kernels (Sum and Avg of int32, int64,
+// float32 and float64, Max and Min of uint8 and int32) are held to the
+// plain Go loops on any input: values of every size with the extremes
+// among them (integer sums that wrap; float zeros of both signs,
+// subnormals, infinities, NaN), every length up to 70 and a few thousand,
+// starts 0..7 elements into their arrays, and src the same elements as dst
+// or overlapping it. Floats compare by their bits, any NaN equal to any.
 
 // loopOf is the plain Go loop of op.
 func loopOf[T Number](op Op) func(dst, src []T) {
@@ -82,6 +84,58 @@ var kernelOps = []struct {
 	{"min/uint8", checkFold[uint8](Min)},
 	{"suminto/int32", checkSumInto[int32]},
 	{"suminto/int64", checkSumInto[int64]},
+	{"sum/float32", checkFold[float32](Sum)},
+	{"avg/float64", checkFold[float64](Avg)},
+	{"suminto/float32", checkSumInto[float32]},
+	{"suminto/float64", checkSumInto[float64]},
+}
+
+// randomFloats fills s with random bit patterns (every binade, NaNs and
+// infinities among them), a third of them small integers, zeros of both
+// signs, subnormals or infinities.
+func randomFloats[T float32 | float64](rng *rand.Rand, s []T) {
+	for i := range s {
+		var x float64
+		switch rng.IntN(6) {
+		case 0:
+			x = float64(rng.IntN(7) - 3)
+		case 1:
+			x = []float64{0, math.Copysign(0, -1), math.Inf(1), math.Inf(-1), 5e-324, -5e-324, 1e-40, -1e-40}[rng.IntN(8)]
+		default:
+			if _, ok := any(s[i]).(float32); ok {
+				s[i] = T(math.Float32frombits(rng.Uint32()))
+				continue
+			}
+			x = math.Float64frombits(rng.Uint64())
+		}
+		s[i] = T(x)
+	}
+}
+
+// fill fills s with random values of T: randomInts, or randomFloats.
+func fill[T Number](rng *rand.Rand, s []T) {
+	switch f := any(s).(type) {
+	case []float32:
+		randomFloats(rng, f)
+	case []float64:
+		randomFloats(rng, f)
+	default:
+		randomInts(rng, s)
+	}
+}
+
+// same reports whether a and b are the same value: the same bits, or
+// both NaN.
+func same[T Number](a, b T) bool {
+	switch x := any(a).(type) {
+	case float32:
+		y := any(b).(float32)
+		return math.Float32bits(x) == math.Float32bits(y) || x != x && y != y
+	case float64:
+		y := any(b).(float64)
+		return math.Float64bits(x) == math.Float64bits(y) || x != x && y != y
+	}
+	return a == b
 }
 
 // checkFold returns a check of Func[T](op) against the Go loop on random n
@@ -100,16 +154,14 @@ func checkSumInto[T Number](rng *rand.Rand, n, doff, soff int) error {
 func checkWith[T Number](rng *rand.Rand, f, loop func(dst, src []T), n, doff, soff int) error {
 	const guard = 40
 	dbuf, sbuf := make([]T, doff+n+guard), make([]T, soff+n+guard)
-	randomInts(rng, dbuf)
-	randomInts(rng, sbuf)
+	fill(rng, dbuf)
+	fill(rng, sbuf)
 	want := slices.Clone(dbuf)
 	f(dbuf[doff:doff+n], sbuf[soff:soff+n])
 	loop(want[doff:doff+n], sbuf[soff:soff+n])
-	if i := slices.Compare(dbuf, want); i != 0 {
-		for i := range dbuf {
-			if dbuf[i] != want[i] {
-				return fmt.Errorf("element %d of %d from %d: %v, want %v", i-doff, n, doff, dbuf[i], want[i])
-			}
+	for i := range dbuf {
+		if !same(dbuf[i], want[i]) {
+			return fmt.Errorf("element %d of %d from %d: %v, want %v", i-doff, n, doff, dbuf[i], want[i])
 		}
 	}
 	return nil

@@ -121,9 +121,9 @@ func DTypeName(dtype uint8) string {
 // division happens once at the end (see Finish). It returns nil for an
 // invalid op.
 //
-// The integer Sum and Avg of int32 and int64 and the Max and Min of uint8
-// and int32 are AVX2 kernels where the CPU has them (amd64, without the
-// purego tag), with the Go loops' results.
+// The Sum and Avg of int32, int64, float32 and float64 and the Max and Min
+// of uint8 and int32 are AVX2 kernels where the CPU has them (amd64,
+// without the purego tag), with the Go loops' results.
 func Func[T Number](op Op) func(dst, src []T) {
 	if f := kernel[T](op); f != nil {
 		return f
@@ -173,6 +173,14 @@ func kernel[T Number](op Op) func(dst, src []T) {
 		if op == Sum || op == Avg {
 			f = addInt64
 		}
+	case float32:
+		if op == Sum || op == Avg {
+			f = addFloat32
+		}
+	case float64:
+		if op == Sum || op == Avg {
+			f = addFloat64
+		}
 	case uint8:
 		switch op {
 		case Max:
@@ -187,17 +195,26 @@ func kernel[T Number](op Op) func(dst, src []T) {
 	return f.(func(dst, src []T))
 }
 
-// SumInto adds src to dst, with gonum's vector kernels for floats and
-// Func's for int32 and int64 (integer sums wrap).
+// SumInto adds src to dst, with Func's AVX2 kernels for float32, float64,
+// int32 and int64 where the CPU has them (gonum's vector kernels for the
+// floats where not; integer sums wrap).
 func SumInto[T Number](dst, src []T) {
 	switch d := any(dst).(type) {
 	case []float32:
 		s := any(src).([]float32)
+		if vector {
+			addFloat32(d, s)
+			return
+		}
 		if len(d) > 0 {
 			blas32.Axpy(1, blas32.Vector{N: len(s), Data: s, Inc: 1}, blas32.Vector{N: len(d), Data: d, Inc: 1})
 		}
 		return
 	case []float64:
+		if vector {
+			addFloat64(d, any(src).([]float64))
+			return
+		}
 		floats.Add(d, any(src).([]float64))
 		return
 	case []int32:
