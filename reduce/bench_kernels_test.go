@@ -7,8 +7,9 @@ import (
 	"testing"
 )
 
-// BenchmarkIntKernels times Func's integer folds (the AVX2 kernels where
-// the CPU has them) and the plain Go loops they replace, in ns per element
+// BenchmarkIntKernels times Func's folds with kernels (the AVX2 kernels
+// where the CPU has them; the float sums besides the integer folds) and
+// the plain Go loops they replace, in ns per element
 // (wall and, on Linux, the benchmark thread's CPU time: the machine may be
 // busy), at 1<<12 elements (in cache) and 1<<20.
 func BenchmarkIntKernels(b *testing.B) {
@@ -19,6 +20,8 @@ func BenchmarkIntKernels(b *testing.B) {
 		benchKernel[uint8](b, "max/uint8", Max, n)
 		benchKernel[int32](b, "min/int32", Min, n)
 		benchKernel[uint8](b, "min/uint8", Min, n)
+		benchKernel[float32](b, "add/float32", Sum, n)
+		benchKernel[float64](b, "add/float64", Sum, n)
 	}
 }
 
