@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/control"
-	"github.com/gorun/gorun/internal/cpu"
 	"github.com/gorun/gorun/internal/jobenv"
 	"github.com/gorun/gorun/launcher/proto"
 )
@@ -163,7 +161,7 @@ func (d *driver) loop(ctx context.Context) {
 			}
 		case now := <-d.wake.C:
 			d.armed = time.Time{}
-			d.perform(d.sv.step(event{kind: evTick, now: now, load: launcherLoad()}))
+			d.perform(d.sv.step(event{kind: evTick, now: now}))
 			d.publishNow = true // an agent may have gone silent
 		case ev := <-d.j.events:
 			d.agentEvent(ev)
@@ -522,14 +520,4 @@ func (j *job) forwardStdin() (stop func()) {
 		<-done
 		_ = d.SetReadDeadline(time.Time{})
 	}
-}
-
-// launcherLoad is this host's load for the supervisor's deadlines (the
-// zero hostLoad where it cannot be read).
-func launcherLoad() hostLoad {
-	n, ok := cpu.Lately()
-	if !ok {
-		return hostLoad{}
-	}
-	return hostLoad{runnable: n, cpus: runtime.NumCPU()}
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/control"
-	"github.com/gorun/gorun/internal/cpu"
 	"github.com/gorun/gorun/launcher/proto"
 )
 
@@ -37,13 +36,11 @@ import (
 //   - With --elastic, a new view goes to every host that has a rank still
 //     running, and a fenced rank is killed through its own host's agent.
 //   - With --max-restarts, a lost rank is restarted through its own
-//     host's agent, after the view without it (one that has not joined
-//     within JoinWait, stretched by the host's load, is killed and counts
-//     as failed); a host whose agent is done or lost restarts nothing,
-//     and its lost ranks are restarted on another host with a free slot
-//     (policy's revive): the rank moves to that host's agent, which its
-//     later fences, views and restarts go to, and whose end (done or
-//     lost) is the rank's.
+//     host's agent, after the view without it; a host whose agent is done
+//     or lost restarts nothing, and its lost ranks are restarted on
+//     another host with a free slot (policy's revive): the rank moves to
+//     that host's agent, which its later fences, views and restarts go
+//     to, and whose end (done or lost) is the rank's.
 
 // hardStopMargin is how long after the grace period the launcher kills
 // agents that are still running.
@@ -96,7 +93,6 @@ type event struct {
 	clock    int64
 	text     string
 	joiner   control.Joiner // evJoin
-	load     hostLoad       // evTick: the launcher's host's load (zero: unknown)
 	declared bool
 	abort    bool
 }
@@ -154,8 +150,10 @@ type supervisorConfig struct {
 	// JoinWait bounds how long a restarted rank may take to say join: one
 	// that has not (frozen before it joined: it is in no view, so no rank
 	// suspects it) is killed, and its exit restarts it again while it has
-	// restarts left. An overloaded host stretches it (joinWindow). 0:
-	// joinWait.
+	// restarts left. 0: joinWait. It does not stretch with the host's
+	// load, as the transport's deadlines do: a frozen joiner is told from
+	// a slow one by nothing else, and must be killed in bounded time;
+	// restarts beside four busy processes on 2 cores join within 10 s.
 	JoinWait time.Duration
 	Timeline bool
 	Agents   []supervisedAgent
@@ -199,34 +197,14 @@ type supervisor struct {
 	acts []action
 }
 
-// joinDeadline is when a rank's count-th restart must have joined: from
-// its restart, JoinWait as last stretched (joinWindow).
+// joinDeadline is when a rank's count-th restart must have joined.
 type joinDeadline struct {
-	from, at time.Time
-	count    int
+	at    time.Time
+	count int
 }
 
 // joinWait is supervisorConfig.JoinWait's default.
 const joinWait = 30 * time.Second
-
-// hostLoad is how busy the launcher's host is: tasks that want a CPU (now
-// or lately, cpu.Lately) and its CPUs; the zero hostLoad is unknown.
-type hostLoad struct{ runnable, cpus int }
-
-// maxJoinStretch bounds how far an overloaded host stretches JoinWait.
-const maxJoinStretch = 4
-
-// joinWindow is how long a restarted rank gets to join when the host's
-// load is l: base, stretched by the load as the transports' deadlines are
-// (cpu.Stretch), at most maxJoinStretch times. A restart on a busy host
-// starts, reads its view and finds its peers by gossip slowly, and a rank
-// killed as frozen there only starts that again; a frozen one is still
-// killed, within maxJoinStretch × base. The load is the launcher's host's:
-// on one machine, or a cluster whose hosts are alike busy, it is the
-// restarted rank's host's too.
-func joinWindow(base time.Duration, l hostLoad) time.Duration {
-	return cpu.Stretch(base, l.runnable, l.cpus, maxJoinStretch)
-}
 
 func newSupervisor(cfg supervisorConfig, t0 time.Time) *supervisor {
 	s := &supervisor{cfg: cfg, t0: t0, pol: newPolicy(cfg.NP, cfg.Hubs, cfg.Elastic, cfg.MinNP, cfg.MaxRestarts), declared: make([]bool, cfg.NP)}
@@ -312,7 +290,7 @@ func (s *supervisor) step(ev event) []action {
 	case evStall:
 		s.stall(ev)
 	case evTick:
-		s.tick(ev.now, ev.load)
+		s.tick(ev.now)
 	}
 	return s.acts
 }
@@ -389,7 +367,7 @@ func (s *supervisor) apply(d decision, now time.Time) {
 			if s.joinBy == nil {
 				s.joinBy = map[int]joinDeadline{}
 			}
-			s.joinBy[r.Rank] = joinDeadline{from: now, at: now.Add(cmp.Or(s.cfg.JoinWait, joinWait)), count: r.Count}
+			s.joinBy[r.Rank] = joinDeadline{now.Add(cmp.Or(s.cfg.JoinWait, joinWait)), r.Count}
 		}
 	}
 	if d.Signal != 0 {
@@ -469,9 +447,8 @@ func (s *supervisor) stall(ev event) {
 // due reports whether deadline t is set and has come at now.
 func due(t, now time.Time) bool { return !t.IsZero() && !now.Before(t) }
 
-// tick acts on the deadlines that have come, at now, with the host's
-// load l.
-func (s *supervisor) tick(now time.Time, l hostLoad) {
+// tick acts on the deadlines that have come.
+func (s *supervisor) tick(now time.Time) {
 	if due(s.timeout, now) {
 		s.timeout = time.Time{}
 		text := fmt.Sprintf("job timed out after %v; terminated every rank", s.cfg.Timeout)
@@ -491,20 +468,10 @@ func (s *supervisor) tick(now time.Time, l hostLoad) {
 		if !due(jd.at, now) {
 			continue
 		}
-		base := cmp.Or(s.cfg.JoinWait, joinWait)
-		if end := jd.from.Add(joinWindow(base, l)); now.Before(end) {
-			jd.at = end // the host is busy: the wait stretches
-			s.joinBy[rank] = jd
-			continue
-		}
 		delete(s.joinBy, rank)
 		i := s.owner[rank]
 		if s.pol.joining[rank] && s.pol.restarts[rank] == jd.count && !s.pol.exited[rank] && s.pol.stopping == 0 && !s.agents[i].done {
-			waited, why := now.Sub(jd.from), "frozen?"
-			if waited > base+time.Second/2 {
-				why += fmt.Sprintf("; the host's load stretched the wait from %v", base)
-			}
-			s.emit(action{kind: actPrint, text: fmt.Sprintf("rank %d has not joined %v after its restart %d (%s); --elastic: killed it", rank, waited.Round(time.Second), jd.count, why)})
+			s.emit(action{kind: actPrint, text: fmt.Sprintf("rank %d has not joined %v after its restart %d (frozen?); --elastic: killed it", rank, cmp.Or(s.cfg.JoinWait, joinWait), jd.count)})
 			s.emit(action{kind: actSignalRank, agent: i, rank: rank, sig: syscall.SIGKILL})
 		}
 	}

@@ -21,8 +21,7 @@ const module = "github.com/gorun/gorun/"
 // it may import (outside its tests). The standard library and the
 // dependencies in go.mod are not listed.
 var allowed = map[string][]string{
-	// The floor: pure pieces that know nothing of gorun's other packages
-	// above the floor.
+	// The floor: pure pieces that know nothing of gorun's other packages.
 	"reduce":             nil,                    // element-wise reductions, wire formats
 	"reduce/exact":       {"reduce"},             // exact sums' arithmetic: fixed point at a shared exponent, on reduce's integer kernels
 	"assign":             nil,                    // the exact assignment solver
@@ -31,9 +30,9 @@ var allowed = map[string][]string{
 	"pmix":               nil,                    // PMIx codec and server
 	"pmi/pmilib":         nil,                    // the embedded PMI-1 library for Open MPI 4
 	"internal/tick":      nil,
-	"internal/jobenv":    nil,              // the job's environment: the one description of it
-	"internal/jobsecret": nil,              // the job's secret and the keys derived from it, one per use
-	"transport/liveness": {"internal/cpu"}, // peer liveness: a pure state machine (no clock, no sockets)
+	"internal/jobenv":    nil, // the job's environment: the one description of it
+	"internal/jobsecret": nil, // the job's secret and the keys derived from it, one per use
+	"transport/liveness": nil, // peer liveness: a pure state machine (no clock, no sockets)
 	"internal/control":   nil,
 	"internal/chart":     nil,
 	"internal/inspect":   {"internal/tick"},
@@ -67,7 +66,7 @@ var allowed = map[string][]string{
 	// the data plane (the names of a job's files in shared memory are
 	// internal/jobenv's).
 	"launcher/proto": {"internal/control", "internal/inspect", "pmi"},
-	"launcher":       {"assign", "internal/control", "internal/cpu", "internal/inspect", "internal/jobenv", "internal/jobsecret", "launcher/proto", "pmi"},
+	"launcher":       {"assign", "internal/control", "internal/inspect", "internal/jobenv", "internal/jobsecret", "launcher/proto", "pmi"},
 	"launcher/agent": {"internal/control", "internal/inspect", "internal/jobenv", "launcher/proto", "pmi", "pmi/pmilib", "pmix"},
 
 	// The one command.

@@ -1,16 +1,18 @@
 package liveness
 
-import (
-	"time"
-
-	"github.com/gorun/gorun/internal/cpu"
-)
+import "time"
 
 // MaxStretch caps how far DefaultPolicy stretches ConfirmTimeout on an
 // overloaded host: no confirmation window is longer than MaxStretch ×
 // ConfirmTimeout. A caller that waits for every verdict to be settled
 // (ParamHub's report of lost ranks) waits that long.
 const MaxStretch = 120
+
+// overloadPerCPU is the runnable tasks per CPU past which a host counts as
+// overloaded: up to it, ranks get a core often enough to answer. (It was
+// 4: at 10 runnable tasks on 2 cores, under the race detector, a rank
+// answered no handshake for 2.5 s while alive.)
+const overloadPerCPU = 2
 
 // Load is how busy this rank's host is: tasks that want a CPU (now or
 // lately: the owner reads what it can, the TCP mesh the larger of the
@@ -64,9 +66,9 @@ type Observation struct {
 type Policy func(Observation) time.Duration
 
 // DefaultPolicy is Base, stretched by how overloaded the host is
-// (runnable tasks per CPU over cpu.OverloadPerCPU, the factor from 1 to
-// MaxStretch), and at least stallFactor times the longest this rank
-// itself stalled in the window before (at most MaxStretch × Base). On an overloaded host every
+// (runnable tasks per CPU over 2, the factor from 1 to MaxStretch), and at
+// least stallFactor times the longest this rank itself stalled in the
+// window before (at most MaxStretch × Base). On an overloaded host every
 // process, the suspect included, waits its turn for a core: 256 ranks on
 // 2 cores missed gossip's probes and a 1 s confirmation while alive; a
 // process of many ranks kept from its CPUs waits as long inside itself,
@@ -102,8 +104,12 @@ func connectWindow(base time.Duration, l Load) time.Duration {
 	return min(stretch(base, l), maxConnectStretch*base)
 }
 
-// stretch is cpu.Stretch's rule for the host's load l, at most
-// MaxStretch times base.
+// stretch is base × runnable/(overloadPerCPU × cpus), the factor clamped
+// to [1, MaxStretch]; base when the load is unknown.
 func stretch(base time.Duration, l Load) time.Duration {
-	return cpu.Stretch(base, l.Runnable, l.CPUs, MaxStretch)
+	if l.CPUs < 1 || l.Runnable <= overloadPerCPU*l.CPUs {
+		return base
+	}
+	scale := min(float64(l.Runnable)/float64(overloadPerCPU*l.CPUs), MaxStretch)
+	return time.Duration(float64(base) * scale)
 }
