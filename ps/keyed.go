@@ -16,8 +16,8 @@ type Float interface{ float32 | float64 }
 // least-loaded rule. Every worker declares the same keys in the same
 // order, so that every worker computes the same placement. The key is
 // this worker's to push and pull once every hub has accepted the
-// declare; a declare that fails (a hub refuses it, ctx ends) leaves it
-// undeclared but placed, so that declaring it again, with a corrected
+// declare; a declare that fails (a hub refuses it, ctx ends, or had
+// ended when the answers came) leaves it undeclared but placed, so that declaring it again, with a corrected
 // config of the same length, goes to the same hubs. Declaring a key
 // again with the same length and sparse settings does nothing (the hubs
 // check the rest: mode and staleness); with another length or other
@@ -61,6 +61,13 @@ func (c *Client) Declare(ctx context.Context, key string, cfg KeyConfig) error {
 	}
 	if err := h.Wait(ctx); err != nil {
 		return err
+	}
+	if ctx.Err() != nil {
+		// The hubs answered before the wait, but the context had ended:
+		// as when it ends first, the key is not declared here (the hubs
+		// may have it; a declare again goes to the same partitions), so
+		// that a declare with a done context never succeeds.
+		return fmt.Errorf("ps: declare of %q: %w", key, context.Cause(ctx))
 	}
 	// Every hub accepted: the key is declared, with this config.
 	c.mu.Lock()
