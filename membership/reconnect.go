@@ -69,14 +69,11 @@ func (m *Member) reconnect() {
 		if !ok {
 			continue
 		}
-		m.mu.Lock()
 		select {
 		case <-m.done: // Close began: no new exchange
-			m.mu.Unlock()
 			return
 		default:
 		}
-		m.mu.Unlock()
 		_, _ = m.ml.Join([]string{addr}) // a failure is the usual answer of the dead
 	}
 }

@@ -17,11 +17,12 @@ type Float interface{ float32 | float64 }
 // order, so that every worker computes the same placement. The key is
 // this worker's to push and pull once every hub has accepted the
 // declare; a declare that fails (a hub refuses it, ctx ends, or had
-// ended when the answers came) leaves it undeclared but placed, so that declaring it again, with a corrected
-// config of the same length, goes to the same hubs. Declaring a key
-// again with the same length and sparse settings does nothing (the hubs
-// check the rest: mode and staleness); with another length or other
-// sparse settings it is refused here, and the key keeps its own.
+// ended when the answers came) leaves it undeclared but placed, so that
+// declaring it again, with a corrected config of the same length, goes
+// to the same hubs. Declaring a key again with the same length and
+// sparse settings does nothing (the hubs check the rest: mode and
+// staleness); with another length or other sparse settings it is refused
+// here, and the key keeps its own.
 func (c *Client) Declare(ctx context.Context, key string, cfg KeyConfig) error {
 	if len(key) > maxKeyLen-24 {
 		return fmt.Errorf("ps: key %q longer than %d bytes", key, maxKeyLen-24)
