@@ -8,11 +8,15 @@ build:
 
 # The Python package's library, python/gorun/libgorun.so: gorun's collectives
 # behind a C ABI (capi/), which gorun.torch loads. Needs gcc (cgo); the gorun
-# binary itself stays static and cgo-free.
+# binary itself stays static and cgo-free. Then gorun.torch's native fast
+# path, python/gorun/_torchc-TORCHVERSION.so, built against $(PYTHON)'s
+# PyTorch (python/csrc/build.py; needs g++, libtorch-dev and pybind11-dev,
+# and says so and builds nothing without them).
 PYTHON ?= /usr/bin/python3
 python:
 	CGO_ENABLED=1 $(GO) build -trimpath -buildmode=c-shared -o python/gorun/libgorun.so ./capi
 	rm -f python/gorun/libgorun.h
+	$(PYTHON) python/csrc/build.py python/gorun
 
 # Copies the package (python/gorun) into $(PYTHON)'s site-packages: the
 # system's as root, the user's otherwise. Ranks that gorun starts then find
@@ -26,9 +30,10 @@ install-python: python
 # Python package with libgorun.so, and the static gorun binary, which pip
 # installs as the environment's gorun command. VERSION is python/gorun's
 # __version__, which gorun --version prints too. Built here from Go and
-# gcc alone (no build backend, no network); needs gcc as `make python` does.
+# gcc alone (no build backend, no network); needs gcc as `make python` does,
+# and holds the native fast path built for $(PYTHON)'s PyTorch when it can.
 wheel:
-	$(GO) run ./python/mkwheel -go $(GO) -o dist
+	$(GO) run ./python/mkwheel -go $(GO) -python $(PYTHON) -o dist
 
 # gorun's PMI-1 client library for Open MPI 4, embedded in gorun. The built
 # copy is committed (so that `go install` gives a gorun that runs Open MPI
@@ -98,4 +103,4 @@ demo: build
 	bin/gorun -np 4 --strategy hub bin/hello
 
 clean:
-	rm -rf bin dist python/gorun/libgorun.so python/gorun/libgorun.h
+	rm -rf bin dist python/gorun/libgorun.so python/gorun/libgorun.h python/gorun/_torchc-*.so

@@ -6,7 +6,11 @@
 // Handles. A communicator is a positive int64 (gorun_join, gorun_split,
 // gorun_create_group); so is a started operation (gorun_start). Every
 // started operation ends exactly once: gorun_next returns its id when it
-// is done, and gorun_result then gives its outcome and forgets it.
+// is done (or gorun_wait, to the thread that waited for it), and
+// gorun_result then gives its outcome and forgets it. gorun_start_on and
+// gorun_next_on do the same over a queue of their own, so that two
+// collecting threads (the Python package's and its native fast path's)
+// each see only the operations they started.
 //
 // Buffers. gorun_start takes the caller's memory as it lies, without a
 // copy: the caller keeps send, recv and counts alive and untouched until

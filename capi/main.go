@@ -71,15 +71,20 @@ func codeOf(err error) int {
 	return codeOther
 }
 
+// queues is how many queues of finished operations there are: 0 is the
+// Python package's, 1 its native fast path's (python/csrc), each emptied
+// by its own collecting thread.
+const queues = 2
+
 // registry holds the communicators and the operations in flight, and the
-// queue of finished operations.
+// queues of finished operations.
 type registry struct {
 	mu    sync.Mutex
 	next  int64
 	comms map[int64]*collective.Comm
-	works map[int64]*work // started, not yet collected
-	done  []int64         // finished, not yet returned by gorun_next
-	wake  chan struct{}   // a token when done is not empty
+	works map[int64]*work       // started, not yet collected
+	done  [queues][]int64       // finished, not yet returned by gorun_next
+	wake  [queues]chan struct{} // a token when done[q] is not empty
 }
 
 // work is an operation's outcome: err is set before done is closed.
@@ -89,9 +94,11 @@ type work struct {
 	done    chan struct{}
 	err     error
 	waiters int
+	queue   int // the queue it goes to when it finishes
 }
 
-var reg = registry{comms: map[int64]*collective.Comm{}, works: map[int64]*work{}, wake: make(chan struct{}, 1)}
+var reg = registry{comms: map[int64]*collective.Comm{}, works: map[int64]*work{},
+	wake: [queues]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}}
 
 func (r *registry) id() int64 {
 	r.next++
@@ -127,10 +134,10 @@ func (r *registry) finish(id int64, err error) {
 		r.mu.Unlock()
 		return
 	}
-	r.done = append(r.done, id)
+	r.done[w.queue] = append(r.done[w.queue], id)
 	r.mu.Unlock()
 	select {
-	case r.wake <- struct{}{}:
+	case r.wake[w.queue] <- struct{}{}:
 	default:
 	}
 }
@@ -316,9 +323,22 @@ type op struct {
 //
 //export gorun_start
 func gorun_start(comm C.int64_t, kind, dtype, redop, root, tag C.int, send unsafe.Pointer, nsend C.int64_t, recv unsafe.Pointer, nrecv C.int64_t, counts *C.int64_t, ncounts C.int, timeoutMs C.int64_t) C.int64_t {
+	return gorun_start_on(0, comm, kind, dtype, redop, root, tag, send, nsend, recv, nrecv, counts, ncounts, timeoutMs)
+}
+
+// gorun_start_on is gorun_start for a queue of finished operations other
+// than gorun_next's (0): gorun_next_on(queue) returns the id when it is
+// done. An unknown queue is 0.
+//
+//export gorun_start_on
+func gorun_start_on(queue C.int, comm C.int64_t, kind, dtype, redop, root, tag C.int, send unsafe.Pointer, nsend C.int64_t, recv unsafe.Pointer, nrecv C.int64_t, counts *C.int64_t, ncounts C.int, timeoutMs C.int64_t) C.int64_t {
+	q := int(queue)
+	if q < 0 || q >= queues {
+		q = 0
+	}
 	reg.mu.Lock()
 	id := reg.id()
-	reg.works[id] = &work{done: make(chan struct{})}
+	reg.works[id] = &work{done: make(chan struct{}), queue: q}
 	reg.mu.Unlock()
 	c, err := reg.comm(int64(comm))
 	o := op{kind: int(kind), dtype: int(dtype), redop: int(redop), root: int(root), tag: int(tag), send: send, recv: recv, nsend: int(nsend), nrecv: int(nrecv)}
@@ -561,18 +581,30 @@ func (q *p2pOrder) after(c *collective.Comm, peer, tag int, send bool, run func(
 //
 //export gorun_next
 func gorun_next(timeoutMs C.int64_t) C.int64_t {
+	return gorun_next_on(0, timeoutMs)
+}
+
+// gorun_next_on is gorun_next for the operations started with
+// gorun_start_on(queue); an unknown queue gives 0 at once.
+//
+//export gorun_next_on
+func gorun_next_on(queue C.int, timeoutMs C.int64_t) C.int64_t {
+	q := int(queue)
+	if q < 0 || q >= queues {
+		return 0
+	}
 	timer := time.NewTimer(time.Duration(timeoutMs) * time.Millisecond)
 	defer timer.Stop()
 	for {
 		reg.mu.Lock()
-		if len(reg.done) > 0 {
-			id := reg.done[0]
-			reg.done = reg.done[1:]
-			more := len(reg.done) > 0
+		if len(reg.done[q]) > 0 {
+			id := reg.done[q][0]
+			reg.done[q] = reg.done[q][1:]
+			more := len(reg.done[q]) > 0
 			reg.mu.Unlock()
 			if more {
 				select {
-				case reg.wake <- struct{}{}:
+				case reg.wake[q] <- struct{}{}:
 				default:
 				}
 			}
@@ -580,7 +612,7 @@ func gorun_next(timeoutMs C.int64_t) C.int64_t {
 		}
 		reg.mu.Unlock()
 		select {
-		case <-reg.wake:
+		case <-reg.wake[q]:
 		case <-timer.C:
 			return 0
 		}

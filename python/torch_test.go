@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +61,17 @@ func setup(t *testing.T) {
 				return
 			}
 		}
+		// The native fast path, beside libgorun.so, where gorun.torch
+		// looks for it; the tests run with GORUN_TORCH_NATIVE=1, so that
+		// its absence fails them.
+		if out, err := exec.Command(python, "csrc/build.py", dir).CombinedOutput(); err != nil {
+			setupErr = fmt.Errorf("building the native fast path: %v\n%s", err, out)
+			return
+		}
+		if m, _ := filepath.Glob(filepath.Join(dir, "_torchc-*.so")); len(m) != 1 {
+			setupErr = fmt.Errorf("csrc/build.py built no native fast path (bash scripts/testdeps.sh installs what it needs)")
+			return
+		}
 	})
 	if setupErr != nil {
 		t.Fatal(setupErr)
@@ -97,6 +109,9 @@ func runTimed(t *testing.T, wd, prog string, args ...string) (string, int) {
 	cmd := exec.CommandContext(ctx, prog, args...)
 	cmd.Dir = wd
 	cmd.Env = append(os.Environ(), "GORUN_LIBRARY="+filepath.Join(dir, "libgorun.so"), "PYTHONPATH="+here, "OMP_NUM_THREADS=1")
+	if !slices.ContainsFunc(cmd.Env, func(v string) bool { return strings.HasPrefix(v, "GORUN_TORCH_NATIVE=") }) {
+		cmd.Env = append(cmd.Env, "GORUN_TORCH_NATIVE=1")
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()

@@ -23,16 +23,20 @@ import (
 
 // wheelJob is the 2-rank job that TestWheel runs from the venv: an
 // all-reduce through gorun.torch against the sum computed here, and where
-// gorun (and its subpackage gorun.horovod) was imported from.
+// gorun (its subpackage gorun.horovod, its native fast path) was imported
+// from; the all-reduce, small, ran on the native fast path.
 const wheelJob = `
 import os, torch, torch.distributed as dist, gorun, gorun.torch as gt, gorun.horovod
-assert gorun.horovod.__file__.startswith(os.path.dirname(gorun.__file__)), gorun.horovod.__file__
+here = os.path.dirname(gorun.__file__)
+assert gorun.horovod.__file__.startswith(here), gorun.horovod.__file__
+assert gt.NATIVE is not None and gt.NATIVE.__file__.startswith(here), gt.NATIVE
 gt.init()
 r, n = dist.get_rank(), dist.get_world_size()
 x = torch.arange(1000, dtype=torch.float32) * (r + 1)
 dist.all_reduce(x)
 want = torch.arange(1000, dtype=torch.float32) * (n * (n + 1) // 2)
 assert torch.equal(x, want), (x[:4], want[:4])
+assert dist.distributed_c10d._get_default_group().allreduce.ran == 1
 print(f"gorun-wheel-ok rank={r} size={n} torch={torch.__version__} package={gorun.__file__}", flush=True)
 dist.destroy_process_group()
 `
@@ -42,8 +46,8 @@ dist.destroy_process_group()
 // site-packages (Debian's PyTorch), away from the repository and with no
 // index, and checks: the wheel's RECORD; gorun on the venv's PATH, the
 // static binary of the wheel, executable; gorun --version and
-// gorun.__version__ agree (gorunpy.Version, which names the wheel); gorun
-// and libgorun.so are imported from the venv; a 2-rank all-reduce through
+// gorun.__version__ agree (gorunpy.Version, which names the wheel); gorun,
+// libgorun.so and the native fast path are imported from the venv; a 2-rank all-reduce through
 // gorun.torch that the venv's gorun starts on the venv's python; and pip
 // uninstall removes it all. Needs python3-venv, and python3-torch as the
 // tests in torch_test.go do.
@@ -65,7 +69,7 @@ func TestWheel(t *testing.T) {
 	}
 
 	dist := filepath.Join(tmp, "dist")
-	build := exec.CommandContext(ctx, "go", "run", "./mkwheel", "-o", dist)
+	build := exec.CommandContext(ctx, "go", "run", "./mkwheel", "-python", python, "-o", dist)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go run ./mkwheel: %v\n%s", err, out)
 	}
@@ -192,6 +196,15 @@ func checkWheel(t *testing.T, path string) []byte {
 		if _, ok := data[name]; !ok {
 			t.Fatalf("the wheel has no %s", name)
 		}
+	}
+	natives := 0
+	for name := range data {
+		if m, _ := filepath.Match("gorun/_torchc-*.so", name); m {
+			natives++
+		}
+	}
+	if natives != 1 {
+		t.Fatalf("the wheel holds %d native fast paths (gorun/_torchc-*.so), want 1", natives)
 	}
 	recorded := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSuffix(string(data[info+"RECORD"]), "\n"), "\n") {

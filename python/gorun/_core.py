@@ -104,8 +104,13 @@ def error(code, msg):
     return _BY_CODE.get(code, GorunError)(msg)
 
 
+def library_path():
+    """Where libgorun.so is loaded from: GORUN_LIBRARY, or beside this package's files."""
+    return os.environ.get("GORUN_LIBRARY") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "libgorun.so")
+
+
 def _load():
-    path = os.environ.get("GORUN_LIBRARY") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "libgorun.so")
+    path = library_path()
     if not os.path.exists(path):
         raise ImportError(
             f"gorun: {path} is missing: build it with `make python` in gorun's repository "
@@ -134,6 +139,11 @@ def _load():
 
 
 _lib = _load()
+
+
+def function_address(name):
+    """The address of libgorun.so's C function name, for native code (gorun.torch's fast path)."""
+    return ctypes.cast(getattr(_lib, name), ctypes.c_void_p).value
 
 
 def _errbuf():
@@ -267,6 +277,11 @@ class Comm:
     def __init__(self, handle, parent=None):
         self._h = handle
         self.parent = parent
+
+    @property
+    def handle(self):
+        """The communicator's handle in libgorun.so's C ABI."""
+        return self._h
 
     def _info(self, what):
         v = _lib.gorun_info(self._h, what)

@@ -24,11 +24,14 @@ model in DDP again, and go on (docs/pytorch.md shows the loop).
 import atexit
 import collections
 import ctypes
+import importlib.util
 import inspect
 import io
 import os
 import threading
 import time
+import warnings
+import weakref
 from datetime import timedelta
 
 import torch
@@ -341,6 +344,64 @@ def _prune_done_locked(now):
 INLINE_BYTES = int(os.environ.get("GORUN_TORCH_INLINE_BYTES", _core.SMALL_BYTES))
 
 
+def _load_native():
+    """The native fast path (python/csrc/torchc.cpp) built for the torch
+    this process runs, from beside libgorun.so; None when there is none.
+    GORUN_TORCH_NATIVE=0 turns it off; =1 makes its absence an error."""
+    want = os.environ.get("GORUN_TORCH_NATIVE", "")
+    if want == "0":
+        return None
+    tag = "".join(c if c.isalnum() else "_" for c in torch.__version__)
+    path = os.path.join(os.path.dirname(_core.library_path()), f"_torchc-{tag}.so")
+    if not os.path.exists(path):
+        if want == "1":
+            raise ImportError(f"gorun: GORUN_TORCH_NATIVE=1 but {path} is missing: build it with `make python` "
+                              "(it needs g++, libtorch-dev and pybind11-dev)")
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location("gorun._torchc", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        if mod.TORCH_VERSION != torch.__version__:
+            raise ImportError(f"it was built for torch {mod.TORCH_VERSION}, this is {torch.__version__}")
+    except ImportError as e:  # another Python's build, say: the Python path does the same, more slowly
+        if want == "1":
+            raise ImportError(f"gorun: GORUN_TORCH_NATIVE=1 but {path} does not load: {e}") from e
+        warnings.warn(f"gorun: the native fast path {path} does not load ({e}); running without it")
+        return None
+    mod.bind({name: _core.function_address(name) for name in
+              ("gorun_run", "gorun_start_on", "gorun_next_on", "gorun_wait", "gorun_result")}, _core.error)
+    return mod
+
+
+# The native fast path, or None: dist.all_reduce of one contiguous CPU
+# tensor of a native type goes from torch's C++ to gorun's C ABI without a
+# Python frame, in the calling thread up to INLINE_BYTES and on gorun's
+# goroutines above (docs/pytorch.md has the figures).
+NATIVE = _load_native()
+
+_NATIVE_CODES = {name: getattr(_core, name) for name in
+                 ("ALLREDUCE", "SUM", "AVG", "MIN", "MAX", "PROD", "FLOAT32", "FLOAT64", "INT32", "INT64", "INT8",
+                  "UINT8")}
+
+
+def _failed_code(code, msg):
+    """The failed Work of an operation the native fast path ran."""
+    return _failed_work(_core.error(code, msg))
+
+
+def _slow_allreduce(ref):
+    """ProcessGroupGorun.allreduce of the group ref refers to: what the
+    native fast path hands every operation it does not run itself (a weak
+    reference, so that the group and its fast path make no cycle)."""
+    def call(*args):
+        pg = ref()
+        if pg is None:
+            raise RuntimeError("gorun: this process group was destroyed")
+        return type(pg).allreduce(pg, *args)
+    return call
+
+
 class _Pending:
     """Operations that together complete one Work.
 
@@ -501,11 +562,18 @@ class ProcessGroupGorun(dist.ProcessGroup):
         self.comm = comm
         self._default_timeout = timeout  # seconds: init_process_group's, for calls that set none
         self._ranks = ranks  # group rank -> the communicator's rank for roots and peers (elastic views)
-        self._lock = threading.Lock()  # operations start in call order
+        self._lock = NATIVE.Lock() if NATIVE else threading.Lock()  # operations start in call order
         self._name = None  # torch's name for the group (2.x), see group_name
         self._desc = None  # and its description
         self._others = {}  # device type -> the backend its tensors go to ("cpu:gorun,cuda:nccl")
         self._inline_ok = INLINE_BYTES > 0 and not comm.elastic  # see INLINE_BYTES
+        if NATIVE and self._inline_ok:
+            # Found before the class's allreduce by torch's Python and,
+            # through the ProcessGroup trampoline, by its C++ (DDP).
+            self.allreduce = NATIVE.AllReduce(
+                comm=comm.handle, inline_bytes=INLINE_BYTES,
+                default_timeout_ms=int(timeout * 1000) if timeout else 0, lock=self._lock,
+                slow=_slow_allreduce(weakref.ref(self)), failed=_failed_code, codes=_NATIVE_CODES)
 
     def getBackendName(self):
         return "gorun"

@@ -15,8 +15,11 @@
 // --version prints too. The wheel is tagged py3-none-linux_ARCH: the library
 // is loaded with ctypes, not as a CPython extension, so any Python 3 takes
 // it, on the machine's architecture and a glibc as recent as the one it was
-// built against. It is assembled here (a zip, PEP 427), without a build
-// backend or anything else from the network.
+// built against. It also holds gorun.torch's native fast path built for the
+// PyTorch of -python (python/csrc/build.py), a CPython extension that
+// gorun.torch loads only under that torch and goes without elsewhere. It is
+// assembled here (a zip, PEP 427), without a build backend or anything else
+// from the network.
 //
 // mkwheel writes DIR/gorun-VERSION-py3-none-linux_ARCH.whl (DIR is dist by
 // default), removes the other gorun-*.whl files in DIR (so that
@@ -58,12 +61,13 @@ var machines = map[string]string{
 func main() {
 	out := flag.String("o", "dist", "write the wheel into `DIR`")
 	goCmd := flag.String("go", "go", "the `GO` command that builds gorun and libgorun.so")
+	pyCmd := flag.String("python", "/usr/bin/python3", "the `PYTHON` whose PyTorch the native fast path is built for (\"\": none)")
 	flag.Parse()
 	if flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./python/mkwheel [-o DIR] [-go GO]")
+		fmt.Fprintln(os.Stderr, "usage: go run ./python/mkwheel [-o DIR] [-go GO] [-python PYTHON]")
 		os.Exit(2)
 	}
-	path, err := build(*goCmd, *out)
+	path, err := build(*goCmd, *pyCmd, *out)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mkwheel:", err)
 		os.Exit(1)
@@ -71,9 +75,10 @@ func main() {
 	fmt.Println(path)
 }
 
-// build builds gorun and libgorun.so in a temporary folder and writes the
-// wheel into out; it returns the wheel's path.
-func build(goCmd, out string) (string, error) {
+// build builds gorun, libgorun.so and (with py, when its PyTorch and a
+// C++ compiler are there) the native fast path in a temporary folder and
+// writes the wheel into out; it returns the wheel's path.
+func build(goCmd, py, out string) (string, error) {
 	ver := python.Version
 	if ver == "" {
 		return "", errors.New("python/gorun/__init__.py has no __version__ line")
@@ -110,6 +115,19 @@ func build(goCmd, out string) (string, error) {
 	if err := static(bin); err != nil {
 		return "", err
 	}
+	// gorun.torch's native fast path for py's torch: _torchc-TAG.so,
+	// which gorun.torch loads only under the torch it was built for.
+	var natives []string
+	if py != "" {
+		cmd := exec.Command(py, filepath.Join(root, "python", "csrc", "build.py"), tmp)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return "", fmt.Errorf("building the native fast path: %v", err)
+		}
+		if natives, err = filepath.Glob(filepath.Join(tmp, "_torchc-*.so")); err != nil {
+			return "", err
+		}
+	}
 
 	type file struct {
 		name string
@@ -144,10 +162,14 @@ func build(goCmd, out string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for _, f := range []struct{ name, path string }{
+	binaries := []struct{ name, path string }{
 		{"gorun/libgorun.so", lib},
 		{"gorun-" + ver + ".data/scripts/gorun", bin},
-	} {
+	}
+	for _, n := range natives {
+		binaries = append(binaries, struct{ name, path string }{"gorun/" + filepath.Base(n), n})
+	}
+	for _, f := range binaries {
 		b, err := os.ReadFile(f.path)
 		if err != nil {
 			return "", err

@@ -7,17 +7,24 @@ check: all_reduce (every op, AVG for the floating types), reduce and
 broadcast of every native dtype at random sizes (0, 1, primes, the
 threshold's element count -1, +0, +1), run inline and threaded (the
 group's inline switch off), must give the same bits, equal to a
-reference; small inline operations started between a large nonblocking
-all-reduce's start and its wait keep their order and results. Prints
-"gorun-inline-ok rank=R checks=K inline=I fast=F", F counting the
-all-reduces that allreduce's fast path ran (not the general _reduce).
+reference; an all_reduce runs a third way too, through the native fast
+path (gorun.torch.NATIVE), when it is there. Small operations started
+between a large nonblocking all-reduce's start and its wait keep their
+order and results. Prints "gorun-inline-ok rank=R checks=K inline=I
+fast=F native=V", F counting the all-reduces that the Python
+allreduce's fast path ran (not the general _reduce), V those the native
+path ran (-1: no native path).
 
-timeout: rank 0 alone runs a small all-reduce on a group with a 0.5 s
-timeout and must raise Timeout; prints "gorun-inline-seen rank=R error=T".
+timeout: rank 0 alone runs an all-reduce on a group with a 2 s timeout
+and must raise Timeout; prints "gorun-inline-seen rank=R error=T".
 
-kill: the last rank exits after a few small all-reduces; every other rank,
-looping on small all-reduces, prints "gorun-inline-seen rank=R error=T
+kill: the last rank exits after a few all-reduces; every other rank,
+looping on all-reduces, prints "gorun-inline-seen rank=R error=T
 after=S: MESSAGE" and exits 3.
+
+--bytes sets the all-reduces' size in timeout and kill (256: small, run in
+the calling thread; above INLINE_BYTES they are started on gorun's
+goroutines, natively or through Python).
 """
 
 import argparse
@@ -33,6 +40,7 @@ import gorun.torch as gt
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--mode", choices=["check", "timeout", "kill"], default="check")
+ap.add_argument("--bytes", type=int, default=256)
 a = ap.parse_args()
 signal.signal(signal.SIGTERM, lambda *_: None)  # let a rank report what it saw
 gt.init()
@@ -63,10 +71,41 @@ def data(gen, n, dtype, op):
     return [torch.randint(lo, hi, (n,), generator=gen).to(dtype) for _ in range(N)]
 
 
+# The group's native all-reduce (an instance attribute over the class's
+# method), taken off to run the Python paths.
+NATIVE_AR = pg.__dict__.get("allreduce")
+if (gt.NATIVE is not None) != (NATIVE_AR is not None):
+    raise SystemExit(f"rank {R}: gorun.torch.NATIVE is {gt.NATIVE} but the group's native all-reduce is {NATIVE_AR}")
+
+
+def all_reduce_paths(x, op):
+    """x all-reduced through every path: [native (when there is one),
+    inline, threaded]; and how many of them the Python fast path ran."""
+    got, fast = [], 0
+    paths = (["native"] if NATIVE_AR is not None else []) + ["inline", "threaded"]
+    for path in paths:
+        pg._inline_ok = path != "threaded"
+        if path == "native":
+            pg.allreduce = NATIVE_AR
+        t = x.clone()
+        before = general[0]
+        dist.all_reduce(t, op=op)
+        pg.__dict__.pop("allreduce", None)
+        fast += int(path == "inline" and general[0] == before)
+        got.append(t)
+    pg._inline_ok = True
+    if NATIVE_AR is not None:
+        pg.allreduce = NATIVE_AR
+    return got, fast
+
+
+general = [0]  # calls of the general path (_reduce)
+
+
 def check():
     gen = torch.Generator().manual_seed(99)
     checks = inline = fast = 0
-    general = [0]  # calls of the general path (_reduce)
+    above = 0  # all-reduces too large to run inline
     reduce_ = pg._reduce
 
     def counted(*args):
@@ -80,18 +119,13 @@ def check():
             for op in OPS + ([dist.ReduceOp.AVG] if dtype.is_floating_point else []):
                 xs = data(gen, n, dtype, op)
                 want = reference(xs, op) if n else xs[R]
-                got = []
-                for on in (True, False):
-                    pg._inline_ok = on
-                    t = xs[R].clone()
-                    before = general[0]
-                    dist.all_reduce(t, op=op)
-                    fast += int(on and general[0] == before)
-                    got.append(t)
-                pg._inline_ok = True
-                assert torch.equal(got[0], got[1]) and torch.equal(got[0], want), (dtype, n, op)
+                got, f = all_reduce_paths(xs[R], op)
+                fast += f
+                assert all(torch.equal(g, want) for g in got), (dtype, n, op, len(got))
                 checks += 1
-                inline += int(pg._inline([xs[R]]) is not None)
+                small = pg._inline([xs[R]]) is not None
+                inline += int(small)
+                above += int(not small)
             root = n % N
             xs = data(gen, n, dtype, dist.ReduceOp.SUM)
             for on in (True, False):
@@ -120,7 +154,15 @@ def check():
         assert torch.equal(s, torch.full((16,), float(sum(i * N + r for r in range(N))))), ("small", i)
     checks += 21
     pg._reduce = reduce_
-    print(f"gorun-inline-ok rank={R} checks={checks} inline={inline} fast={fast}", flush=True)
+    native = -1
+    if NATIVE_AR is not None:
+        native = NATIVE_AR.ran
+        # Every all-reduce small enough to run inline, and only those,
+        # ran natively in this thread: the checks' and the 20 beside the
+        # large one; every larger one started natively, and the large one.
+        assert native == inline + 20, ("native", native, inline)
+        assert NATIVE_AR.started == above + 1, ("native started", NATIVE_AR.started, above)
+    print(f"gorun-inline-ok rank={R} checks={checks} inline={inline} fast={fast} native={native}", flush=True)
 
 
 def seen(e, t0):
@@ -132,18 +174,18 @@ def seen(e, t0):
 if a.mode == "check":
     check()
 elif a.mode == "timeout":
-    g = dist.new_group(list(range(N)), timeout=timedelta(seconds=0.5))
+    g = dist.new_group(list(range(N)), timeout=timedelta(seconds=2))
     t0 = time.monotonic()
     try:
         if R == 0:
-            dist.all_reduce(torch.ones(4), group=g)
+            dist.all_reduce(torch.ones(a.bytes // 4), group=g)
         else:
             dist.barrier()
         raise SystemExit(f"rank {R}: an operation no other rank entered returned")
     except gt.GorunError as e:
         seen(e, t0)
 else:
-    t = torch.ones(64)
+    t = torch.ones(a.bytes // 4)
     for _ in range(10):
         dist.all_reduce(t)
     if R == N - 1:
