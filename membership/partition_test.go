@@ -89,11 +89,16 @@ func (c *cutNet) Shutdown() error {
 	return c.Transport.Shutdown()
 }
 
-// members lists the ranks m's gossip holds alive, itself included.
+// members lists the ranks m's gossip holds alive, itself included: those
+// its join events made known and no leave event has declared dead or gone
+// since. (Not memberlist's Members: the nodes it returns are its own,
+// which gossip updates under a lock the caller cannot take.)
 func members(m *Member) []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	var rs []int
-	for _, n := range m.ml.Members() {
-		if r, _, ok := parseMeta(n.Meta); ok {
+	for r := range m.nodes {
+		if _, dead := m.dead[r]; !dead && !m.leaving[r] {
 			rs = append(rs, r)
 		}
 	}
