@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gorun/gorun/internal/cpu"
 	"github.com/gorun/gorun/internal/jobsecret"
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/liveness"
 	"github.com/gorun/gorun/transport/shm"
 	"github.com/gorun/gorun/transport/wire"
 )
@@ -52,7 +55,11 @@ type ClientConfig struct {
 	ConnectTimeout   time.Duration
 	HandshakeTimeout time.Duration
 	// HubTimeout: a hub that sends nothing for this long while a request
-	// is outstanding is lost (it is pinged after half of it).
+	// is outstanding is lost (it is pinged after a third of it). On a busy
+	// host the window stretches as the transport's confirmation windows
+	// do (liveness.DefaultPolicy: by the host's load and by how long this
+	// worker itself was kept from running), up to liveness.MaxStretch
+	// times: a starved hub is slow, not lost.
 	HubTimeout time.Duration
 	// Dial, if set, replaces TCP: collective.NewLocal connects to hubs
 	// listening on mem.Listener with it.
@@ -75,6 +82,10 @@ type ClientConfig struct {
 	// use, and quick.
 	Traffic func(sent, received int64)
 	Logger  *slog.Logger
+
+	// load, if set, replaces the host's load read for the hub window
+	// (tests).
+	load func() liveness.Load
 }
 
 // DefaultClientConfig returns the defaults for everything but the job's
@@ -511,33 +522,64 @@ func (c *Client) answer(h *hubLink, p []byte) error {
 }
 
 // watchdog pings hubs that owe an answer and declares lost the ones that
-// stay silent for HubTimeout.
+// stay silent for the hub window: HubTimeout, stretched by the host's
+// load and this worker's own stalls (hubWindow).
 func (c *Client) watchdog() {
 	defer c.wg.Done()
-	t := time.NewTicker(c.cfg.HubTimeout / 6)
+	period := c.cfg.HubTimeout / 6
+	t := time.NewTicker(period)
 	defer t.Stop()
+	last := time.Now()
+	var stall time.Duration // how late this watchdog ran lately
 	for {
 		select {
 		case <-c.failed:
 			return
 		case <-t.C:
 		}
-		now := time.Now().UnixNano()
+		now := time.Now()
+		// A tick that came late says this worker was kept from running
+		// that long; it counts for a while (forgotten at the rate time
+		// passes), so that the window after a stall is as long.
+		stall = max(now.Sub(last)-period, stall-now.Sub(last), 0)
+		last = now
+		load := hostLoad
+		if c.cfg.load != nil {
+			load = c.cfg.load
+		}
+		window := hubWindow(c.cfg.HubTimeout, load(), stall)
 		for _, h := range c.links() {
 			h.mu.Lock()
 			waiting := len(h.pending) > 0
 			h.mu.Unlock()
-			silent := time.Duration(now - h.lastHeard.Load())
+			silent := time.Duration(now.UnixNano() - h.lastHeard.Load())
 			switch {
 			case !waiting:
-			case silent > c.cfg.HubTimeout:
+			case silent > window:
 				c.Fail(&HubLostError{Hub: h.idx, Addr: h.addr, Reason: fmt.Sprintf("no answer for %v", silent.Round(time.Millisecond))})
 				return
-			case silent > c.cfg.HubTimeout/3:
+			case silent > window/3:
 				h.l.control(transport.TypePing)
 			}
 		}
 	}
+}
+
+// hubWindow is how long a hub that owes an answer may stay silent before
+// it is lost: the transport's rule for a peer's confirmation window
+// (liveness.DefaultPolicy), with base as the window of an idle host.
+func hubWindow(base time.Duration, load liveness.Load, stall time.Duration) time.Duration {
+	return max(liveness.DefaultPolicy(liveness.Observation{Base: base, Load: load, Stall: stall, Connected: true}), base)
+}
+
+// hostLoad is this host's load, now or over the last minute, whichever
+// is more (the zero Load where it cannot be read).
+func hostLoad() liveness.Load {
+	n, ok := cpu.Lately()
+	if !ok {
+		return liveness.Load{}
+	}
+	return liveness.Load{Runnable: n, CPUs: runtime.NumCPU()}
 }
 
 // send registers a call on hub i and queues m.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/liveness"
 	"github.com/gorun/gorun/transport/mem"
 	"github.com/gorun/gorun/transport/shm"
 	"github.com/gorun/gorun/transport/wire"
@@ -541,10 +542,23 @@ func TestHubLost(t *testing.T) {
 }
 
 // TestHubFrozen: a hub that accepts and then never answers is lost when
-// it has been silent for HubTimeout with a request outstanding. On
-// synctest's clock the watchdog's ticks (every HubTimeout/6) are exact:
-// the loss comes at the first past HubTimeout, the seventh.
+// it has been silent for HubTimeout with a request outstanding, on an
+// idle host; on a host with 5 times the runnable tasks its CPUs take (20
+// on 2: the window stretches 5 times, as the transport's confirmation
+// windows do) only after 5 HubTimeouts. On synctest's clock the
+// watchdog's ticks (every HubTimeout/6) are exact: the loss comes at the
+// first tick past the window, the seventh or the thirty-first.
 func TestHubFrozen(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		load  liveness.Load
+		ticks int
+	}{{"idle", liveness.Load{Runnable: 1, CPUs: 2}, 7}, {"busy", liveness.Load{Runnable: 20, CPUs: 2}, 31}} {
+		t.Run(c.name, func(t *testing.T) { hubFrozen(t, c.load, c.ticks) })
+	}
+}
+
+func hubFrozen(t *testing.T, load liveness.Load, ticks int) {
 	synctest.Test(t, func(t *testing.T) {
 		ln := mem.NewListener("frozen-hub")
 		thaw := make(chan struct{})
@@ -563,6 +577,7 @@ func TestHubFrozen(t *testing.T) {
 		}()
 		cfg := clientConfig(0, 1, []string{ln.Addr().String()}, 64)
 		cfg.Dial = func(ctx context.Context, _ string) (net.Conn, error) { return ln.Dial(ctx) }
+		cfg.load = func() liveness.Load { return load }
 		c, err := Dial(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -571,7 +586,7 @@ func TestHubFrozen(t *testing.T) {
 		t0 := time.Now()
 		err = c.Declare(context.Background(), "x", KeyConfig{Len: 1})
 		took := time.Since(t0)
-		want := 7 * (cfg.HubTimeout / 6)
+		want := time.Duration(ticks) * (cfg.HubTimeout / 6)
 		if !errors.Is(err, ErrHubLost) || !strings.Contains(err.Error(), "no answer for "+want.Round(time.Millisecond).String()) || took != want {
 			t.Fatalf("frozen hub: %v after %v, want ErrHubLost after %v", err, took, want)
 		}
@@ -947,6 +962,30 @@ func TestHubAcceptSurvivesTransientErrors(t *testing.T) {
 			if want := int32(3*i - 600); x != want {
 				t.Fatalf("worker %d [%d] = %d, want %d", w, i, x, want)
 			}
+		}
+	}
+}
+
+// TestHubWindow: the hub window is HubTimeout on an idle host or one
+// whose load is unknown, stretched by the runnable tasks per CPU past 2,
+// and at least 4 times this worker's own latest stall.
+func TestHubWindow(t *testing.T) {
+	const base = 3 * time.Second
+	for _, c := range []struct {
+		load  liveness.Load
+		stall time.Duration
+		want  time.Duration
+	}{
+		{liveness.Load{}, 0, base},
+		{liveness.Load{Runnable: 4, CPUs: 2}, 0, base},
+		{liveness.Load{Runnable: 8, CPUs: 2}, 0, 2 * base},
+		{liveness.Load{Runnable: 20, CPUs: 2}, 0, 5 * base},
+		{liveness.Load{Runnable: 1, CPUs: 2}, 500 * time.Millisecond, base},
+		{liveness.Load{Runnable: 1, CPUs: 2}, 2 * time.Second, 8 * time.Second},
+		{liveness.Load{Runnable: 1 << 20, CPUs: 1}, time.Hour, liveness.MaxStretch * base},
+	} {
+		if got := hubWindow(base, c.load, c.stall); got != c.want {
+			t.Errorf("hubWindow(%v, %+v, %v) = %v, want %v", base, c.load, c.stall, got, c.want)
 		}
 	}
 }
