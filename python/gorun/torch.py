@@ -1111,17 +1111,6 @@ class ProcessGroupGorun(dist.ProcessGroup):
         t.copy_(total.coalesce())
 
     def barrier(self, opts=None):
-        if self._inline_ok:
-            # In the calling thread, as a small all-reduce: every rank
-            # returns as the last arrival reaches it, with no thread wake
-            # between (an asynchronous barrier is complete when returned).
-            try:
-                with self._lock:
-                    self.comm.run(_core.BARRIER, _core.INT64, 0, 0, None, 0, None, 0, self._t(opts))
-            except GorunError as e:
-                return _failed_work(e)
-            return _done_work([])
-
         def build():
             pend = _Pending([])
             pend.add(self.comm, _core.BARRIER, _core.INT64, 0, 0, 0, None, None, timeout=self._t(opts))
