@@ -97,8 +97,13 @@ type work struct {
 	queue   int // the queue it goes to when it finishes
 }
 
-var reg = registry{comms: map[int64]*collective.Comm{}, works: map[int64]*work{},
-	wake: [queues]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}}
+var reg = registry{comms: map[int64]*collective.Comm{}, works: map[int64]*work{}}
+
+func init() {
+	for q := range reg.wake {
+		reg.wake[q] = make(chan struct{}, 1)
+	}
+}
 
 func (r *registry) id() int64 {
 	r.next++
@@ -328,13 +333,13 @@ func gorun_start(comm C.int64_t, kind, dtype, redop, root, tag C.int, send unsaf
 
 // gorun_start_on is gorun_start for a queue of finished operations other
 // than gorun_next's (0): gorun_next_on(queue) returns the id when it is
-// done. An unknown queue is 0.
+// done. An unknown queue starts nothing and gives -1.
 //
 //export gorun_start_on
 func gorun_start_on(queue C.int, comm C.int64_t, kind, dtype, redop, root, tag C.int, send unsafe.Pointer, nsend C.int64_t, recv unsafe.Pointer, nrecv C.int64_t, counts *C.int64_t, ncounts C.int, timeoutMs C.int64_t) C.int64_t {
 	q := int(queue)
 	if q < 0 || q >= queues {
-		q = 0
+		return -1
 	}
 	reg.mu.Lock()
 	id := reg.id()

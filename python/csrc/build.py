@@ -13,6 +13,7 @@ slowly. `make python` runs it; so do python/'s tests.
 """
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -35,11 +36,15 @@ def main():
     except ImportError as e:
         print(f"gorun: no PyTorch for {sys.executable} ({e}): the native fast path is not built", file=sys.stderr)
         return 0
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    cxx = shlex.split(os.environ.get("CXX", "")) or [c for c in (shutil.which("g++") or shutil.which("c++"),) if c]
     includes = ext.include_paths()
-    if cxx is None or not os.path.exists(os.path.join(includes[0], "torch", "csrc", "distributed", "c10d", "Work.hpp")):
-        print("gorun: no C++ compiler or no PyTorch headers (Debian: apt-get install g++ libtorch-dev pybind11-dev): "
-              "the native fast path is not built", file=sys.stderr)
+    pyinclude = sysconfig.get_paths()["include"]
+    have = lambda rel, dirs: any(os.path.exists(os.path.join(d, rel)) for d in dirs)  # noqa: E731
+    if (not cxx or not have(os.path.join("torch", "csrc", "distributed", "c10d", "Work.hpp"), includes)
+            or not have(os.path.join("pybind11", "pybind11.h"), includes + [pyinclude, "/usr/include"])
+            or not have("Python.h", [pyinclude])):
+        print("gorun: no C++ compiler, or no PyTorch, pybind11 or Python headers (Debian: apt-get install g++ "
+              "libtorch-dev pybind11-dev): the native fast path is not built", file=sys.stderr)
         return 0
     here = os.path.dirname(os.path.abspath(__file__))
     out = os.path.join(out_dir, f"_torchc-{tag(torch.__version__)}.so")
@@ -51,8 +56,8 @@ def main():
         v = getattr(torch._C, f"_PYBIND11_{name}", None)
         if v is not None:
             flags.append(f'-DPYBIND11_{name}="{v}"')
-    cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", "-w",
-           *flags, *[f"-I{p}" for p in includes], f"-I{sysconfig.get_paths()['include']}",
+    cmd = [*cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", "-w",
+           *flags, *[f"-I{p}" for p in includes], f"-I{pyinclude}",
            os.path.join(here, "torchc.cpp"), "-o", out + ".tmp",
            *[f"-L{p}" for p in ext.library_paths()], *[f"-Wl,-rpath,{p}" for p in ext.library_paths()],
            "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]

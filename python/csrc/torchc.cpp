@@ -66,14 +66,29 @@ constexpr int kErrLen = 4096;
 // need the interpreter).
 PyObject* error_of = nullptr;
 
+// The result code of an operation its timeout ended (capi's codeTimeout),
+// whose message begins as the Python package's Timeout's does.
+constexpr int kTimeoutCode = 6;
+constexpr const char* kTimeoutPrefix = "the operation's timeout ended it: ";
+
 // A failed operation's outcome, thrown by a Work's wait() and stored in
 // its future; Python sees it as the package's typed error (the translator
 // in the module init), C++ (DDP) as a runtime_error with its message.
 class Failure : public std::runtime_error {
  public:
-  Failure(int code, const std::string& msg) : std::runtime_error(msg), code(code) {}
+  Failure(int code, const std::string& msg)
+      : std::runtime_error(code == kTimeoutCode && msg.rfind(kTimeoutPrefix, 0) != 0 ? kTimeoutPrefix + msg : msg),
+        code(code) {}
   int code;
 };
+
+// An error message as a Python str; bytes that are not UTF-8 (a message
+// cut to fit the buffer) are replaced, as the Python package decodes.
+py::object message(const char* s, size_t n) {
+  PyObject* o = PyUnicode_DecodeUTF8(s, static_cast<Py_ssize_t>(n), "replace");
+  if (o == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(o);
+}
 
 // A Work whose operation ran in the calling thread and succeeded: complete
 // from the start; its future is made only when torch asks for it.
@@ -220,6 +235,8 @@ class Ops {
   }
 
  private:
+  // Each id goes to a completer of its own: an idle one, reserved here
+  // (so that two ids never wait for one completer), or a new one.
   void collect() {
     for (;;) {
       const int64_t id = lib.next_on(kQueue, 500);
@@ -227,8 +244,9 @@ class Ops {
       std::unique_lock<std::mutex> g(qmu_);
       queue_.push_back(id);
       if (free_ == 0) {
-        ++free_;  // the new completer's
         std::thread([this] { complete(); }).detach();
+      } else {
+        --free_;
       }
       g.unlock();
       qcv_.notify_one();
@@ -241,9 +259,14 @@ class Ops {
       qcv_.wait(g, [this] { return !queue_.empty(); });
       const int64_t id = queue_.front();
       queue_.pop_front();
-      --free_;
       g.unlock();
-      finish(id);
+      try {
+        finish(id);
+      } catch (...) {
+        // A future's callback threw: torch reports what its own callbacks
+        // throw through the future; nothing is left to do here, and the
+        // completer must live on.
+      }
       g.lock();
       ++free_;
     }
@@ -255,7 +278,7 @@ class Ops {
   std::mutex qmu_;
   std::condition_variable qcv_;
   std::deque<int64_t> queue_;
-  int free_ = 0;  // completers waiting for an id
+  int free_ = 0;  // idle completers not yet reserved for an id
 };
 Ops* ops = new Ops;  // never destroyed: its threads outlive exit's destructors
 
@@ -342,7 +365,7 @@ class AllReduce {
     if (o != nullptr && PyList_CheckExact(tensors.ptr()) && PyList_GET_SIZE(tensors.ptr()) == 1) {
       PyObject* item = PyList_GET_ITEM(tensors.ptr(), 0);
       if (THPVariable_Check(item)) {
-        const at::Tensor& t = THPVariable_Unpack(item);
+        const at::Tensor t = THPVariable_Unpack(item);  // a reference of its own while the GIL is released
         int dtype = 0, op = 0;
         if (fast(t, *o, &dtype, &op)) {
           const int64_t timeout = o->timeout.count() > 0 ? o->timeout.count() : default_timeout_ms_;
@@ -380,7 +403,7 @@ class AllReduce {
       code = lib.run(comm_, codes_.allreduce, dtype, op, 0, p, n, nullptr, 0, timeout, err, kErrLen);
     }
     ran_.fetch_add(1, std::memory_order_relaxed);
-    if (code != 0) return failed_(code, py::str(std::string(err, strnlen(err, kErrLen))));
+    if (code != 0) return failed_(code, message(err, strnlen(err, kErrLen)));
     return py::cast(c10::intrusive_ptr<c10d::Work>(c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{t})));
   }
 
@@ -392,7 +415,10 @@ class AllReduce {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> g(lock_->mu());
       ops->add(w, [&] {
-        return lib.start_on(kQueue, comm_, codes_.allreduce, dtype, op, 0, 0, p, n, nullptr, 0, nullptr, 0, timeout);
+        const int64_t id = lib.start_on(kQueue, comm_, codes_.allreduce, dtype, op, 0, 0, p, n, nullptr, 0, nullptr, 0,
+                                        timeout);
+        if (id <= 0) throw std::logic_error("gorun: libgorun.so has no queue for the native fast path");
+        return id;
       });
     }
     started_.fetch_add(1, std::memory_order_relaxed);
@@ -442,7 +468,11 @@ PYBIND11_MODULE(_torchc, m) {
         PyErr_SetString(PyExc_RuntimeError, e.what());
         return;
       }
-      PyObject* exc = PyObject_CallFunction(error_of, "is", e.code, e.what());
+      const char* what = e.what();
+      PyObject* msg = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(strlen(what)), "replace");
+      if (msg == nullptr) return;  // the decoder's error stands
+      PyObject* exc = PyObject_CallFunction(error_of, "iO", e.code, msg);
+      Py_DECREF(msg);
       if (exc == nullptr) return;  // the call's own error stands
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);
       Py_DECREF(exc);

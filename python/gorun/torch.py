@@ -364,13 +364,13 @@ def _load_native():
         spec.loader.exec_module(mod)
         if mod.TORCH_VERSION != torch.__version__:
             raise ImportError(f"it was built for torch {mod.TORCH_VERSION}, this is {torch.__version__}")
-    except ImportError as e:  # another Python's build, say: the Python path does the same, more slowly
+        mod.bind({name: _core.function_address(name) for name in
+                  ("gorun_run", "gorun_start_on", "gorun_next_on", "gorun_wait", "gorun_result")}, _core.error)
+    except (ImportError, AttributeError) as e:  # another Python's build, an older libgorun.so: the Python path does the same, more slowly
         if want == "1":
             raise ImportError(f"gorun: GORUN_TORCH_NATIVE=1 but {path} does not load: {e}") from e
         warnings.warn(f"gorun: the native fast path {path} does not load ({e}); running without it")
         return None
-    mod.bind({name: _core.function_address(name) for name in
-              ("gorun_run", "gorun_start_on", "gorun_next_on", "gorun_wait", "gorun_result")}, _core.error)
     return mod
 
 
@@ -567,7 +567,7 @@ class ProcessGroupGorun(dist.ProcessGroup):
         self._desc = None  # and its description
         self._others = {}  # device type -> the backend its tensors go to ("cpu:gorun,cuda:nccl")
         self._inline_ok = INLINE_BYTES > 0 and not comm.elastic  # see INLINE_BYTES
-        if NATIVE and self._inline_ok:
+        if NATIVE and self._inline_ok and type(self).allreduce is ProcessGroupGorun.allreduce:
             # Found before the class's allreduce by torch's Python and,
             # through the ProcessGroup trampoline, by its C++ (DDP).
             self.allreduce = NATIVE.AllReduce(

@@ -139,6 +139,15 @@ def check():
                     assert torch.equal(t, reference(xs, dist.ReduceOp.SUM) if n else xs[R]), ("reduce", dtype, n, on)
                 checks += 2
             pg._inline_ok = True
+    # A future's callback that waits for another operation's future: the
+    # thread that runs it must not be the one the other's completion needs.
+    for _ in range(5):
+        a, b = torch.ones(1 << 18), torch.ones(1 << 18)
+        wa = dist.all_reduce(a, async_op=True)
+        fb = dist.all_reduce(b, async_op=True).get_future()
+        got = wa.get_future().then(lambda f: fb.wait()[0].sum().item())
+        assert got.wait() == N * (1 << 18), ("callback waiting on a future", got.value())
+        checks += 1
     # A large operation in flight while small ones run inline.
     big = [torch.full((1 << 20,), float(r + 1)) for r in range(N)]
     t = big[R].clone()
@@ -159,9 +168,10 @@ def check():
         native = NATIVE_AR.ran
         # Every all-reduce small enough to run inline, and only those,
         # ran natively in this thread: the checks' and the 20 beside the
-        # large one; every larger one started natively, and the large one.
+        # large one; every larger one started natively: the checks', the
+        # 10 of the callbacks and the large one.
         assert native == inline + 20, ("native", native, inline)
-        assert NATIVE_AR.started == above + 1, ("native started", NATIVE_AR.started, above)
+        assert NATIVE_AR.started == above + 10 + 1, ("native started", NATIVE_AR.started, above)
     print(f"gorun-inline-ok rank={R} checks={checks} inline={inline} fast={fast} native={native}", flush=True)
 
 
