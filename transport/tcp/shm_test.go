@@ -43,7 +43,10 @@ func noSegments(t *testing.T, dir, job string) {
 // from concurrent senders, and checks what each receives.
 func exchange(t *testing.T, ts []*Mesh, msgs [][]byte) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// A budget against a hang, not a speed check: megabytes through a
+	// 4 KiB ring, under the race detector on a busy machine, took over
+	// 30 s.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*len(ts)*len(ts))
