@@ -30,7 +30,6 @@ import (
 type spinState struct {
 	hot    atomic.Int32 // Recv calls waiting on this peer
 	parked atomic.Bool  // the reader is (about to be) parked in the poller
-	kicked atomic.Bool  // Recv cut the reader's park short with a deadline
 }
 
 // spinReader reads from a TCP connection, spinning while the peer is hot.
@@ -103,7 +102,13 @@ func (s *spinReader) Read(p []byte) (int, error) {
 			}
 		})
 		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) && s.st.kicked.Swap(false) && s.alive() {
+			// While the transport is alive the only read deadline is a
+			// kick's (warm; Close sets its own after the transport has
+			// failed): go back to reading. (A flag that paired each kick
+			// with its deadline raced: a warm that lost its CPU between
+			// the two found its flag taken for an earlier kick, and its
+			// deadline ended a live connection.)
+			if errors.Is(err, os.ErrDeadlineExceeded) && s.alive() {
 				_ = s.c.SetReadDeadline(time.Time{})
 				continue
 			}
@@ -124,7 +129,6 @@ func (s *spinReader) Read(p []byte) (int, error) {
 func (st *spinState) warm(c net.Conn) func() {
 	st.hot.Add(1)
 	if st.parked.Load() {
-		st.kicked.Store(true)
 		_ = c.SetReadDeadline(time.Now())
 	}
 	return func() { st.hot.Add(-1) }
