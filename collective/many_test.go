@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"testing"
@@ -77,10 +78,16 @@ func TestManyRanks(t *testing.T) {
 	bcast := make([][]int64, n)
 	runErrs := make([]error, n)
 	var wg sync.WaitGroup
+	var dump sync.Once
 	for r, c := range comms {
 		wg.Add(1)
-		go func() {
+		go pprof.Do(ctx, rankLabel(r), func(ctx context.Context) {
 			defer wg.Done()
+			defer func() {
+				if runErrs[r] != nil {
+					dump.Do(func() { dumpGoroutines(t) })
+				}
+			}()
 			for i := range sizes {
 				buf := slices.Clone(in[i][r])
 				if err := AllReduce(ctx, c, buf, Sum); err != nil {
@@ -99,7 +106,7 @@ func TestManyRanks(t *testing.T) {
 			}
 			bcast[r] = b
 			runErrs[r] = c.Barrier(ctx)
-		}()
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(runErrs...); err != nil {

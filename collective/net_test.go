@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -41,11 +44,33 @@ func newAll(cfgs []Config) ([]*Comm, []error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			comms[r], errs[r] = New(context.Background(), cfgs[r])
+			// The rank's goroutines carry its number, as a profile label,
+			// for a dump of them (dumpGoroutines).
+			pprof.Do(context.Background(), rankLabel(r), func(ctx context.Context) {
+				comms[r], errs[r] = New(ctx, cfgs[r])
+			})
 		}()
 	}
 	wg.Wait()
 	return comms, errs
+}
+
+func rankLabel(r int) pprof.LabelSet { return pprof.Labels("rank", strconv.Itoa(r)) }
+
+// dumpGoroutines writes every goroutine's stack, grouped and labelled by
+// rank, to a file, and says where: what a failure at many ranks in one
+// process leaves to read (which rank's reader waited, and on what).
+func dumpGoroutines(t *testing.T) {
+	f, err := os.CreateTemp("", "gorun-"+t.Name()+"-goroutines-*.txt")
+	if err != nil {
+		t.Logf("no goroutine dump: %v", err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.Lookup("goroutine").WriteTo(f, 1); err != nil {
+		t.Logf("goroutine dump: %v", err)
+	}
+	t.Logf("goroutines at the first failure: %s", f.Name())
 }
 
 // TestNewOverTCP joins 4 ranks by gossip over loopback, runs collectives
