@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -543,11 +542,12 @@ func (c *Client) watchdog() {
 		// passes), so that the window after a stall is as long.
 		stall = max(now.Sub(last)-period, stall-now.Sub(last), 0)
 		last = now
-		load := hostLoad
+		n, cpus := cpu.Host() // now or over the last minute, whichever is more
+		load := liveness.Load{Runnable: n, CPUs: cpus}
 		if c.cfg.load != nil {
-			load = c.cfg.load
+			load = c.cfg.load()
 		}
-		window := hubWindow(c.cfg.HubTimeout, load(), stall)
+		window := hubWindow(c.cfg.HubTimeout, load, stall)
 		for _, h := range c.links() {
 			h.mu.Lock()
 			waiting := len(h.pending) > 0
@@ -570,16 +570,6 @@ func (c *Client) watchdog() {
 // (liveness.DefaultPolicy), with base as the window of an idle host.
 func hubWindow(base time.Duration, load liveness.Load, stall time.Duration) time.Duration {
 	return max(liveness.DefaultPolicy(liveness.Observation{Base: base, Load: load, Stall: stall, Connected: true}), base)
-}
-
-// hostLoad is this host's load, now or over the last minute, whichever
-// is more (the zero Load where it cannot be read).
-func hostLoad() liveness.Load {
-	n, ok := cpu.Lately()
-	if !ok {
-		return liveness.Load{}
-	}
-	return liveness.Load{Runnable: n, CPUs: runtime.NumCPU()}
 }
 
 // send registers a call on hub i and queues m.

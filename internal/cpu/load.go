@@ -96,3 +96,14 @@ func Now() Mode {
 	loadCache.mode.Store(uint32(m))
 	return m
 }
+
+// Host is this host's load as a liveness window reads it: the tasks that
+// want a CPU now or lately (Lately) and the CPUs there are; both zero
+// where the load cannot be read.
+func Host() (runnable, cpus int) {
+	n, ok := Lately()
+	if !ok {
+		return 0, 0
+	}
+	return n, runtime.NumCPU()
+}

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"runtime"
 	"testing"
 	"time"
 )
@@ -39,4 +40,19 @@ func TestModeFor(t *testing.T) {
 		t.Fatalf("a look within %v read the load again (mode %v, stamp %d then %d)", loadRefresh, got, at, loadCache.at.Load())
 	}
 	loadCache.at.Store(0)
+}
+
+// TestHost checks that the host's load comes with the CPU count when it
+// can be read, and is all zero when it cannot.
+func TestHost(t *testing.T) {
+	n, cpus := Host()
+	_, ok := Lately()
+	switch {
+	case ok && cpus != runtime.NumCPU():
+		t.Errorf("Host() = %d, %d CPUs; want %d CPUs", n, cpus, runtime.NumCPU())
+	case ok && n < 0:
+		t.Errorf("Host() = %d runnable", n)
+	case !ok && (n != 0 || cpus != 0):
+		t.Errorf("Host() = %d, %d where the load cannot be read; want 0, 0", n, cpus)
+	}
 }

@@ -3,7 +3,6 @@ package tcp
 import (
 	"context"
 	"errors"
-	"runtime"
 	"time"
 
 	"github.com/gorun/gorun/internal/cpu"
@@ -222,11 +221,8 @@ func (t *Mesh) livenessLoop() {
 // where it cannot be read): a window opened at a lull of a busy host is
 // as long as the host's work says.
 func hostLoad() liveness.Load {
-	n, ok := cpu.Lately()
-	if !ok {
-		return liveness.Load{}
-	}
-	return liveness.Load{Runnable: n, CPUs: runtime.NumCPU()}
+	n, cpus := cpu.Host()
+	return liveness.Load{Runnable: n, CPUs: cpus}
 }
 
 // gone reports whether peer is gone for this rank's calls: it left, or an
