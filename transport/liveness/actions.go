@@ -29,8 +29,12 @@ type Sample struct {
 	Conn ConnID
 }
 
-// Probe: dial Peer (it has no connection) and run the handshake, within
-// Timeout, and step ProbeDone with Gen. The connection is closed at once.
+// Probe: dial Peer and run the handshake, within Timeout, and step
+// ProbeDone with Gen; the connection is closed at once. For a peer with no
+// connection (WatchAll) it is the check itself; for a connected one it is
+// a knock beside the ping: whether its process answers at all, while its
+// reader may be behind (a connected peer refuses the handshake as a
+// duplicate, which is an answer).
 type Probe struct {
 	Peer    int
 	Gen     uint32
@@ -94,12 +98,15 @@ const (
 // AskAgain: Peer has not answered yet but frames came from it during the
 // window (or wait for room in this rank's inbox): its answer may be
 // behind its data, so it is asked again; or (Starved) this rank itself was
-// kept from running for much of the window, which then proves nothing.
-// Once per check. (Log it.)
+// kept from running for much of the window, which then proves nothing; or
+// (Running) it sent nothing but its process answered a connection: its
+// reader may wait for its own collectives, with the ping unread. Once per
+// check for each of the three. (Log it.)
 type AskAgain struct {
 	Peer    int
 	Gen     uint32
 	Starved bool
+	Running bool
 }
 
 // Doubt: gossip declared Peer, to which this rank has no connection, dead
@@ -133,8 +140,11 @@ func (a DeclareLost) String() string {
 func (a DeclareLeft) String() string { return fmt.Sprintf("left %d gen=%d", a.Peer, a.Gen) }
 func (a Kept) String() string        { return fmt.Sprintf("kept %d gen=%d %v", a.Peer, a.Gen, a.By) }
 func (a AskAgain) String() string {
-	if a.Starved {
+	switch {
+	case a.Starved:
 		return fmt.Sprintf("ask-again %d gen=%d starved", a.Peer, a.Gen)
+	case a.Running:
+		return fmt.Sprintf("ask-again %d gen=%d running", a.Peer, a.Gen)
 	}
 	return fmt.Sprintf("ask-again %d gen=%d", a.Peer, a.Gen)
 }
@@ -174,8 +184,11 @@ func LogMessage(a Action) string {
 		}
 		return "gossip declared a rank dead, but it answered a connection; keeping it"
 	case AskAgain:
-		if a.Starved {
+		switch {
+		case a.Starved:
 			return "gossip declared a rank dead, but this rank was itself kept from running while it waited for an answer; asking it again"
+		case a.Running:
+			return "gossip declared a rank dead, and it does not answer on the data plane, but its process answers a connection (its reader may wait for its own collectives); asking it again"
 		}
 		return "gossip declared a rank dead, but it is still sending on the data plane; asking it again"
 	case Doubt:

@@ -27,7 +27,8 @@
 //     frame in the stream) and steps PingFailed if it fails; steps Pong
 //     when one is read;
 //   - for a Probe, dials and runs the handshake within its Timeout, then
-//     steps ProbeDone;
+//     steps ProbeDone (Answered for any answer: a connected peer refuses
+//     the connection as a duplicate);
 //   - numbers its connections (ConnID, never reused) and says which
 //     generation of the peer each was made for (Gen when its dial began,
 //     or when it was accepted);
@@ -74,11 +75,14 @@
 //  4. ConfirmTimeout 0 trusts gossip: the peer is lost at once with
 //     gossip's reason (a peer with no connection and no WatchAll aside:
 //     rule 10).
-//  5. A connected peer is pinged, and its reader sampled. A pong to any
-//     ping of this check (not one left from an earlier check) keeps it
-//     (Kept). A window (Policy) with no pong and no frames read from it,
-//     its reader not waiting on a full inbox, loses it ("..., and no
-//     answer on its data connection for 1s").
+//  5. A connected peer is pinged, and its reader sampled; beside every
+//     ping it is knocked on (Probe, within half the window: does its
+//     process answer a connection at all?). A pong to any ping of this
+//     check (not one left from an earlier check) keeps it (Kept). A
+//     window (Policy) with no pong and no frames read from it, its
+//     reader not waiting on a full inbox, and no answer to the knock,
+//     loses it ("..., and no answer on its data connection for 1s, nor
+//     to a connection").
 //  6. A window with frames (any read of the connection that returned
 //     data), or with the reader waiting on a full inbox,
 //     proves nothing either way: its pong may be behind its data. It is
@@ -91,10 +95,20 @@
 //     same process, or on a host as busy, waited as long. Nor does a
 //     window at whose end this rank's ping was still being written
 //     (Progress.Writing: its write waits behind another, or for room the
-//     peer has not read). The peer is asked again (AskAgain{Starved}), in a window at least four times the
-//     stall, until MaxStretch × ConfirmTimeout has passed since the
-//     verdict; a loss then says what this rank saw of itself ("this rank
-//     stalled up to 400ms", "its ping still being written").
+//     peer has not read), or whose knock has not come back (this rank's
+//     dial waits for a CPU). The peer is asked again (AskAgain{Starved}),
+//     in a window at least four times the stall, until MaxStretch ×
+//     ConfirmTimeout has passed since the verdict; a loss then says what
+//     this rank saw of itself ("this rank stalled up to 400ms", "its
+//     ping still being written").
+//     Nor does a window whose knock the peer's process answered: it runs,
+//     and its own reader may wait for room in its own inbox (its
+//     collectives behind this rank's), the ping unread behind what it
+//     waits to deliver, so that it sends nothing. It is asked again
+//     (AskAgain{Running}), window after window, until it answers or its
+//     process stops answering too. A stopped process answers nothing; a
+//     process whose data connection alone is cut off is asked for as
+//     long as it answers connections.
 //  7. If the ping cannot be written (PingFailed), or a send already
 //     failed, the connection is broken: a peer that said goodbye and
 //     exited breaks the ping too, and its goodbye may still wait to be
@@ -179,12 +193,13 @@
 //   - The job fails at most once, never in an elastic job, and after it
 //     failed every loss is RecordOnly. Status and Lost agree.
 //   - A peer that answers every ping within a window, however long its
-//     frames wait on this rank's full inbox, is never lost.
-//   - A connected peer that falls silent (no frames, no pongs) is lost
-//     within two windows of gossip's first verdict after it fell silent
-//     (one window if it was silent when the check began), when this rank
-//     was not itself starved; within MaxStretch × ConfirmTimeout of the
-//     verdict when it was.
+//     frames wait on this rank's full inbox, or its own reader on its own
+//     full inbox while its process answers connections, is never lost.
+//   - A connected peer that falls silent (no frames, no pongs, no answer
+//     to a connection) is lost within two windows of gossip's first
+//     verdict after it fell silent (one window if it was silent when the
+//     check began), when this rank was not itself starved; within
+//     MaxStretch × ConfirmTimeout of the verdict when it was.
 //   - After Revive, nothing about the replaced process loses its
 //     successor.
 //   - Deadline is always after the last Step's time.

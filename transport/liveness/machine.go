@@ -163,9 +163,21 @@ type check struct {
 	base     uint64        // reads at the window's start
 	baseSet  bool          // base came (the Progress after the window's Sample)
 	waitEnd  bool          // the window ended: a Sample is out, its Progress decides
-	said     bool          // AskAgain was given
+	said     uint8         // the reasons an AskAgain was given for (askWhy)
 	late     time.Duration // how late the window's end was stepped
+	knock    knock         // the knock beside the ping (pinging)
 }
+
+// knock is where the knock on a connected peer stands: a Probe beside the
+// ping, asking whether its process answers at all.
+type knock uint8
+
+const (
+	knockNone     knock = iota // none out, or its answer used
+	knockOut                   // a Probe is out
+	knockAnswered              // its process answered
+	knockSilent                // no answer within its timeout
+)
 
 // New returns a machine for cfg, or why cfg is not valid.
 func New(cfg Config) (*Machine, error) {
@@ -285,12 +297,17 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 			}
 		}
 	case ProbeDone:
-		if p := m.peer(ev.Peer); p != nil && p.chk.phase == probing && ev.Gen == p.gen {
-			if ev.Answered {
-				m.keep(p, ByHandshake)
-			} else {
-				m.lose(p, p.chk.reason+", and it did not answer a connection for "+roundMS(p.chk.window), nil)
-			}
+		p := m.peer(ev.Peer)
+		switch {
+		case p == nil || ev.Gen != p.gen:
+		case p.chk.phase == probing && ev.Answered:
+			m.keep(p, ByHandshake)
+		case p.chk.phase == probing:
+			m.lose(p, p.chk.reason+", and it did not answer a connection for "+roundMS(p.chk.window), nil)
+		case p.chk.phase == pinging && p.chk.knock == knockOut && ev.Answered:
+			p.chk.knock = knockAnswered
+		case p.chk.phase == pinging && p.chk.knock == knockOut:
+			p.chk.knock = knockSilent
 		}
 	case DialStarted:
 		if p := m.peer(ev.Peer); p != nil && ev.Gen == p.gen && p.status == Live && p.conn == nil && !m.failed && p.connectDue.IsZero() {
@@ -447,6 +464,7 @@ func (m *Machine) verdict(p *peer, reason string) {
 		p.chk.window = m.window(p, true, 0, c.stuck, 0)
 		m.ping(p, c)
 		m.emit(Sample{Peer: p.id, Conn: c.id})
+		m.knock(p)
 	}
 }
 
@@ -506,13 +524,26 @@ func (m *Machine) progress(p *peer, c *conn, stall time.Duration, writing bool) 
 	// and a peer in this process, or on a host as busy, waited as long),
 	// until MaxStretch windows' worth of time has passed.
 	// So does a window whose ping this rank could not even write (its
-	// write waits behind another, or for room the peer has not read).
-	blocked := !sending && (starved(stall, p.chk.window) || writing && p.chk.phase == pinging)
+	// write waits behind another, or for room the peer has not read), or
+	// whose knock has not come back (this rank's dial waits for a CPU).
+	knocked := p.chk.knock
+	if p.chk.phase == pinging && knocked != knockOut {
+		p.chk.knock = knockNone
+	}
+	blocked := !sending && (starved(stall, p.chk.window) || p.chk.phase == pinging && (writing || knocked == knockOut))
 	unproven := blocked && m.now.Sub(p.chk.started) < MaxStretch*m.cfg.ConfirmTimeout
-	if !sending && !unproven {
-		if p.chk.phase == draining {
+	// A peer that sent nothing but whose process answered the knock runs:
+	// its own reader may wait for room in its inbox (its collectives
+	// behind), with the ping unread behind what it waits to deliver. A
+	// stopped process answers nothing.
+	running := !sending && !unproven && p.chk.phase == pinging && knocked == knockAnswered
+	if !sending && !unproven && !running {
+		switch {
+		case p.chk.phase == draining:
 			m.lose(p, p.chk.reason+", and its data connection is broken", nil)
-		} else {
+		case knocked == knockSilent:
+			m.lose(p, p.chk.reason+", and no answer on its data connection for "+roundMS(p.chk.window)+", nor to a connection"+ownState(stall, writing), nil)
+		default:
 			m.lose(p, p.chk.reason+", and no answer on its data connection for "+roundMS(p.chk.window)+ownState(stall, writing), nil)
 		}
 		return
@@ -523,9 +554,9 @@ func (m *Machine) progress(p *peer, c *conn, stall time.Duration, writing bool) 
 	// stopped or cut-off process sends nothing.
 	p.chk.round++
 	p.chk.base = c.reads
-	if p.chk.phase == pinging && !p.chk.said {
-		p.chk.said = true
-		m.emit(AskAgain{Peer: p.id, Gen: p.gen, Starved: unproven})
+	if why := askWhy(unproven, running); p.chk.phase == pinging && p.chk.said&why == 0 {
+		p.chk.said |= why
+		m.emit(AskAgain{Peer: p.id, Gen: p.gen, Starved: unproven, Running: running})
 	}
 	p.chk.window = m.window(p, true, reads, c.stuck, stall)
 	if p.chk.phase == draining || c.broken {
@@ -535,6 +566,30 @@ func (m *Machine) progress(p *peer, c *conn, stall time.Duration, writing bool) 
 		return
 	}
 	m.ping(p, c)
+	m.knock(p)
+}
+
+// askWhy is the bit of said for an AskAgain's reason: each is given once
+// a check.
+func askWhy(starved, running bool) uint8 {
+	switch {
+	case starved:
+		return 2
+	case running:
+		return 4
+	}
+	return 1
+}
+
+// knock sends a Probe beside p's ping, unless one is out: whether its
+// process answers at all, within half the window, so that its answer is
+// in when the window ends.
+func (m *Machine) knock(p *peer) {
+	if p.chk.knock == knockOut {
+		return
+	}
+	p.chk.knock = knockOut
+	m.emit(Probe{Peer: p.id, Gen: p.gen, Timeout: p.chk.window / 2})
 }
 
 // ownState is what a loss's reason adds about this rank's own part in the

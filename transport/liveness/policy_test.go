@@ -91,6 +91,7 @@ func TestPolicySeesWhatWasObserved(t *testing.T) {
 	m.Step(at(time.Second), Progress{Peer: 1, Conn: 1, Reads: 10})
 	m.Step(at(2*time.Second), Tick{})
 	m.Step(at(2*time.Second), Progress{Peer: 1, Conn: 1, Reads: 15, Stuck: true})
+	m.Step(at(3*time.Second), ProbeDone{Peer: 1}) // its process does not answer either
 	m.Step(at(4*time.Second), Tick{})
 	acts := m.Step(at(4*time.Second), Progress{Peer: 1, Conn: 1, Reads: 15})
 	want := []Observation{
@@ -101,7 +102,7 @@ func TestPolicySeesWhatWasObserved(t *testing.T) {
 	if !slices.Equal(seen, want) {
 		t.Fatalf("the policy saw\n%+v\nwant\n%+v", seen, want)
 	}
-	if len(acts) != 1 || acts[0].String() != "lost 1 gen=0 fail-job: v, and no answer on its data connection for 2s" {
+	if len(acts) != 1 || acts[0].String() != "lost 1 gen=0 fail-job: v, and no answer on its data connection for 2s, nor to a connection" {
 		t.Fatalf("got %v, want the loss naming the second round's window", acts)
 	}
 	// Checks by connecting see Connected false; a doubted peer's dials,

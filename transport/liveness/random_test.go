@@ -297,7 +297,9 @@ func FuzzStep(f *testing.F) {
 // answers the machine's actions as such peers would. It checks what the
 // machine promises about them:
 //   - a peer that answers every ping (however long its frames wait on
-//     this rank's full inbox) is never lost;
+//     this rank's full inbox, or its own reader on its own full inbox,
+//     the ping unread, while its process answers a connection) is never
+//     lost;
 //   - a peer that goes silent (no frames, no answers, its connection
 //     open) is lost within two windows of gossip's first verdict after it
 //     fell silent;
@@ -321,6 +323,7 @@ type modelPeer struct {
 	deathAt  time.Duration // replaced: the first process's connection ends
 	reviveAt time.Duration // replaced: Revive, and the successor connects 10 ms later
 	stuck    []spell
+	behind   []spell // its own reader waits on its own full inbox: it sends nothing, reads no ping
 	reads    uint64
 	verdicts []time.Duration
 	lostAt   time.Duration
@@ -359,8 +362,11 @@ func (md *model) at(at time.Duration, ev Event) {
 	md.queue = slices.Insert(md.queue, i, timed{at, ev})
 }
 
-func (p *modelPeer) stuckAt(t time.Duration) (bool, time.Duration) {
-	for _, s := range p.stuck {
+func (p *modelPeer) stuckAt(t time.Duration) (bool, time.Duration) { return within(p.stuck, t) }
+
+// within reports whether t falls in one of spells, and when that one ends.
+func within(spells []spell, t time.Duration) (bool, time.Duration) {
+	for _, s := range spells {
 		if t >= s.from && t < s.to {
 			return true, s.to
 		}
@@ -419,9 +425,18 @@ func runModel(t *testing.T, seed uint64) {
 			p.stuck = append(p.stuck, spell{from: s, to: e})
 			s = e
 		}
+		// Behind spells: its own reader waits for its own collectives;
+		// it sends nothing meanwhile, and reads this rank's ping when
+		// the spell ends. Up to many windows long.
+		for s := ms(0, 8000); s < 40*time.Second; s += ms(1000, 12000) {
+			e := s + ms(10, 8000)
+			p.behind = append(p.behind, spell{from: s, to: e})
+			s = e
+		}
 		switch p.kind {
 		case silent:
 			p.silentAt = ms(0, 20000)
+			p.behind = slices.DeleteFunc(p.behind, func(s spell) bool { return s.to > p.silentAt })
 			// Spells end before the silence; the last verdict comes
 			// after it.
 			p.stuck = slices.DeleteFunc(p.stuck, func(s spell) bool { return s.to > p.silentAt })
@@ -433,7 +448,7 @@ func runModel(t *testing.T, seed uint64) {
 			p.oldConn = p.conn
 			p.deathAt = ms(0, 5000)
 			p.reviveAt = p.deathAt + ms(100, 5000)
-			p.stuck = nil
+			p.stuck, p.behind = nil, nil
 			if r.IntN(2) == 0 {
 				md.at(p.deathAt, ReadEnded{Peer: id, Conn: p.oldConn, Err: errors.New("EOF")})
 			} else {
@@ -548,6 +563,9 @@ func (md *model) deliver(ev Event) {
 				if st, end := p.stuckAt(md.now); st {
 					when = end // read once the inbox has room
 				}
+				if b, end := within(p.behind, when); b {
+					when = end // the peer reads it once its own inbox has room
+				}
 				when += time.Duration(md.r.Int64N(int64(md.window) / 2))
 				if md.alive(p, when) && a.Conn == p.conn {
 					md.at(when, Pong(a))
@@ -555,7 +573,9 @@ func (md *model) deliver(ev Event) {
 			case Probe:
 				p := md.peers[a.Peer]
 				when := md.now + time.Duration(md.r.Int64N(int64(a.Timeout)/2))
-				md.at(when, ProbeDone{Peer: a.Peer, Gen: a.Gen, Answered: md.alive(p, when) && a.Gen == 1})
+				// A process answers a hello whatever its readers do; a
+				// replaced peer's first process never does.
+				md.at(when, ProbeDone{Peer: a.Peer, Gen: a.Gen, Answered: md.alive(p, when) && (p.kind != replaced || a.Gen == 1)})
 			case DeclareLost:
 				p := md.peers[a.Peer]
 				p.lostGen = append(p.lostGen, a.Gen)
@@ -572,7 +592,7 @@ func (md *model) observe(ev Event) Event {
 		if !md.alive(p, md.now) {
 			continue
 		}
-		if md.r.IntN(3) == 0 {
+		if b, _ := within(p.behind, md.now); md.r.IntN(3) == 0 && !b {
 			p.reads += uint64(md.r.IntN(3))
 		}
 		for i := range p.stuck {

@@ -27,13 +27,16 @@ import (
 // keeps each one's read count and inbox state (frames, stuck), this
 // rank's stall to report (stall for=D, once) and whether its ping is still
 // being written (writing on|off), and answers every Sample at
-// once with a Progress, as the owner must. Pings
-// and probes are answered only by the script (pong, probe-done).
+// once with a Progress, as the owner must. Pings are answered only by the
+// script (pong), and so are probes of a peer with no connection
+// (probe-done); a knock (a probe beside a ping) is answered at once as
+// the case says (knocks=silent, the default: a stopped process;
+// knocks=answered: a running one; knocks=manual: by the script).
 //
 // Commands (P is a peer; every event takes at=D, the time since the
 // start, and keeps the last time without it):
 //
-//	case name="..." [confirm=D] [explain=D] [connect=D] [elastic] [watchall] [size=N]
+//	case name="..." [confirm=D] [explain=D] [connect=D] [elastic] [watchall] [size=N] [knocks=K]
 //	load runnable=N cpus=N           HostLoad
 //	verdict P [reason="..."]         Verdict (default: membership's reason)
 //	gossip-left P                    GossipLeft
@@ -199,6 +202,11 @@ type harness struct {
 	stuck   map[ConnID]bool
 	stall   map[ConnID]time.Duration // reported at the next Sample, then 0
 	writing map[ConnID]bool          // a ping still being written
+	// knocks is how a connected peer's process answers a knock (a Probe
+	// beside the ping), at once: "silent" (a stopped process, the
+	// default), "answered" (a running one), or "manual" (the script steps
+	// probe-done itself).
+	knocks string
 }
 
 func (h *harness) fatalf(d *directive, format string, a ...any) {
@@ -246,6 +254,10 @@ func (h *harness) do(d *directive) []string {
 		h.m, h.at, h.next = m, 0, 0
 		h.cur, h.reads, h.stuck, h.stall = map[int]ConnID{}, map[ConnID]uint64{}, map[ConnID]bool{}, map[ConnID]time.Duration{}
 		h.writing = map[ConnID]bool{}
+		h.knocks = cmp.Or(a.kv["knocks"], "silent")
+		if h.knocks != "silent" && h.knocks != "answered" && h.knocks != "manual" {
+			h.fatalf(d, "knocks=%q", h.knocks)
+		}
 		return nil
 	}
 	if h.m == nil {
@@ -361,6 +373,10 @@ func (h *harness) step(ev Event) []string {
 				}
 				delete(h.stall, s.Conn)
 				queue = append(queue, pr)
+			}
+			if pr, ok := act.(Probe); ok && h.knocks != "manual" && h.m.peers[pr.Peer].chk.phase == pinging {
+				line += " -> " + h.knocks
+				queue = append(queue, ProbeDone{Peer: pr.Peer, Gen: pr.Gen, Answered: h.knocks == "answered"})
 			}
 			out = append(out, line)
 		}

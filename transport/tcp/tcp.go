@@ -35,6 +35,9 @@ type Mesh struct {
 	// forwards counts aborts being passed on in the background
 	// (forwardAbort), which WaitNotices waits for.
 	forwards atomic.Int32
+	// holdHellos makes the acceptor answer no connection, as a stopped
+	// process's does not (tests of a loss).
+	holdHellos atomic.Bool
 
 	mu         sync.Mutex
 	conns      []atomic.Pointer[peerConn] // set once, under mu (again after a Revive)
@@ -190,6 +193,13 @@ func (t *Mesh) acceptLoop() {
 }
 
 func (t *Mesh) accept(c net.Conn) {
+	if t.holdHellos.Load() {
+		// A stopped process, in tests: the kernel took the connection,
+		// nobody answers it.
+		<-t.closing
+		c.Close()
+		return
+	}
 	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	stop := context.AfterFunc(t.closeCtx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()

@@ -244,8 +244,11 @@ func TestMemKill(t *testing.T) {
 // data connection. A rank that answers stays; one that cannot answer (here
 // its reader is stuck behind a full inbox, as a frozen process would be) is
 // lost.
+// TestGossipVerdictConfirmed: a rank gossip declares dead is kept on its
+// pong; one that reads nothing, sends nothing and answers no connection
+// (rank 1, its reader waiting on its full inbox and its acceptor held: a
+// stopped process) is lost, naming both.
 func TestGossipVerdictConfirmed(t *testing.T) {
-	// TCP's own confirmation: rank 1's reader must stall on a full inbox.
 	var logs logBuf
 	ts := mesh(t, 2, func(r int, c *Config) {
 		c.ConfirmTimeout, c.Shm = 300*time.Millisecond, false
@@ -263,6 +266,7 @@ func TestGossipVerdictConfirmed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	ts[1].holdHellos.Store(true)
 	ts[0].PeerLost(1, "declared dead by gossip")
 	// The window stretches on a loaded machine (liveness.DefaultPolicy): up to 30
 	// times 300 ms.
@@ -270,8 +274,56 @@ func TestGossipVerdictConfirmed(t *testing.T) {
 	defer cancel()
 	_, err := ts[0].Recv(ctx, 1)
 	var pl *transport.PeerLostError
-	if !errors.As(err, &pl) || pl.Rank != 1 || !strings.Contains(err.Error(), "no answer on its data connection") {
-		t.Fatalf("got %v, want rank 1 lost after an unanswered ping", err)
+	if !errors.As(err, &pl) || pl.Rank != 1 || !strings.Contains(err.Error(), "no answer on its data connection") || !strings.Contains(err.Error(), "nor to a connection") {
+		t.Fatalf("got %v, want rank 1 lost after an unanswered ping and knock", err)
+	}
+}
+
+// TestGossipVerdictBehindOwnInbox: a rank gossip declares dead whose own
+// collectives are behind (its reader waits for room in its inbox from
+// this rank, so this rank's ping waits unread, and it sends nothing) is
+// alive: its process answers the knock, it is asked again window after
+// window, and it is kept on its pong once it takes its frames. It is the
+// rank TestGossipVerdictConfirmed loses, but running.
+func TestGossipVerdictBehindOwnInbox(t *testing.T) {
+	var logs logBuf
+	ts := mesh(t, 2, func(r int, c *Config) {
+		c.ConfirmTimeout, c.Shm = 100*time.Millisecond, false
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	const frames = world.InboxDepth + 2
+	big := make([]byte, 1<<20)
+	for i := range frames {
+		big[0] = byte(i)
+		if err := ts[0].Send(context.Background(), 1, transport.Header{Step: uint32(i)}, big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts[0].PeerLost(1, "declared dead by gossip")
+	// A window that finds this rank starved proves nothing (and asks again
+	// for that), for up to MaxStretch windows: 12 s here.
+	proctest.WaitFor(t, 30*time.Second, func() bool {
+		return strings.Contains(logs.String(), "its process answers a connection")
+	}, "rank 0 asks rank 1 again on its knock's answer")
+	time.Sleep(time.Second) // ten more windows, or more
+	if err := ts[0].Err(); err != nil {
+		t.Fatalf("a rank whose reader waits on its own inbox was lost: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range frames {
+		f, err := ts[1].Recv(ctx, 0)
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if f.Header.Step != uint32(i) || f.Payload[0] != byte(i) {
+			t.Fatalf("frame %d has step %d, first byte %d", i, f.Header.Step, f.Payload[0])
+		}
+		f.Release()
+	}
+	proctest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "answered on the data plane; keeping it") }, "rank 1's pong, read once its frames were taken, keeps it")
+	if err := ts[0].Err(); err != nil {
+		t.Fatalf("lost after it took its frames: %v", err)
 	}
 }
 
