@@ -112,6 +112,16 @@ func (k *keyed) Send(ctx context.Context, to int, h transport.Header, payload []
 	return k.tr.Send(ctx, to, h, payload)
 }
 
+// TrySend implements transport.TrySender when the job's transport does.
+func (k *keyed) TrySend(to int, h transport.Header, payload []byte) bool {
+	ts, ok := k.tr.(transport.TrySender)
+	if !ok {
+		return false
+	}
+	h.Comm = k.key.Comm
+	return ts.TrySend(to, h, payload)
+}
+
 func (k *keyed) Recv(ctx context.Context, from int) (transport.Frame, error) {
 	return k.mux.Recv(ctx, from, k.key)
 }

@@ -261,7 +261,7 @@ func (w *writer[T]) flush(s *stream[T], ready int) error {
 			}
 			continue
 		}
-		w.snd.queue <- sendItem[T]{s.to, step, data}
+		w.snd.put(sendItem[T]{s.to, step, data})
 	}
 	return nil
 }

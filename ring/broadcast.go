@@ -25,7 +25,7 @@ func Broadcast[T Elem](ctx context.Context, tr Transport, buf []T, root int, dir
 		snd := startSender[T](ctx, cancel, tr, (size-1)*len(segs), o)
 		for i := 1; i < size; i++ {
 			for _, s := range segs {
-				snd.queue <- sendItem[T]{(root + i) % size, 0, buf[s.Off : s.Off+s.Len]}
+				snd.put(sendItem[T]{(root + i) % size, 0, buf[s.Off : s.Off+s.Len]})
 			}
 		}
 		return snd.wait(nil)
@@ -42,7 +42,7 @@ func Broadcast[T Elem](ctx context.Context, tr Transport, buf []T, root int, dir
 			}
 		}
 		if !last {
-			snd.queue <- sendItem[T]{next, 0, buf[s.Off : s.Off+s.Len]}
+			snd.put(sendItem[T]{next, 0, buf[s.Off : s.Off+s.Len]})
 		}
 	}
 	return nil

@@ -36,7 +36,7 @@ func Direct[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst, s
 	snd := startSender[T](ctx, cancel, tr, (size-1)*len(segs), o)
 	for i := 1; i < size; i++ {
 		for _, s := range segs {
-			snd.queue <- sendItem[T]{(rank + i) % size, 0, buf[s.Off : s.Off+s.Len]}
+			snd.put(sendItem[T]{(rank + i) % size, 0, buf[s.Off : s.Off+s.Len]})
 		}
 	}
 	return directReduce(ctx, tr, buf, fold, seg, o, snd)
@@ -81,7 +81,7 @@ func DirectGather[T Elem](ctx context.Context, tr Transport, buf []T, n int, o O
 	snd := startSender[T](ctx, cancel, tr, (size-1)*len(segs), o)
 	for i := 1; i < size; i++ {
 		for _, s := range segs {
-			snd.queue <- sendItem[T]{(rank + i) % size, 0, mine[s.Off : s.Off+s.Len]}
+			snd.put(sendItem[T]{(rank + i) % size, 0, mine[s.Off : s.Off+s.Len]})
 		}
 	}
 	return snd.wait(recvAll())

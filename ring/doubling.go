@@ -155,7 +155,7 @@ func (x *exchanger[T]) swapFold(peer int, step uint32, data, dst []T, fold func(
 	}
 	snd := startSender[T](x.ctx, x.cancel, x.tr, len(segs), x.o)
 	for _, s := range segs {
-		snd.queue <- sendItem[T]{peer, step, data[s.Off : s.Off+s.Len]}
+		snd.put(sendItem[T]{peer, step, data[s.Off : s.Off+s.Len]})
 	}
 	var err error
 	if dst != nil {

@@ -129,7 +129,7 @@ func Run[T Elem](ctx context.Context, tr Transport, buf []T, spans []Span, steps
 	snd := startSender[T](ctx, cancel, tr, total, o)
 	defer func() { err = snd.wait(err) }()
 	for _, s := range segments(spans[steps[0].Send], seg) {
-		snd.queue <- sendItem[T]{right, 0, buf[s.Off : s.Off+s.Len]}
+		snd.put(sendItem[T]{right, 0, buf[s.Off : s.Off+s.Len]})
 	}
 	es := reduce.SizeOf[T]()
 	for t, st := range steps {
@@ -146,7 +146,7 @@ func Run[T Elem](ctx context.Context, tr Transport, buf []T, spans []Span, steps
 			}
 			f.Release()
 			if t+1 < len(steps) {
-				snd.queue <- sendItem[T]{right, uint32(t + 1), dst}
+				snd.put(sendItem[T]{right, uint32(t + 1), dst})
 			}
 		}
 	}

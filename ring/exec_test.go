@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -31,8 +32,18 @@ func minOp(dst, src []int64) {
 var sizes = []int{0, 1, 2, 3, 5, 7, 13, 31, 97, 1009}
 
 // runAll runs f on every rank of an in-memory network and collects errors.
+// Its calls take turns at the three ways an executor's frames go out: all
+// from its writer goroutine (a transport with no TrySend), every other
+// one at once, and all at once while the peer's inbox has room.
 func runAll(n int, f func(tr *mem.Transport) error) ([]error, *mem.Network) {
 	nw := mem.NewNetwork(n)
+	switch runs.Add(1) % 3 {
+	case 1:
+		var k atomic.Uint64
+		nw.Try = func(from, to int) bool { return k.Add(1)%2 == 0 }
+	case 2:
+		nw.Try = func(from, to int) bool { return true }
+	}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
@@ -42,6 +53,9 @@ func runAll(n int, f func(tr *mem.Transport) error) ([]error, *mem.Network) {
 	wg.Wait()
 	return errs, nw
 }
+
+// runs counts runAll's calls.
+var runs atomic.Uint64
 
 func randInts(rng *rand.Rand, n int) []int64 {
 	v := make([]int64, n)

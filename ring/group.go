@@ -53,6 +53,12 @@ func (g *Group) Send(ctx context.Context, to int, h transport.Header, payload []
 	return g.parent.Send(ctx, g.ranks[to], h, payload)
 }
 
+// TrySend implements transport.TrySender when the parent does.
+func (g *Group) TrySend(to int, h transport.Header, payload []byte) bool {
+	ts, ok := g.parent.(transport.TrySender)
+	return ok && ts.TrySend(g.ranks[to], h, payload)
+}
+
 // Recv implements Transport.
 func (g *Group) Recv(ctx context.Context, from int) (transport.Frame, error) {
 	return g.parent.Recv(ctx, g.ranks[from])

@@ -9,11 +9,23 @@ import (
 	"github.com/gorun/gorun/transport"
 )
 
-// sender writes frames in the background so that a rank can receive while
-// its sends are under way. Wait returns the first send error.
+// sender writes a call's frames so that a rank can receive while its
+// sends are under way: each goes out at once if the transport can take it
+// without waiting (TrySend: a shared-memory ring with room for it), and
+// otherwise, with every later one, from a writer goroutine started for it.
+// A call whose frames all fit hands nothing to another goroutine, which
+// is what a caller on a locked OS thread (a C or Python thread) pays for
+// most. put never blocks; wait returns the first send error.
 type sender[T Elem] struct {
-	queue chan sendItem[T]
-	errc  chan error
+	ctx      context.Context
+	cancel   context.CancelFunc
+	tr       Transport
+	try      transport.TrySender // nil: every frame goes from the writer
+	o        Options
+	pooled   bool
+	capacity int
+	queue    chan sendItem[T] // nil until the writer starts
+	errc     chan error
 }
 
 type sendItem[T Elem] struct {
@@ -22,44 +34,73 @@ type sendItem[T Elem] struct {
 	data []T
 }
 
-// startSender starts the background writer; ctx is the executor's own
-// context, which cancel cancels on a send failure.
+// startSender returns the sender of a call of at most capacity frames;
+// ctx is the executor's own context, which cancel cancels on a send
+// failure.
 func startSender[T Elem](ctx context.Context, cancel context.CancelFunc, tr Transport, capacity int, o Options) *sender[T] {
 	return newSender[T](ctx, cancel, tr, capacity, o, false)
 }
 
 // newSender is startSender; with pooled set, every item's data is a buffer
-// from transport.GetBuf (an encoded segment), which the writer gives back
-// once Send has returned, or when it drops the item after a failure.
+// from transport.GetBuf (an encoded segment), which the sender gives back
+// once it is sent, or when it drops the item after a failure.
 func newSender[T Elem](ctx context.Context, cancel context.CancelFunc, tr Transport, capacity int, o Options, pooled bool) *sender[T] {
-	s := &sender[T]{queue: make(chan sendItem[T], capacity), errc: make(chan error, 1)}
+	s := &sender[T]{ctx: ctx, cancel: cancel, tr: tr, o: o, pooled: pooled, capacity: capacity}
+	s.try, _ = tr.(transport.TrySender)
+	return s
+}
+
+// put sends it, or queues it for the writer (starting it), in order.
+func (s *sender[T]) put(it sendItem[T]) {
+	if s.queue == nil && s.try != nil {
+		hd := s.o.Header
+		hd.Step = it.step
+		if s.try.TrySend(it.to, hd, reduce.AsBytes(it.data)) {
+			s.done(it)
+			return
+		}
+	}
+	if s.queue == nil {
+		s.start()
+	}
+	s.queue <- it
+}
+
+func (s *sender[T]) done(it sendItem[T]) {
+	if s.pooled {
+		transport.PutBuf(reduce.AsBytes(it.data))
+	}
+}
+
+// start starts the writer; its queue holds the rest of the call's
+// frames, so put never blocks.
+func (s *sender[T]) start() {
+	s.queue, s.errc = make(chan sendItem[T], s.capacity), make(chan error, 1)
 	go func() {
 		for it := range s.queue {
-			hd := o.Header
+			hd := s.o.Header
 			hd.Step = it.step
-			err := tr.Send(ctx, it.to, hd, reduce.AsBytes(it.data))
-			if pooled {
-				transport.PutBuf(reduce.AsBytes(it.data))
-			}
+			err := s.tr.Send(s.ctx, it.to, hd, reduce.AsBytes(it.data))
+			s.done(it)
 			if err != nil {
-				s.errc <- fmt.Errorf("send to rank %d: %w", global(tr, it.to), err)
-				cancel()
+				s.errc <- fmt.Errorf("send to rank %d: %w", global(s.tr, it.to), err)
+				s.cancel()
 				for it := range s.queue {
-					if pooled {
-						transport.PutBuf(reduce.AsBytes(it.data))
-					}
+					s.done(it)
 				}
 				return
 			}
 		}
 		s.errc <- nil
 	}()
-	return s
 }
 
-// wait closes the queue, waits for the writer and returns the error that
+// wait waits for the writer, if it started, and returns the error that
 // explains the failure: a send error beats the cancellation it caused.
 func (s *sender[T]) wait(err error) error {
+	if s.queue == nil {
+		return err
+	}
 	close(s.queue)
 	serr := <-s.errc
 	if serr != nil && (err == nil || errors.Is(err, context.Canceled) || transport.IsCanceled(err)) {

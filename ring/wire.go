@@ -56,7 +56,7 @@ func runWire(ctx context.Context, tr Transport, buf []float32, spans []Span, ste
 			transport.PutBuf(p)
 			return err
 		}
-		snd.queue <- sendItem[uint8]{right, step, p}
+		snd.put(sendItem[uint8]{right, step, p})
 		return nil
 	}
 	// forward queues a copy of a received payload as it is: decoding then
@@ -64,7 +64,7 @@ func runWire(ctx context.Context, tr Transport, buf []float32, spans []Span, ste
 	forward := func(step uint32, payload []byte) {
 		p := transport.GetBuf(len(payload))
 		copy(p, payload)
-		snd.queue <- sendItem[uint8]{right, step, p}
+		snd.put(sendItem[uint8]{right, step, p})
 	}
 	// An all-gather from the start: this rank's own chunk leaves as the
 	// wire rounds it, so keep the rounded copy.

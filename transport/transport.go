@@ -43,6 +43,19 @@ type Transport interface {
 	Close() error
 }
 
+// TrySender is implemented by a Transport that can tell a frame that goes
+// out at once from one that would wait. TrySend sends the frame, as Send
+// does, if it can without waiting for the peer or for another send (a
+// shared-memory ring with room for it whole), and reports true; otherwise
+// it sends nothing and reports false, and the caller sends it with Send,
+// which also reports any error. An executor that must receive while its
+// sends are under way (two ranks that both send first) tries its frames
+// in order and hands the first that does not go, and every later one, to
+// a goroutine: a call whose frames all go needs no other goroutine.
+type TrySender interface {
+	TrySend(to int, h Header, payload []byte) bool
+}
+
 // Frame is a received data frame.
 type Frame struct {
 	Header

@@ -46,6 +46,11 @@ type Network struct {
 	// before any traffic.
 	Elastic bool
 	OnKill  func(r int)
+	// Try, if set, makes TrySend send a frame at once when Try(from, to)
+	// says so and the peer's inbox has room for it; unset, TrySend sends
+	// nothing at once (every executor's frames go from its writer
+	// goroutine). Set it before any traffic.
+	Try func(from, to int) bool
 }
 
 // Transport is one rank's end of a Network.
@@ -186,6 +191,28 @@ func (m *Transport) Err() error { return m.w.Err() }
 
 // Failed implements Transport.
 func (m *Transport) Failed() <-chan struct{} { return m.w.Failed() }
+
+// TrySend implements transport.TrySender (see Network.Try).
+func (m *Transport) TrySend(to int, h transport.Header, payload []byte) bool {
+	if m.net.Try == nil || m.net.BeforeSend != nil || m.w.CheckPeer(to) != nil || m.w.Err() != nil || !m.net.Try(m.rank, to) {
+		return false
+	}
+	dst := m.net.ts[to]
+	if dst.w.Err() != nil {
+		return false
+	}
+	h.Type, h.Len = transport.TypeData, uint32(len(payload))
+	p := transport.GetBuf(len(payload))
+	copy(p, payload)
+	select {
+	case dst.w.Peer(m.rank).Inbox <- transport.NewFrame(h, p, transport.PutBuf):
+		m.sent.Add(1)
+		return true
+	default:
+		transport.PutBuf(p)
+		return false
+	}
+}
 
 // Send implements Transport.
 func (m *Transport) Send(ctx context.Context, to int, h transport.Header, payload []byte) error {

@@ -166,6 +166,37 @@ func (t *Mesh) shmSend(ctx context.Context, sp *shmem.Peer, h transport.Header, 
 	return err
 }
 
+// TrySend implements transport.TrySender: a frame goes at once to a peer
+// that shares memory with this rank when its ring has room for it as one
+// piece and no other send to the peer is under way; nothing goes at once
+// over TCP, where a write may wait for the peer.
+func (t *Mesh) TrySend(to int, h transport.Header, payload []byte) bool {
+	if to < 0 || to >= t.cfg.Size || to == t.cfg.Rank || t.w.Err() != nil || len(payload) > t.cfg.MaxPayload {
+		return false
+	}
+	pc := t.conns[to].Load()
+	if pc == nil || t.cfg.Elastic && t.gone(to) {
+		return false
+	}
+	sp := pc.shm.Load()
+	if sp == nil {
+		return false
+	}
+	sp.Use.RLock()
+	defer sp.Use.RUnlock()
+	if sp.Closed || !sp.SMu.TryLock() {
+		return false
+	}
+	defer sp.SMu.Unlock()
+	if len(sp.SendRest) > 0 || len(payload) > sp.Out.MaxPiece() || !sp.Out.Fits(len(payload)) {
+		return false
+	}
+	h.Type, h.Len = transport.TypeData, uint32(len(payload))
+	shmem.RaceRelease() // as Send: a reply may come back through shared memory
+	sp.Out.Put(shmem.RecFrame, h, payload)
+	return true
+}
+
 // shmPieces writes payload to sp's ring in pieces, the first of kind
 // first and the rest recMore, and returns how much of it went out.
 func (t *Mesh) shmPieces(ctx context.Context, sp *shmem.Peer, h transport.Header, payload []byte, first uint32) (int, error) {

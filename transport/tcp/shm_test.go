@@ -284,3 +284,72 @@ func TestShmSendBlocksOnFullRing(t *testing.T) {
 // process, so that the segments another process's tests (another run of
 // the suite on this machine) create never look like this one's leftovers.
 var testJob = fmt.Sprintf("job%d", os.Getpid())
+
+// TestShmTrySend: TrySend sends a frame at once to a peer sharing memory
+// while its ring has room for it whole, and sends nothing otherwise (a
+// full ring, a frame over half the ring, a peer over TCP); the frames it
+// sends and those Send sends arrive whole and in order.
+func TestShmTrySend(t *testing.T) {
+	shmDir(t)
+	ts := mesh(t, 3, func(r int, c *Config) {
+		c.ShmRingBytes = 4096
+		c.Shm = r != 2
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// First use connects (Send), and the pair's ring is then in place.
+	if err := ts[0].Send(ctx, 1, transport.Header{Seq: 0}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].Send(ctx, 2, transport.Header{Seq: 0}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ts[0].TrySend(2, transport.Header{}, []byte("x")) {
+		t.Fatal("TrySend went at once over TCP")
+	}
+	if ts[0].TrySend(1, transport.Header{}, make([]byte, 3000)) {
+		t.Fatal("TrySend sent a frame longer than half the ring at once")
+	}
+	// Fill the ring with nothing read: TrySend stops, and never waits.
+	msgs := randomMsgs(7, 0, 1, 100, 1000, 17, 1999, 2, 512, 1500, 3, 64, 1000, 1000, 1000, 1000)
+	tried := 0
+	for tried < len(msgs) && ts[0].TrySend(1, transport.Header{Seq: uint32(1 + tried), Count: uint64(len(msgs[tried]))}, msgs[tried]) {
+		tried++
+	}
+	if tried == 0 || tried == len(msgs) {
+		t.Fatalf("%d of %d frames went at once into a ring of 4 KiB", tried, len(msgs))
+	}
+	// The rest go by Send, or at once once there is room, in order.
+	sent := make(chan error, 1)
+	go func() {
+		for i := tried; i < len(msgs); i++ {
+			h := transport.Header{Seq: uint32(1 + i), Count: uint64(len(msgs[i]))}
+			if i%2 == 1 && ts[0].TrySend(1, h, msgs[i]) {
+				continue
+			}
+			if err := ts[0].Send(ctx, 1, h, msgs[i]); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	for i := range len(msgs) + 1 {
+		f, err := ts[1].Recv(ctx, 0)
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if i > 0 && (f.Seq != uint32(i) || f.Count != uint64(len(msgs[i-1])) || !bytes.Equal(f.Payload, msgs[i-1])) {
+			t.Fatalf("frame %d: got seq %d, %d bytes", i, f.Seq, len(f.Payload))
+		}
+		f.Release()
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	f, err := ts[2].Recv(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+}
