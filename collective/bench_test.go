@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -206,6 +207,37 @@ func allReduceN(b *testing.B, comms []*Comm, bytes, n int) {
 		}()
 	}
 	wg.Wait()
+}
+
+// BenchmarkAllReduceLocked is BenchmarkAllReduceTCP's 2 ranks with each
+// caller locked to its OS thread, as a C or Python thread calling gorun
+// is: every hand-off to another goroutine then costs a switch between OS
+// threads. 2 ranks of this process on one host (shared memory); compare
+// with BenchmarkAllReduceTCP/n2 run in the same sitting.
+func BenchmarkAllReduceLocked(b *testing.B) {
+	comms := startAll(b, tcpConfigs(b, 2, "a-secret-of-the-right-length"))
+	for _, bytes := range []int{4 << 10, 64 << 10, 1 << 20} {
+		b.Run(fmt.Sprintf("%dB", bytes), func(b *testing.B) {
+			b.SetBytes(int64(bytes))
+			var wg sync.WaitGroup
+			for _, c := range comms {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					buf := make([]float32, bytes/4)
+					for range b.N {
+						if err := AllReduce(context.Background(), c, buf, Sum); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
 }
 
 func median(v []float64) float64 {

@@ -9,6 +9,20 @@
 // receiving and reducing overlap. Small buffers use a one-round direct
 // exchange instead, which is latency-optimal.
 //
+// # Sends
+//
+// An executor receives while its sends are under way: two ranks that both
+// send first must not both wait for the other to read. A frame goes out at
+// once when the transport can take it without waiting (a
+// transport.TrySender: a shared-memory ring with room for it); the first
+// that cannot, and every later frame of the call, goes from a writer
+// goroutine started for it, in order. A call whose frames all fit (on one
+// host, up to a ring's half a frame) thus runs on the caller's goroutine
+// alone, which matters most to a caller locked to its OS thread (a C or
+// Python thread), for which every hand-off to another goroutine is a
+// switch between OS threads. Every executor returns once its sends are
+// written, so the caller owns its buffer again.
+//
 // # Wire formats
 //
 // Options.Wire lets float32 buffers travel as fp16 or bf16 (reduce.Wire),
