@@ -579,6 +579,12 @@ func (n *epochNet) Send(ctx context.Context, to int, h transport.Header, payload
 	return n.base.Send(ctx, to, h, payload)
 }
 
+// TrySend implements transport.TrySender when the view's transport does.
+func (n *epochNet) TrySend(to int, h transport.Header, payload []byte) bool {
+	ts, ok := n.base.(transport.TrySender)
+	return ok && ts.TrySend(to, h, payload)
+}
+
 func (n *epochNet) Recv(ctx context.Context, from int) (transport.Frame, error) {
 	for q := n.e.stashed(from); len(q) > 0; q = n.e.stashed(from) {
 		switch fe := q[0].Seq >> seqEpochShift; {

@@ -14,14 +14,16 @@
 // An executor receives while its sends are under way: two ranks that both
 // send first must not both wait for the other to read. A frame goes out at
 // once when the transport can take it without waiting (a
-// transport.TrySender: a shared-memory ring with room for it); the first
-// that cannot, and every later frame of the call, goes from a writer
-// goroutine started for it, in order. A call whose frames all fit (on one
-// host, up to a ring's half a frame) thus runs on the caller's goroutine
-// alone, which matters most to a caller locked to its OS thread (a C or
-// Python thread), for which every hand-off to another goroutine is a
-// switch between OS threads. Every executor returns once its sends are
-// written, so the caller owns its buffer again.
+// transport.TrySender: a shared-memory ring with room for it, up to half
+// the ring); the first that cannot, and every later frame of the same
+// sender, goes from a writer goroutine started for it, in order. A call
+// between ranks that share memory, whose frames all find room, thus runs
+// on the caller's goroutine alone (all-to-all with varying counts aside,
+// which always starts its own), and that matters most to a caller locked
+// to its OS thread (a C or Python thread), for which every hand-off to
+// another goroutine is a switch between OS threads. Every executor
+// returns once its sends are written, so the caller owns its buffer
+// again.
 //
 // # Wire formats
 //

@@ -97,9 +97,14 @@ func (s *sender[T]) start() {
 
 // wait waits for the writer, if it started, and returns the error that
 // explains the failure: a send error beats the cancellation it caused.
+// After a failure of the call (err) it first cancels the sends still under
+// way: their peer may never read them.
 func (s *sender[T]) wait(err error) error {
 	if s.queue == nil {
 		return err
+	}
+	if err != nil {
+		s.cancel()
 	}
 	close(s.queue)
 	serr := <-s.errc

@@ -192,8 +192,7 @@ func (t *Mesh) TrySend(to int, h transport.Header, payload []byte) bool {
 		return false
 	}
 	h.Type, h.Len = transport.TypeData, uint32(len(payload))
-	shmem.RaceRelease() // as Send: a reply may come back through shared memory
-	sp.Out.Put(shmem.RecFrame, h, payload)
+	sp.Out.Put(shmem.RecFrame, h, payload) // its RaceRelease pairs with the reply's
 	return true
 }
 
