@@ -38,7 +38,9 @@ type Sample struct {
 type Probe struct {
 	Peer    int
 	Gen     uint32
+	Seq     uint64 // step it back in ProbeDone: an answer to an earlier probe is ignored
 	Timeout time.Duration
+	Knock   bool // a knock on a connected peer (see ProbeDone for what answers it)
 }
 
 // DeclareLost: Peer (generation Gen) is lost, for Reason, the text its
@@ -132,7 +134,10 @@ func (Doubt) isAction()       {}
 func (a Ping) String() string   { return fmt.Sprintf("ping %d c%d", a.Peer, a.Conn) }
 func (a Sample) String() string { return fmt.Sprintf("sample %d c%d", a.Peer, a.Conn) }
 func (a Probe) String() string {
-	return fmt.Sprintf("probe %d gen=%d within %v", a.Peer, a.Gen, a.Timeout)
+	if a.Knock {
+		return fmt.Sprintf("knock %d gen=%d #%d within %v", a.Peer, a.Gen, a.Seq, a.Timeout)
+	}
+	return fmt.Sprintf("probe %d gen=%d #%d within %v", a.Peer, a.Gen, a.Seq, a.Timeout)
 }
 func (a DeclareLost) String() string {
 	return fmt.Sprintf("lost %d gen=%d %v: %s", a.Peer, a.Gen, a.Then, a.Reason)

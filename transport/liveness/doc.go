@@ -27,8 +27,9 @@
 //     frame in the stream) and steps PingFailed if it fails; steps Pong
 //     when one is read;
 //   - for a Probe, dials and runs the handshake within its Timeout, then
-//     steps ProbeDone (Answered for any answer: a connected peer refuses
-//     the connection as a duplicate);
+//     steps ProbeDone with its Seq, Answered for any answer to a probe,
+//     and for a knock (Probe.Knock: the peer is connected) only for the
+//     peer's refusal of the connection as a duplicate;
 //   - numbers its connections (ConnID, never reused) and says which
 //     generation of the peer each was made for (Gen when its dial began,
 //     or when it was accepted);
@@ -75,14 +76,16 @@
 //  4. ConfirmTimeout 0 trusts gossip: the peer is lost at once with
 //     gossip's reason (a peer with no connection and no WatchAll aside:
 //     rule 10).
-//  5. A connected peer is pinged, and its reader sampled; beside every
-//     ping it is knocked on (Probe, within half the window: does its
-//     process answer a connection at all?). A pong to any ping of this
-//     check (not one left from an earlier check) keeps it (Kept). A
-//     window (Policy) with no pong and no frames read from it, its
-//     reader not waiting on a full inbox, and no answer to the knock,
-//     loses it ("..., and no answer on its data connection for 1s, nor
-//     to a connection").
+//  5. A connected peer is pinged, and its reader sampled. A pong to any
+//     ping of this check (not one left from an earlier check) keeps it
+//     (Kept). With no pong a quarter of the way into the window, it is
+//     knocked on (a Probe with Knock, within half the window: does its
+//     process refuse a second connection as a duplicate, as a process
+//     that runs and holds this rank's connection does?); only the answer
+//     to this check's latest knock counts. A window (Policy) with no pong
+//     and no frames read from it, its reader not waiting on a full inbox,
+//     and no answer to the knock, loses it ("..., and no answer on its
+//     data connection for 1s, nor to a connection").
 //  6. A window with frames (any read of the connection that returned
 //     data), or with the reader waiting on a full inbox,
 //     proves nothing either way: its pong may be behind its data. It is
@@ -98,17 +101,19 @@
 //     peer has not read), or whose knock has not come back (this rank's
 //     dial waits for a CPU). The peer is asked again (AskAgain{Starved}),
 //     in a window at least four times the stall, until MaxStretch ×
-//     ConfirmTimeout has passed since the verdict; a loss then says what
-//     this rank saw of itself ("this rank stalled up to 400ms", "its
-//     ping still being written").
+//     ConfirmTimeout has passed since it last sent anything (or the
+//     verdict); a loss then says what this rank saw of itself ("this rank
+//     stalled up to 400ms", "its ping still being written", "its knock
+//     not back").
 //     Nor does a window whose knock the peer's process answered: it runs,
 //     and its own reader may wait for room in its own inbox (its
 //     collectives behind this rank's), the ping unread behind what it
 //     waits to deliver, so that it sends nothing. It is asked again
-//     (AskAgain{Running}), window after window, until it answers or its
-//     process stops answering too. A stopped process answers nothing; a
-//     process whose data connection alone is cut off is asked for as
-//     long as it answers connections.
+//     (AskAgain{Running}), window after window, until it answers, its
+//     process stops answering too, or MaxStretch × ConfirmTimeout has
+//     passed since it last sent anything (or the verdict): a process
+//     whose data connection alone is cut off, its listener still
+//     reachable, is lost then. A stopped process answers nothing.
 //  7. If the ping cannot be written (PingFailed), or a send already
 //     failed, the connection is broken: a peer that said goodbye and
 //     exited breaks the ping too, and its goodbye may still wait to be

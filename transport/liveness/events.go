@@ -105,12 +105,15 @@ type PingFailed struct {
 	Err  error
 }
 
-// ProbeDone: the Probe action for Peer's generation Gen is over; Answered
-// if the peer answered a hello (any answer, a refusal too, shows a live
-// process).
+// ProbeDone: the Probe action Seq for Peer's generation Gen is over.
+// Answered: for a probe of a peer with no connection, any answer to the
+// hello (a refusal too shows a live process); for a knock, the peer's
+// refusal of the connection as a duplicate (its process runs and holds
+// this rank's connection: an acceptance says it holds none).
 type ProbeDone struct {
 	Peer     int
 	Gen      uint32
+	Seq      uint64
 	Answered bool
 }
 

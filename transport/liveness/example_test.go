@@ -8,8 +8,9 @@ import (
 )
 
 // A rank (0 of 4) connected to rank 1 hears from gossip that rank 1 is
-// dead. The machine pings it, asks for its reader's progress and knocks
-// (a probe: does its process answer a connection at all?); rank 1 sends
+// dead. The machine pings it, asks for its reader's progress and, with no
+// pong a quarter of the way into the window, knocks (a probe: does its
+// process answer a connection at all?); rank 1 sends
 // nothing, does not answer the ping for a window, and its process does
 // not answer the knock, so it is lost, and the job with it. The owner
 // would write the ping, answer the Sample from its reader's counters,
@@ -30,7 +31,10 @@ func Example() {
 	m.Step(start, liveness.Connected{Peer: 1, Gen: m.Gen(1), Conn: 1})
 	show(m.Step(start, liveness.Verdict{Peer: 1, Reason: "declared dead by gossip (no answer to probes)"}))
 	show(m.Step(start, liveness.Progress{Peer: 1, Conn: 1, Reads: 42}))
-	show(m.Step(start.Add(500*time.Millisecond), liveness.ProbeDone{Peer: 1, Gen: m.Gen(1), Answered: false}))
+	knock, _ := m.Deadline()
+	fmt.Println("knock in", knock.Sub(start))
+	show(m.Step(knock, liveness.Tick{}))
+	show(m.Step(knock.Add(500*time.Millisecond), liveness.ProbeDone{Peer: 1, Gen: m.Gen(1), Seq: 1, Answered: false}))
 	at, _ := m.Deadline()
 	fmt.Println("deadline in", at.Sub(start))
 	show(m.Step(at, liveness.Tick{}))
@@ -39,7 +43,8 @@ func Example() {
 	// Output:
 	// ping 1 c1
 	// sample 1 c1
-	// probe 1 gen=0 within 500ms
+	// knock in 250ms
+	// knock 1 gen=0 #1 within 500ms
 	// deadline in 1s
 	// sample 1 c1
 	// lost 1 gen=0 fail-job: declared dead by gossip (no answer to probes), and no answer on its data connection for 1s, nor to a connection

@@ -94,6 +94,7 @@ type Machine struct {
 	pending map[int]*peer // peers with a deadline
 	lost    map[int]string
 	acts    []Action
+	probes  uint64 // Probe actions emitted (their Seq)
 }
 
 // peer is what the machine knows of one peer. Made on first mention: a
@@ -166,6 +167,9 @@ type check struct {
 	said     uint8         // the reasons an AskAgain was given for (askWhy)
 	late     time.Duration // how late the window's end was stepped
 	knock    knock         // the knock beside the ping (pinging)
+	knockDue time.Time     // when to knock, if no pong has come (pinging)
+	probe    uint64        // the Seq of the probe or knock whose answer counts
+	heard    time.Time     // the check's start, or the last window with frames
 }
 
 // knock is where the knock on a connected peer stands: a Probe beside the
@@ -229,12 +233,16 @@ func (m *Machine) Deadline() (time.Time, bool) {
 }
 
 // deadlines lists p's timers (zero: unset).
-func (p *peer) deadlines() [4]time.Time {
+func (p *peer) deadlines() [5]time.Time {
 	var due time.Time
 	if p.chk.phase != idle && !p.chk.waitEnd {
 		due = p.chk.due
 	}
-	return [4]time.Time{p.breakDue, p.leftDue, p.connectDue, due}
+	var knock time.Time
+	if p.chk.phase == pinging {
+		knock = p.chk.knockDue
+	}
+	return [5]time.Time{p.breakDue, p.leftDue, p.connectDue, due, knock}
 }
 
 // Step takes one event that happened at now and returns the actions it
@@ -299,7 +307,7 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 	case ProbeDone:
 		p := m.peer(ev.Peer)
 		switch {
-		case p == nil || ev.Gen != p.gen:
+		case p == nil || ev.Gen != p.gen || ev.Seq != p.chk.probe:
 		case p.chk.phase == probing && ev.Answered:
 			m.keep(p, ByHandshake)
 		case p.chk.phase == probing:
@@ -445,14 +453,16 @@ func (m *Machine) verdict(p *peer, reason string) {
 		m.lose(p, reason, nil)
 		return
 	}
-	p.chk = check{reason: reason, started: m.now}
+	p.chk = check{reason: reason, started: m.now, heard: m.now}
 	c := p.conn
 	switch {
 	case c == nil:
 		p.chk.phase = probing
 		p.chk.window = m.window(p, false, 0, false, 0)
 		p.chk.due = m.now.Add(p.chk.window)
-		m.emit(Probe{Peer: p.id, Gen: p.gen, Timeout: p.chk.window})
+		m.probes++
+		p.chk.probe = m.probes
+		m.emit(Probe{Peer: p.id, Gen: p.gen, Seq: p.chk.probe, Timeout: p.chk.window})
 		m.pend(p)
 	case c.ended:
 		m.lose(p, reason+", and its data connection is broken", nil)
@@ -464,15 +474,18 @@ func (m *Machine) verdict(p *peer, reason string) {
 		p.chk.window = m.window(p, true, 0, c.stuck, 0)
 		m.ping(p, c)
 		m.emit(Sample{Peer: p.id, Conn: c.id})
-		m.knock(p)
 	}
 }
 
-// ping sends a ping and opens a window.
+// ping sends a ping and opens a window, in which a quarter of the way
+// through, unless the pong came first, the peer is knocked on.
 func (m *Machine) ping(p *peer, c *conn) {
 	c.pings++
 	c.pingAt = m.now
 	p.chk.due = m.now.Add(p.chk.window)
+	if p.chk.knock != knockOut {
+		p.chk.knockDue = m.now.Add(p.chk.window / 4)
+	}
 	m.emit(Ping{Peer: p.id, Conn: c.id})
 	m.pend(p)
 }
@@ -530,21 +543,28 @@ func (m *Machine) progress(p *peer, c *conn, stall time.Duration, writing bool) 
 	if p.chk.phase == pinging && knocked != knockOut {
 		p.chk.knock = knockNone
 	}
-	blocked := !sending && (starved(stall, p.chk.window) || p.chk.phase == pinging && (writing || knocked == knockOut))
-	unproven := blocked && m.now.Sub(p.chk.started) < MaxStretch*m.cfg.ConfirmTimeout
+	if sending {
+		p.chk.heard = m.now
+	}
+	// Whatever proves nothing either way proves it for MaxStretch windows'
+	// worth of time since the peer last sent anything (or the check
+	// began), no longer.
+	patience := m.now.Sub(p.chk.heard) < MaxStretch*m.cfg.ConfirmTimeout
 	// A peer that sent nothing but whose process answered the knock runs:
 	// its own reader may wait for room in its inbox (its collectives
 	// behind), with the ping unread behind what it waits to deliver. A
 	// stopped process answers nothing.
-	running := !sending && !unproven && p.chk.phase == pinging && knocked == knockAnswered
+	running := !sending && patience && p.chk.phase == pinging && knocked == knockAnswered
+	blocked := !sending && !running && (starved(stall, p.chk.window) || p.chk.phase == pinging && (writing || knocked == knockOut))
+	unproven := blocked && patience
 	if !sending && !unproven && !running {
 		switch {
 		case p.chk.phase == draining:
 			m.lose(p, p.chk.reason+", and its data connection is broken", nil)
 		case knocked == knockSilent:
-			m.lose(p, p.chk.reason+", and no answer on its data connection for "+roundMS(p.chk.window)+", nor to a connection"+ownState(stall, writing), nil)
+			m.lose(p, p.chk.reason+", and no answer on its data connection for "+roundMS(p.chk.window)+", nor to a connection"+ownState(stall, writing, false), nil)
 		default:
-			m.lose(p, p.chk.reason+", and no answer on its data connection for "+roundMS(p.chk.window)+ownState(stall, writing), nil)
+			m.lose(p, p.chk.reason+", and no answer on its data connection for "+roundMS(p.chk.window)+ownState(stall, writing, knocked == knockOut), nil)
 		}
 		return
 	}
@@ -566,7 +586,6 @@ func (m *Machine) progress(p *peer, c *conn, stall time.Duration, writing bool) 
 		return
 	}
 	m.ping(p, c)
-	m.knock(p)
 }
 
 // askWhy is the bit of said for an AskAgain's reason: each is given once
@@ -581,27 +600,33 @@ func askWhy(starved, running bool) uint8 {
 	return 1
 }
 
-// knock sends a Probe beside p's ping, unless one is out: whether its
-// process answers at all, within half the window, so that its answer is
-// in when the window ends.
+// knock sends a Probe beside p's ping, which has had a quarter of the
+// window to be answered: whether its process answers at all, within half
+// the window, so that the answer is in when the window ends.
 func (m *Machine) knock(p *peer) {
+	p.chk.knockDue = time.Time{}
 	if p.chk.knock == knockOut {
 		return
 	}
 	p.chk.knock = knockOut
-	m.emit(Probe{Peer: p.id, Gen: p.gen, Timeout: p.chk.window / 2})
+	m.probes++
+	p.chk.probe = m.probes
+	m.emit(Probe{Peer: p.id, Gen: p.gen, Seq: p.chk.probe, Timeout: p.chk.window / 2, Knock: true})
 }
 
 // ownState is what a loss's reason adds about this rank's own part in the
-// last window: how long it stalled, and whether its ping was still being
-// written ("" when neither).
-func ownState(stall time.Duration, writing bool) string {
+// last window: how long it stalled, whether its ping was still being
+// written, and whether its knock had not come back ("" when none).
+func ownState(stall time.Duration, writing, knockOut bool) string {
 	var parts []string
 	if stall >= time.Millisecond {
 		parts = append(parts, "this rank stalled up to "+stall.Round(time.Millisecond).String())
 	}
 	if writing {
 		parts = append(parts, "its ping still being written")
+	}
+	if knockOut {
+		parts = append(parts, "its knock not back")
 	}
 	if len(parts) == 0 {
 		return ""
@@ -781,6 +806,12 @@ func (m *Machine) fire() {
 				m.lose(p, fmt.Sprintf("no connection to it within %v (last error: %v)", roundMS(now.Sub(p.connectFirst)), p.lastDial), nil)
 			}
 		}
+		if p.chk.phase == pinging && due(p.chk.knockDue, now) {
+			m.knock(p)
+		}
+		if p.chk.phase != pinging {
+			p.chk.knockDue = time.Time{}
+		}
 		if p.chk.phase != idle && !p.chk.waitEnd && due(p.chk.due, now) {
 			switch p.chk.phase {
 			case probing:
@@ -795,7 +826,7 @@ func (m *Machine) fire() {
 				m.emit(Sample{Peer: p.id, Conn: p.conn.id})
 			}
 		}
-		if d := p.deadlines(); d == [4]time.Time{} {
+		if d := p.deadlines(); d == [5]time.Time{} {
 			delete(m.pending, id)
 		}
 	}

@@ -91,7 +91,7 @@ func TestPolicySeesWhatWasObserved(t *testing.T) {
 	m.Step(at(time.Second), Progress{Peer: 1, Conn: 1, Reads: 10})
 	m.Step(at(2*time.Second), Tick{})
 	m.Step(at(2*time.Second), Progress{Peer: 1, Conn: 1, Reads: 15, Stuck: true})
-	m.Step(at(3*time.Second), ProbeDone{Peer: 1}) // its process does not answer either
+	m.Step(at(3*time.Second), ProbeDone{Peer: 1, Seq: 1}) // its process does not answer the knock either
 	m.Step(at(4*time.Second), Tick{})
 	acts := m.Step(at(4*time.Second), Progress{Peer: 1, Conn: 1, Reads: 15})
 	want := []Observation{

@@ -328,6 +328,7 @@ type modelPeer struct {
 	verdicts []time.Duration
 	lostAt   time.Duration
 	lostGen  []uint32
+	late     bool // an answer to a knock came back past its window: this rank was kept from running
 }
 
 // spell is a time the peer's reader waits on this rank's full inbox;
@@ -508,7 +509,11 @@ func runModel(t *testing.T, seed uint64) {
 					first = v
 				}
 			}
-			if bound := first + 2*md.window; len(p.lostGen) == 0 || p.lostAt > bound {
+			bound := first + 2*md.window
+			if p.late { // this rank was, in effect, starved: MaxStretch windows' worth
+				bound = first + MaxStretch*md.c.m.cfg.ConfirmTimeout
+			}
+			if len(p.lostGen) == 0 || p.lostAt > bound {
 				t.Errorf("peer %d silent from %v, verdict at %v: lost %v at %v, want by %v (window %v)", id, p.silentAt, first, len(p.lostGen) > 0, p.lostAt, bound, md.window)
 			}
 		case replaced:
@@ -572,10 +577,21 @@ func (md *model) deliver(ev Event) {
 				}
 			case Probe:
 				p := md.peers[a.Peer]
-				when := md.now + time.Duration(md.r.Int64N(int64(a.Timeout)/2))
-				// A process answers a hello whatever its readers do; a
-				// replaced peer's first process never does.
-				md.at(when, ProbeDone{Peer: a.Peer, Gen: a.Gen, Answered: md.alive(p, when) && (p.kind != replaced || a.Gen == 1)})
+				// A process answers a hello whatever its readers do, at
+				// once; a stopped one lets the probe run out; a replaced
+				// peer's first process never answers. Now and then a
+				// knock's answer comes late, past the window (this rank's
+				// own goroutine kept from running).
+				answered := md.alive(p, md.now) && (p.kind != replaced || a.Gen == 1)
+				when := md.now + a.Timeout
+				if answered {
+					when = md.now + time.Duration(md.r.Int64N(int64(a.Timeout)/2+1))
+				}
+				if a.Knock && md.r.IntN(10) == 0 {
+					when += md.window + time.Duration(md.r.Int64N(int64(md.window)))
+					p.late = true
+				}
+				md.at(when, ProbeDone{Peer: a.Peer, Gen: a.Gen, Seq: a.Seq, Answered: answered})
 			case DeclareLost:
 				p := md.peers[a.Peer]
 				p.lostGen = append(p.lostGen, a.Gen)

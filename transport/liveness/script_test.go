@@ -47,7 +47,7 @@ import (
 //	end P [err="..."] [malformed]    ReadEnded
 //	send-failed P [err="..."]        SendFailed
 //	ping-failed P [err="..."]        PingFailed
-//	probe-done P answered|unanswered ProbeDone [gen=N]
+//	probe-done P answered|unanswered ProbeDone [gen=N] [seq=N: the last probe's]
 //	dial-started P                   DialStarted [gen=N]
 //	dial-failed P [kind=K] [err=...] DialFailed (K: other, duplicate, shm, auth) [gen=N]
 //	failed | closing | tick          Failed, Closing, Tick
@@ -207,6 +207,7 @@ type harness struct {
 	// default), "answered" (a running one), or "manual" (the script steps
 	// probe-done itself).
 	knocks string
+	probed map[int]uint64 // each peer's last Probe's Seq, which probe-done answers by default
 }
 
 func (h *harness) fatalf(d *directive, format string, a ...any) {
@@ -254,6 +255,7 @@ func (h *harness) do(d *directive) []string {
 		h.m, h.at, h.next = m, 0, 0
 		h.cur, h.reads, h.stuck, h.stall = map[int]ConnID{}, map[ConnID]uint64{}, map[ConnID]bool{}, map[ConnID]time.Duration{}
 		h.writing = map[ConnID]bool{}
+		h.probed = map[int]uint64{}
 		h.knocks = cmp.Or(a.kv["knocks"], "silent")
 		if h.knocks != "silent" && h.knocks != "answered" && h.knocks != "manual" {
 			h.fatalf(d, "knocks=%q", h.knocks)
@@ -310,7 +312,7 @@ func (h *harness) do(d *directive) []string {
 	case "ping-failed":
 		ev = PingFailed{Peer: p, Conn: conn, Err: errOf("write: broken pipe")}
 	case "probe-done":
-		ev = ProbeDone{Peer: p, Gen: gen, Answered: a.flags["answered"]}
+		ev = ProbeDone{Peer: p, Gen: gen, Seq: uint64(h.num(d, a, "seq", int(h.probed[p]))), Answered: a.flags["answered"]}
 	case "dial-started":
 		ev = DialStarted{Peer: p, Gen: gen}
 	case "dial-failed":
@@ -374,9 +376,12 @@ func (h *harness) step(ev Event) []string {
 				delete(h.stall, s.Conn)
 				queue = append(queue, pr)
 			}
-			if pr, ok := act.(Probe); ok && h.knocks != "manual" && h.m.peers[pr.Peer].chk.phase == pinging {
-				line += " -> " + h.knocks
-				queue = append(queue, ProbeDone{Peer: pr.Peer, Gen: pr.Gen, Answered: h.knocks == "answered"})
+			if pr, ok := act.(Probe); ok {
+				h.probed[pr.Peer] = pr.Seq
+				if pr.Knock && h.knocks != "manual" {
+					line += " -> " + h.knocks
+					queue = append(queue, ProbeDone{Peer: pr.Peer, Gen: pr.Gen, Seq: pr.Seq, Answered: h.knocks == "answered"})
+				}
 			}
 			out = append(out, line)
 		}

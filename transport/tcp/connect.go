@@ -536,8 +536,12 @@ func hasSegment(p []byte) bool {
 }
 
 // probe checks that peer is alive, which gossip doubts, by connecting to
-// it: any answer to a hello (also a refusal) is life.
-func (t *Mesh) probe(ctx context.Context, peer int) bool {
+// it: any answer to a hello (also a refusal) is life. A knock (the peer
+// is connected) asks more: that the peer refuses the connection as a
+// duplicate, which it does while its process runs and holds this rank's
+// connection; an acceptance says it holds none, and a refusal for any
+// other reason is another process's.
+func (t *Mesh) probe(ctx context.Context, peer int, knock bool) bool {
 	t.mu.Lock()
 	var addr string
 	if t.peerList != nil {
@@ -549,6 +553,12 @@ func (t *Mesh) probe(ctx context.Context, peer int) bool {
 	}
 	dl, _ := ctx.Deadline()
 	c, err := t.dialHello(ctx, addr, peer, time.Until(dl))
+	if knock {
+		if c != nil {
+			c.Close()
+		}
+		return errors.Is(err, wire.ErrDuplicate)
+	}
 	if err != nil {
 		return errors.Is(err, transport.ErrAuth)
 	}

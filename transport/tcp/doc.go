@@ -128,13 +128,15 @@
 // Config.ConfirmTimeout (stretched on an overloaded host) is lost, unless
 // frames came from it meanwhile (or wait for room in this rank's inbox
 // from it: its pong is behind them): then it is asked again, window after
-// window, until it answers or sends nothing for a window. Beside every
-// ping the rank also knocks: it dials the peer and runs the handshake,
-// which a connected peer refuses as a duplicate; any answer shows that the
-// peer's process runs, though its own reader may wait for room in its
-// inbox (its collectives behind), the ping unread, and it is asked again
-// rather than lost. A stopped process answers neither. Its connection
-// ending without a goodbye while it is asked confirms the verdict at once.
+// window, until it answers or sends nothing for a window. With no pong a
+// quarter of the way into a window, the rank also knocks: it dials the
+// peer and runs the handshake, which the peer refuses as a duplicate while
+// its process runs and holds this rank's connection. Such a peer's own
+// reader may wait for room in its inbox (its collectives behind), the
+// ping unread, and it is asked again rather than lost (for at most
+// MaxStretch windows' worth of time since it last sent). A stopped
+// process answers neither. Its connection ending without a goodbye while
+// it is asked confirms the verdict at once.
 //
 // # Liveness
 //

@@ -108,9 +108,9 @@ func (t *Mesh) perform(acts []liveness.Action) {
 		case liveness.Probe:
 			t.goTracked(func() {
 				ctx, cancel := context.WithTimeout(t.closeCtx, a.Timeout)
-				answered := t.probe(ctx, a.Peer)
+				answered := t.probe(ctx, a.Peer, a.Knock)
 				cancel()
-				t.perform(t.step(liveness.ProbeDone{Peer: a.Peer, Gen: a.Gen, Answered: answered}))
+				t.perform(t.step(liveness.ProbeDone{Peer: a.Peer, Gen: a.Gen, Seq: a.Seq, Answered: answered}))
 			})
 		case liveness.DeclareLost:
 			// Recorded, and told, with the step; the world's record of an
@@ -249,8 +249,9 @@ func (t *Mesh) gen(peer int) uint32 {
 // its verdict is checked first: a connected rank is pinged on its data
 // connection, and only if it does not answer within ConfirmTimeout
 // (stretched on an overloaded host: liveness.DefaultPolicy), nor send
-// anything for as long, is it lost. A stopped or cut-off process cannot
-// answer. A rank this one has no connection to is probed with a
+// anything for as long, nor answer a knock (a second connection, which
+// its running process refuses as a duplicate), is it lost. A stopped or
+// cut-off process cannot answer. A rank this one has no connection to is probed with a
 // connection (WatchAll), or else remembered, so that connecting to it is
 // the check. The rules are package liveness's.
 func (t *Mesh) PeerLost(peer int, reason string) {
