@@ -46,7 +46,7 @@ func TestInline(t *testing.T) {
 func TestInlineFailures(t *testing.T) {
 	setup(t)
 	for _, native := range []string{"1", "0"} {
-		for _, bytes := range []string{"256", "262144"} {
+		for _, bytes := range []string{"256", "4194304"} {
 			t.Run("native="+native+"/bytes="+bytes, func(t *testing.T) {
 				t.Setenv("GORUN_TORCH_NATIVE", native)
 				inlineFailures(t, bytes)

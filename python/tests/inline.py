@@ -141,15 +141,18 @@ def check():
             pg._inline_ok = True
     # A future's callback that waits for another operation's future: the
     # thread that runs it must not be the one the other's completion needs.
+    # Both are started (above INLINE_BYTES), so that their futures complete
+    # on gorun's threads.
+    started = gt.INLINE_BYTES // 4 + 1
     for _ in range(5):
-        a, b = torch.ones(1 << 18), torch.ones(1 << 18)
+        a, b = torch.ones(started), torch.ones(started)
         wa = dist.all_reduce(a, async_op=True)
         fb = dist.all_reduce(b, async_op=True).get_future()
         got = wa.get_future().then(lambda f: fb.wait()[0].sum().item())
-        assert got.wait() == N * (1 << 18), ("callback waiting on a future", got.value())
+        assert got.wait() == N * started, ("callback waiting on a future", got.value())
         checks += 1
     # A large operation in flight while small ones run inline.
-    big = [torch.full((1 << 20,), float(r + 1)) for r in range(N)]
+    big = [torch.full((max(1 << 20, started),), float(r + 1)) for r in range(N)]
     t = big[R].clone()
     w = dist.all_reduce(t, async_op=True)
     smalls = []
