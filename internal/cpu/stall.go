@@ -26,7 +26,9 @@ type StallMeter struct {
 // Longest returns the longest wait recorded since the last call (the lower
 // bound of the histogram bucket it fell in), 0 at the first call or when
 // the runtime does not keep the histogram. A goroutine still waiting is
-// counted once it runs.
+// counted once it runs. The runtime times a sample of the waits (about
+// one in eight of a goroutine's), so a stall is seen once several
+// goroutines were kept waiting, as they are in a rank starved of its CPU.
 func (s *StallMeter) Longest() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -18,7 +18,9 @@ func TestStallMeter(t *testing.T) {
 	}
 	// One goroutine spins without yielding for 50 ms while others become
 	// runnable: they wait until the scheduler preempts it (about 10 ms)
-	// or it ends.
+	// or it ends. The runtime times only a sample of its goroutines'
+	// waits (about one in eight), so many wait: with 20, all of them went
+	// untimed in about one run in three hundred.
 	var wg sync.WaitGroup
 	stop := time.Now().Add(50 * time.Millisecond)
 	wg.Add(1)
@@ -27,7 +29,7 @@ func TestStallMeter(t *testing.T) {
 		for time.Now().Before(stop) {
 		}
 	}()
-	for range 20 {
+	for range 400 {
 		wg.Add(1)
 		go func() { defer wg.Done(); time.Sleep(time.Millisecond) }()
 	}
