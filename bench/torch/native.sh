@@ -5,6 +5,8 @@
 # 2 and 4 ranks on one host.
 #
 #   bash bench/torch/native.sh [ROUNDS]      (default 3)
+#   HOGS=2 bash bench/torch/native.sh        (beside 2 busy processes,
+#                                             spinning loops, all along)
 #
 # Two tables: back to back (blocks of calls, as the Go program times
 # them), and with a barrier before every call (bench/torch/allreduce.py's
@@ -18,7 +20,12 @@ go build -o bin/allreduce ./examples/allreduce
 export PYTHONPATH=$PWD/python OMP_NUM_THREADS=1
 sizes=4096,65536,1048576
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+hogs=()
+trap 'kill "${hogs[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+for _ in $(seq 1 "${HOGS:-0}"); do
+    sh -c 'while :; do :; done' &
+    hogs+=($!)
+done
 
 py() { # py ROUND NP LABEL MODE [ENV...] -- runs allreduce.py, one line per size into $tmp/MODE
     local r=$1 np=$2 label=$3 mode=$4 backend=gorun
