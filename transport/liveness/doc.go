@@ -198,8 +198,10 @@
 //   - The job fails at most once, never in an elastic job, and after it
 //     failed every loss is RecordOnly. Status and Lost agree.
 //   - A peer that answers every ping within a window, however long its
-//     frames wait on this rank's full inbox, or its own reader on its own
-//     full inbox while its process answers connections, is never lost.
+//     frames wait on this rank's full inbox, is never lost; one whose own
+//     reader waits on its own full inbox while its process answers
+//     connections is not lost before MaxStretch × ConfirmTimeout (two
+//     minutes by default) has passed since it last sent (rule 6).
 //   - A connected peer that falls silent (no frames, no pongs, no answer
 //     to a connection) is lost within two windows of gossip's first
 //     verdict after it fell silent (one window if it was silent when the
