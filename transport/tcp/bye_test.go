@@ -28,12 +28,8 @@ func TestGoodbyeBehindDataAfterGossip(t *testing.T) {
 		}
 	})
 	const frames = world.InboxDepth + 8
-	big := make([]byte, 64<<10)
-	for i := range frames {
-		big[0] = byte(i)
-		if err := ts[1].Send(context.Background(), 0, transport.Header{Step: uint32(i)}, big); err != nil {
-			t.Fatal(err)
-		}
+	if err := sendNumbered(ts[1], 0, frames, 64<<10); err != nil {
+		t.Fatal(err)
 	}
 	if err := ts[1].Close(); err != nil {
 		t.Fatal(err)
@@ -43,18 +39,9 @@ func TestGoodbyeBehindDataAfterGossip(t *testing.T) {
 	if err := ts[0].Err(); err != nil {
 		t.Fatalf("a rank that said goodbye was lost: %v", err)
 	}
+	recvNumbered(t, ts[0], 1, frames)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for i := range frames {
-		f, err := ts[0].Recv(ctx, 1)
-		if err != nil {
-			t.Fatalf("frame %d: %v", i, err)
-		}
-		if f.Header.Step != uint32(i) || f.Payload[0] != byte(i) {
-			t.Fatalf("frame %d: step %d, first byte %d", i, f.Header.Step, f.Payload[0])
-		}
-		f.Release()
-	}
 	if _, err := ts[0].Recv(ctx, 1); !errors.Is(err, transport.ErrPeerLost) {
 		t.Fatalf("after the last frame: %v, want ErrPeerLost (it left)", err)
 	}

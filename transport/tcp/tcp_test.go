@@ -66,6 +66,36 @@ func mesh(t *testing.T, n int, tweak func(r int, c *Config)) []*Mesh {
 	return ts
 }
 
+// sendNumbered sends n frames of size bytes (at least 1) from tr to peer:
+// frame i has step i and first byte i, as recvNumbered checks.
+func sendNumbered(tr *Mesh, peer, n, size int) error {
+	b := make([]byte, size)
+	for i := range n {
+		b[0] = byte(i)
+		if err := tr.Send(context.Background(), peer, transport.Header{Step: uint32(i)}, b); err != nil {
+			return fmt.Errorf("frame %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// recvNumbered receives sendNumbered's n frames from peer, in order.
+func recvNumbered(t *testing.T, tr *Mesh, peer, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range n {
+		f, err := tr.Recv(ctx, peer)
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if f.Header.Step != uint32(i) || len(f.Payload) == 0 || f.Payload[0] != byte(i) {
+			t.Fatalf("frame %d: step %d, %d bytes", i, f.Header.Step, len(f.Payload))
+		}
+		f.Release()
+	}
+}
+
 func TestTCPExchange(t *testing.T) {
 	ts := mesh(t, 3, nil)
 	ctx := context.Background()
@@ -288,12 +318,8 @@ func TestGossipVerdictBehindOwnInbox(t *testing.T) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	})
 	const frames = world.InboxDepth + 2
-	big := make([]byte, 1<<20)
-	for i := range frames {
-		big[0] = byte(i)
-		if err := ts[0].Send(context.Background(), 1, transport.Header{Step: uint32(i)}, big); err != nil {
-			t.Fatal(err)
-		}
+	if err := sendNumbered(ts[0], 1, frames, 1<<20); err != nil {
+		t.Fatal(err)
 	}
 	ts[0].PeerLost(1, "declared dead by gossip")
 	// A window that finds this rank starved proves nothing (and asks again
@@ -305,18 +331,7 @@ func TestGossipVerdictBehindOwnInbox(t *testing.T) {
 	if err := ts[0].Err(); err != nil {
 		t.Fatalf("a rank whose reader waits on its own inbox was lost: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for i := range frames {
-		f, err := ts[1].Recv(ctx, 0)
-		if err != nil {
-			t.Fatalf("frame %d: %v", i, err)
-		}
-		if f.Header.Step != uint32(i) || f.Payload[0] != byte(i) {
-			t.Fatalf("frame %d has step %d, first byte %d", i, f.Header.Step, f.Payload[0])
-		}
-		f.Release()
-	}
+	recvNumbered(t, ts[1], 0, frames)
 	proctest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "answered on the data plane; keeping it") }, "rank 1's pong, read once its frames were taken, keeps it")
 	if err := ts[0].Err(); err != nil {
 		t.Fatalf("lost after it took its frames: %v", err)
@@ -335,18 +350,8 @@ func TestGossipVerdictBehindData(t *testing.T) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	})
 	const frames = world.InboxDepth + 8
-	big := make([]byte, 256<<10)
 	sent := make(chan error, 1)
-	go func() {
-		for i := range frames {
-			big[0] = byte(i)
-			if err := ts[1].Send(context.Background(), 0, transport.Header{Step: uint32(i)}, big); err != nil {
-				sent <- err
-				return
-			}
-		}
-		sent <- nil
-	}()
+	go func() { sent <- sendNumbered(ts[1], 0, frames, 256<<10) }()
 	// Rank 0's reader stalls on its full inbox from rank 1.
 	time.Sleep(300 * time.Millisecond)
 	ts[0].PeerLost(1, "declared dead by gossip")
@@ -359,18 +364,7 @@ func TestGossipVerdictBehindData(t *testing.T) {
 	if err := ts[0].Err(); err != nil {
 		t.Fatalf("a rank still sending was lost: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for i := range frames {
-		f, err := ts[0].Recv(ctx, 1)
-		if err != nil {
-			t.Fatalf("frame %d: %v", i, err)
-		}
-		if f.Header.Step != uint32(i) {
-			t.Fatalf("frame %d has step %d", i, f.Header.Step)
-		}
-		f.Release()
-	}
+	recvNumbered(t, ts[0], 1, frames)
 	if err := <-sent; err != nil {
 		t.Fatal(err)
 	}
