@@ -89,7 +89,7 @@ func BenchmarkExact(b *testing.B) {
 // allReduceAll runs b.N all-reduces of bytes on every Comm at once.
 func allReduceAll(b *testing.B, comms []*Comm, bytes int) {
 	b.SetBytes(int64(bytes))
-	allReduceN(b, comms, bytes, b.N)
+	allReduceN(b, comms, bytes, b.N, false)
 }
 
 // startAll joins cfgs' Comms and closes them when b ends.
@@ -178,7 +178,7 @@ func timelineOverhead(b *testing.B, shm bool) {
 		for k, mode := range []bool{false, true} {
 			set(mode)
 			t0 := time.Now()
-			allReduceN(b, comms, 4<<10, batch)
+			allReduceN(b, comms, 4<<10, batch, false)
 			t[k] = float64(time.Since(t0).Nanoseconds()) / batch
 		}
 		off, on, ratio = append(off, t[0]), append(on, t[1]), append(ratio, t[1]/t[0])
@@ -190,17 +190,26 @@ func timelineOverhead(b *testing.B, shm bool) {
 	b.ReportMetric(median(ratio), "on/off")
 }
 
-// allReduceN runs n all-reduces of bytes on every Comm at once.
-func allReduceN(b *testing.B, comms []*Comm, bytes, n int) {
+// allReduceN runs n all-reduces of bytes on every Comm at once, each
+// caller locked to its OS thread if locked is set. The first error fails
+// the benchmark and cancels the other ranks' calls.
+func allReduceN(b *testing.B, comms []*Comm, bytes, n int, locked bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	var wg sync.WaitGroup
 	for _, c := range comms {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if locked {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+			}
 			buf := make([]float32, bytes/4)
-			for i := 0; i < n; i++ {
-				if err := AllReduce(context.Background(), c, buf, Sum); err != nil {
+			for range n {
+				if err := AllReduce(ctx, c, buf, Sum); err != nil {
 					b.Error(err)
+					cancel()
 					return
 				}
 			}
@@ -219,23 +228,7 @@ func BenchmarkAllReduceLocked(b *testing.B) {
 	for _, bytes := range []int{4 << 10, 64 << 10, 1 << 20} {
 		b.Run(fmt.Sprintf("%dB", bytes), func(b *testing.B) {
 			b.SetBytes(int64(bytes))
-			var wg sync.WaitGroup
-			for _, c := range comms {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					runtime.LockOSThread()
-					defer runtime.UnlockOSThread()
-					buf := make([]float32, bytes/4)
-					for range b.N {
-						if err := AllReduce(context.Background(), c, buf, Sum); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
+			allReduceN(b, comms, bytes, b.N, true)
 		})
 	}
 }
