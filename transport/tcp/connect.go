@@ -429,7 +429,7 @@ func (t *Mesh) dialOnce(ctx context.Context, peer int, gen uint32) error {
 	p := t.peerList[peer]
 	noShm := t.slotOf(peer).noShm
 	t.mu.Unlock()
-	c, err := t.dialHello(ctx, p.Addr, peer, t.cfg.HandshakeTimeout)
+	c, err := t.dialHello(ctx, p.Addr, peer, t.cfg.HandshakeTimeout, false)
 	if err != nil {
 		return err
 	}
@@ -551,8 +551,7 @@ func (t *Mesh) probe(ctx context.Context, peer int, knock bool) bool {
 	if addr == "" {
 		return false
 	}
-	dl, _ := ctx.Deadline()
-	c, err := t.dialHello(ctx, addr, peer, time.Until(dl))
+	c, err := t.dialHello(ctx, addr, peer, t.cfg.HandshakeTimeout, true)
 	if knock {
 		if c != nil {
 			c.Close()
@@ -567,14 +566,28 @@ func (t *Mesh) probe(ctx context.Context, peer int, knock bool) bool {
 }
 
 // dialHello dials peer at addr and runs the handshake, within
-// handshakeTimeout; the connection is closed if the handshake fails.
-func (t *Mesh) dialHello(ctx context.Context, addr string, peer int, handshakeTimeout time.Duration) (net.Conn, error) {
+// handshakeTimeout; the connection is closed if the handshake fails. With
+// within set (a probe), the handshake ends by ctx's deadline instead,
+// counted from after the dial, and when ctx ends (Close): a handshake
+// with a stopped process waits for its deadline alone.
+func (t *Mesh) dialHello(ctx context.Context, addr string, peer int, handshakeTimeout time.Duration, within bool) (net.Conn, error) {
 	d := net.Dialer{Timeout: t.cfg.DialTimeout}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	if err := wire.DialHandshake(c, t.cfg.JobID, t.cfg.Secret, wire.Ends{From: t.cfg.Rank, To: peer, Size: t.cfg.Size, Port: t.port()}, handshakeTimeout); err != nil {
+	stop := func() bool { return true }
+	if within {
+		if dl, ok := ctx.Deadline(); ok {
+			handshakeTimeout = max(time.Until(dl), time.Millisecond)
+		}
+		stop = context.AfterFunc(ctx, func() { c.Close() })
+	}
+	err = wire.DialHandshake(c, t.cfg.JobID, t.cfg.Secret, wire.Ends{From: t.cfg.Rank, To: peer, Size: t.cfg.Size, Port: t.port()}, handshakeTimeout)
+	if !stop() && err == nil {
+		err = context.Cause(ctx) // closed as the handshake ended
+	}
+	if err != nil {
 		c.Close()
 		return nil, err
 	}
