@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/gorun/gorun/collective"
+	"github.com/gorun/gorun/internal/cpu"
 	"github.com/gorun/gorun/reduce"
 )
 
@@ -413,7 +414,8 @@ func run(comm int64, o op, timeoutMs int64) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	// A call from C runs on a goroutine locked to the calling thread.
+	ctx, cancel := cpu.WithLockedThread(context.Background()), context.CancelFunc(func() {})
 	if timeoutMs > 0 {
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(timeoutMs)*time.Millisecond)
 	}

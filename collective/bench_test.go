@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/cpu"
 	"github.com/gorun/gorun/internal/inspect"
 	"github.com/gorun/gorun/transport"
 )
@@ -201,9 +202,11 @@ func allReduceN(b *testing.B, comms []*Comm, bytes, n int, locked bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			ctx := ctx
 			if locked {
 				runtime.LockOSThread()
 				defer runtime.UnlockOSThread()
+				ctx = cpu.WithLockedThread(ctx) // as libgorun's calls from C are
 			}
 			buf := make([]float32, bytes/4)
 			for range n {

@@ -60,7 +60,7 @@ var allowed = map[string][]string{
 	"collective":               {"internal/control", "internal/inspect", "internal/jobenv", "internal/jobsecret", "internal/tick", "membership", "ps", "reduce", "reduce/exact", "ring", "transport", "transport/mem", "transport/shm", "transport/tcp", "transport/wire"},
 	"collective/powersgd":      {"collective"},
 	"pipeline":                 {"collective"},
-	"capi":                     {"collective", "reduce"},
+	"capi":                     {"collective", "internal/cpu", "reduce"},
 
 	// The launcher: it places and supervises processes and never touches
 	// the data plane (the names of a job's files in shared memory are

@@ -386,13 +386,16 @@ func IsClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// Poll waits until ready reports true: first polling (for spin, giving
-// the core away between polls when yield), then asleep with sleeping
-// raised: sleep(seq) returns when word may have moved past seq, or after
-// at most shmSleep, or when stop has something to say. Before each poll
-// it asks stop, and gives up with stop's error (unless ready is true by
-// then).
-func Poll(word, sleeping *atomic.Uint32, spin time.Duration, yield bool, ready func() (bool, error), stop func() error, sleep func(seq uint32)) error {
+// Poll waits until ready reports true: first polling (for spin, letting
+// the process's other goroutines run between polls, and giving the core
+// away too when yield), then asleep with sleeping raised: sleep(seq)
+// returns when word may have moved past seq, or after at most Sleep, or
+// when stop has something to say. Before each poll it asks stop, and
+// gives up with stop's error (unless ready is true by then). A caller
+// locked to its OS thread (locked) lets no goroutine run between polls:
+// for it runtime.Gosched is two thread switches; the others run once it
+// sleeps.
+func Poll(word, sleeping *atomic.Uint32, spin time.Duration, yield, locked bool, ready func() (bool, error), stop func() error, sleep func(seq uint32)) error {
 	var start time.Time
 	for i := 0; ; i++ {
 		ok, err := ready()
@@ -420,7 +423,9 @@ func Poll(word, sleeping *atomic.Uint32, spin time.Duration, yield bool, ready f
 			}
 		}
 		if time.Since(start) < spin {
-			runtime.Gosched()
+			if !locked {
+				runtime.Gosched()
+			}
 			if yield {
 				cpu.Yield()
 			}
