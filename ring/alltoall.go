@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gorun/gorun/internal/cpu"
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
 )
@@ -50,6 +51,7 @@ func AllToAllV[T Elem](ctx context.Context, tr Transport, send []T, sendSpans []
 	// far as the transport's buffers let it, instead of meeting each
 	// partner in turn.
 	sent := make(chan error, 1)
+	wctx := cpu.Unlocked(ctx) // the caller's thread may be locked; this goroutine's is not
 	go func() {
 		for k := 1; k < size; k++ {
 			to := (rank + k) % size
@@ -58,7 +60,7 @@ func AllToAllV[T Elem](ctx context.Context, tr Transport, send []T, sendSpans []
 			out := newStream(to, k, part(send, sendSpans[to]), seg)
 			for i, g := range out.segs {
 				h.Step = segStep(k, i, len(out.segs), size)
-				if err := tr.Send(ctx, to, h, reduce.AsBytes(out.buf[g.Off:g.Off+g.Len])); err != nil {
+				if err := tr.Send(wctx, to, h, reduce.AsBytes(out.buf[g.Off:g.Off+g.Len])); err != nil {
 					sent <- fmt.Errorf("step %d: send to rank %d: %w", k, global(tr, to), err)
 					return
 				}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gorun/gorun/internal/cpu"
 	"github.com/gorun/gorun/reduce"
 	"github.com/gorun/gorun/transport"
 )
@@ -76,11 +77,12 @@ func (s *sender[T]) done(it sendItem[T]) {
 // frames, so put never blocks.
 func (s *sender[T]) start() {
 	s.queue, s.errc = make(chan sendItem[T], s.capacity), make(chan error, 1)
+	ctx := cpu.Unlocked(s.ctx) // the caller's thread may be locked; this goroutine's is not
 	go func() {
 		for it := range s.queue {
 			hd := s.o.Header
 			hd.Step = it.step
-			err := s.tr.Send(s.ctx, it.to, hd, reduce.AsBytes(it.data))
+			err := s.tr.Send(ctx, it.to, hd, reduce.AsBytes(it.data))
 			s.done(it)
 			if err != nil {
 				s.errc <- fmt.Errorf("send to rank %d: %w", global(s.tr, it.to), err)

@@ -55,7 +55,7 @@ var allowed = map[string][]string{
 	"transport/shm":            {"transport", "transport/internal/shmem", "transport/wire"},
 	"transport/mem":            {"internal/canceled", "transport", "transport/internal/world"},
 	"transport/tcp":            {"internal/backoff", "internal/canceled", "internal/cpu", "internal/jobsecret", "transport", "transport/internal/shmem", "transport/internal/world", "transport/liveness", "transport/wire"},
-	"ring":                     {"reduce", "transport"},
+	"ring":                     {"internal/cpu", "reduce", "transport"},
 	"ps":                       {"assign", "internal/cpu", "internal/jobenv", "internal/jobsecret", "reduce", "transport", "transport/liveness", "transport/shm", "transport/wire"},
 	"collective":               {"internal/control", "internal/inspect", "internal/jobenv", "internal/jobsecret", "internal/tick", "membership", "ps", "reduce", "reduce/exact", "ring", "transport", "transport/mem", "transport/shm", "transport/tcp", "transport/wire"},
 	"collective/powersgd":      {"collective"},

@@ -90,7 +90,11 @@ func recvNumbered(t *testing.T, tr *Mesh, peer, n int) {
 			t.Fatalf("frame %d: %v", i, err)
 		}
 		if f.Header.Step != uint32(i) || len(f.Payload) == 0 || f.Payload[0] != byte(i) {
-			t.Fatalf("frame %d: step %d, %d bytes", i, f.Header.Step, len(f.Payload))
+			first := -1
+			if len(f.Payload) > 0 {
+				first = int(f.Payload[0])
+			}
+			t.Fatalf("frame %d: step %d, %d bytes, first byte %d", i, f.Header.Step, len(f.Payload), first)
 		}
 		f.Release()
 	}

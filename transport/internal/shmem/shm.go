@@ -375,6 +375,11 @@ func DropSegment(path string, mem []byte) {
 // wake-up): a safety net of the ring protocol, not a tuning knob.
 const Sleep = 20 * time.Millisecond
 
+// LockedYield is how often a wait on a goroutine locked to its OS thread
+// lets the process's other goroutines run while it spins (Poll): a writer
+// goroutine of the same call may wait for the P.
+const LockedYield = 20 * time.Microsecond
+
 // IsClosed reports whether ch is closed (or has a value ready); false for
 // a nil channel.
 func IsClosed(ch <-chan struct{}) bool {
@@ -392,11 +397,12 @@ func IsClosed(ch <-chan struct{}) bool {
 // returns when word may have moved past seq, or after at most Sleep, or
 // when stop has something to say. Before each poll it asks stop, and
 // gives up with stop's error (unless ready is true by then). A caller
-// locked to its OS thread (locked) lets no goroutine run between polls:
-// for it runtime.Gosched is two thread switches; the others run once it
-// sleeps.
+// locked to its OS thread (locked) lets the other goroutines run only
+// every LockedYield of its spin, and before it sleeps (its futex sleep
+// keeps the P until the runtime's monitor takes it): for it a
+// runtime.Gosched is two thread switches.
 func Poll(word, sleeping *atomic.Uint32, spin time.Duration, yield, locked bool, ready func() (bool, error), stop func() error, sleep func(seq uint32)) error {
-	var start time.Time
+	var start, gosched time.Time
 	for i := 0; ; i++ {
 		ok, err := ready()
 		if err != nil || ok {
@@ -413,6 +419,7 @@ func Poll(word, sleeping *atomic.Uint32, spin time.Duration, yield, locked bool,
 		}
 		if start.IsZero() {
 			start = time.Now()
+			gosched = start
 			if spin > 0 {
 				switch cpu.Now() {
 				case cpu.Park:
@@ -422,14 +429,20 @@ func Poll(word, sleeping *atomic.Uint32, spin time.Duration, yield, locked bool,
 				}
 			}
 		}
-		if time.Since(start) < spin {
+		if now := time.Now(); now.Sub(start) < spin {
 			if !locked {
 				runtime.Gosched()
+			} else if now.Sub(gosched) >= LockedYield {
+				runtime.Gosched()
+				gosched = time.Now()
 			}
 			if yield {
 				cpu.Yield()
 			}
 			continue
+		}
+		if locked {
+			runtime.Gosched() // what waits for the P runs before the sleep holds it
 		}
 		seq := word.Load()
 		sleeping.Store(1)
