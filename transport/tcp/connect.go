@@ -584,8 +584,8 @@ func (t *Mesh) dialHello(ctx context.Context, addr string, peer int, handshakeTi
 		stop = context.AfterFunc(ctx, func() { c.Close() })
 	}
 	err = wire.DialHandshake(c, t.cfg.JobID, t.cfg.Secret, wire.Ends{From: t.cfg.Rank, To: peer, Size: t.cfg.Size, Port: t.port()}, handshakeTimeout)
-	if !stop() && err == nil {
-		err = context.Cause(ctx) // closed as the handshake ended
+	if !stop() && (err == nil || errors.Is(err, net.ErrClosed)) {
+		err = context.Cause(ctx) // closed when ctx ended
 	}
 	if err != nil {
 		c.Close()
