@@ -134,7 +134,10 @@
 //     it (Kept), and failed dials (not those refused as a duplicate, nor
 //     a timed-out shared memory offer) lose it once a window has passed
 //     since the first ("..., and connecting to it failed for 1s: ..."),
-//     not after ConnectTimeout.
+//     not after ConnectTimeout. The window stretches with this rank's
+//     own longest stall during those dials (DialFailed.Stall), as rule
+//     12's does: a handshake that timed out while this rank waited for a
+//     CPU says nothing of the peer ("... (this rank stalled up to 2s)").
 //  11. With WatchAll, a peer with no connection is probed: any answer to
 //     a hello (a refusal too) or a connection keeps it; no answer within
 //     the window, or a failed dial, loses it ("..., and it did not answer

@@ -131,6 +131,11 @@ type DialFailed struct {
 	Gen  uint32
 	Err  error
 	Kind DialKind
+	// Stall is the longest this rank itself was kept from running during
+	// the attempt (its goroutines' longest wait for a CPU), 0 if unknown:
+	// a handshake that timed out while this rank waited for a CPU says
+	// nothing of the peer.
+	Stall time.Duration
 }
 
 // DialKind sorts the failures of a dial.

@@ -125,7 +125,8 @@ type peer struct {
 	// Gossip declared it dead while it had no connection (Doubt).
 	doubted    bool
 	doubt      string
-	doubtSince time.Time // the first failed dial since
+	doubtSince time.Time     // the first failed dial since
+	doubtStall time.Duration // the longest this rank stalled in a dial failed since
 }
 
 // conn is one connection as the machine sees it.
@@ -444,7 +445,7 @@ func (m *Machine) verdict(p *peer, reason string) {
 		// Not a peer this rank talks to: remembered, so that connecting
 		// to it is the check.
 		if !p.doubted {
-			p.doubted, p.doubt, p.doubtSince = true, reason, time.Time{}
+			p.doubted, p.doubt, p.doubtSince, p.doubtStall = true, reason, time.Time{}, 0
 			m.emit(Doubt{Peer: p.id, Gen: p.gen, Reason: reason})
 		}
 		return
@@ -678,13 +679,19 @@ func (m *Machine) brk(p *peer, reason string) {
 func (m *Machine) dialFailed(p *peer, ev DialFailed) {
 	if p.doubted && (ev.Kind == DialOther || ev.Kind == DialAuth) {
 		// Gossip says it is dead and it does not answer: retried only
-		// within a confirmation window, not ConnectTimeout.
+		// within a confirmation window, not ConnectTimeout. The window
+		// stretches with this rank's own stalls in the attempts, as a
+		// connected peer's does (Observation.Stall): a handshake that
+		// timed out while this rank waited for a CPU says nothing of the
+		// peer, and a peer in the same process, or on a host as busy,
+		// waited as long.
 		if p.doubtSince.IsZero() {
 			p.doubtSince = m.now
 		}
-		o := Observation{Base: m.cfg.ConfirmTimeout, Load: m.load, Elapsed: m.now.Sub(p.doubtSince)}
+		p.doubtStall = max(p.doubtStall, ev.Stall)
+		o := Observation{Base: m.cfg.ConfirmTimeout, Load: m.load, Elapsed: m.now.Sub(p.doubtSince), Stall: p.doubtStall}
 		if w := m.cfg.Policy(o); m.now.Sub(p.doubtSince) >= w {
-			m.lose(p, fmt.Sprintf("%s, and connecting to it failed for %v: %v", p.doubt, roundMS(w), errText(ev.Err)), ev.Err)
+			m.lose(p, fmt.Sprintf("%s, and connecting to it failed for %v: %v%s", p.doubt, roundMS(w), errText(ev.Err), ownState(p.doubtStall, false, false)), ev.Err)
 			return
 		}
 	}
@@ -715,7 +722,7 @@ func (m *Machine) revive(p *peer, keep bool) {
 	p.breakDue, p.breakReason = time.Time{}, ""
 	p.leftDue = time.Time{}
 	p.connectDue, p.lastDial = time.Time{}, nil
-	p.doubted, p.doubt, p.doubtSince = false, "", time.Time{}
+	p.doubted, p.doubt, p.doubtSince, p.doubtStall = false, "", time.Time{}, 0
 	delete(m.lost, p.id) // the old process's loss
 	if !keep || p.conn == nil || p.conn.broken {
 		p.conn = nil

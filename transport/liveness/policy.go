@@ -47,6 +47,7 @@ type Observation struct {
 	// Stall is the longest this rank itself was kept from running in the
 	// window just over (0 in the first): its goroutines' longest wait for
 	// a CPU, or how late the window's end was stepped, whichever is more.
+	// For a doubted peer's dials, the longest during any of them.
 	Stall time.Duration
 	// RTT is the last round trip of a ping on the peer's connection (from
 	// the Ping action to its Pong), 0 if none was measured.

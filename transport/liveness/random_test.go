@@ -183,7 +183,7 @@ func decodeEvents(data []byte, size int) (evs []Event, at []time.Duration) {
 		case 12:
 			ev = DialStarted{Peer: peer, Gen: gen}
 		case 13:
-			ev = DialFailed{Peer: peer, Gen: gen, Err: err, Kind: DialKind(b[3] % 5)}
+			ev = DialFailed{Peer: peer, Gen: gen, Err: err, Kind: DialKind(b[3] % 5), Stall: time.Duration(b[3]/5) * 20 * time.Millisecond}
 		case 14:
 			if b[0]%3 == 0 {
 				ev = Failed{}

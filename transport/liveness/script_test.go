@@ -49,7 +49,7 @@ import (
 //	ping-failed P [err="..."]        PingFailed
 //	probe-done P answered|unanswered ProbeDone [gen=N] [seq=N: the last probe's]
 //	dial-started P                   DialStarted [gen=N]
-//	dial-failed P [kind=K] [err=...] DialFailed (K: other, duplicate, shm, auth) [gen=N]
+//	dial-failed P [kind=K] [err=...] [stall=D] DialFailed (K: other, duplicate, shm, auth) [gen=N]
 //	failed | closing | tick          Failed, Closing, Tick
 //	revive P [keep]                  Revive
 //	status | lost | deadline         the machine's Status and Gen, Lost, Deadline
@@ -321,7 +321,7 @@ func (h *harness) do(d *directive) []string {
 		if !ok {
 			h.fatalf(d, "kind %q", a.kv["kind"])
 		}
-		ev = DialFailed{Peer: p, Gen: gen, Kind: k, Err: errOf("dial tcp: connection refused")}
+		ev = DialFailed{Peer: p, Gen: gen, Kind: k, Err: errOf("dial tcp: connection refused"), Stall: h.dur(d, a, "stall", 0)}
 	case "failed":
 		ev = Failed{}
 	case "closing":

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorun/gorun/internal/backoff"
 	"github.com/gorun/gorun/internal/canceled"
+	"github.com/gorun/gorun/internal/cpu"
 	"github.com/gorun/gorun/transport"
 	"github.com/gorun/gorun/transport/internal/shmem"
 	"github.com/gorun/gorun/transport/liveness"
@@ -343,7 +344,9 @@ func (t *Mesh) dialLoop(peer int) {
 		t.mu.Unlock()
 	}()
 	t.perform(t.step(liveness.DialStarted{Peer: peer, Gen: gen}))
+	var stall cpu.StallMeter // how long this process waited for a CPU during an attempt
 	for attempt := 0; ; attempt++ {
+		stall.Longest()
 		err := t.dialOnce(ctx, peer, gen)
 		if ctx.Err() != nil || errors.Is(err, errReplaced) {
 			return
@@ -353,7 +356,7 @@ func (t *Mesh) dialLoop(peer int) {
 		}
 		kind := dialKind(err)
 		if kind == liveness.DialOther || kind == liveness.DialAuth {
-			t.perform(t.step(liveness.HostLoad{Load: hostLoad()}, liveness.DialFailed{Peer: peer, Gen: gen, Err: err, Kind: kind}))
+			t.perform(t.step(liveness.HostLoad{Load: hostLoad()}, liveness.DialFailed{Peer: peer, Gen: gen, Err: err, Kind: kind, Stall: stall.Longest()}))
 		} else {
 			t.perform(t.step(liveness.DialFailed{Peer: peer, Gen: gen, Err: err, Kind: kind}))
 		}
