@@ -135,9 +135,11 @@
 //     a timed-out shared memory offer) lose it once a window has passed
 //     since the first ("..., and connecting to it failed for 1s: ..."),
 //     not after ConnectTimeout. The window stretches with this rank's
-//     own longest stall during those dials (DialFailed.Stall), as rule
-//     12's does: a handshake that timed out while this rank waited for a
-//     CPU says nothing of the peer ("... (this rank stalled up to 2s)").
+//     own longest stall during those dials (DialFailed.Stall), to at
+//     least four times it, as rule 6's does: a handshake that timed out
+//     while this rank waited for a CPU says nothing of the peer ("...
+//     (this rank stalled up to 2s)"). ConnectTimeout's clock (rule 15)
+//     still runs beside it.
 //  11. With WatchAll, a peer with no connection is probed: any answer to
 //     a hello (a refusal too) or a connection keeps it; no answer within
 //     the window, or a failed dial, loses it ("..., and it did not answer
@@ -145,8 +147,10 @@
 //  12. The window is the Policy's: a pure function of what was observed
 //     (Observation: the host's load, the round, the frames of the last
 //     window, the inbox, the last ping's round trip, the time since the
-//     check began). DefaultPolicy stretches ConfirmTimeout by the host's
-//     overload (runnable tasks per CPU over 2), up to MaxStretch times.
+//     check began, this rank's own longest stall). DefaultPolicy
+//     stretches ConfirmTimeout by the host's overload (runnable tasks per
+//     CPU over 2), and to at least four times the stall, up to
+//     MaxStretch times.
 //     The rule that tells a starved rank from a dead one goes here.
 //
 // Leaving, by gossip:

@@ -47,7 +47,8 @@ type Observation struct {
 	// Stall is the longest this rank itself was kept from running in the
 	// window just over (0 in the first): its goroutines' longest wait for
 	// a CPU, or how late the window's end was stepped, whichever is more.
-	// For a doubted peer's dials, the longest during any of them.
+	// For a doubted peer's dials, the longest during any failed dial
+	// since the first, the first included.
 	Stall time.Duration
 	// RTT is the last round trip of a ping on the peer's connection (from
 	// the Ping action to its Pong), 0 if none was measured.
@@ -69,7 +70,7 @@ type Policy func(Observation) time.Duration
 // DefaultPolicy is Base, stretched by how overloaded the host is
 // (runnable tasks per CPU over 2, the factor from 1 to MaxStretch), and at
 // least stallFactor times the longest this rank itself stalled in the
-// window before (at most MaxStretch × Base). On an overloaded host every
+// window before, or in a doubted peer's dials (at most MaxStretch × Base). On an overloaded host every
 // process, the suspect included, waits its turn for a core: 256 ranks on
 // 2 cores missed gossip's probes and a 1 s confirmation while alive; a
 // process of many ranks kept from its CPUs waits as long inside itself,

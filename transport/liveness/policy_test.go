@@ -106,7 +106,7 @@ func TestPolicySeesWhatWasObserved(t *testing.T) {
 		t.Fatalf("got %v, want the loss naming the second round's window", acts)
 	}
 	// Checks by connecting see Connected false; a doubted peer's dials,
-	// the time since the first failure.
+	// the time since the first failure and the longest stall in any.
 	seen = nil
 	cfg.WatchAll = true
 	m, _ = New(cfg)
@@ -115,11 +115,13 @@ func TestPolicySeesWhatWasObserved(t *testing.T) {
 	m2, _ := New(cfg)
 	m2.Step(at(0), Verdict{Peer: 3, Reason: "v"})
 	m2.Step(at(0), DialFailed{Peer: 3, Err: errors.New("refused")})
-	m2.Step(at(300*time.Millisecond), DialFailed{Peer: 3, Err: errors.New("refused")})
+	m2.Step(at(300*time.Millisecond), DialFailed{Peer: 3, Err: errors.New("refused"), Stall: 200 * time.Millisecond})
+	m2.Step(at(400*time.Millisecond), DialFailed{Peer: 3, Err: errors.New("refused")})
 	want = []Observation{
 		{Base: time.Second},
 		{Base: time.Second},
-		{Base: time.Second, Elapsed: 300 * time.Millisecond},
+		{Base: time.Second, Elapsed: 300 * time.Millisecond, Stall: 200 * time.Millisecond},
+		{Base: time.Second, Elapsed: 400 * time.Millisecond, Stall: 200 * time.Millisecond}, // the longest so far
 	}
 	if !slices.Equal(seen, want) {
 		t.Fatalf("the policy saw\n%+v\nwant\n%+v", seen, want)

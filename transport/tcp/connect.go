@@ -344,9 +344,12 @@ func (t *Mesh) dialLoop(peer int) {
 		t.mu.Unlock()
 	}()
 	t.perform(t.step(liveness.DialStarted{Peer: peer, Gen: gen}))
-	var stall cpu.StallMeter // how long this process waited for a CPU during an attempt
+	// How long this process waited for a CPU since the last failure
+	// (the attempt, and the pause before it): the time the machine
+	// counts against the peer.
+	var stall cpu.StallMeter
+	stall.Longest()
 	for attempt := 0; ; attempt++ {
-		stall.Longest()
 		err := t.dialOnce(ctx, peer, gen)
 		if ctx.Err() != nil || errors.Is(err, errReplaced) {
 			return
