@@ -98,7 +98,9 @@
 //     same process, or on a host as busy, waited as long. Nor does a
 //     window at whose end this rank's ping was still being written
 //     (Progress.Writing: its write waits behind another, or for room the
-//     peer has not read), or whose knock has not come back (this rank's
+//     peer has not read), unless the peer's process left its knock
+//     unanswered (then the ping waits on a peer that reads nothing, as a
+//     stopped one does), or whose knock has not come back (this rank's
 //     dial waits for a CPU). The peer is asked again (AskAgain{Starved}),
 //     in a window at least four times the stall, until MaxStretch ×
 //     ConfirmTimeout has passed since it last sent anything (or the

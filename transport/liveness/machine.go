@@ -556,7 +556,11 @@ func (m *Machine) progress(p *peer, c *conn, stall time.Duration, writing bool) 
 	// behind), with the ping unread behind what it waits to deliver. A
 	// stopped process answers nothing.
 	running := !sending && patience && p.chk.phase == pinging && knocked == knockAnswered
-	blocked := !sending && !running && (starved(stall, p.chk.window) || p.chk.phase == pinging && (writing || knocked == knockOut))
+	// A ping still being written proves nothing while the peer's process
+	// may be running (the write may wait behind another, or for a reader
+	// behind its own inbox); once its knock went unanswered it proves
+	// only that the peer reads nothing, as a stopped process does.
+	blocked := !sending && !running && (starved(stall, p.chk.window) || p.chk.phase == pinging && (writing && knocked != knockSilent || knocked == knockOut))
 	unproven := blocked && patience
 	if !sending && !unproven && !running {
 		switch {
