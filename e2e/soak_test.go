@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +34,9 @@ func TestSoakOverSSH(t *testing.T) {
 	}
 	cfg.For, cfg.MinGap, cfg.MaxGap = 24*time.Second, 1500*time.Millisecond, 3*time.Second
 	cfg.Seed = uint64(time.Now().UnixNano())
+	if s, err := strconv.ParseUint(os.Getenv("GORUN_SOAK_SEED"), 10, 64); err == nil {
+		cfg.Seed = s // a failed run's seed, again (the faults' timing is the machine's)
+	}
 	cfg.Dir = r.testbins
 	var log strings.Builder
 	cfg.Log = func(s string) { fmt.Fprintf(&log, "%s %s\n", time.Now().Format("15:04:05.000"), s) }
