@@ -48,7 +48,7 @@ GOROOT=${GOROOT:-$(go env GOROOT 2>/dev/null || echo /usr/local/go)}
 
 # What the tests use inside the root: the release's MPIs (with their
 # compilers and the PMIx headers, for a bare PMIx client), mpi4py,
-# PyTorch with its headers and g++ (gorun.torch's native fast path is
+# PyTorch with its headers, g++ and setuptools (gorun.torch's native fast path is
 # built against it), python3-venv (python/'s wheel test installs gorun's
 # wheel in a venv), what `go test` needs (gcc for cgo, git for the module cache),
 # the real Fashion-MNIST (the trainers' tests learn it), and sshd,
@@ -56,7 +56,7 @@ GOROOT=${GOROOT:-$(go env GOROOT 2>/dev/null || echo /usr/local/go)}
 # tests over SSH, per-node and under srun, in network namespaces made from
 # inside the root).
 pkgs=(openmpi-bin libopenmpi-dev libpmix-dev mpich libmpich-dev python3-mpi4py
-    python3-numpy python3-torch python3-venv gcc g++ libc6-dev libtorch-dev pybind11-dev make git procps ca-certificates
+    python3-numpy python3-torch python3-setuptools python3-venv gcc g++ libc6-dev libtorch-dev pybind11-dev make git procps ca-certificates
     openssh-server openssh-client iproute2 iptables util-linux
     slurmctld slurmd slurm-client munge dataset-fashion-mnist)
 

@@ -25,7 +25,7 @@ set -euo pipefail
 # python3-mpi4py, python3-numpy: mpi4py programs on Open MPI under gorun;
 # python3-torch: Debian's PyTorch (at /usr/bin/python3), which the gorun
 #   backend's tests (python/) run DDP and every operation on;
-# g++, libtorch-dev, pybind11-dev: gorun.torch's native fast path
+# g++, libtorch-dev, pybind11-dev, python3-setuptools (torch.utils.cpp_extension imports it): gorun.torch's native fast path
 #   (python/csrc), built against Debian's PyTorch;
 # python3-venv: the fresh venv (with its own pip) that python/'s wheel test
 #   installs gorun's wheel into;
@@ -33,7 +33,7 @@ set -euo pipefail
 #   (testhosts.sh slurm), under which gorun starts its agents with srun.
 pkgs=(openssh-server openssh-client iproute2 iptables util-linux procps
     dataset-fashion-mnist mpich libmpich-dev openmpi-bin libopenmpi-dev
-    libpmix-dev python3-mpi4py python3-numpy python3-torch g++ libtorch-dev pybind11-dev python3-venv slurmctld slurmd slurm-client munge)
+    libpmix-dev python3-mpi4py python3-numpy python3-torch g++ libtorch-dev pybind11-dev python3-setuptools python3-venv slurmctld slurmd slurm-client munge)
 # shellcheck disable=SC2206 # split on purpose: a space-separated list
 pkgs+=(${TESTDEPS_EXTRA:-})
 
