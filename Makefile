@@ -65,7 +65,8 @@ test: deps
 	$(TEST_DEBIAN13)
 
 # What users of Debian 13 have (Open MPI 5, MPICH 4.2, mpi4py 4, PyTorch 2.6):
-# the packages that exercise them (pmix, pmi, cmd/gorun, python) run inside a
+# the MPI tests on test hosts (e2e -run MPI), then the packages that exercise
+# them (pmix, pmi, cmd/gorun, python), run inside a
 # root made with debootstrap from Debian's packages, kept in
 # /srv/gorun-rootfs/trixie between runs; a missing piece fails. Needs root.
 test-debian13:

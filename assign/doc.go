@@ -88,16 +88,15 @@
 // total) and Binding, a sentence naming the workers at a limit, the
 // workers that finish last, and whether the deadline binds.
 //
-// # Use by LB-BSP and the launcher (not built here)
+// # Users
 //
-// ps.Shares splits a batch in proportion to measured speed v_i; the hub
-// could instead build a Problem from the same measurements (c_i = 1/v_i,
-// and o_i from each worker's measured non-compute time per iteration),
-// add the per-key or per-job limits (capacity from memory, deadline from
-// a round time budget), call Solve, and answer each worker with
-// Samples[i]; a worker with no estimate yet still needs ps.Shares' fill
-// rule (c_i from the mean speed) before it can enter a Problem. A
-// hostfile attribute such as "node1 slots=4 speed=2.5" would give the
-// launcher a prior c_i before any measurement, so that the first rounds
-// are balanced and ranks can be placed on the fastest hosts first.
+// ParamHub's optimal share rule (ps.ShareConfig with the rule "optimal",
+// gorun --hub-share optimal) builds a Problem from hub 0's measurements
+// (c_i = 1/v_i from each worker's fitted speed, o_i its fixed compute per
+// iteration), with the job's limits (capacity, deadline, prices), calls
+// Solve and answers each worker with Samples[i]; a worker with no estimate
+// yet counts at the mean speed. The launcher's --map-by speed places ranks
+// by the hostfile's speed= attribute ("node1 slots=4 speed=2.5"): each
+// host is a worker whose ranks take 1/speed each, within its slots, and
+// Solve makes the slowest host's time as short as it can be.
 package assign

@@ -27,8 +27,8 @@ type Algorithm int
 const (
 	// Auto uses Ring above Config.SmallBytes (Hierarchical when ranks
 	// share hosts across several hosts, Halving while the buffer is small
-	// for the number of ranks, see Halving); below, Doubling when the size is a power of two from 4
-	// up and Direct otherwise.
+	// for the number of ranks, see Halving); below, Doubling on a power of
+	// two from 4 ranks or on more than 8 ranks, and Direct otherwise.
 	Auto Algorithm = iota
 	// Ring is the bandwidth-optimal pipelined ring (chain for Broadcast).
 	Ring

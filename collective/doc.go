@@ -8,11 +8,13 @@
 //
 // # Lifecycle
 //
-// A rank calls Join once; it reads the environment gorun set, finds every
-// other rank by gossip, and opens an authenticated TCP connection to each.
-// Ranks on the same host then also set up shared memory with each other
-// (Config.Shm, on by default) and move their data through it; the TCP
-// connections stay for liveness and failure reports.
+// A rank calls Join once; it reads the environment gorun set and finds
+// every other rank by gossip. It connects to a peer (one authenticated TCP
+// connection a pair) the first time it has something to send there, so a
+// rank holds connections to the peers its collectives talk to, not to the
+// whole job. A pair on one host then also sets up shared memory
+// (Config.Shm, on by default) and moves its data through it; the TCP
+// connection stays for liveness and failure reports.
 // New does the same from an explicit Config, without the launcher, and
 // NewLocal makes n ranks connected in memory, for tests. Close leaves the
 // job; it is idempotent.

@@ -50,6 +50,7 @@
 //	                                   <----  MsgPMIFence {epoch, host's puts}
 //	   MsgPMIRelease {epoch, all puts} ---->  (once every host entered the barrier)
 //	   MsgStdin, MsgStdinEOF           ---->  rank 0's stdin
+//	                                   <----  MsgStdinAck {count}  (stdin's flow control: at most 1 MiB unacknowledged)
 //	   MsgClock                        ---->
 //	                                   <----  MsgClock {agent's time}  (--timeline probes; a ping)
 //	   MsgDump                         ---->  SIGQUIT to Go ranks; their stderr comes back as dumps
@@ -61,6 +62,7 @@
 //	                                   <----  MsgJoin {rank, addr, host}  (a restarted rank's "join ADDR HOST")
 //	                                   <----  MsgExit {rank, code, signal, failure}, MsgTimeline
 //	                                   <----  MsgDone (every rank gone) | MsgPMIAbort | MsgError
+//	   MsgResult {code}                ---->  (a per-node start: the job's outcome, to the nodes that dialed in)
 //	   close the stream                ---->  the agent exits
 //
 // # Supervision

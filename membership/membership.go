@@ -6,8 +6,8 @@
 // and encrypted with a key derived from the job secret, so neither another
 // job nor an outsider can join. A member's metadata carries its rank and
 // its data-plane address. The timers are tuned so that a silent peer
-// (stopped, or cut off) is declared dead in one to one and a half seconds
-// on a LAN; the transport then confirms the verdict with a ping. A verdict
+// (stopped, or cut off) is declared dead in about two seconds on a LAN;
+// the transport then confirms the verdict with a ping. A verdict
 // the transport refutes leaves gossip split; a member heals that by
 // joining the ranks gossip holds dead, one at a time (reconnect.go).
 package membership

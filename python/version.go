@@ -2,7 +2,8 @@
 // (python/gorun), which is gorun's version: `gorun --version` prints it,
 // and the wheel that python/mkwheel builds is named by it, so the launcher
 // and the package it installs always agree. The package's tests
-// (torch_test.go, wheel_test.go) run it under gorun.
+// (python/*_test.go: the backend, Horovod's API, jobs gorun did not start,
+// small operations, the wheel) run it under gorun and beside it.
 package python
 
 import (

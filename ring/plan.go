@@ -6,8 +6,11 @@
 // by an all-gather, 2(N-1) steps in all, each moving 1/N of the buffer to
 // the right-hand neighbour. Each step is cut into segments and pipelined:
 // a segment is forwarded as soon as it has been reduced, so sending,
-// receiving and reducing overlap. Small buffers use a one-round direct
-// exchange instead, which is latency-optimal.
+// receiving and reducing overlap. Small buffers use recursive doubling or
+// a one-round direct exchange instead, which are latency-optimal; the
+// package also holds recursive halving-doubling, the node-aware tiers,
+// binomial trees, the dissemination barrier, all-to-all (pairwise and
+// Bruck) and gather/scatter.
 //
 // # Sends
 //

@@ -364,7 +364,7 @@ cmd=${1:-}
 shift || true
 case "$cmd" in
     up)
-        [ $# -ge 1 ] || die "usage: up N [--slots S] [--rate RATE]"
+        [ $# -ge 1 ] || die "usage: up N [--slots S] [--rate RATE] [--delay D]"
         N=$1; shift
         SLOTS=1 RATE="" DELAY=0
         while [ $# -gt 0 ]; do

@@ -30,7 +30,7 @@ import (
 func main() {
 	rounds := flag.Int("rounds", 100, "random collectives to check")
 	seed := flag.Uint64("seed", 1, "seed shared by all ranks")
-	drill := flag.String("drill", "", "kill or stop: fault drill instead of the check")
+	drill := flag.String("drill", "", "kill or stop (or outside, under gorun --elastic: the test strikes): fault drill instead of the check")
 	mib := flag.Int("mib", 64, "all-reduce size of the drill, MiB")
 	pause := flag.Duration("pause", 0, "under gorun --elastic, the drill's pause before each step")
 	rejoin := flag.Bool("rejoin", false, "under gorun --elastic --max-restarts, the drill goes on until the victim is back")

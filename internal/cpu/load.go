@@ -4,7 +4,10 @@
 // CPUs, and how to give the core away (Yield). The rule (ModeFor) is a
 // pure function of the count; Now reads the count at most every
 // loadRefresh. Lately says how busy the host has been, and a StallMeter
-// how long this process itself was kept from running.
+// how long this process itself was kept from running. WithLockedThread
+// marks a call whose goroutine is locked to its OS thread (a call from C),
+// whose waits hand the thread away seldom: each hand-off there is a switch
+// of OS threads.
 package cpu
 
 import (

@@ -1,8 +1,11 @@
 // Package jobenv is the one description of the environment gorun gives a
 // job's processes: the launcher writes it (Job, Peers, Rank, Hub), and
 // ranks and hubs read it back with a Reader (collective.ConfigFromEnv,
-// ps.HubConfigFromEnv). Every GORUN_* name is spelled here and nowhere
-// else.
+// ps.HubConfigFromEnv). Every GORUN_* name a rank or hub reads is spelled
+// here; the variables of the launcher's own modes are spelled beside them
+// (a per-node start's in cmd/gorun, an srun step's in launcher/srun.go,
+// Open MPI's PMI clique in launcher/agent), and the Python package's own
+// (GORUN_LIBRARY, GORUN_TORCH_*, GORUN_HVD_*) in python/gorun.
 package jobenv
 
 import (

@@ -7,7 +7,7 @@
 //
 // The uses and their labels:
 //
-//	"transport handshake"  the rank mesh's and ParamHub's connections (package transport)
+//	"transport handshake"  the rank mesh's and ParamHub's connections (package transport/wire)
 //	"membership"           gossip encryption (package membership, memberlist's SecretKey)
 //	"rendezvous"           a per-node start's launcher and nodes (package launcher)
 package jobsecret

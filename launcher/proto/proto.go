@@ -26,7 +26,8 @@ const (
 	// 2: RankSpec.Hub (dedicated ParamHub processes); 3: PMI-1;
 	// 4: elastic ranks (HostSpec.Elastic, MsgView, MsgSuspect, MsgSignalRank);
 	// 5: restarts (HostSpec.MaxRestarts, MsgRestart, MsgJoin, Message.Joined);
-	// 6: a restart on another host (Message.RankSpec).
+	// 6: a restart on another host (Message.RankSpec); 7: the spec carries
+	// the placement (PMIx).
 	Version = 7
 
 	// MaxBannerLines is how many lines before Magic SkipBanner reads

@@ -5,9 +5,12 @@
     dist.init_process_group("gorun")        # under: gorun -np N /usr/bin/python3 train.py
 
 Every operation runs on gorun's collectives (the ring, ParamHub under
---strategy hub, shared memory between ranks of a host) and returns a Work
-whose future completes when gorun's nonblocking collective does, so DDP's
-buckets overlap backward; no Python lock is held while bytes move.
+--strategy hub, shared memory between ranks of a host). Small ones (up to
+INLINE_BYTES) run in the calling thread and return a completed Work
+(all_reduce from torch's C++ with no Python frame, where the native fast
+path is built); larger ones return a Work whose future completes when
+gorun's nonblocking collective does, so DDP's buckets overlap backward. No
+Python lock is held while bytes move.
 
 Tensors must be on the CPU. float32, float64, int32, int64, int8 and uint8
 move as they are; float16 and bfloat16 are reduced in float32 (never summed
