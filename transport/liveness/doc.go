@@ -101,8 +101,13 @@
 //     peer has not read), unless the peer's process left its knock
 //     unanswered (then the ping waits on a peer that reads nothing, as a
 //     stopped one does), or whose knock has not come back (this rank's
-//     dial waits for a CPU). The peer is asked again (AskAgain{Starved}),
-//     in a window at least four times the stall, until MaxStretch ×
+//     dial waits for a CPU). Nor does a knock unanswered after less than
+//     four times this rank's longest stall in the window (a knock has half
+//     the window): a peer in the same process, or on a host as busy, may
+//     have waited as long to answer; the next window is at least eight
+//     times the stall, so that its knock has four. The peer is asked
+//     again (AskAgain{Starved}), in a window at least four times the
+//     stall (eight after such a knock), until MaxStretch ×
 //     ConfirmTimeout has passed since it last sent anything (or the
 //     verdict); a loss then says what this rank saw of itself ("this rank
 //     stalled up to 400ms", "its ping still being written", "its knock

@@ -421,8 +421,8 @@ func (m *Machine) emit(a Action) { m.acts = append(m.acts, a) }
 func (m *Machine) pend(p *peer) { m.pending[p.id] = p }
 
 // window asks the policy for the next window of p's check.
-func (m *Machine) window(p *peer, connected bool, reads uint64, stuck bool, stall time.Duration) time.Duration {
-	o := Observation{Base: m.cfg.ConfirmTimeout, Load: m.load, Connected: connected, Round: p.chk.round, Reads: reads, Stuck: stuck, Stall: stall}
+func (m *Machine) window(p *peer, connected bool, reads uint64, stuck bool, stall time.Duration, shortKnock bool) time.Duration {
+	o := Observation{Base: m.cfg.ConfirmTimeout, Load: m.load, Connected: connected, Round: p.chk.round, Reads: reads, Stuck: stuck, Stall: stall, ShortKnock: shortKnock}
 	if !p.chk.started.IsZero() {
 		o.Elapsed = m.now.Sub(p.chk.started)
 	}
@@ -459,7 +459,7 @@ func (m *Machine) verdict(p *peer, reason string) {
 	switch {
 	case c == nil:
 		p.chk.phase = probing
-		p.chk.window = m.window(p, false, 0, false, 0)
+		p.chk.window = m.window(p, false, 0, false, 0, false)
 		p.chk.due = m.now.Add(p.chk.window)
 		m.probes++
 		p.chk.probe = m.probes
@@ -472,7 +472,7 @@ func (m *Machine) verdict(p *peer, reason string) {
 	default:
 		p.chk.phase = pinging
 		p.chk.pongBase = max(c.pings, c.pongs) // a pong beyond both answers this check
-		p.chk.window = m.window(p, true, 0, c.stuck, 0)
+		p.chk.window = m.window(p, true, 0, c.stuck, 0, false)
 		m.ping(p, c)
 		m.emit(Sample{Peer: p.id, Conn: c.id})
 	}
@@ -503,7 +503,7 @@ func (m *Machine) drain(p *peer, c *conn) {
 		return
 	}
 	p.chk.waitEnd = false
-	p.chk.window = m.window(p, true, 0, c.stuck, 0)
+	p.chk.window = m.window(p, true, 0, c.stuck, 0, false)
 	p.chk.due = m.now.Add(p.chk.window)
 	if !p.chk.baseSet {
 		m.emit(Sample{Peer: p.id, Conn: c.id})
@@ -556,11 +556,19 @@ func (m *Machine) progress(p *peer, c *conn, stall time.Duration, writing bool) 
 	// behind), with the ping unread behind what it waits to deliver. A
 	// stopped process answers nothing.
 	running := !sending && patience && p.chk.phase == pinging && knocked == knockAnswered
+	// A knock that had less than stallFactor times this rank's own stall
+	// to come back proves nothing by its silence: its answer may wait
+	// unread behind this rank's own dial, and a peer in the same process,
+	// or on a host as busy, waited as long to answer. The next window is
+	// long enough for its knock to have that much. (A window starved as a
+	// whole proves nothing anyway, and the next one is stallFactor times
+	// the stall.)
+	shortKnock := knocked == knockSilent && stallFactor*stall > p.chk.window/2 && !starved(stall, p.chk.window)
 	// A ping still being written proves nothing while the peer's process
 	// may be running (the write may wait behind another, or for a reader
 	// behind its own inbox); once its knock went unanswered it proves
 	// only that the peer reads nothing, as a stopped process does.
-	blocked := !sending && !running && (starved(stall, p.chk.window) || p.chk.phase == pinging && (writing && knocked != knockSilent || knocked == knockOut))
+	blocked := !sending && !running && (starved(stall, p.chk.window) || shortKnock || p.chk.phase == pinging && (writing && knocked != knockSilent || knocked == knockOut))
 	unproven := blocked && patience
 	if !sending && !unproven && !running {
 		switch {
@@ -583,7 +591,7 @@ func (m *Machine) progress(p *peer, c *conn, stall time.Duration, writing bool) 
 		p.chk.said |= why
 		m.emit(AskAgain{Peer: p.id, Gen: p.gen, Starved: unproven, Running: running})
 	}
-	p.chk.window = m.window(p, true, reads, c.stuck, stall)
+	p.chk.window = m.window(p, true, reads, c.stuck, stall, shortKnock)
 	if p.chk.phase == draining || c.broken {
 		p.chk.phase = draining
 		p.chk.due = m.now.Add(p.chk.window)

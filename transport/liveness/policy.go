@@ -50,6 +50,11 @@ type Observation struct {
 	// For a doubted peer's dials, the longest during any failed dial
 	// since the first, the first included.
 	Stall time.Duration
+	// ShortKnock is true when the window just over ended with its knock
+	// unanswered after less than stallFactor times Stall (a knock has half
+	// the window): its silence proved nothing, and the next window's knock
+	// needs that much time.
+	ShortKnock bool
 	// RTT is the last round trip of a ping on the peer's connection (from
 	// the Ping action to its Pong), 0 if none was measured.
 	RTT time.Duration
@@ -70,7 +75,9 @@ type Policy func(Observation) time.Duration
 // DefaultPolicy is Base, stretched by how overloaded the host is
 // (runnable tasks per CPU over 2, the factor from 1 to MaxStretch), and at
 // least stallFactor times the longest this rank itself stalled in the
-// window before, or in a doubted peer's dials (at most MaxStretch × Base). On an overloaded host every
+// window before, or in a doubted peer's dials (twice that after a short
+// knock, so that the next knock, half the window, has it), at most
+// MaxStretch × Base. On an overloaded host every
 // process, the suspect included, waits its turn for a core: 256 ranks on
 // 2 cores missed gossip's probes and a 1 s confirmation while alive; a
 // process of many ranks kept from its CPUs waits as long inside itself,
@@ -78,7 +85,11 @@ type Policy func(Observation) time.Duration
 // cut-off rank never answers, so a longer window only delays naming it.
 func DefaultPolicy(o Observation) time.Duration {
 	w := stretch(o.Base, o.Load)
-	if s := min(stallFactor*o.Stall, MaxStretch*o.Base); s > w {
+	f := time.Duration(stallFactor)
+	if o.ShortKnock {
+		f *= 2
+	}
+	if s := min(f*o.Stall, MaxStretch*o.Base); s > w {
 		w = s
 	}
 	return w

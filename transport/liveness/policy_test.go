@@ -11,33 +11,39 @@ import (
 // TestDefaultPolicy: ConfirmTimeout, stretched in proportion past 2
 // runnable tasks per CPU, at most MaxStretch times; unstretched when the
 // load is unknown; at least four times this rank's own last stall, at
-// most MaxStretch times ConfirmTimeout.
+// most MaxStretch times ConfirmTimeout; eight times after a short knock.
 func TestDefaultPolicy(t *testing.T) {
 	for _, c := range []struct {
 		runnable, cpus int
 		stall          time.Duration
 		want           time.Duration
+		shortKnock     bool
 	}{
-		{0, 2, 0, time.Second},
-		{2, 2, 0, time.Second},
-		{4, 2, 0, time.Second},
-		{6, 2, 0, 1500 * time.Millisecond},
-		{11, 2, 0, 2750 * time.Millisecond},
-		{16, 2, 0, 4 * time.Second},
-		{256, 2, 0, 64 * time.Second},
-		{1024, 2, 0, MaxStretch * time.Second},
-		{5, 0, 0, time.Second},
-		{0, 0, 0, time.Second},
-		{0, 2, 100 * time.Millisecond, time.Second},
-		{0, 2, 250 * time.Millisecond, time.Second},
-		{0, 2, 600 * time.Millisecond, 2400 * time.Millisecond},
-		{16, 2, 600 * time.Millisecond, 4 * time.Second},
-		{16, 2, 2 * time.Second, 8 * time.Second},
-		{0, 0, time.Minute, MaxStretch * time.Second},
+		{0, 2, 0, time.Second, false},
+		{2, 2, 0, time.Second, false},
+		{4, 2, 0, time.Second, false},
+		{6, 2, 0, 1500 * time.Millisecond, false},
+		{11, 2, 0, 2750 * time.Millisecond, false},
+		{16, 2, 0, 4 * time.Second, false},
+		{256, 2, 0, 64 * time.Second, false},
+		{1024, 2, 0, MaxStretch * time.Second, false},
+		{5, 0, 0, time.Second, false},
+		{0, 0, 0, time.Second, false},
+		{0, 2, 100 * time.Millisecond, time.Second, false},
+		{0, 2, 250 * time.Millisecond, time.Second, false},
+		{0, 2, 600 * time.Millisecond, 2400 * time.Millisecond, false},
+		{16, 2, 600 * time.Millisecond, 4 * time.Second, false},
+		{16, 2, 2 * time.Second, 8 * time.Second, false},
+		{0, 0, time.Minute, MaxStretch * time.Second, false},
+		{0, 2, 100 * time.Millisecond, time.Second, true},
+		{0, 2, 200 * time.Millisecond, 1600 * time.Millisecond, true},
+		{0, 2, 470 * time.Millisecond, 3760 * time.Millisecond, true},
+		{16, 2, 470 * time.Millisecond, 4 * time.Second, true},
+		{0, 0, 20 * time.Second, MaxStretch * time.Second, true},
 	} {
-		o := Observation{Base: time.Second, Load: Load{Runnable: c.runnable, CPUs: c.cpus}, Stall: c.stall}
+		o := Observation{Base: time.Second, Load: Load{Runnable: c.runnable, CPUs: c.cpus}, Stall: c.stall, ShortKnock: c.shortKnock}
 		if got := DefaultPolicy(o); got != c.want {
-			t.Errorf("DefaultPolicy(1s, %d runnable, %d cpus, stall %v) = %v, want %v", c.runnable, c.cpus, c.stall, got, c.want)
+			t.Errorf("DefaultPolicy(1s, %d runnable, %d cpus, stall %v, short knock %v) = %v, want %v", c.runnable, c.cpus, c.stall, c.shortKnock, got, c.want)
 		}
 	}
 }
