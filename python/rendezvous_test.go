@@ -27,11 +27,7 @@ func rendezvous(t *testing.T, args ...string) (string, int) {
 func TestRendezvous(t *testing.T) {
 	setup(t)
 	okRE := regexp.MustCompile(`gorun-rdv-ok rank=(\d+) size=(\d+) checks=(\d+)`)
-	cases := [][]string{
-		{"procs", "env"}, {"procs", "tcp"}, {"procs", "file"}, {"procs", "store"},
-		{"spawn", "env"}, {"spawn", "file"},
-	}
-	for _, c := range cases {
+	for _, c := range launchesAndMethods() {
 		t.Run(strings.Join(c, "-"), func(t *testing.T) {
 			np := "3"
 			out, code := rendezvous(t, "--launch", c[0], "--method", c[1], "--np", np)
@@ -47,15 +43,15 @@ func TestRendezvous(t *testing.T) {
 	}
 }
 
-// TestRendezvousKill: in such a job a rank that dies mid-job makes every
-// other rank's operation raise PeerLost naming it, within seconds, as
-// under gorun's launcher, and no process is left.
+// TestRendezvousKill: in such a job, however started and met, a rank that
+// dies mid-job makes every other rank's operation raise PeerLost naming
+// it, within seconds, as under gorun's launcher, and no process is left.
 func TestRendezvousKill(t *testing.T) {
 	setup(t)
 	seenRE := regexp.MustCompile(`gorun-rdv-seen rank=(\d+) after=([0-9.]+) error=(\w+): (.*)`)
-	for _, launch := range []string{"procs", "spawn"} {
-		t.Run(launch, func(t *testing.T) {
-			out, code := rendezvous(t, "--launch", launch, "--method", "env", "--np", "4", "--victim", "2")
+	for _, c := range launchesAndMethods() {
+		t.Run(strings.Join(c, "-"), func(t *testing.T) {
+			out, code := rendezvous(t, "--launch", c[0], "--method", c[1], "--np", "4", "--victim", "2")
 			if code == 0 {
 				t.Fatalf("exit 0:\n%s", out)
 			}
@@ -65,4 +61,15 @@ func TestRendezvousKill(t *testing.T) {
 			}
 		})
 	}
+}
+
+// launchesAndMethods: every way of starting the ranks with every init method.
+func launchesAndMethods() [][]string {
+	var cs [][]string
+	for _, launch := range []string{"procs", "spawn"} {
+		for _, method := range []string{"env", "tcp", "file", "store"} {
+			cs = append(cs, []string{launch, method})
+		}
+	}
+	return cs
 }

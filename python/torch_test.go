@@ -244,19 +244,30 @@ func TestPowerSGDHook(t *testing.T) {
 }
 
 // TestDDP: DDP over the ring and over ParamHub (colocated and dedicated
-// hubs) equals one process training on the whole batch.
+// hubs) equals one process training on the whole batch; its buckets run
+// in the calling thread (their size is under INLINE_BYTES) and, with
+// GORUN_TORCH_INLINE_BYTES=0, handed off to overlap backward.
 func TestDDP(t *testing.T) {
 	setup(t)
 	okRE := regexp.MustCompile(`gorun-ddp-ok rank=(\d+) size=(\d+) .* hub=(\w+)`)
 	for _, c := range []struct {
-		np    int
-		gorun []string
-		hub   string
+		np     int
+		gorun  []string
+		hub    string
+		inline string
 	}{
-		{1, nil, "False"}, {2, nil, "False"}, {3, nil, "False"}, {5, nil, "False"},
-		{3, []string{"--strategy", "hub"}, "True"}, {2, []string{"--strategy", "hub", "--hubs", "1"}, "True"},
+		{1, nil, "False", ""}, {2, nil, "False", ""}, {3, nil, "False", ""}, {5, nil, "False", ""},
+		{3, []string{"--strategy", "hub"}, "True", ""}, {2, []string{"--strategy", "hub", "--hubs", "1"}, "True", ""},
+		{3, nil, "False", "0"},
 	} {
-		t.Run(fmt.Sprintf("np=%d%s", c.np, strings.Join(c.gorun, "")), func(t *testing.T) {
+		name := fmt.Sprintf("np=%d%s", c.np, strings.Join(c.gorun, ""))
+		if c.inline != "" {
+			name += ",inline=" + c.inline
+		}
+		t.Run(name, func(t *testing.T) {
+			if c.inline != "" {
+				t.Setenv("GORUN_TORCH_INLINE_BYTES", c.inline)
+			}
 			out, code := job(t, c.np, c.gorun, "tests/ddp.py")
 			if code != 0 {
 				t.Fatalf("exit %d:\n%s", code, out)

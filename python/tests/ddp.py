@@ -3,7 +3,8 @@
     gorun -np N [--strategy hub] /usr/bin/python3 python/tests/ddp.py [--steps K]
 
 Every rank trains its shard of each global batch under DDP (small buckets,
-so that several all-reduces overlap backward) and, beside it, a copy of the
+several all-reduces a step: run in the calling thread, being small, or with
+GORUN_TORCH_INLINE_BYTES=0 handed off to overlap backward) and, beside it, a copy of the
 model on the whole global batch in this process alone. After K steps the DDP
 weights must equal the single-process weights within float tolerance, and be
 the same bits on every rank. Prints "gorun-ddp-ok rank=R ..." and exits 0.

@@ -5,11 +5,13 @@ computed here: each rank makes every rank's inputs from one seed.
     gorun -np N /usr/bin/python3 python/tests/horovod.py --mode train
     gorun -np N /usr/bin/python3 python/tests/horovod.py --mode kill --victim V --at STEP
 
-ops: every collective, data type and a spread of sizes; process sets of
-the even and the odd ranks; join; the errors of ranks that disagree.
+ops: the job's shape (local and cross ranks); every collective, data
+type and a spread of sizes; compression; process sets of the even and
+the odd ranks; join; the errors of ranks that disagree; shutdown and init
+again.
 train: DistributedOptimizer equals one process on the whole batch
-(float64), also with backward_passes_per_step=2 and
-gradient_predivide_factor; fp16 compression within its bound;
+(float64), also with backward_passes_per_step=2,
+gradient_predivide_factor and op=Sum; fp16 compression within its bound;
 broadcast_parameters and broadcast_optimizer_state; SyncBatchNorm.
 kill: rank V SIGKILLs itself at step STEP with all-reduces outstanding;
 every survivor must get HorovodInternalError naming it.
@@ -22,6 +24,7 @@ raises, naming the call, data type, size and rank.
 import argparse
 import os
 import signal
+import socket
 import time
 
 import torch
@@ -134,7 +137,23 @@ def shapes():
     yield (2, 0, 3)
 
 
+def shape_of_job():
+    """init's answers against what every rank reports of itself: ranks of
+    one host are local to each other (in rank order), and cross_* counts
+    the ranks of the same local rank, as Horovod's do."""
+    check(hvd.is_initialized(), "is_initialized() after init()")
+    every = hvd.allgather_object(socket.gethostname())
+    local = {r: [q for q in range(N) if every[q] == every[r]] for r in range(N)}
+    lrank = {r: local[r].index(r) for r in range(N)}
+    cross = [r for r in range(N) if lrank[r] == lrank[R]]
+    got = (hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
+    want = (lrank[R], len(local[R]), cross.index(R), len(cross))
+    check(got == want, f"(local_rank, local_size, cross_rank, cross_size) = {got}, want {want}")
+    check(hvd.is_homogeneous() == (len({len(v) for v in local.values()}) == 1), "is_homogeneous()")
+
+
 def ops():
+    shape_of_job()
     # allreduce: every op, dtype and shape; the forms it comes in.
     for dtype in DTYPES:
         for shape in shapes():
@@ -212,6 +231,9 @@ def ops():
                 check(torch.equal(mine, xs[root]), f"broadcast_ {dtype} {shape} root {root}")
                 got = hvd.synchronize(hvd.broadcast_async(xs[R], root))
                 check(torch.equal(got, xs[root]), f"broadcast_async {dtype} {shape} root {root}")
+                mine = xs[R].clone()
+                got = hvd.synchronize(hvd.broadcast_async_(mine, root))
+                check(got is mine and torch.equal(mine, xs[root]), f"broadcast_async_ {dtype} {shape} root {root}")
 
     # alltoall: uneven splits (zeros included), and the even default.
     for dtype in DTYPES:
@@ -247,6 +269,8 @@ def ops():
                 got = hvd.reducescatter(xs[R], op=op)
                 close(got, ref[lo:lo + sizes[R]], dtype, bound[lo:lo + sizes[R]],
                       f"reducescatter {hvd._engine.OP_NAMES[op]} {dtype} rows {rows}")
+                again = hvd.synchronize(hvd.reducescatter_async(xs[R], op=op))
+                check(torch.equal(again, got), f"reducescatter_async {hvd._engine.OP_NAMES[op]} {dtype} rows {rows}")
     next_case()
     group = [(d, ((i * 3) % 7 + 1, 2)) for i, d in enumerate(DTYPES)]
     xs = [[gen(d, s, r) for d, s in group] for r in range(N)]
@@ -256,6 +280,28 @@ def ops():
         sizes = [s[0] // N + (1 if q < s[0] % N else 0) for q in range(N)]
         lo = sum(sizes[:R])
         close(got[i], ref[lo:lo + sizes[R]], d, bound[lo:lo + sizes[R]], f"grouped_reducescatter [{i}] {d}")
+    again = hvd.synchronize(hvd.grouped_reducescatter_async(xs[R], op=hvd.Sum))
+    check(len(again) == len(got) and all(torch.equal(a, b) for a, b in zip(again, got)),
+          "grouped_reducescatter_async")
+
+    # Compression: none moves the tensor as it is; fp16 moves floats as
+    # float16 and gives back the input's type, within float16's rounding.
+    for dtype in (torch.float32, torch.float64, torch.int32):
+        next_case()
+        xs = [gen(dtype, (29,), r) for r in range(N)]
+        plain = hvd.allreduce(xs[R], op=hvd.Average)
+        check(torch.equal(hvd.allreduce(xs[R], op=hvd.Average, compression=hvd.Compression.none), plain),
+              f"allreduce with Compression.none {dtype}")
+        got = hvd.allreduce(xs[R], op=hvd.Average, compression=hvd.Compression.fp16)
+        if not dtype.is_floating_point:
+            check(torch.equal(got, plain), f"Compression.fp16 changed an {dtype} allreduce")
+            continue
+        parts = torch.stack([x.to(torch.float64) for x in xs])
+        want = parts.mean(0)
+        # Each input rounded to float16, summed in float32, the mean rounded
+        # to float16 (and the sum, where it is rounded before the division).
+        bound = 2.0 ** -11 * (parts.abs().mean(0) + 2 * want.abs()) * 1.01 + 2.0 ** -23 + 2.0 ** -20 * parts.abs().sum(0)
+        close(got, want, dtype, bound, f"allreduce with Compression.fp16 {dtype}")
 
     # objects
     obj = {"rank": R, "x": list(range(R))}
@@ -392,6 +438,29 @@ def ops():
     except NotImplementedError as e:
         check("Adasum" in str(e), f"Adasum: {e}")
 
+    # shutdown stops the engine and drops the process sets; init starts
+    # again on the same job.
+    hvd.shutdown()
+    hvd.shutdown()
+    check(not hvd.is_initialized(), "is_initialized() after shutdown()")
+    try:
+        hvd.size()
+        check(False, "size() after shutdown() raised nothing")
+    except ValueError as e:
+        check("not been initialized" in str(e), f"size() after shutdown(): {e}")
+    hvd.init()
+    check(hvd.is_initialized() and (hvd.size(), hvd.rank()) == (N, R), "size() and rank() after init() again")
+    got = hvd.allreduce(torch.full((3,), float(R), dtype=torch.float64), op=hvd.Sum)
+    check(torch.equal(got, torch.full((3,), float(sum(range(N))), dtype=torch.float64)), f"allreduce after init() again: {got}")
+    odd = list(range(1, N, 2))
+    if odd:
+        ps = hvd.add_process_set(odd)
+        if ps.included():
+            got = hvd.allreduce(torch.full((2,), float(R), dtype=torch.float64), op=hvd.Sum, process_set=ps)
+            check(torch.equal(got, torch.full((2,), float(sum(odd)), dtype=torch.float64)),
+                  f"allreduce on {ps} after init() again: {got}")
+        hvd.remove_process_set(ps)
+
 
 class Net(nn.Module):
     def __init__(self):
@@ -419,8 +488,11 @@ def train():
     # Gradients fused into buckets: one (the default threshold), each its
     # own (0), and two buckets of the six (1000 bytes: the unused layer's
     # zeros share one with fc2 and fc1's bias).
-    for passes, predivide, opt_cls, fusion, buckets in [(1, 1.0, "sgd", None, 1), (2, 1.0, "adam", "0", 6),
-                                                        (1, 2.0, "sgd", "1000", 2)]:
+    # op=Sum: the ranks' gradients added, as one process's on N times the loss.
+    for passes, predivide, opt_cls, fusion, buckets, op in [(1, 1.0, "sgd", None, 1, hvd.Average),
+                                                            (2, 1.0, "adam", "0", 6, hvd.Average),
+                                                            (1, 2.0, "sgd", "1000", 2, hvd.Average),
+                                                            (1, 1.0, "sgd", None, 1, hvd.Sum)]:
         next_case()
         model, ref = make(), make()
         os.environ.pop("HOROVOD_FUSION_THRESHOLD", None)
@@ -428,11 +500,11 @@ def train():
             os.environ["HOROVOD_FUSION_THRESHOLD"] = fusion
 
         def opt_of(m):
-            if opt_cls == "sgd":
-                return torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+            if opt_cls == "sgd":  # op=Sum: the step of the mean's size
+                return torch.optim.SGD(m.parameters(), lr=0.1 / (N if op == hvd.Sum else 1), momentum=0.9)
             return torch.optim.Adam(m.parameters(), lr=0.01)
         opt = hvd.DistributedOptimizer(opt_of(model), named_parameters=model.named_parameters(),
-                                       backward_passes_per_step=passes, gradient_predivide_factor=predivide)
+                                       backward_passes_per_step=passes, gradient_predivide_factor=predivide, op=op)
         ref_opt = opt_of(ref)
         if N > 1:
             check(len(opt._buckets) == buckets, f"HOROVOD_FUSION_THRESHOLD={fusion}: {len(opt._buckets)} buckets, "
@@ -450,10 +522,11 @@ def train():
                 loss_fn(model(x[mine]), y[mine]).backward()
             opt.step()
             ref_opt.zero_grad()
-            sum(loss_fn(ref(x), y) for x, y in zip(xs, ys)).backward()
+            (sum(loss_fn(ref(x), y) for x, y in zip(xs, ys)) * (N if op == hvd.Sum else 1)).backward()
             ref_opt.step()
         d = (weights(model) - weights(ref)).abs().max().item()
-        check(d <= 1e-9, f"DistributedOptimizer {opt_cls} passes={passes} predivide={predivide} fusion={fusion}: "
+        check(d <= 1e-9, f"DistributedOptimizer {opt_cls} passes={passes} predivide={predivide} fusion={fusion} "
+              f"op={hvd._engine.OP_NAMES[op]}: "
               f"differs from one process by {d}")
         every = hvd.allgather(weights(model).unsqueeze(0))
         check(all(torch.equal(every[r], every[0]) for r in range(N)), "the ranks' weights differ")
