@@ -6,10 +6,10 @@ import (
 	"testing"
 )
 
-// TestHorovodOps: gorun.horovod's collectives (every call, data type and
-// a spread of sizes, process sets of the even and the odd ranks, join,
-// the errors of ranks that disagree) against naive references, on 1, 2,
-// 3 and 5 ranks.
+// TestHorovodOps: the job's shape, gorun.horovod's collectives (every
+// call, data type and a spread of sizes, compression, process sets of the
+// even and the odd ranks, join, the errors of ranks that disagree) against
+// naive references, and shutdown then init again, on 1, 2, 3 and 5 ranks.
 func TestHorovodOps(t *testing.T) {
 	setup(t)
 	hvdRuns(t, "ops")
@@ -17,7 +17,7 @@ func TestHorovodOps(t *testing.T) {
 
 // TestHorovodTrain: gorun.horovod's DistributedOptimizer equals one
 // process training on the whole batch (float64, to 1e-9), also with
-// backward_passes_per_step=2 and gradient_predivide_factor; fp16
+// backward_passes_per_step=2, gradient_predivide_factor and op=Sum; fp16
 // compression within its bound; broadcast_parameters,
 // broadcast_optimizer_state and SyncBatchNorm; on 1, 2, 3 and 5 ranks.
 func TestHorovodTrain(t *testing.T) {
