@@ -556,14 +556,9 @@ func (m *Machine) progress(p *peer, c *conn, stall time.Duration, writing bool) 
 	// behind), with the ping unread behind what it waits to deliver. A
 	// stopped process answers nothing.
 	running := !sending && patience && p.chk.phase == pinging && knocked == knockAnswered
-	// A knock that had less than stallFactor times this rank's own stall
-	// to come back proves nothing by its silence: its answer may wait
-	// unread behind this rank's own dial, and a peer in the same process,
-	// or on a host as busy, waited as long to answer. The next window is
-	// long enough for its knock to have that much. (A window starved as a
-	// whole proves nothing anyway, and the next one is stallFactor times
-	// the stall.)
-	shortKnock := knocked == knockSilent && stallFactor*stall > p.chk.window/2 && !starved(stall, p.chk.window)
+	// A silent knock too short for this rank's own stall proves nothing;
+	// the next window is long enough for its knock (knockTooShort).
+	shortKnock := knocked == knockSilent && knockTooShort(stall, p.chk.window)
 	// A ping still being written proves nothing while the peer's process
 	// may be running (the write may wait behind another, or for a reader
 	// behind its own inbox); once its knock went unanswered it proves

@@ -106,6 +106,19 @@ const stallFactor = 4
 // busy, was likely kept as long.
 func starved(stall, w time.Duration) bool { return stall > 0 && 4*stall >= w }
 
+// knockTooShort reports whether a knock in a window of length w (it has half
+// of it) that went unanswered proves nothing: it had less than stallFactor
+// times this rank's own stall to come back, so its answer may wait unread
+// behind this rank's dial, and a peer in the same process, or on a host as
+// busy, waited as long to answer. The bound is strict: after a window of
+// 2 × stallFactor times the stall (Observation.ShortKnock) the knock is
+// long enough, however steady the stall. A window starved as a whole
+// (starved) proves nothing anyway, and the next one is stallFactor times
+// the stall.
+func knockTooShort(stall, w time.Duration) bool {
+	return stallFactor*stall > w/2 && !starved(stall, w)
+}
+
 // maxConnectStretch bounds how far an overloaded host stretches
 // ConnectTimeout.
 const maxConnectStretch = 4

@@ -67,6 +67,29 @@ func TestStarved(t *testing.T) {
 	}
 }
 
+// TestKnockTooShort: a silent knock (half the window) proves nothing when
+// it had less than four times this rank's stall, unless the whole window
+// was starved; a window of eight times the stall gives it enough.
+func TestKnockTooShort(t *testing.T) {
+	for _, c := range []struct {
+		stall, w time.Duration
+		want     bool
+	}{
+		{0, time.Second, false},
+		{100 * time.Millisecond, time.Second, false},
+		{125 * time.Millisecond, time.Second, false},
+		{126 * time.Millisecond, time.Second, true},
+		{200 * time.Millisecond, time.Second, true},
+		{200 * time.Millisecond, 1600 * time.Millisecond, false},
+		{470 * time.Millisecond, 2250 * time.Millisecond, true},
+		{250 * time.Millisecond, time.Second, false},
+	} {
+		if got := knockTooShort(c.stall, c.w); got != c.want {
+			t.Errorf("knockTooShort(%v, %v) = %v, want %v", c.stall, c.w, got, c.want)
+		}
+	}
+}
+
 // TestPolicySeesWhatWasObserved: the policy is asked for every window,
 // with what the machine saw: the host's load, whether the check runs on a
 // connection, its round, the time since it began, the frames of the
