@@ -3,6 +3,7 @@ package python_test
 import (
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -18,11 +19,33 @@ func TestHorovodOps(t *testing.T) {
 // TestHorovodTrain: gorun.horovod's DistributedOptimizer equals one
 // process training on the whole batch (float64, to 1e-9), also with
 // backward_passes_per_step=2, gradient_predivide_factor and op=Sum; fp16
-// compression within its bound; broadcast_parameters,
-// broadcast_optimizer_state and SyncBatchNorm; on 1, 2, 3 and 5 ranks.
+// compression within its bound; an LR scheduler made before the wrapper;
+// broadcast_parameters, broadcast_optimizer_state (also after a backward
+// pass), SyncBatchNorm and elastic.run on a job of fixed size; on 1, 2, 3
+// and 5 ranks.
 func TestHorovodTrain(t *testing.T) {
 	setup(t)
 	hvdRuns(t, "train")
+}
+
+// TestHorovodSolo: a Horovod script started without a launcher
+// (python3 train.py) runs as a job of one rank, as under Horovod's MPI
+// build; one that another launcher started as one of several is refused,
+// naming the variable that says so.
+func TestHorovodSolo(t *testing.T) {
+	setup(t)
+	for _, mode := range []string{"ops", "train"} {
+		out, code := runTimed(t, "", python, "tests/horovod.py", "--mode", mode, "--seed", "11")
+		ok := regexp.MustCompile(`hvd-ok rank=0 mode=` + mode + ` size=1 checks=[1-9]`)
+		if code != 0 || !ok.MatchString(out) {
+			t.Fatalf("%s without gorun: exit %d:\n%s", mode, code, out)
+		}
+	}
+	t.Setenv("WORLD_SIZE", "2")
+	out, code := runTimed(t, "", python, "tests/horovod.py", "--mode", "ops")
+	if code == 0 || !strings.Contains(out, "one of 2 (WORLD_SIZE) that another launcher started") {
+		t.Fatalf("one of two processes another launcher started: exit %d:\n%s", code, out)
+	}
 }
 
 func hvdRuns(t *testing.T, mode string) {

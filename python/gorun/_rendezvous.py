@@ -65,6 +65,15 @@ def store_env(store, rank, size, timeout, environ=None):
     return env
 
 
+def solo_env():
+    """gorun's variables for a job of one rank that no launcher started (a
+    script run as `python3 train.py`), on loopback."""
+    port = free_port()
+    return {"GORUN_RANK": 0, "GORUN_SIZE": 1, "GORUN_JOB_ID": "solo-" + secrets.token_hex(6),
+            "GORUN_JOB_SECRET": secrets.token_hex(32), "GORUN_PEERS": f"127.0.0.1:{port}",
+            "GORUN_ADDR": "127.0.0.1", "GORUN_GOSSIP_PORT": port}
+
+
 def _has(store, key):
     try:
         store.wait([key], timedelta(milliseconds=1))

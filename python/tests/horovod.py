@@ -26,6 +26,7 @@ import os
 import signal
 import socket
 import time
+import warnings
 
 import torch
 import torch.nn as nn
@@ -448,7 +449,21 @@ def ops():
         check(False, "size() after shutdown() raised nothing")
     except ValueError as e:
         check("not been initialized" in str(e), f"size() after shutdown(): {e}")
-    hvd.init()
+    # HOROVOD_TIMELINE is not read, and init says so; start_timeline and
+    # stop_timeline are refused naming gorun's way.
+    os.environ["HOROVOD_TIMELINE"] = "/nonexistent/timeline.json"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        hvd.init()
+    del os.environ["HOROVOD_TIMELINE"]
+    check(any("HOROVOD_TIMELINE is not read" in str(w.message) for w in seen),
+          f"init() with HOROVOD_TIMELINE set: warnings {[str(w.message) for w in seen]}")
+    for f, a in ((hvd.start_timeline, ("/tmp/t.json",)), (hvd.stop_timeline, ())):
+        try:
+            f(*a)
+            check(False, f"{f.__name__} raised nothing")
+        except NotImplementedError as e:
+            check("gorun --timeline" in str(e), f"{f.__name__}: {e}")
     check(hvd.is_initialized() and (hvd.size(), hvd.rank()) == (N, R), "size() and rank() after init() again")
     got = hvd.allreduce(torch.full((3,), float(R), dtype=torch.float64), op=hvd.Sum)
     check(torch.equal(got, torch.full((3,), float(sum(range(N))), dtype=torch.float64)), f"allreduce after init() again: {got}")
@@ -532,6 +547,36 @@ def train():
         check(all(torch.equal(every[r], every[0]) for r in range(N)), "the ranks' weights differ")
     os.environ.pop("HOROVOD_FUSION_THRESHOLD", None)
 
+    # An LR scheduler made on the optimizer before it is wrapped (the
+    # scheduler puts a step() of its own on the optimizer): the wrapper's
+    # step still averages, and the schedule applies to it.
+    next_case()
+    model, ref = make(), make()
+    plain = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(plain, step_size=2, gamma=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's "lr_scheduler.step() before optimizer.step()", as under Horovod
+        opt = hvd.DistributedOptimizer(plain, named_parameters=model.named_parameters())
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=2, gamma=0.5)
+        g = torch.Generator().manual_seed(args.seed + case)
+        for step in range(5):
+            x = torch.randn(N * batch, 6, generator=g, dtype=torch.float64)
+            y = torch.randn(N * batch, 4, generator=g, dtype=torch.float64)
+            opt.zero_grad()
+            loss_fn(model(x[R * batch:(R + 1) * batch]), y[R * batch:(R + 1) * batch]).backward()
+            opt.step()
+            sched.step()
+            ref_opt.zero_grad()
+            (sum(loss_fn(ref(x[r * batch:(r + 1) * batch]), y[r * batch:(r + 1) * batch])
+                 for r in range(N)) / N).backward()
+            ref_opt.step()
+            ref_sched.step()
+    d = (weights(model) - weights(ref)).abs().max().item()
+    check(d <= 1e-9 and opt.param_groups[0]["lr"] == ref_opt.param_groups[0]["lr"],
+          f"DistributedOptimizer of an optimizer with a scheduler: differs from one process by {d}, "
+          f"lr {opt.param_groups[0]['lr']} against {ref_opt.param_groups[0]['lr']}")
+
     # Ranks whose graphs differ: each rank's step uses one of two heads, so
     # the other head has no gradient on it (its all-reduce carries zeros).
     next_case()
@@ -608,6 +653,47 @@ def train():
                     if torch.is_tensor(v)])
     every = hvd.allgather(st.unsqueeze(0))
     check(torch.equal(every[R], every[root]), "broadcast_optimizer_state")
+
+    # broadcast_optimizer_state on an optimizer without state, after a
+    # backward pass (each rank holds gradients of its own): its first step
+    # is on zero gradients, so the ranks' weights stay the same.
+    next_case()
+    model = make()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    g = torch.Generator().manual_seed(args.seed + case + R)
+    model(torch.randn(3, 6, generator=g, dtype=torch.float64)).sum().backward()
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    every = hvd.allgather(weights(model).unsqueeze(0))
+    check(all(torch.equal(every[r], every[0]) for r in range(N)),
+          "broadcast_optimizer_state after a backward pass: the ranks' weights differ")
+
+    # elastic.run on a job of fixed size: every rank starts from rank 0's
+    # state (a second model passed by keyword included, updated in place)
+    # and the function runs once; restore() puts back the last commit.
+    next_case()
+    main, second = make(seed=200 + R), make(seed=300 + R)
+    st = hvd.elastic.TorchState(main, torch.optim.SGD(main.parameters(), lr=0.1), second=second, value=10 * R + 1)
+    calls = []
+
+    @hvd.elastic.run
+    def once(state, k):
+        calls.append(k)
+        state.value += k
+        state.commit()
+        return state.value
+    got = once(st, 5)
+    check(calls == [5] and got == 6 and st.value == 6, f"elastic.run on a fixed job: calls {calls}, value {got}")
+    every = hvd.allgather(torch.cat([weights(main), weights(second)]).unsqueeze(0))
+    check(st.second is second and all(torch.equal(every[r], every[0]) for r in range(N)),
+          "elastic.run on a fixed job: the models differ between ranks after its sync")
+    kept = torch.cat([weights(main), weights(second)])
+    with torch.no_grad():
+        for p in list(main.parameters()) + list(second.parameters()):
+            p.add_(1.0)
+    st.value = 99
+    st.restore()
+    check(torch.equal(torch.cat([weights(main), weights(second)]), kept) and st.value == 6,
+          "TorchState.restore(): the models or values are not those of the last commit")
 
     # ElasticSampler: the shares cover the dataset; after two batches the new
     # shares cover exactly what was not processed.

@@ -20,7 +20,7 @@ from ._ops import (Adasum, Average, Max, Min, Product, ProcessSet, Sum, add_proc
                    grouped_reducescatter_async, init, is_homogeneous, is_initialized, join, local_rank, local_size,
                    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, poll, rank, reducescatter,
                    reducescatter_async, remove_process_set, rocm_built, shutdown, size, sparse_allreduce_async,
-                   synchronize)
+                   start_timeline, stop_timeline, synchronize)
 from ._functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters  # noqa
 from ._optimizer import DistributedOptimizer  # noqa: F401
 from .compression import Compression  # noqa: F401

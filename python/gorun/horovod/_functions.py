@@ -29,15 +29,18 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     """Broadcast an optimizer's state (its tensors in place, its scalars and
     options by value) from root_rank. An optimizer without state yet takes
     one step on zero gradients first, as Horovod does, so that every rank
-    has the same layout."""
+    has the same layout (its gradients are set to zeros: a rank's own
+    gradients would move its parameters away from the others')."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     state = optimizer.state_dict()
     if len(state["state"]) == 0:
         for group in optimizer.param_groups:
             for p in group["params"]:
-                if p.requires_grad and p.grad is None:
+                if p.requires_grad:
                     p.grad = torch.zeros_like(p.data)
+                    if isinstance(optimizer, torch.optim.SparseAdam):
+                        p.grad = p.grad.to_sparse()
         step = getattr(optimizer, "_gorun_plain_step", None)
         (step or optimizer.step)()
         state = optimizer.state_dict()

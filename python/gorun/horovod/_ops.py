@@ -4,10 +4,11 @@ import atexit
 import os
 import sys
 import threading
+import warnings
 
 import torch
 
-from .. import _core
+from .. import _core, _rendezvous
 from . import _engine as E
 from ._engine import HorovodInternalError
 
@@ -87,16 +88,37 @@ def _need_init():
         raise ValueError("Horovod has not been initialized; use hvd.init().")
 
 
+# Variables by which other launchers say how many processes they started.
+_OTHER_LAUNCHERS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS", "HOROVOD_SIZE")
+
+
+def _solo_env():
+    """The variables of a job of one rank, for a process no gorun started;
+    refused if another launcher started it as one of several."""
+    for name in _OTHER_LAUNCHERS:
+        if os.environ.get(name, "1").strip() not in ("", "0", "1"):
+            raise ValueError(f"gorun.horovod: this process is one of {os.environ[name]} ({name}) that another "
+                             "launcher started; start the job with `gorun -np N` instead")
+    return _rendezvous.solo_env()
+
+
 def init(comm=None, process_sets=None):
-    """Join gorun's job (started by `gorun -np N`) and start the engine.
+    """Join gorun's job (started by `gorun -np N`; a process started
+    otherwise is a job of one rank) and start the engine.
     process_sets: ProcessSet objects (or "dynamic", which needs nothing
     here: add_process_set always works) made on every rank."""
     if comm is not None:
         raise ValueError("gorun.horovod: init(comm=...) takes no MPI communicator; gorun's job is the world")
+    if os.environ.get("HOROVOD_TIMELINE") and not os.environ.get("GORUN_TIMELINE_FILE"):
+        warnings.warn("gorun.horovod: HOROVOD_TIMELINE is not read; record the job's timeline with "
+                      "`gorun --timeline FILE.json`", stacklevel=2)
     with _s.lock:
         if _s.engine is not None:
             return
-        w = _core.world(E.timeout())
+        # A script run without a launcher (python3 train.py) is a job of
+        # one rank, as under Horovod's MPI build.
+        solo = None if _core.joined() or "GORUN_RANK" in os.environ else _solo_env()
+        w = _core.world(E.timeout(), env=solo)
         _s.world = w
         _s.view = w.view() if w.elastic else None
         global_process_set.ranks = list(range(len(_s.view) if _s.view is not None else w.size))
@@ -115,7 +137,10 @@ def init(comm=None, process_sets=None):
     else:
         try:
             rows = E.allgather_int64(w, [local, node, lsize], w.size)
+            # Horovod's cross communicator: the ranks of the same local rank,
+            # in rank order (one a node where every node holds that many).
             _s.cross_size = sum(1 for r in rows if r[0] == local)
+            _s.cross_rank = sum(1 for r in rows[:w.rank] if r[0] == local)
             _s.homogeneous = len({r[2] for r in rows}) == 1
         except BaseException:
             shutdown()
@@ -207,6 +232,19 @@ def is_homogeneous():
 
 def mpi_threads_supported():
     return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Refused: gorun records a job's timeline from its start (gorun
+    --timeline FILE), not from a call."""
+    raise NotImplementedError("gorun.horovod: start_timeline is not supported; record the job's timeline with "
+                              "`gorun --timeline FILE.json`")
+
+
+def stop_timeline():
+    """Refused, as start_timeline is."""
+    raise NotImplementedError("gorun.horovod: stop_timeline is not supported; record the job's timeline with "
+                              "`gorun --timeline FILE.json`")
 
 
 def _false(*_):

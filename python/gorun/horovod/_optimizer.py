@@ -89,7 +89,8 @@ class _Distributed:
         self._next = 0  # how many buckets have started this step
         self._synchronized = False
         self._should_synchronize = True
-        if process_set.included() and size() > 1:
+        # On an elastic job the view may grow later: hooks even at one rank.
+        if process_set.included() and (size() > 1 or _ops._s.view is not None):
             self._register_hooks()
 
     def _register_hooks(self):
@@ -276,7 +277,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     base = optimizer.__class__
     cls = type(base.__name__, (_Distributed, base), {"__module__": __name__})
     opt = cls.__new__(cls)
-    opt.__dict__.update(optimizer.__dict__)
+    # The optimizer's attributes, less what shadows a method: an LR
+    # scheduler made before the wrapper puts a step() of its own on the
+    # optimizer, which would hide the wrapper's (and its all-reduces).
+    opt.__dict__.update({k: v for k, v in optimizer.__dict__.items() if not (callable(v) and hasattr(cls, k))})
     opt._hvd_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
                    sparse_as_dense, process_set)
     return opt

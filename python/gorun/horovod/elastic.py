@@ -16,6 +16,10 @@ collectives raise HorovodInternalError; run() then puts the state back to
 its last commit, starts the engine again on the new view, and every rank of
 the view takes the state of the view's first rank that holds one (gorun's
 resync: a restarted rank holds none), then calls the function again.
+
+On a job of fixed size (no --elastic) nothing joins or leaves: run() gives
+every rank rank 0's state and calls the function once; a lost rank's
+HorovodInternalError reaches the caller.
 """
 
 import copy
@@ -26,7 +30,7 @@ import math
 import torch
 
 from .. import _core
-from . import _ops
+from . import _functions, _ops
 from ._engine import HorovodInternalError, timeout
 
 __all__ = ["State", "ObjectState", "TorchState", "ElasticSampler", "HostsUpdatedInterrupt", "run"]
@@ -93,6 +97,15 @@ class State:
         """Every rank of the view takes the state of the view's first rank
         that holds one (a restarted rank holds none until its first sync)."""
         w = _core.world()
+        if not w.elastic:
+            buf = io.BytesIO()
+            if w.rank == 0:
+                torch.save(self._payload(), buf)
+            got = _functions.broadcast_object(buf.getvalue(), 0)
+            self._load(torch.load(io.BytesIO(got)))
+            self._synced = True
+            self.save()
+            return
         holds = self._synced or w.restarts == 0
         buf = io.BytesIO()
         if holds:
@@ -197,59 +210,45 @@ class ElasticSampler(torch.utils.data.Sampler):
 
 
 class TorchState(ObjectState):
-    """A model's and an optimizer's state, and any picklable values (as
-    attributes)."""
+    """A model's and an optimizer's state, and any other values as
+    attributes: what has a state_dict (a second model or optimizer, an
+    ElasticSampler) is kept by it, in place, as Horovod keeps it; other
+    values are copied, as ObjectState copies them."""
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         self.model = model
         self.optimizer = optimizer
-        self._saved_model = None
-        self._saved_optimizer = None
-        # Samplers are kept by their state_dict, not copied.
-        self._samplers = {k: v for k, v in kwargs.items() if isinstance(v, ElasticSampler)}
-        self._saved_samplers = {}
-        for k, v in self._samplers.items():
-            setattr(self, k, v)
-        super().__init__(**{k: v for k, v in kwargs.items() if k not in self._samplers})
+        self._kept = {k: v for k, v in dict(kwargs, model=model, optimizer=optimizer).items()
+                      if hasattr(v, "state_dict") and hasattr(v, "load_state_dict")}
+        self._saved_kept = {}
+        for k in kwargs:
+            if k in self._kept:
+                setattr(self, k, kwargs[k])
+        super().__init__(**{k: v for k, v in kwargs.items() if k not in self._kept})
         self.save()
 
     def reset(self):
-        for smp in self._samplers.values():
-            smp.reset()
+        for v in self._kept.values():
+            if isinstance(v, ElasticSampler):
+                v.reset()
 
     def save(self):
-        if self.model is not None:
-            self._saved_model = copy.deepcopy(self.model.state_dict())
-        if self.optimizer is not None:
-            self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
-        self._saved_samplers = {k: v.state_dict() for k, v in self._samplers.items()}
+        self._saved_kept = {k: copy.deepcopy(v.state_dict()) for k, v in self._kept.items()}
         super().save()
 
     def restore(self):
-        if self.model is not None and self._saved_model is not None:
-            self.model.load_state_dict(self._saved_model)
-        if self.optimizer is not None and self._saved_optimizer is not None:
-            self.optimizer.load_state_dict(self._saved_optimizer)
-        for k, v in self._saved_samplers.items():
-            self._samplers[k].load_state_dict(v)
+        for k, v in self._saved_kept.items():
+            self._kept[k].load_state_dict(v)
         super().restore()
 
     def _payload(self):
         p = super()._payload()
-        if self.model is not None:
-            p["model"] = self.model.state_dict()
-        if self.optimizer is not None:
-            p["optimizer"] = self.optimizer.state_dict()
-        p["samplers"] = {k: v.state_dict() for k, v in self._samplers.items()}
+        p["kept"] = {k: v.state_dict() for k, v in self._kept.items()}
         return p
 
     def _load(self, payload):
-        if self.model is not None:
-            self.model.load_state_dict(payload["model"])
-        if self.optimizer is not None:
-            self.optimizer.load_state_dict(payload["optimizer"])
-        for k, v in payload.get("samplers", {}).items():
-            self._samplers[k].load_state_dict(v)
+        for k, v in payload["kept"].items():
+            self._kept[k].load_state_dict(v)
         super()._load(payload)
 
 
@@ -263,11 +262,13 @@ def run(func):
     HorovodInternalError (a lost rank, or a new one) the state goes back to
     its last commit; on HostsUpdatedInterrupt it stays; then the engine
     starts again on the new view, the state is synced, and func runs again.
-    An error that is no membership change is raised."""
+    An error that is no membership change is raised. On a job of fixed
+    size, func runs once on rank 0's state."""
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         if not _core.world().elastic:
-            raise ValueError("gorun.horovod.elastic.run needs an elastic job: gorun --elastic -np N ...")
+            state.sync()
+            return func(state, *args, **kwargs)
         skip_sync = False
         while True:
             try:
