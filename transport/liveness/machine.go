@@ -420,9 +420,11 @@ func (m *Machine) emit(a Action) { m.acts = append(m.acts, a) }
 
 func (m *Machine) pend(p *peer) { m.pending[p.id] = p }
 
-// window asks the policy for the next window of p's check.
-func (m *Machine) window(p *peer, connected bool, reads uint64, stuck bool, stall time.Duration, shortKnock bool) time.Duration {
-	o := Observation{Base: m.cfg.ConfirmTimeout, Load: m.load, Connected: connected, Round: p.chk.round, Reads: reads, Stuck: stuck, Stall: stall, ShortKnock: shortKnock}
+// window asks the policy for the next window of p's check, given what
+// the caller saw of the window just over (o's Connected, Reads, Stuck,
+// Stall, ShortKnock); the machine fills in the rest.
+func (m *Machine) window(p *peer, o Observation) time.Duration {
+	o.Base, o.Load, o.Round = m.cfg.ConfirmTimeout, m.load, p.chk.round
 	if !p.chk.started.IsZero() {
 		o.Elapsed = m.now.Sub(p.chk.started)
 	}
@@ -459,7 +461,7 @@ func (m *Machine) verdict(p *peer, reason string) {
 	switch {
 	case c == nil:
 		p.chk.phase = probing
-		p.chk.window = m.window(p, false, 0, false, 0, false)
+		p.chk.window = m.window(p, Observation{})
 		p.chk.due = m.now.Add(p.chk.window)
 		m.probes++
 		p.chk.probe = m.probes
@@ -472,7 +474,7 @@ func (m *Machine) verdict(p *peer, reason string) {
 	default:
 		p.chk.phase = pinging
 		p.chk.pongBase = max(c.pings, c.pongs) // a pong beyond both answers this check
-		p.chk.window = m.window(p, true, 0, c.stuck, 0, false)
+		p.chk.window = m.window(p, Observation{Connected: true, Stuck: c.stuck})
 		m.ping(p, c)
 		m.emit(Sample{Peer: p.id, Conn: c.id})
 	}
@@ -503,7 +505,7 @@ func (m *Machine) drain(p *peer, c *conn) {
 		return
 	}
 	p.chk.waitEnd = false
-	p.chk.window = m.window(p, true, 0, c.stuck, 0, false)
+	p.chk.window = m.window(p, Observation{Connected: true, Stuck: c.stuck})
 	p.chk.due = m.now.Add(p.chk.window)
 	if !p.chk.baseSet {
 		m.emit(Sample{Peer: p.id, Conn: c.id})
@@ -586,7 +588,7 @@ func (m *Machine) progress(p *peer, c *conn, stall time.Duration, writing bool) 
 		p.chk.said |= why
 		m.emit(AskAgain{Peer: p.id, Gen: p.gen, Starved: unproven, Running: running})
 	}
-	p.chk.window = m.window(p, true, reads, c.stuck, stall, shortKnock)
+	p.chk.window = m.window(p, Observation{Connected: true, Reads: reads, Stuck: c.stuck, Stall: stall, ShortKnock: shortKnock})
 	if p.chk.phase == draining || c.broken {
 		p.chk.phase = draining
 		p.chk.due = m.now.Add(p.chk.window)
