@@ -34,6 +34,8 @@ ap.add_argument("--iters", type=int, default=30)
 ap.add_argument("--back-to-back", action="store_true", help="time blocks of calls with no barrier between them")
 ap.add_argument("--dump", help="write each timed call's barrier exit and end to DUMP.RANK.csv")
 args = ap.parse_args()
+if args.dump and args.back_to_back:
+    ap.error("--dump times calls after a barrier: it does not go with --back-to-back")
 
 torch.set_num_threads(1)
 backend.init(args.backend)

@@ -4,7 +4,7 @@
 
 Reads the files `bench/torch/allreduce.py --dump PREFIX` wrote (one per
 rank: size,barrier_exit_s,end_s for each timed call, on the host's
-monotonic clock) and prints, for each prefix and size, rank 0's median
+monotonic clock, so the ranks must share one host) and prints, for each prefix and size, rank 0's median
 call time split by whether rank 0 left the barrier first or not, the
 median skew (last rank's barrier exit minus the first's), and the median
 time from the last rank's barrier exit to rank 0's end (the call as the
@@ -18,9 +18,10 @@ import sys
 
 def load(prefix):
     ranks = {}
-    for path in sorted(glob.glob(prefix + ".*.csv")):
-        r = int(path[len(prefix) + 1:-4])
-        ranks[r] = [tuple(float(x) for x in line.split(",")) for line in open(path) if line.strip()]
+    for path in sorted(glob.glob(glob.escape(prefix) + ".*.csv")):
+        r = path[len(prefix) + 1:-4]
+        if r.isdigit():
+            ranks[int(r)] = [tuple(float(x) for x in line.split(",")) for line in open(path) if line.strip()]
     return ranks
 
 

@@ -24,6 +24,9 @@ from datetime import timedelta
 # only explicit binds go (as gorun's launcher picks them).
 _PORT_FLOOR = 10000
 _EPHEMERAL_DEFAULT = 32768
+# Ports are drawn from the system's randomness: a program's own seed of
+# the random module must neither change nor be changed by them.
+_random = random.SystemRandom()
 
 
 def store_env(store, rank, size, timeout, environ=None):
@@ -143,7 +146,7 @@ def free_port(tries=500):
     both), below the ephemeral range."""
     hi = _ephemeral_start()
     for _ in range(tries):
-        port = random.randrange(_PORT_FLOOR, hi)
+        port = _random.randrange(_PORT_FLOOR, hi)
         if _bindable(port):
             return port
     raise OSError("gorun: no free port found below the ephemeral range")

@@ -4,21 +4,26 @@ computed here: each rank makes every rank's inputs from one seed.
     gorun -np N /usr/bin/python3 python/tests/horovod.py --mode ops   [--seed S]
     gorun -np N /usr/bin/python3 python/tests/horovod.py --mode train
     gorun -np N /usr/bin/python3 python/tests/horovod.py --mode kill --victim V --at STEP
+    gorun --elastic -np N /usr/bin/python3 python/tests/horovod.py --mode elastic --victim V --at STEP
+    /usr/bin/python3 python/tests/horovod.py --mode ops|train   (no launcher: a job of one rank)
 
 ops: the job's shape (local and cross ranks); every collective, data
 type and a spread of sizes; compression; process sets of the even and
 the odd ranks; join; the errors of ranks that disagree; shutdown and init
-again.
+again; the timeline calls refused and HOROVOD_TIMELINE warned about.
 train: DistributedOptimizer equals one process on the whole batch
 (float64), also with backward_passes_per_step=2,
-gradient_predivide_factor and op=Sum; fp16 compression within its bound;
-broadcast_parameters and broadcast_optimizer_state; SyncBatchNorm.
+gradient_predivide_factor and op=Sum, and wrapped after an LR scheduler
+was made on it; fp16 compression within its bound; broadcast_parameters
+and broadcast_optimizer_state (also after a backward pass);
+SyncBatchNorm; elastic.run on a job of fixed size.
 kill: rank V SIGKILLs itself at step STEP with all-reduces outstanding;
 every survivor must get HorovodInternalError naming it.
+elastic: hvd.elastic.run through the loss of rank V at step STEP.
 
-Prints "hvd-ok rank=R mode=M checks=K" (kill: "hvd-kill-seen rank=R
-error=T: message") and exits 0 when every check passed; a failed check
-raises, naming the call, data type, size and rank.
+Prints "hvd-ok rank=R mode=M size=N checks=K" (kill: "hvd-kill-seen
+rank=R error=T: message") and exits 0 when every check passed; a failed
+check raises, naming the call, data type, size and rank.
 """
 
 import argparse
@@ -550,14 +555,21 @@ def train():
     # An LR scheduler made on the optimizer before it is wrapped (the
     # scheduler puts a step() of its own on the optimizer): the wrapper's
     # step still averages, and the schedule applies to it.
+    # broadcast_optimizer_state does not break the link; a state dict loaded
+    # into the wrapper leaves torch's step hooks running once a step.
     next_case()
     model, ref = make(), make()
-    plain = torch.optim.SGD(model.parameters(), lr=0.1)
+    plain = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     sched = torch.optim.lr_scheduler.StepLR(plain, step_size=2, gamma=0.5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's "lr_scheduler.step() before optimizer.step()", as under Horovod
         opt = hvd.DistributedOptimizer(plain, named_parameters=model.named_parameters())
-        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
+        opt.load_state_dict(opt.state_dict())
+        hooked = []
+        if hasattr(opt, "register_step_post_hook"):  # torch 2
+            opt.register_step_post_hook(lambda *_: hooked.append(1))
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
         ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=2, gamma=0.5)
         g = torch.Generator().manual_seed(args.seed + case)
         for step in range(5):
@@ -572,6 +584,8 @@ def train():
                  for r in range(N)) / N).backward()
             ref_opt.step()
             ref_sched.step()
+    check(not hasattr(opt, "register_step_post_hook") or len(hooked) == 5,
+          f"a step post hook ran {len(hooked)} times in 5 steps")
     d = (weights(model) - weights(ref)).abs().max().item()
     check(d <= 1e-9 and opt.param_groups[0]["lr"] == ref_opt.param_groups[0]["lr"],
           f"DistributedOptimizer of an optimizer with a scheduler: differs from one process by {d}, "

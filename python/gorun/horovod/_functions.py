@@ -26,15 +26,16 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 
 
 def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
-    """Broadcast an optimizer's state (its tensors in place, its scalars and
-    options by value) from root_rank. An optimizer without state yet takes
-    one step on zero gradients first, as Horovod does, so that every rank
-    has the same layout (its gradients are set to zeros: a rank's own
-    gradients would move its parameters away from the others')."""
+    """Broadcast an optimizer's state from root_rank, in place: its tensors
+    into the optimizer's own, its scalars and options by value into its
+    own state and parameter groups (so that an LR scheduler made on it
+    goes on scheduling it). An optimizer without state yet takes one step
+    on zero gradients first, as Horovod does, so that every rank has the
+    same layout (its gradients are set to zeros: a rank's own gradients
+    would move its parameters away from the others')."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
-    state = optimizer.state_dict()
-    if len(state["state"]) == 0:
+    if len(optimizer.state_dict()["state"]) == 0:
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if p.requires_grad:
@@ -43,32 +44,28 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
                         p.grad = p.grad.to_sparse()
         step = getattr(optimizer, "_gorun_plain_step", None)
         (step or optimizer.step)()
-        state = optimizer.state_dict()
-    if len(state["state"]) == 0:
-        return
     tensors, scalars = [], {}
-    for gi, group in enumerate(state["param_groups"]):
+    for gi, group in enumerate(optimizer.param_groups):
         for key, value in group.items():
             if key != "params":
                 scalars[f"group.{gi}.{key}"] = value
-        for pid in group["params"]:
-            for key, value in sorted(state["state"].get(pid, {}).items(), key=lambda kv: str(kv[0])):
+        for pi, p in enumerate(group["params"]):
+            for key, value in sorted(optimizer.state.get(p, {}).items(), key=lambda kv: str(kv[0])):
                 if torch.is_tensor(value):
-                    tensors.append((f"state.{pid}.{key}", value))
+                    tensors.append((f"state.{gi}.{pi}.{key}", value))
                 else:
-                    scalars[f"state.{pid}.{key}"] = value
+                    scalars[f"state.{gi}.{pi}.{key}"] = value
     broadcast_parameters(tensors, root_rank, process_set=process_set)
     scalars = broadcast_object(scalars, root_rank, process_set=process_set)
-    for gi, group in enumerate(state["param_groups"]):
+    for gi, group in enumerate(optimizer.param_groups):
         for key in list(group):
-            if key != "params":
+            if key != "params" and f"group.{gi}.{key}" in scalars:
                 group[key] = scalars[f"group.{gi}.{key}"]
-        for pid in group["params"]:
-            st = state["state"].get(pid, {})
+        for pi, p in enumerate(group["params"]):
+            st = optimizer.state.get(p, {})
             for key in list(st):
-                if f"state.{pid}.{key}" in scalars:
-                    st[key] = scalars[f"state.{pid}.{key}"]
-    optimizer.load_state_dict(state)
+                if f"state.{gi}.{pi}.{key}" in scalars:
+                    st[key] = scalars[f"state.{gi}.{pi}.{key}"]
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):

@@ -253,7 +253,22 @@ class _Distributed:
         self._should_synchronize = True
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
-        return super().load_state_dict(*args, **kwargs)
+        # torch gives the optimizer new parameter groups; their values go
+        # into the groups it had, which an LR scheduler made on the wrapped
+        # optimizer holds.
+        groups = self.param_groups
+        out = super().load_state_dict(*args, **kwargs)
+        if len(groups) == len(self.param_groups):
+            for old, new in zip(groups, self.param_groups):
+                old.update(new)
+            self.param_groups = groups
+        return out
+
+
+# The wrapped optimizer's own step already runs torch's step hooks and
+# profiling; marked as hooked, the wrapper's step is not wrapped again
+# (torch wraps a class's step when a state dict is loaded into it).
+_Distributed.step.hooked = True
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,

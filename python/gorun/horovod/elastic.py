@@ -102,7 +102,7 @@ class State:
             if w.rank == 0:
                 torch.save(self._payload(), buf)
             got = _functions.broadcast_object(buf.getvalue(), 0)
-            self._load(torch.load(io.BytesIO(got)))
+            self._load(torch.load(io.BytesIO(got), weights_only=False))
             self._synced = True
             self.save()
             return
@@ -114,7 +114,7 @@ class State:
             got = w.resync(buf.getvalue() if holds else b"", timeout())
         except _core.GorunError as e:
             raise HorovodInternalError(f"gorun.horovod: resync: {e}") from e
-        self._load(torch.load(io.BytesIO(got)))
+        self._load(torch.load(io.BytesIO(got), weights_only=False))
         self._synced = True
         self.save()
 
@@ -211,15 +211,16 @@ class ElasticSampler(torch.utils.data.Sampler):
 
 class TorchState(ObjectState):
     """A model's and an optimizer's state, and any other values as
-    attributes: what has a state_dict (a second model or optimizer, an
-    ElasticSampler) is kept by it, in place, as Horovod keeps it; other
-    values are copied, as ObjectState copies them."""
+    attributes: modules, optimizers and ElasticSamplers (a second model
+    passed by keyword too) are kept by their state_dict, in place, as
+    Horovod keeps them; other values are copied, as ObjectState copies
+    them."""
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         self.model = model
         self.optimizer = optimizer
         self._kept = {k: v for k, v in dict(kwargs, model=model, optimizer=optimizer).items()
-                      if hasattr(v, "state_dict") and hasattr(v, "load_state_dict")}
+                      if isinstance(v, (torch.nn.Module, torch.optim.Optimizer, ElasticSampler))}
         self._saved_kept = {}
         for k in kwargs:
             if k in self._kept:
