@@ -2,7 +2,6 @@ package ring
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/gorun/gorun/internal/cpu"
@@ -79,11 +78,7 @@ func AllToAllV[T Elem](ctx context.Context, tr Transport, send []T, sendSpans []
 	if err != nil {
 		cancel() // the writes still under way: their peer may never read them
 	}
-	serr := <-sent
-	if serr != nil && (err == nil || errors.Is(err, context.Canceled) || transport.IsCanceled(err)) {
-		return serr
-	}
-	return err
+	return explains(err, <-sent)
 }
 
 // AllToAllBruck is the all-to-all exchange of equal blocks by Bruck's

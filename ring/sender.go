@@ -109,11 +109,27 @@ func (s *sender[T]) wait(err error) error {
 		s.cancel()
 	}
 	close(s.queue)
-	serr := <-s.errc
-	if serr != nil && (err == nil || errors.Is(err, context.Canceled) || transport.IsCanceled(err)) {
+	return explains(err, <-s.errc)
+}
+
+// explains returns the error that explains a call's failure, given err,
+// its receiving side's, and serr, its sends': a send's failure beats the
+// cancellation of this rank's own context that it caused, and nothing
+// else. A peer's abort beats it even when it carries the code of a
+// cancellation (the peer's context ended: the cause of this failure),
+// and a send that saw only this rank's cancellation explains nothing.
+func explains(err, serr error) error {
+	if serr != nil && (err == nil || ownCancel(err) && !ownCancel(serr)) {
 		return serr
 	}
 	return err
+}
+
+// ownCancel reports whether err is this rank's own context ending, not a
+// peer's abort.
+func ownCancel(err error) bool {
+	var re *transport.RemoteError
+	return !errors.As(err, &re) && (errors.Is(err, context.Canceled) || transport.IsCanceled(err))
 }
 
 // recvInto receives the segments of span from peer into dst (fold nil:
