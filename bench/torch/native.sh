@@ -31,8 +31,13 @@ py() { # py ROUND NP LABEL MODE [ENV...] -- runs allreduce.py, one line per size
     local r=$1 np=$2 label=$3 mode=$4 backend=gorun
     shift 4
     [ "$label" = gloo ] && backend=gloo
+    # Back to back: 30 blocks of calls; after a barrier: 1000 single calls,
+    # whose times are two-peaked (which rank left the barrier first), so
+    # that fewer make a median that swings from run to run.
+    local iters=1000
+    [ -n "$mode" ] && iters=30
     env "$@" bin/gorun -q -np "$np" /usr/bin/python3 bench/torch/allreduce.py --backend "$backend" --sizes "$sizes" \
-        --iters 30 ${mode:+--back-to-back} | sed -n "s/^\[0\] //p" | sed "s/^/round=$r path=$label /" >>"$tmp/${mode:-barrier}"
+        --iters "$iters" ${mode:+--back-to-back} | sed -n "s/^\[0\] //p" | sed "s/^/round=$r path=$label /" >>"$tmp/${mode:-barrier}"
 }
 
 for r in $(seq 1 "$rounds"); do
