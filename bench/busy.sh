@@ -5,14 +5,22 @@
 # run by run in one sitting: NP ranks (default 2) on this host, beside each
 # load in turn:
 #   idle         nothing
-#   hogs2, hogs4, hogs8  2, 4 or 8 busy processes (spinning shell loops)
+#   hogs2, hogs4, hogs8  2, 4 or 8 busy processes (spinning shell loops),
+#                each in a session of its own (as another user's job is)
+#   shared2, shared4  2 or 4 busy processes in this script's session, as
+#                a training job's data loaders share the ranks' (Linux's
+#                autogroups then share the CPU task by task, not session
+#                by session)
 #   torch        a 2-process PyTorch training job (the Fashion-MNIST CNN
 #                trainer over Gloo, with its threads)
 #   torch+hogs2  both
 #
 #   bash bench/busy.sh [REPS]                  (default 3)
 #   LOADS="idle torch" SIZES=4KiB bash bench/busy.sh
-#   GORUN_BASE=/path/to/old/gorun bash bench/busy.sh   (adds that build, interleaved)
+#   GORUN_BASE=/path/to/old/gorun bash bench/busy.sh   (adds that launcher, interleaved)
+#   BASE_ALLREDUCE=/path/to/old/allreduce bash bench/busy.sh
+#                (adds examples/allreduce built from another commit, as
+#                who=base: the collectives' code is in that binary)
 #   NP=4 bash bench/busy.sh                    (4 ranks)
 #
 # Prints one line per run: "load=L rep=R who=gorun|base|mpirun size=B us=T";
@@ -41,6 +49,11 @@ start_load() {
         setsid sh -c 'while :; do :; done' &
         pids+=($!)
     done
+    case $l in shared2) n=2 ;; shared4) n=4 ;; *) n=0 ;; esac
+    for _ in $(seq "$n"); do
+        sh -c 'while :; do :; done' &
+        pids+=($!)
+    done
     if [[ $l == torch* ]]; then
         USE_LIBUV=0 PYTHONPATH="$repo/python" setsid "$repo/bin/gorun" -q -np 2 /usr/bin/python3 \
             "$repo/examples/torch_fmnist/train.py" --backend gloo --model cnn --epochs 1000 >/dev/null 2>&1 &
@@ -53,13 +66,15 @@ go build -o "$work/allreduce" "$repo/examples/allreduce"
 mpicc.openmpi -O2 -o "$work/mpi" "$repo/bench/mpi/allreduce_mpi.c"
 runs=("gorun:$repo/bin/gorun")
 [ -n "${GORUN_BASE:-}" ] && runs+=("base:$GORUN_BASE")
+[ -n "${BASE_ALLREDUCE:-}" ] && runs+=("base:$repo/bin/gorun")
 log=$work/log
 for l in $loads; do
     start_load "$l"
     for rep in $(seq "$reps"); do
         for r in "${runs[@]}"; do
-            who=${r%%:*} bin=${r#*:}
-            "$bin" --tag-output=false -np "$np" "$work/allreduce" -sizes "$sizes" -target 0.5s |
+            who=${r%%:*} bin=${r#*:} prog=$work/allreduce
+            [ "$who" = base ] && [ -n "${BASE_ALLREDUCE:-}" ] && prog=$BASE_ALLREDUCE
+            "$bin" --tag-output=false -np "$np" "$prog" -sizes "$sizes" -target 0.5s |
                 awk -v l="$l" -v rep="$rep" -v who="$who" '$1 ~ /B$/ && $2 ~ /^[0-9.]+$/ {
                     s = $1; m = 1
                     if (s ~ /KiB$/) { m = 1024; sub(/KiB$/, "", s) } else if (s ~ /MiB$/) { m = 1048576; sub(/MiB$/, "", s) } else sub(/B$/, "", s)

@@ -6,19 +6,18 @@ import (
 	"time"
 )
 
-// TestModeFor: a wait polls keeping its core while every runnable task
-// has a CPU (the reader of the count besides), gives the core away
-// between polls past that, and parks at once past 16 runnable tasks per
-// CPU; a look at the host's load holds for loadRefresh: a second look
+// TestModeFor: a wait polls keeping its core, however many tasks besides
+// the ranks want a CPU, up to 16 runnable tasks per CPU, and parks at
+// once past that; a look at the host's load holds for loadRefresh: a second look
 // right after it says the same without reading the count again.
 func TestModeFor(t *testing.T) {
 	for _, c := range []struct {
 		runnable, cpus int
 		want           Mode
 	}{
-		{0, 2, Spin}, {2, 2, Spin}, {3, 2, Spin}, {4, 2, SpinYield}, {16, 2, SpinYield}, {32, 2, SpinYield},
-		{33, 2, Park}, {64, 2, Park}, {1, 1, Spin}, {2, 1, Spin}, {3, 1, SpinYield}, {16, 1, SpinYield},
-		{17, 1, Park}, {17, 0, Park}, {2, 0, Spin}, {9, 8, Spin}, {10, 8, SpinYield}, {127, 8, SpinYield}, {129, 8, Park},
+		{0, 2, Spin}, {2, 2, Spin}, {3, 2, Spin}, {4, 2, Spin}, {16, 2, Spin}, {32, 2, Spin},
+		{33, 2, Park}, {64, 2, Park}, {1, 1, Spin}, {2, 1, Spin}, {3, 1, Spin}, {16, 1, Spin},
+		{17, 1, Park}, {17, 0, Park}, {2, 0, Spin}, {9, 8, Spin}, {10, 8, Spin}, {128, 8, Spin}, {129, 8, Park},
 	} {
 		if got := ModeFor(c.runnable, c.cpus); got != c.want {
 			t.Errorf("ModeFor(%d runnable, %d cpus) = %v, want %v", c.runnable, c.cpus, got, c.want)

@@ -82,11 +82,8 @@ func (s *spinReader) Read(p []byte) (int, error) {
 				}
 				if start.IsZero() {
 					start = time.Now()
-					switch cpu.Now() {
-					case cpu.Park:
+					if cpu.Now() == cpu.Park {
 						return false // park at once
-					case cpu.SpinYield:
-						yield = true // tasks wait for a core: perhaps the peer
 					}
 				} else if time.Since(start) > s.spin {
 					return false

@@ -420,13 +420,8 @@ func Poll(word, sleeping *atomic.Uint32, spin time.Duration, yield, locked bool,
 		if start.IsZero() {
 			start = time.Now()
 			gosched = start
-			if spin > 0 {
-				switch cpu.Now() {
-				case cpu.Park:
-					spin = 0 // this wait parks at once
-				case cpu.SpinYield:
-					yield = true // tasks wait for a core: perhaps the peer
-				}
+			if spin > 0 && cpu.Now() == cpu.Park {
+				spin = 0 // this wait parks at once
 			}
 		}
 		if now := time.Now(); now.Sub(start) < spin {
