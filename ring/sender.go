@@ -129,7 +129,7 @@ func explains(err, serr error) error {
 // peer's abort.
 func ownCancel(err error) bool {
 	var re *transport.RemoteError
-	return !errors.As(err, &re) && (errors.Is(err, context.Canceled) || transport.IsCanceled(err))
+	return !errors.As(err, &re) && transport.IsCanceled(err)
 }
 
 // recvInto receives the segments of span from peer into dst (fold nil:

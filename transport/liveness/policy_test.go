@@ -48,44 +48,33 @@ func TestDefaultPolicy(t *testing.T) {
 	}
 }
 
-// TestStarved: a window proves nothing when this rank stalled for a
-// quarter of it or more.
-func TestStarved(t *testing.T) {
+// TestStallRules: the two rules on this rank's own stall, row by row. A
+// window proves nothing when this rank stalled for a quarter of it or
+// more (starved); a silent knock (half the window) proves nothing when it
+// had less than four times the stall, unless the whole window was starved
+// (knockTooShort), so a window of eight times the stall gives it enough.
+func TestStallRules(t *testing.T) {
 	for _, c := range []struct {
-		stall, w time.Duration
-		want     bool
+		stall, w          time.Duration
+		starved, tooShort bool
 	}{
-		{0, time.Second, false},
-		{249 * time.Millisecond, time.Second, false},
-		{250 * time.Millisecond, time.Second, true},
-		{time.Second, time.Second, true},
-		{time.Millisecond, 0, true},
+		{0, time.Second, false, false},
+		{100 * time.Millisecond, time.Second, false, false},
+		{125 * time.Millisecond, time.Second, false, false},
+		{126 * time.Millisecond, time.Second, false, true},
+		{200 * time.Millisecond, time.Second, false, true},
+		{249 * time.Millisecond, time.Second, false, true},
+		{250 * time.Millisecond, time.Second, true, false},
+		{time.Second, time.Second, true, false},
+		{time.Millisecond, 0, true, false},
+		{200 * time.Millisecond, 1600 * time.Millisecond, false, false},
+		{470 * time.Millisecond, 2250 * time.Millisecond, false, true},
 	} {
-		if got := starved(c.stall, c.w); got != c.want {
-			t.Errorf("starved(%v, %v) = %v, want %v", c.stall, c.w, got, c.want)
+		if got := starved(c.stall, c.w); got != c.starved {
+			t.Errorf("starved(%v, %v) = %v, want %v", c.stall, c.w, got, c.starved)
 		}
-	}
-}
-
-// TestKnockTooShort: a silent knock (half the window) proves nothing when
-// it had less than four times this rank's stall, unless the whole window
-// was starved; a window of eight times the stall gives it enough.
-func TestKnockTooShort(t *testing.T) {
-	for _, c := range []struct {
-		stall, w time.Duration
-		want     bool
-	}{
-		{0, time.Second, false},
-		{100 * time.Millisecond, time.Second, false},
-		{125 * time.Millisecond, time.Second, false},
-		{126 * time.Millisecond, time.Second, true},
-		{200 * time.Millisecond, time.Second, true},
-		{200 * time.Millisecond, 1600 * time.Millisecond, false},
-		{470 * time.Millisecond, 2250 * time.Millisecond, true},
-		{250 * time.Millisecond, time.Second, false},
-	} {
-		if got := knockTooShort(c.stall, c.w); got != c.want {
-			t.Errorf("knockTooShort(%v, %v) = %v, want %v", c.stall, c.w, got, c.want)
+		if got := knockTooShort(c.stall, c.w); got != c.tooShort {
+			t.Errorf("knockTooShort(%v, %v) = %v, want %v", c.stall, c.w, got, c.tooShort)
 		}
 	}
 }

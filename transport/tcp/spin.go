@@ -64,7 +64,6 @@ func (s *spinReader) Read(p []byte) (int, error) {
 		err := s.rc.Read(func(fd uintptr) bool {
 			s.st.parked.Store(false)
 			var start time.Time
-			yield := s.yield
 			for {
 				n, rerr = syscall.Read(int(fd), p)
 				if rerr == syscall.EINTR {
@@ -93,7 +92,7 @@ func (s *spinReader) Read(p []byte) (int, error) {
 				// run between polls: with one P a spin that kept it would
 				// starve them until sysmon took the P back, up to 10 ms.
 				runtime.Gosched()
-				if yield {
+				if s.yield {
 					cpu.Yield()
 				}
 			}
