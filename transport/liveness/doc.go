@@ -145,7 +145,11 @@
 //     own longest stall during those dials (DialFailed.Stall), to at
 //     least four times it, as rule 6's does: a handshake that timed out
 //     while this rank waited for a CPU says nothing of the peer ("...
-//     (this rank stalled up to 2s)"). ConnectTimeout's clock (rule 15)
+//     (this rank stalled up to 2s)"). A dial the peer answered before
+//     the handshake broke off (DialAnswered: its reply came, then the
+//     connection was cut or timed out) is life, whatever this rank's
+//     stall: the peer's process ran after the verdict, and the window
+//     starts again from the answer. ConnectTimeout's clock (rule 15)
 //     still runs beside it.
 //  11. With WatchAll, a peer with no connection is probed: any answer to
 //     a hello (a refusal too) or a connection keeps it; no answer within

@@ -153,6 +153,11 @@ const (
 	DialShmTimeout
 	// DialAuth: the handshake failed its job or secret check (ErrAuth).
 	DialAuth
+	// DialAnswered: the peer answered the hello, its proof good, and the
+	// handshake broke off after (cut, or timed out): the peer's process
+	// ran during the attempt. Retried; for a doubted peer it is life,
+	// and its window starts again from it.
+	DialAnswered
 )
 
 // Failed: the job failed, for a reason the machine did not give itself

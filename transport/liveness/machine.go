@@ -686,6 +686,16 @@ func (m *Machine) brk(p *peer, reason string) {
 
 // dialFailed takes one failed attempt to connect to p.
 func (m *Machine) dialFailed(p *peer, ev DialFailed) {
+	if p.doubted && ev.Kind == DialAnswered {
+		// Its process answered the hello within this attempt: it ran
+		// after gossip's verdict, however the handshake ended. The window
+		// (stretched by this rank's stalls so far) starts again from the
+		// answer: a peer that died since is refused from then on, and
+		// lost one window later. ConnectTimeout's clock still bounds a
+		// peer that answers and never connects.
+		p.doubtSince, p.doubtStall, p.lastDial = m.now, max(p.doubtStall, ev.Stall), ev.Err
+		return
+	}
 	if p.doubted && (ev.Kind == DialOther || ev.Kind == DialAuth) {
 		// Gossip says it is dead and it does not answer: retried only
 		// within a confirmation window, not ConnectTimeout. The window
@@ -707,7 +717,7 @@ func (m *Machine) dialFailed(p *peer, ev DialFailed) {
 	switch ev.Kind {
 	case DialAuth:
 		m.lose(p, "refused this rank's connection: "+errText(ev.Err), ev.Err)
-	case DialOther:
+	case DialOther, DialAnswered:
 		p.lastDial = ev.Err
 	case DialDuplicate:
 		// The peer answered: it is dialing this rank itself, under its

@@ -183,7 +183,7 @@ func decodeEvents(data []byte, size int) (evs []Event, at []time.Duration) {
 		case 12:
 			ev = DialStarted{Peer: peer, Gen: gen}
 		case 13:
-			ev = DialFailed{Peer: peer, Gen: gen, Err: err, Kind: DialKind(b[3] % 5), Stall: time.Duration(b[3]/5) * 20 * time.Millisecond}
+			ev = DialFailed{Peer: peer, Gen: gen, Err: err, Kind: DialKind(b[3] % 6), Stall: time.Duration(b[3]/6) * 20 * time.Millisecond}
 		case 14:
 			if b[0]%3 == 0 {
 				ev = Failed{}
@@ -472,6 +472,7 @@ func runModel(t *testing.T, seed uint64) {
 					Pong{Peer: id, Conn: p.oldConn},
 					Progress{Peer: id, Conn: p.oldConn, Reads: 7},
 					DialFailed{Peer: id, Gen: 0, Kind: DialAuth, Err: errors.New("authentication failed")},
+					DialFailed{Peer: id, Gen: 0, Kind: DialAnswered, Err: errors.New("reading status: EOF")},
 					ProbeDone{Peer: id, Gen: 0},
 					DialStarted{Peer: id, Gen: 0},
 					Connected{Peer: id, Gen: 0, Conn: 1000 + ConnID(id)},

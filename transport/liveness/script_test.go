@@ -49,7 +49,7 @@ import (
 //	ping-failed P [err="..."]        PingFailed
 //	probe-done P answered|unanswered ProbeDone [gen=N] [seq=N: the last probe's]
 //	dial-started P                   DialStarted [gen=N]
-//	dial-failed P [kind=K] [err=...] [stall=D] DialFailed (K: other, duplicate, shm, auth) [gen=N]
+//	dial-failed P [kind=K] [err=...] [stall=D] DialFailed (K: other, duplicate, shm, auth, answered) [gen=N]
 //	failed | closing | tick          Failed, Closing, Tick
 //	revive P [keep]                  Revive
 //	status | lost | deadline         the machine's Status and Gen, Lost, Deadline
@@ -316,7 +316,7 @@ func (h *harness) do(d *directive) []string {
 	case "dial-started":
 		ev = DialStarted{Peer: p, Gen: gen}
 	case "dial-failed":
-		kinds := map[string]DialKind{"other": DialOther, "duplicate": DialDuplicate, "shm": DialShmTimeout, "auth": DialAuth}
+		kinds := map[string]DialKind{"other": DialOther, "duplicate": DialDuplicate, "shm": DialShmTimeout, "auth": DialAuth, "answered": DialAnswered}
 		k, ok := kinds[cmp.Or(a.kv["kind"], "other")]
 		if !ok {
 			h.fatalf(d, "kind %q", a.kv["kind"])

@@ -358,7 +358,7 @@ func (t *Mesh) dialLoop(peer int) {
 			return
 		}
 		kind := dialKind(err)
-		if kind == liveness.DialOther || kind == liveness.DialAuth {
+		if kind == liveness.DialOther || kind == liveness.DialAuth || kind == liveness.DialAnswered {
 			t.perform(t.step(liveness.HostLoad{Load: hostLoad()}, liveness.DialFailed{Peer: peer, Gen: gen, Err: err, Kind: kind, Stall: stall.Longest()}))
 		} else {
 			t.perform(t.step(liveness.DialFailed{Peer: peer, Gen: gen, Err: err, Kind: kind}))
@@ -565,7 +565,7 @@ func (t *Mesh) probe(ctx context.Context, peer int, knock bool) bool {
 		return errors.Is(err, wire.ErrDuplicate)
 	}
 	if err != nil {
-		return errors.Is(err, transport.ErrAuth)
+		return errors.Is(err, transport.ErrAuth) || errors.Is(err, wire.ErrAnswered)
 	}
 	c.Close()
 	return true

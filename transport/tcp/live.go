@@ -294,6 +294,8 @@ func dialKind(err error) liveness.DialKind {
 		return liveness.DialShmTimeout
 	case errors.Is(err, transport.ErrAuth):
 		return liveness.DialAuth
+	case errors.Is(err, wire.ErrAnswered):
+		return liveness.DialAnswered
 	}
 	return liveness.DialOther
 }

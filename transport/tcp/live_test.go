@@ -3,13 +3,17 @@ package tcp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/liveness"
 	"github.com/gorun/gorun/transport/mem"
+	"github.com/gorun/gorun/transport/wire"
 )
 
 // TestLosses: a subscriber to losses gets Lost as it was, then each loss
@@ -94,5 +98,25 @@ func TestWriteWaitsWithContext(t *testing.T) {
 	b.Close()
 	if err := <-held; err == nil {
 		t.Fatal("the stuck write succeeded with no reader")
+	}
+}
+
+// TestDialKind: how a failed dial's error is sorted for liveness.
+func TestDialKind(t *testing.T) {
+	cases := []struct {
+		err  error
+		want liveness.DialKind
+	}{
+		{errors.New("dial tcp: connection refused"), liveness.DialOther},
+		{fmt.Errorf("handshake with rank 2: reading reply: %w", os.ErrDeadlineExceeded), liveness.DialOther},
+		{fmt.Errorf("handshake with rank 2: reading status: %w", wire.ErrAnswered), liveness.DialAnswered},
+		{fmt.Errorf("refused: %w: %w", wire.ErrDuplicate, transport.ErrAuth), liveness.DialDuplicate},
+		{fmt.Errorf("its proof does not match: %w", transport.ErrAuth), liveness.DialAuth},
+		{fmt.Errorf("rank 2: %w: timed out", errShmTimeout), liveness.DialShmTimeout},
+	}
+	for _, c := range cases {
+		if got := dialKind(c.err); got != c.want {
+			t.Errorf("dialKind(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

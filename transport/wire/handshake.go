@@ -42,6 +42,22 @@ const (
 // wins (StatusDuplicate); it comes with ErrAuth.
 var ErrDuplicate = errors.New("the peer is connecting to this rank")
 
+// ErrAnswered marks a dialed handshake that broke off (cut, timed out)
+// after the peer's reply had come, its proof of the secret good: the
+// peer's process ran during the attempt, for it read the hello and wrote
+// the reply. (A process that dies closes its sockets, but a reply it
+// wrote was written while it lived.) A dialer's liveness counts such a
+// failure as life, not as a failed dial.
+var ErrAnswered = errors.New("the peer answered the hello")
+
+// answered is an error of the handshake after the peer's reply; it is
+// ErrAnswered, with err's text.
+type answered struct{ err error }
+
+func (e answered) Error() string        { return e.err.Error() }
+func (e answered) Unwrap() error        { return e.err }
+func (e answered) Is(target error) bool { return target == ErrAnswered }
+
 // Handshake status codes, the acceptor's verdict on a Hello (the mesh's
 // own acceptor, in transport/tcp, adds StatusDuplicate). ONLY APPEND TO
 // THIS LIST: the values cross the wire.
@@ -163,11 +179,11 @@ func dialHello(rw io.ReadWriter, secret []byte, h Hello) error {
 		return fmt.Errorf("handshake with rank %d: its proof of the job secret does not match (wrong job secret?): %w", h.To, transport.ErrAuth)
 	}
 	if _, err := rw.Write(proof(key, 'D', &h, nonceA, h.Nonce[:])); err != nil {
-		return fmt.Errorf("handshake with rank %d: %w", h.To, err)
+		return answered{fmt.Errorf("handshake with rank %d: %w", h.To, err)}
 	}
 	var status [1]byte
 	if _, err := io.ReadFull(rw, status[:]); err != nil {
-		return fmt.Errorf("handshake with rank %d: reading status: %w", h.To, err)
+		return answered{fmt.Errorf("handshake with rank %d: reading status: %w", h.To, err)}
 	}
 	if status[0] != StatusOK {
 		return fmt.Errorf("handshake with rank %d: refused: %s: %w", h.To, statusString(status[0]), transport.ErrAuth)
