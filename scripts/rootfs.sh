@@ -51,14 +51,15 @@ GOROOT=${GOROOT:-$(go env GOROOT 2>/dev/null || echo /usr/local/go)}
 # PyTorch with its headers, g++ and setuptools (gorun.torch's native fast path is
 # built against it), python3-venv (python/'s wheel test installs gorun's
 # wheel in a venv), what `go test` needs (gcc for cgo, git for the module cache),
-# the real Fashion-MNIST (the trainers' tests learn it), and sshd,
+# the real Fashion-MNIST (the trainers' tests learn it), pytest and
+# packaging (scripts/horovod-suite.sh runs Horovod's tests with them), and sshd,
 # iproute2, iptables and Slurm for the test hosts (./e2e's MPI
 # tests over SSH, per-node and under srun, in network namespaces made from
 # inside the root).
 pkgs=(openmpi-bin libopenmpi-dev libpmix-dev mpich libmpich-dev python3-mpi4py
     python3-numpy python3-torch python3-setuptools python3-venv gcc g++ libc6-dev libtorch-dev pybind11-dev make git procps ca-certificates
     openssh-server openssh-client iproute2 iptables util-linux
-    slurmctld slurmd slurm-client munge dataset-fashion-mnist)
+    slurmctld slurmd slurm-client munge dataset-fashion-mnist python3-pytest python3-packaging)
 
 [ "$(id -u)" = 0 ] || { echo "rootfs: must run as root" >&2; exit 1; }
 mkdir -p "$base"
