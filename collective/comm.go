@@ -180,7 +180,8 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 			logger.Debug("gossip declared a rank dead", "rank", rank, "reason", reason)
 			tr.PeerLost(rank, reason)
 		},
-		Left: tr.PeerLeft,
+		Left:  tr.PeerLeft,
+		Alive: tr.PeerAlive,
 	})
 	if err != nil {
 		tr.Close()

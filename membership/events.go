@@ -15,6 +15,9 @@ type Events struct {
 	Dead func(rank int, reason string)
 	// Left: rank left cleanly.
 	Left func(rank int)
+	// Alive: a rank gossip had declared dead is alive again (its process
+	// refuted the verdict, or a new one joined under its name).
+	Alive func(rank int)
 }
 
 // events is the Member as memberlist's EventDelegate: a join makes a
@@ -31,8 +34,12 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	m.mu.Lock()
 	m.peers[r] = p
 	m.nodes[r] = memberlist.Node{Name: n.Name, Addr: append(net.IP(nil), n.Addr...), Port: n.Port}
+	_, wasDead := m.dead[r]
 	delete(m.dead, r)
 	m.mu.Unlock()
+	if wasDead && m.ev.Alive != nil {
+		m.ev.Alive(r)
+	}
 	select {
 	case m.joined <- struct{}{}:
 	default:

@@ -28,16 +28,26 @@ type group struct {
 }
 
 type recorder struct {
-	mu   sync.Mutex
-	dead map[int]time.Time
-	left map[int]bool
+	mu    sync.Mutex
+	dead  map[int]time.Time
+	left  map[int]bool
+	alive map[int]time.Time
 }
 
 func (r *recorder) events() Events {
 	return Events{
-		Dead: func(rank int, _ string) { r.mu.Lock(); r.dead[rank] = time.Now(); r.mu.Unlock() },
-		Left: func(rank int) { r.mu.Lock(); r.left[rank] = true; r.mu.Unlock() },
+		Dead:  func(rank int, _ string) { r.mu.Lock(); r.dead[rank] = time.Now(); r.mu.Unlock() },
+		Left:  func(rank int) { r.mu.Lock(); r.left[rank] = true; r.mu.Unlock() },
+		Alive: func(rank int) { r.mu.Lock(); r.alive[rank] = time.Now(); r.mu.Unlock() },
 	}
+}
+
+// sawAlive reports when rank was last reported alive again after a death.
+func (r *recorder) sawAlive(rank int) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.alive[rank]
+	return t, ok
 }
 
 func (r *recorder) sawDead(rank int) (time.Time, bool) {
@@ -65,7 +75,7 @@ func start(t *testing.T, cfgs []Config) *group {
 	t.Helper()
 	g := &group{}
 	for _, c := range cfgs {
-		r := &recorder{dead: map[int]time.Time{}, left: map[int]bool{}}
+		r := &recorder{dead: map[int]time.Time{}, left: map[int]bool{}, alive: map[int]time.Time{}}
 		m, err := Start(c, r.events())
 		if err != nil {
 			t.Fatal(err)

@@ -175,6 +175,22 @@ func partitionHeals(t *testing.T, after time.Duration) {
 		return slices.Equal(members(g.ms[0]), []int{0, 1, 2}) && slices.Equal(members(g.ms[2]), []int{0, 1, 2})
 	}, "both sides hold each other alive after the cut")
 	t.Logf("healed %v after the link came back", time.Since(healed).Round(time.Millisecond))
+	// Each side was told that the other, declared dead, is alive again
+	// (the transport stops checking a verdict gossip took back).
+	for _, c := range []struct{ i, r int }{{0, 2}, {1, 2}, {2, 0}, {2, 1}} {
+		if at, ok := g.rec[c.i].sawAlive(c.r); !ok || at.Before(cutAt) {
+			t.Errorf("rank %d was not told that rank %d is alive again (%v, %v)", c.i, c.r, ok, at)
+		}
+	}
+	for i := range g.ms {
+		for r := range 3 {
+			alive, ok := g.rec[i].sawAlive(r)
+			dead, wasDead := g.rec[i].sawDead(r)
+			if ok && (!wasDead || dead.After(alive)) {
+				t.Errorf("rank %d was told that rank %d is alive again without a death before", i, r)
+			}
+		}
+	}
 
 	// A rank that joins the side of rank 0 finds rank 2 too.
 	c3 := testConfig("jobp", 3, 4, secret)

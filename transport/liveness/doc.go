@@ -133,7 +133,13 @@
 //     does a verdict on a connection whose reader has already ended.
 //  9. One check at a time: a verdict while one runs, or on a peer gone
 //     already, changes nothing. A peer kept may be declared dead again
-//     and is checked anew.
+//     and is checked anew. Gossip declares a peer dead once (it neither
+//     probes a dead node nor declares it dead again), so a verdict stands
+//     until gossip holds the peer alive again (GossipAlive: its process
+//     refuted the verdict, or rejoined), and a peer kept meanwhile is
+//     checked again four of its check's windows after it was kept: a
+//     process that stopped just after it answered, before its gossip
+//     refuted the verdict, is still lost. Revive ends the verdict.
 //  10. A peer with no connection, without WatchAll: the verdict fails
 //     nothing (a rank that finished and left is no reason to fail; a
 //     death reaches everyone through the ranks connected to it). It is

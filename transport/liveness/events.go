@@ -36,6 +36,11 @@ type Verdict struct {
 // the package doc).
 type GossipLeft struct{ Peer int }
 
+// GossipAlive: gossip holds Peer alive again after a verdict (its process
+// refuted the verdict, or rejoined). A verdict the data plane overruled
+// stands until then (see the package doc, rule 9).
+type GossipAlive struct{ Peer int }
+
 // Connected: Conn is Peer's connection from now on (handshake done, set
 // up, its reader started). Gen is the peer's generation the connection was
 // made for (Machine.Gen when the dial began, or when it was accepted): a
@@ -184,6 +189,7 @@ func (Tick) isEvent()        {}
 func (HostLoad) isEvent()    {}
 func (Verdict) isEvent()     {}
 func (GossipLeft) isEvent()  {}
+func (GossipAlive) isEvent() {}
 func (Connected) isEvent()   {}
 func (Progress) isEvent()    {}
 func (Pong) isEvent()        {}

@@ -1,6 +1,7 @@
 package liveness
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -127,6 +128,12 @@ type peer struct {
 	doubt      string
 	doubtSince time.Time     // the first failed dial since
 	doubtStall time.Duration // the longest this rank stalled in a dial failed since
+
+	// Gossip holds it dead (the verdict's reason) until gossip holds it
+	// alive again; once the data plane kept it, it is checked again at
+	// recheckAt (rule 9).
+	standing  string
+	recheckAt time.Time
 }
 
 // conn is one connection as the machine sees it.
@@ -234,7 +241,7 @@ func (m *Machine) Deadline() (time.Time, bool) {
 }
 
 // deadlines lists p's timers (zero: unset).
-func (p *peer) deadlines() [5]time.Time {
+func (p *peer) deadlines() [6]time.Time {
 	var due time.Time
 	if p.chk.phase != idle && !p.chk.waitEnd {
 		due = p.chk.due
@@ -243,7 +250,7 @@ func (p *peer) deadlines() [5]time.Time {
 	if p.chk.phase == pinging {
 		knock = p.chk.knockDue
 	}
-	return [5]time.Time{p.breakDue, p.leftDue, p.connectDue, due, knock}
+	return [6]time.Time{p.breakDue, p.leftDue, p.connectDue, due, knock, p.recheckAt}
 }
 
 // Step takes one event that happened at now and returns the actions it
@@ -266,7 +273,14 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 		m.load = ev.Load
 	case Verdict:
 		if p := m.peer(ev.Peer); p != nil {
+			if p.status == Live {
+				p.standing = ev.Reason // until gossip holds it alive again
+			}
 			m.verdict(p, ev.Reason)
+		}
+	case GossipAlive:
+		if p := m.peers[ev.Peer]; p != nil {
+			p.standing, p.recheckAt = "", time.Time{}
 		}
 	case GossipLeft:
 		if p := m.peer(ev.Peer); p != nil && p.status == Live && p.conn == nil && p.leftDue.IsZero() {
@@ -644,12 +658,26 @@ func ownState(stall time.Duration, writing, knockOut bool) string {
 	return " (" + strings.Join(parts, ", ") + ")"
 }
 
-// keep ends p's check: it showed it is alive.
+// keep ends p's check: it showed it is alive. Gossip's verdict stands
+// (gossip does not declare a peer dead twice): p is checked again after
+// recheckWindows of the check's windows (ConfirmTimeout for a doubted
+// peer that connected), until gossip holds it alive again.
 func (m *Machine) keep(p *peer, by Evidence) {
+	w := cmp.Or(p.chk.window, m.cfg.ConfirmTimeout)
 	p.chk = check{}
 	p.doubted, p.doubt = false, ""
+	if p.standing != "" {
+		p.recheckAt = m.now.Add(recheckWindows * w)
+		m.pend(p)
+	}
 	m.emit(Kept{Peer: p.id, Gen: p.gen, By: by})
 }
+
+// recheckWindows is how many windows after a peer is kept against a
+// verdict that still stands it is checked again: a process that stopped
+// just after it answered (before its gossip refuted the verdict, say) is
+// found within five windows, and a live one costs a ping a few seconds.
+const recheckWindows = 4
 
 // connected makes c p's current connection.
 func (m *Machine) connected(p *peer, id ConnID) {
@@ -742,6 +770,7 @@ func (m *Machine) revive(p *peer, keep bool) {
 	p.leftDue = time.Time{}
 	p.connectDue, p.lastDial = time.Time{}, nil
 	p.doubted, p.doubt, p.doubtSince, p.doubtStall = false, "", time.Time{}, 0
+	p.standing, p.recheckAt = "", time.Time{}
 	delete(m.lost, p.id) // the old process's loss
 	if !keep || p.conn == nil || p.conn.broken {
 		p.conn = nil
@@ -852,7 +881,13 @@ func (m *Machine) fire() {
 				m.emit(Sample{Peer: p.id, Conn: p.conn.id})
 			}
 		}
-		if d := p.deadlines(); d == [5]time.Time{} {
+		if due(p.recheckAt, now) {
+			p.recheckAt = time.Time{}
+			if p.standing != "" && p.status == Live {
+				m.verdict(p, p.standing)
+			}
+		}
+		if d := p.deadlines(); d == [6]time.Time{} {
 			delete(m.pending, id)
 		}
 	}

@@ -185,9 +185,12 @@ func decodeEvents(data []byte, size int) (evs []Event, at []time.Duration) {
 		case 13:
 			ev = DialFailed{Peer: peer, Gen: gen, Err: err, Kind: DialKind(b[3] % 6), Stall: time.Duration(b[3]/6) * 20 * time.Millisecond}
 		case 14:
-			if b[0]%3 == 0 {
+			switch b[0] % 3 {
+			case 0:
 				ev = Failed{}
-			} else {
+			case 1:
+				ev = GossipAlive{Peer: peer}
+			default:
 				ev = Tick{}
 			}
 		case 15:
@@ -302,7 +305,8 @@ func FuzzStep(f *testing.F) {
 //     lost;
 //   - a peer that goes silent (no frames, no answers, its connection
 //     open) is lost within two windows of gossip's first verdict after it
-//     fell silent;
+//     fell silent, or, with gossip's only verdict before the silence
+//     (kept), within recheckWindows + 2 windows of the silence;
 //   - after Revive, nothing about the replaced process (its connection's
 //     end, failures, goodbye, pongs; a dial or probe for it) loses the
 //     successor, which answers.
@@ -320,6 +324,7 @@ type modelPeer struct {
 	conn     ConnID
 	oldConn  ConnID        // replaced: the first process's connection
 	silentAt time.Duration // silent: from then on
+	quiet    bool          // silent: gossip's only verdict came before the silence, none after
 	deathAt  time.Duration // replaced: the first process's connection ends
 	reviveAt time.Duration // replaced: Revive, and the successor connects 10 ms later
 	stuck    []spell
@@ -483,6 +488,14 @@ func runModel(t *testing.T, seed uint64) {
 		for range r.IntN(6) {
 			p.verdicts = append(p.verdicts, ms(0, 40000))
 		}
+		if p.kind == silent && r.IntN(2) == 0 {
+			// Gossip's verdict came while it still ran, and none since
+			// (gossip declares a node dead once): only the standing
+			// verdict's checks can find it.
+			p.quiet = true
+			p.verdicts = slices.DeleteFunc(p.verdicts, func(v time.Duration) bool { return v >= p.silentAt })
+			p.verdicts = append(p.verdicts, max(p.silentAt-ms(0, 3000), 0))
+		}
 		for _, v := range p.verdicts {
 			md.at(v, Verdict{Peer: id, Reason: gossipReason})
 		}
@@ -513,6 +526,15 @@ func runModel(t *testing.T, seed uint64) {
 			bound := first + 2*md.window
 			if p.late { // this rank was, in effect, starved: MaxStretch windows' worth
 				bound = first + MaxStretch*md.c.m.cfg.ConfirmTimeout
+			}
+			if p.quiet {
+				// Kept (or being checked) when it fell silent: the next
+				// check comes recheckWindows windows after it was kept.
+				first = p.silentAt
+				bound = first + (recheckWindows+2)*md.window
+				if p.late {
+					bound = first + (recheckWindows+MaxStretch)*md.c.m.cfg.ConfirmTimeout
+				}
 			}
 			if len(p.lostGen) == 0 || p.lostAt > bound {
 				t.Errorf("peer %d silent from %v, verdict at %v: lost %v at %v, want by %v (window %v)", id, p.silentAt, first, len(p.lostGen) > 0, p.lostAt, bound, md.window)

@@ -40,6 +40,7 @@ import (
 //	load runnable=N cpus=N           HostLoad
 //	verdict P [reason="..."]         Verdict (default: membership's reason)
 //	gossip-left P                    GossipLeft
+//	gossip-alive P                   GossipAlive
 //	connect P [conn=N] [gen=N]       Connected (a new connection by default)
 //	frames P n=N                     the reader reads N frames (no event)
 //	stuck P on|off                   the reader waits on a full inbox, or not (no event)
@@ -282,6 +283,8 @@ func (h *harness) do(d *directive) []string {
 		ev = Verdict{Peer: p, Reason: cmp.Or(a.kv["reason"], gossipReason)}
 	case "gossip-left":
 		ev = GossipLeft{Peer: p}
+	case "gossip-alive":
+		ev = GossipAlive{Peer: p}
 	case "connect":
 		if _, ok := a.kv["conn"]; !ok {
 			h.next++

@@ -268,6 +268,11 @@ func (t *Mesh) PeerLost(peer int, reason string) {
 // ConfirmTimeout.
 func (t *Mesh) PeerLeft(peer int) { t.perform(t.step(liveness.GossipLeft{Peer: peer})) }
 
+// PeerAlive tells the transport that gossip holds peer alive again after
+// declaring it dead: a verdict the data plane overruled stops being
+// checked again.
+func (t *Mesh) PeerAlive(peer int) { t.perform(t.step(liveness.GossipAlive{Peer: peer})) }
+
 // Lost returns the peers this transport itself found lost, and why, even
 // those found after it had failed for another reason (another rank's
 // abort, say); a peer leaves it when Revive gives it a new process.

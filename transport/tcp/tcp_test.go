@@ -309,6 +309,36 @@ func TestGossipVerdictConfirmed(t *testing.T) {
 	}
 }
 
+// TestStandingVerdict: gossip declares a rank dead once. A rank kept on
+// its pong against that verdict which stops afterwards (before its
+// gossip refuted the verdict) gets no second verdict, and is still lost:
+// the verdict stands, and the kept rank is checked again.
+func TestStandingVerdict(t *testing.T) {
+	var logs logBuf
+	ts := mesh(t, 2, func(r int, c *Config) {
+		c.ConfirmTimeout, c.Shm = 300*time.Millisecond, false
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	ts[0].PeerLost(1, "declared dead by gossip")
+	proctest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "answered on the data plane; keeping it") }, "rank 0 keeps rank 1 on its pong")
+	// Rank 1 stops, as TestGossipVerdictConfirmed stops it, and no
+	// verdict comes again.
+	big := make([]byte, 1<<20)
+	for range world.InboxDepth + 2 {
+		if err := ts[0].Send(context.Background(), 1, transport.Header{}, big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts[1].holdHellos.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := ts[0].Recv(ctx, 1)
+	var pl *transport.PeerLostError
+	if !errors.As(err, &pl) || pl.Rank != 1 || !strings.Contains(err.Error(), "declared dead by gossip, and no answer on its data connection") {
+		t.Fatalf("got %v, want rank 1 lost on the standing verdict", err)
+	}
+}
+
 // TestGossipVerdictBehindOwnInbox: a rank gossip declares dead whose own
 // collectives are behind (its reader waits for room in its inbox from
 // this rank, so this rank's ping waits unread, and it sends nothing) is
