@@ -460,9 +460,16 @@ def ops():
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         hvd.init()
-    del os.environ["HOROVOD_TIMELINE"]
     check(any("HOROVOD_TIMELINE is not read" in str(w.message) for w in seen),
           f"init() with HOROVOD_TIMELINE set: warnings {[str(w.message) for w in seen]}")
+    # Once a process: a second init says nothing more.
+    hvd.shutdown()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        hvd.init()
+    del os.environ["HOROVOD_TIMELINE"]
+    check(not any("HOROVOD_TIMELINE" in str(w.message) for w in seen),
+          f"a second init() with HOROVOD_TIMELINE set warned again: {[str(w.message) for w in seen]}")
     for f, a in ((hvd.start_timeline, ("/tmp/t.json",)), (hvd.stop_timeline, ())):
         try:
             f(*a)

@@ -102,6 +102,11 @@ def _solo_env():
     return _rendezvous.solo_env()
 
 
+# init warns about HOROVOD_TIMELINE once a process (Horovod's tests, and
+# elastic scripts, call init many times).
+_timeline_warned = False
+
+
 def init(comm=None, process_sets=None):
     """Join gorun's job (started by `gorun -np N`; a process started
     otherwise is a job of one rank) and start the engine.
@@ -109,7 +114,9 @@ def init(comm=None, process_sets=None):
     here: add_process_set always works) made on every rank."""
     if comm is not None:
         raise ValueError("gorun.horovod: init(comm=...) takes no MPI communicator; gorun's job is the world")
-    if os.environ.get("HOROVOD_TIMELINE") and not os.environ.get("GORUN_TIMELINE_FILE"):
+    global _timeline_warned
+    if os.environ.get("HOROVOD_TIMELINE") and not os.environ.get("GORUN_TIMELINE_FILE") and not _timeline_warned:
+        _timeline_warned = True
         warnings.warn("gorun.horovod: HOROVOD_TIMELINE is not read; record the job's timeline with "
                       "`gorun --timeline FILE.json`", stacklevel=2)
     with _s.lock:
