@@ -1,6 +1,7 @@
 // Package membership finds a job's ranks by gossip and watches them, using
 // hashicorp/memberlist. It is the only package that imports memberlist;
-// the rest of gorun sees a small "rank lost" callback.
+// the rest of gorun sees three callbacks (Events: a rank dead, left, or
+// alive again after it was declared dead).
 //
 // Every rank runs a member named "<job>-<rank>", labelled with the job id
 // and encrypted with a key derived from the job secret, so neither another
@@ -9,7 +10,10 @@
 // (stopped, or cut off) is declared dead in about two seconds on a LAN;
 // the transport then confirms the verdict with a ping. A verdict
 // the transport refutes leaves gossip split; a member heals that by
-// joining the ranks gossip holds dead, one at a time (reconnect.go).
+// joining the ranks gossip holds dead, one at a time (reconnect.go), and
+// says when gossip holds such a rank alive again (Events.Alive): until
+// then the transport keeps checking it, for gossip declares a rank dead
+// only once.
 package membership
 
 import (
