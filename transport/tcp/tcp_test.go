@@ -275,67 +275,58 @@ func TestMemKill(t *testing.T) {
 }
 
 // TestGossipVerdictConfirmed: a rank gossip declares dead is kept on its
-// pong; one that reads nothing, sends nothing and answers no connection
-// (rank 1, its reader waiting on its full inbox and its acceptor held: a
-// stopped process) is lost, naming both.
+// pong; one that then reads nothing, sends nothing and answers no
+// connection (rank 1, its reader waiting on its full inbox and its
+// acceptor held: a stopped process) is lost, naming both: on gossip's
+// second verdict, or with none (standing), on the first verdict, which
+// stands (gossip declares a rank dead once, and a kept rank is checked
+// again).
 func TestGossipVerdictConfirmed(t *testing.T) {
-	var logs logBuf
-	ts := mesh(t, 2, func(r int, c *Config) {
-		c.ConfirmTimeout, c.Shm = 300*time.Millisecond, false
-		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	})
-	ts[0].PeerLost(1, "declared dead by gossip")
-	proctest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "answered on the data plane; keeping it") }, "rank 0 keeps rank 1 on its pong")
-	if err := ts[0].Err(); err != nil {
-		t.Fatalf("a rank that answers its pings was lost: %v", err)
-	}
-	// Rank 1 never receives, so its reader blocks once its inbox is full.
-	big := make([]byte, 1<<20)
-	for range world.InboxDepth + 2 {
-		if err := ts[0].Send(context.Background(), 1, transport.Header{}, big); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ts[1].holdHellos.Store(true)
-	ts[0].PeerLost(1, "declared dead by gossip")
-	// The window stretches on a loaded machine (liveness.DefaultPolicy): up to
-	// MaxStretch (120) times 300 ms.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	_, err := ts[0].Recv(ctx, 1)
-	var pl *transport.PeerLostError
-	if !errors.As(err, &pl) || pl.Rank != 1 || !strings.Contains(err.Error(), "no answer on its data connection") || !strings.Contains(err.Error(), "nor to a connection") {
-		t.Fatalf("got %v, want rank 1 lost after an unanswered ping and knock", err)
-	}
-}
-
-// TestStandingVerdict: gossip declares a rank dead once. A rank kept on
-// its pong against that verdict which stops afterwards (before its
-// gossip refuted the verdict) gets no second verdict, and is still lost:
-// the verdict stands, and the kept rank is checked again.
-func TestStandingVerdict(t *testing.T) {
-	var logs logBuf
-	ts := mesh(t, 2, func(r int, c *Config) {
-		c.ConfirmTimeout, c.Shm = 300*time.Millisecond, false
-		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	})
-	ts[0].PeerLost(1, "declared dead by gossip")
-	proctest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "answered on the data plane; keeping it") }, "rank 0 keeps rank 1 on its pong")
-	// Rank 1 stops, as TestGossipVerdictConfirmed stops it, and no
-	// verdict comes again.
-	big := make([]byte, 1<<20)
-	for range world.InboxDepth + 2 {
-		if err := ts[0].Send(context.Background(), 1, transport.Header{}, big); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ts[1].holdHellos.Store(true)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	_, err := ts[0].Recv(ctx, 1)
-	var pl *transport.PeerLostError
-	if !errors.As(err, &pl) || pl.Rank != 1 || !strings.Contains(err.Error(), "declared dead by gossip, and no answer on its data connection") {
-		t.Fatalf("got %v, want rank 1 lost on the standing verdict", err)
+	for _, c := range []struct {
+		name  string
+		again bool // gossip declares the stopped rank dead again
+		want  []string
+	}{
+		{"verdict again", true, []string{"no answer on its data connection", "nor to a connection"}},
+		{"standing", false, []string{"declared dead by gossip, and no answer on its data connection"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs logBuf
+			ts := mesh(t, 2, func(r int, c *Config) {
+				c.ConfirmTimeout, c.Shm = 300*time.Millisecond, false
+				c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			})
+			ts[0].PeerLost(1, "declared dead by gossip")
+			proctest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "answered on the data plane; keeping it") }, "rank 0 keeps rank 1 on its pong")
+			if err := ts[0].Err(); err != nil {
+				t.Fatalf("a rank that answers its pings was lost: %v", err)
+			}
+			// Rank 1 never receives, so its reader blocks once its inbox is full.
+			big := make([]byte, 1<<20)
+			for range world.InboxDepth + 2 {
+				if err := ts[0].Send(context.Background(), 1, transport.Header{}, big); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ts[1].holdHellos.Store(true)
+			if c.again {
+				ts[0].PeerLost(1, "declared dead by gossip")
+			}
+			// The window stretches on a loaded machine (liveness.DefaultPolicy): up to
+			// MaxStretch (120) times 300 ms.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := ts[0].Recv(ctx, 1)
+			var pl *transport.PeerLostError
+			if !errors.As(err, &pl) || pl.Rank != 1 {
+				t.Fatalf("got %v, want rank 1 lost after an unanswered ping and knock", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("got %v, want rank 1 lost saying %q", err, w)
+				}
+			}
+		})
 	}
 }
 

@@ -10,21 +10,26 @@ import (
 	"github.com/gorun/gorun/transport"
 )
 
-// cutWriter closes the connection instead of its write number cut (0
-// counts from the first), as a peer does that breaks off a handshake there.
-type cutWriter struct {
+// breakWriter breaks off a handshake at its write number at (0 counts
+// from the first): it closes the connection there (closes), or drops
+// that write saying it wrote it, a peer that stops answering.
+type breakWriter struct {
 	net.Conn
-	cut, writes int
+	at, writes int
+	closes     bool
 }
 
-func (c *cutWriter) Write(p []byte) (int, error) {
+func (c *breakWriter) Write(p []byte) (int, error) {
 	n := c.writes
 	c.writes++
-	if n == c.cut {
+	switch {
+	case n != c.at:
+		return c.Conn.Write(p)
+	case c.closes:
 		c.Conn.Close()
 		return 0, io.ErrClosedPipe
 	}
-	return c.Conn.Write(p)
+	return len(p), nil
 }
 
 // TestDialAnswered: a dialed handshake that breaks off after the peer's
@@ -55,11 +60,11 @@ func TestDialAnswered(t *testing.T) {
 			_, _ = AcceptHello(c, secret, func(*Hello) byte { return StatusJob })
 		}},
 		{name: "closed before the status", err: true, answered: true, accept: func(c net.Conn) {
-			_, _ = AcceptHello(&cutWriter{Conn: c, cut: 1}, secret, func(*Hello) byte { return StatusOK })
+			_, _ = AcceptHello(&breakWriter{Conn: c, at: 1, closes: true}, secret, func(*Hello) byte { return StatusOK })
 		}},
 		{name: "silent before the status", err: true, answered: true, timeoutShort: true, accept: func(c net.Conn) {
 			// Reads the proof and writes no status: the dialer's deadline ends it.
-			_, _ = AcceptHello(&dropWriter{Conn: c, drop: 1}, secret, func(*Hello) byte { return StatusOK })
+			_, _ = AcceptHello(&breakWriter{Conn: c, at: 1}, secret, func(*Hello) byte { return StatusOK })
 		}},
 		{name: "wrong secret", err: true, auth: true, accept: func(c net.Conn) {
 			_, _ = AcceptHello(c, []byte("another secret!!"), func(*Hello) byte { return StatusOK })
@@ -87,20 +92,4 @@ func TestDialAnswered(t *testing.T) {
 			}
 		})
 	}
-}
-
-// dropWriter drops its write number drop (0 counts from the first),
-// saying it wrote it: a peer that stops answering there.
-type dropWriter struct {
-	net.Conn
-	drop, writes int
-}
-
-func (c *dropWriter) Write(p []byte) (int, error) {
-	n := c.writes
-	c.writes++
-	if n == c.drop {
-		return len(p), nil
-	}
-	return c.Conn.Write(p)
 }
