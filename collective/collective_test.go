@@ -323,16 +323,20 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil || cfg.Rank != 1 || cfg.Size != 2 || cfg.GossipPort != 1001 || len(cfg.Seeds) != 2 {
 		t.Fatalf("%+v %v", cfg, err)
 	}
-	if cfg.SpinTime <= 0 || cfg.SpinYield {
-		t.Fatalf("want a plain spin without oversubscription: %v yield %v", cfg.SpinTime, cfg.SpinYield)
+	if cfg.SpinTime <= 0 || cfg.SpinYield || cfg.HostRanks != 0 {
+		t.Fatalf("want a plain spin without oversubscription, ranks on the host unknown: %v yield %v, %d ranks", cfg.SpinTime, cfg.SpinYield, cfg.HostRanks)
+	}
+	env["GORUN_LOCAL_SIZE"] = strconv.Itoa(runtime.NumCPU())
+	if cfg, err := ConfigFromEnv(lookup); err != nil || cfg.SpinYield || cfg.HostRanks != runtime.NumCPU() {
+		t.Fatalf("a rank a core: %v yield %v, %d ranks, %v", cfg.SpinTime, cfg.SpinYield, cfg.HostRanks, err)
 	}
 	env["GORUN_LOCAL_SIZE"] = strconv.Itoa(runtime.NumCPU() + 1)
-	if cfg, err := ConfigFromEnv(lookup); err != nil || cfg.SpinTime != OversubscribedSpinTime || !cfg.SpinYield {
-		t.Fatalf("oversubscribed ranks must spin yielding: %v yield %v, %v", cfg.SpinTime, cfg.SpinYield, err)
+	if cfg, err := ConfigFromEnv(lookup); err != nil || cfg.SpinTime != OversubscribedSpinTime || !cfg.SpinYield || cfg.HostRanks != runtime.NumCPU()+1 {
+		t.Fatalf("oversubscribed ranks must spin yielding: %v yield %v, %d ranks, %v", cfg.SpinTime, cfg.SpinYield, cfg.HostRanks, err)
 	}
 	env["GORUN_LOCAL_SIZE"] = strconv.Itoa(8*runtime.NumCPU() + 1)
-	if cfg, err := ConfigFromEnv(lookup); err != nil || cfg.SpinTime != OversubscribedSpinTime || !cfg.SpinYield {
-		t.Fatalf("many ranks per core must spin yielding too: %v yield %v, %v", cfg.SpinTime, cfg.SpinYield, err)
+	if cfg, err := ConfigFromEnv(lookup); err != nil || cfg.SpinTime != OversubscribedSpinTime || !cfg.SpinYield || cfg.HostRanks != 8*runtime.NumCPU()+1 {
+		t.Fatalf("many ranks per core must spin yielding too: %v yield %v, %d ranks, %v", cfg.SpinTime, cfg.SpinYield, cfg.HostRanks, err)
 	}
 	env["GORUN_SPIN"] = "0"
 	if cfg, err := ConfigFromEnv(lookup); err != nil || cfg.SpinTime != 0 {

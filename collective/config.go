@@ -173,8 +173,12 @@ type Config struct {
 	// is what a host with more ranks than cores needs: ConfigFromEnv
 	// turns it on, with OversubscribedSpinTime, when GORUN_LOCAL_SIZE
 	// exceeds the CPUs. GORUN_SPIN=<duration> overrides SpinTime.
+	// HostRanks is the job's ranks on this host (GORUN_LOCAL_SIZE; 0
+	// where unknown): yielding waits park at once while the host has
+	// other work besides them.
 	SpinTime  time.Duration
 	SpinYield bool
+	HostRanks int
 
 	// Shm (default on; GORUN_SHM=0 turns it off) moves data between ranks
 	// on one host through shared memory instead of loopback TCP.
@@ -356,7 +360,8 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	}
 	cfg.RestartCount = env.OptionalInt(jobenv.RestartCountVar, 0)
 	cfg.ColocatedHubs = env.OptionalInt(jobenv.ColocatedHubsVar, cfg.ColocatedHubs)
-	if n := env.OptionalInt(jobenv.LocalSizeVar, 0); n > runtime.NumCPU() {
+	cfg.HostRanks = env.OptionalInt(jobenv.LocalSizeVar, 0)
+	if n := cfg.HostRanks; n > runtime.NumCPU() {
 		// Oversubscribed: a plain spin would starve the peers, and
 		// parking costs a sleep and a wake-up per message, so a waiting
 		// rank polls and gives its core away between polls, as MPI

@@ -20,7 +20,7 @@ func transportConfig(cfg Config, logger *slog.Logger) tcp.Config {
 	tc := tcp.DefaultConfig()
 	tc.Rank, tc.Size, tc.JobID, tc.Secret = cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret
 	tc.ListenAddr, tc.MaxPayload, tc.Logger = cfg.DataListen, cfg.MaxFrame, logger
-	tc.SpinTime, tc.SpinYield = cfg.SpinTime, cfg.SpinYield
+	tc.SpinTime, tc.SpinYield, tc.HostRanks = cfg.SpinTime, cfg.SpinYield, cfg.HostRanks
 	tc.Shm, tc.HostKey = cfg.Shm, cfg.hostKey()
 	// The hub strategy's traffic bypasses the rank mesh: every rank's
 	// loss must fail it, as the mesh cannot tell.

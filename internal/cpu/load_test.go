@@ -24,7 +24,7 @@ func TestModeFor(t *testing.T) {
 		}
 	}
 	loadCache.at.Store(0)
-	first := Now()
+	first := Now(0)
 	at := loadCache.at.Load()
 	if at == 0 {
 		t.Fatal("the look was not recorded")
@@ -35,11 +35,54 @@ func TestModeFor(t *testing.T) {
 	loadCache.at.Store(at)
 	other := (first + 1) % 3
 	loadCache.mode.Store(uint32(other))
-	if got := Now(); got != other || loadCache.at.Load() != at {
+	if got := Now(0); got != other || loadCache.at.Load() != at {
 		t.Fatalf("a look within %v read the load again (mode %v, stamp %d then %d)", loadRefresh, got, at, loadCache.at.Load())
 	}
 	loadCache.at.Store(0)
 }
+
+// TestGauge: ranks that have a core each spin whatever else runs (up to
+// ModeFor's overload); ranks that outnumber the cores spin while the
+// runnable count, averaged over samples taken spinning, stays within
+// otherWork of them, park for parkHold once it exceeds that, and look
+// again after; a stray sample does not make them park, a load that stays
+// does, within a few samples.
+func TestGauge(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	type sample struct {
+		at       time.Duration // since t0
+		runnable int
+		want     Mode
+	}
+	for _, c := range []struct {
+		name        string
+		cpus, ranks int
+		samples     []sample
+	}{
+		{"a core each", 2, 2, []sample{{0, 2, Spin}, {50 * ms, 12, Spin}, {100 * ms, 30, Spin}, {150 * ms, 33, Park}, {200 * ms, 6, Spin}}},
+		{"ranks unknown", 2, 0, []sample{{0, 9, Spin}, {50 * ms, 9, Spin}, {100 * ms, 9, Spin}}},
+		{"alone", 2, 4, []sample{{0, 4, Spin}, {50 * ms, 4, Spin}, {100 * ms, 5, Spin}, {150 * ms, 4, Spin}, {200 * ms, 4, Spin}}},
+		{"a stray sample", 2, 4, []sample{{0, 4, Spin}, {50 * ms, 7, Spin}, {100 * ms, 4, Spin}, {150 * ms, 4, Spin}}},
+		{"a busy start", 2, 4, []sample{{0, 8, Spin}, {50 * ms, 4, Spin}, {100 * ms, 3, Spin}, {150 * ms, 6, Spin}, {200 * ms, 5, Spin}, {250 * ms, 4, Spin}}},
+		{"beside two", 2, 4, []sample{{0, 6, Spin}, {50 * ms, 6, Spin}, {100 * ms, 6, Spin}, {150 * ms, 6, Spin}, {200 * ms, 6, Park},
+			// Parked: samples taken then do not count.
+			{250 * ms, 2, Park}, {2150 * ms, 3, Park},
+			// Past the hold the gauge looks again, and the load is still there.
+			{2250 * ms, 6, Park}}},
+		{"beside four", 2, 4, []sample{{0, 8, Spin}, {50 * ms, 8, Park}}},
+		{"work that ends", 2, 4, []sample{{0, 8, Spin}, {50 * ms, 8, Park}, {2050 * ms, 4, Spin}, {2100 * ms, 4, Spin}, {2150 * ms, 4, Spin}, {2200 * ms, 4, Spin}}},
+		{"overload", 2, 64, []sample{{0, 40, Park}, {50 * ms, 30, Spin}}},
+	} {
+		var g Gauge
+		for i, s := range c.samples {
+			if got := g.Observe(t0.Add(s.at), s.runnable, c.cpus, c.ranks); got != s.want {
+				t.Errorf("%s: sample %d (%d runnable at %v, %d ranks on %d cpus) = %v, want %v", c.name, i, s.runnable, s.at, c.ranks, c.cpus, got, s.want)
+			}
+		}
+	}
+}
+
+const ms = time.Millisecond
 
 // TestHost checks that the host's load comes with the CPU count when it
 // can be read, and is all zero when it cannot.

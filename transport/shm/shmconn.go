@@ -270,7 +270,7 @@ func (timeoutError) Is(target error) bool {
 func (c *conn) wait(word, sleeping *atomic.Uint32, bell chan struct{}, dl *atomic.Int64, ready func() (bool, error), peerGone error) error {
 	// A deadline is looked at before every poll (and a sleep lasts at most
 	// shmSleep), so that one set while waiting takes effect.
-	return shmem.Poll(word, sleeping, c.opts.SpinTime, c.opts.SpinYield, false, ready, func() error {
+	return shmem.Poll(word, sleeping, shmem.Wait{Spin: c.opts.SpinTime, Yield: c.opts.SpinYield}, ready, func() error {
 		switch {
 		case shmem.IsClosed(c.closed):
 			return net.ErrClosed

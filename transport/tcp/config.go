@@ -30,8 +30,11 @@ type Config struct {
 	SpinTime time.Duration
 	// SpinYield gives the core away between polls while spinning
 	// (sched_yield): right when ranks outnumber cores, where SpinTime
-	// should then be a few milliseconds.
+	// should then be a few milliseconds. HostRanks is the job's ranks on
+	// this host (0 where unknown): yielding waits park at once instead
+	// while the host has other work besides them (cpu.Gauge).
 	SpinYield bool
+	HostRanks int
 	// ConfirmTimeout is how long a rank that gossip declared dead gets to
 	// answer a ping on its data connection, or a connection, before it is
 	// lost; 0 (or less) trusts gossip at once. An overloaded host (more

@@ -114,7 +114,7 @@ func (t *Mesh) shmWait(ctx context.Context, word, sleeping *atomic.Uint32, left 
 		wake()
 	}
 	done := ctx.Done()
-	return shmem.Poll(word, sleeping, t.cfg.SpinTime, t.cfg.SpinYield, cpu.LockedThread(ctx), ready, func() error {
+	return shmem.Poll(word, sleeping, shmem.Wait{Spin: t.cfg.SpinTime, Yield: t.cfg.SpinYield, Ranks: t.cfg.HostRanks, Locked: cpu.LockedThread(ctx)}, ready, func() error {
 		// One channel at a time: a non-blocking receive from one open
 		// channel reads no lock, where a select over three locks all
 		// three, and this runs between every two polls.

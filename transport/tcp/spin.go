@@ -39,10 +39,11 @@ type spinReader struct {
 	st    *spinState
 	spin  time.Duration
 	yield bool
+	ranks int         // the job's ranks on this host, for cpu.Now where yield
 	alive func() bool // false once the transport failed or is closing
 }
 
-func newSpinReader(c net.Conn, st *spinState, spin time.Duration, yield bool, alive func() bool) io.Reader {
+func newSpinReader(c net.Conn, st *spinState, spin time.Duration, yield bool, ranks int, alive func() bool) io.Reader {
 	sc, ok := c.(syscall.Conn)
 	if !ok || spin <= 0 {
 		return c
@@ -51,7 +52,10 @@ func newSpinReader(c net.Conn, st *spinState, spin time.Duration, yield bool, al
 	if err != nil {
 		return c
 	}
-	return &spinReader{c: c, rc: rc, st: st, spin: spin, yield: yield, alive: alive}
+	if !yield {
+		ranks = 0
+	}
+	return &spinReader{c: c, rc: rc, st: st, spin: spin, yield: yield, ranks: ranks, alive: alive}
 }
 
 func (s *spinReader) Read(p []byte) (int, error) {
@@ -81,7 +85,7 @@ func (s *spinReader) Read(p []byte) (int, error) {
 				}
 				if start.IsZero() {
 					start = time.Now()
-					if cpu.Now() == cpu.Park {
+					if cpu.Now(s.ranks) == cpu.Park {
 						return false // park at once
 					}
 				} else if time.Since(start) > s.spin {

@@ -33,7 +33,7 @@ func TestSpinReaderDeadlineIsAKick(t *testing.T) {
 	var alive atomic.Bool
 	alive.Store(true)
 	st := &spinState{}
-	r := newSpinReader(c, st, time.Millisecond, false, alive.Load)
+	r := newSpinReader(c, st, time.Millisecond, false, 0, alive.Load)
 	if _, ok := r.(*spinReader); !ok {
 		t.Fatalf("newSpinReader gave %T, want a *spinReader", r)
 	}

@@ -391,17 +391,30 @@ func IsClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// Poll waits until ready reports true: first polling (for spin, letting
+// Wait is how a Poll spends its wait.
+type Wait struct {
+	Spin   time.Duration // how long to poll before sleeping
+	Yield  bool          // give the core away between polls too
+	Ranks  int           // the job's ranks on this host, for cpu.Now (0 where unknown)
+	Locked bool          // the caller is locked to its OS thread
+}
+
+// Poll waits until ready reports true: first polling (for w.Spin, letting
 // the process's other goroutines run between polls, and giving the core
-// away too when yield), then asleep with sleeping raised: sleep(seq)
-// returns when word may have moved past seq, or after at most Sleep, or
-// when stop has something to say. Before each poll it asks stop, and
-// gives up with stop's error (unless ready is true by then). A caller
-// locked to its OS thread (locked) lets the other goroutines run only
-// every LockedYield of its spin, and before it sleeps (its futex sleep
-// keeps the P until the runtime's monitor takes it): for it a
-// runtime.Gosched is two thread switches.
-func Poll(word, sleeping *atomic.Uint32, spin time.Duration, yield, locked bool, ready func() (bool, error), stop func() error, sleep func(seq uint32)) error {
+// away too when w.Yield; not at all when cpu.Now says park), then asleep
+// with sleeping raised: sleep(seq) returns when word may have moved past
+// seq, or after at most Sleep, or when stop has something to say. Before
+// each poll it asks stop, and gives up with stop's error (unless ready is
+// true by then). A caller locked to its OS thread (w.Locked) lets the
+// other goroutines run only every LockedYield of its spin, and before it
+// sleeps (its futex sleep keeps the P until the runtime's monitor takes
+// it): for it a runtime.Gosched is two thread switches.
+func Poll(word, sleeping *atomic.Uint32, w Wait, ready func() (bool, error), stop func() error, sleep func(seq uint32)) error {
+	spin, yield, locked := w.Spin, w.Yield, w.Locked
+	ranks := 0
+	if yield {
+		ranks = w.Ranks
+	}
 	var start, gosched time.Time
 	for i := 0; ; i++ {
 		ok, err := ready()
@@ -420,7 +433,7 @@ func Poll(word, sleeping *atomic.Uint32, spin time.Duration, yield, locked bool,
 		if start.IsZero() {
 			start = time.Now()
 			gosched = start
-			if spin > 0 && cpu.Now() == cpu.Park {
+			if spin > 0 && cpu.Now(ranks) == cpu.Park {
 				spin = 0 // this wait parks at once
 			}
 		}
