@@ -313,6 +313,23 @@ func TestCancelWakesEveryone(t *testing.T) {
 	}
 }
 
+// TestTransportConfig: the waiting policy reaches the rank mesh as
+// configured, the job's ranks on the host with it.
+func TestTransportConfig(t *testing.T) {
+	for _, c := range []struct {
+		spin  time.Duration
+		yield bool
+		ranks int
+	}{{0, false, 0}, {100 * time.Microsecond, false, 2}, {OversubscribedSpinTime, true, 5}} {
+		cfg := DefaultConfig()
+		cfg.SpinTime, cfg.SpinYield, cfg.HostRanks = c.spin, c.yield, c.ranks
+		tc := transportConfig(cfg, nil)
+		if tc.SpinTime != c.spin || tc.SpinYield != c.yield || tc.HostRanks != c.ranks {
+			t.Errorf("transportConfig(spin %v, yield %v, %d ranks) = spin %v, yield %v, %d ranks", c.spin, c.yield, c.ranks, tc.SpinTime, tc.SpinYield, tc.HostRanks)
+		}
+	}
+}
+
 func TestConfigFromEnv(t *testing.T) {
 	env := map[string]string{
 		"GORUN_RANK": "1", "GORUN_SIZE": "2", "GORUN_JOB_ID": "abc", "GORUN_JOB_SECRET": "0123456789abcdef0123",

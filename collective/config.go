@@ -175,7 +175,8 @@ type Config struct {
 	// exceeds the CPUs. GORUN_SPIN=<duration> overrides SpinTime.
 	// HostRanks is the job's ranks on this host (GORUN_LOCAL_SIZE; 0
 	// where unknown): yielding waits park at once while the host has
-	// other work besides them.
+	// other work besides them (on 2 CPUs, about two busy processes or
+	// more; docs/performance.md).
 	SpinTime  time.Duration
 	SpinYield bool
 	HostRanks int

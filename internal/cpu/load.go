@@ -38,7 +38,8 @@ const (
 	// cores: the caller's choice, Config.SpinYield).
 	Spin Mode = iota
 	// Park: do not poll at all; sleep until woken (past
-	// spinOverloadPerCPU, every poll takes a core that work needs).
+	// spinOverloadPerCPU, every poll takes a core that work needs; and,
+	// for ranks that outnumber the cores, beside other work: Gauge).
 	Park
 )
 
@@ -56,8 +57,8 @@ func (m Mode) String() string {
 // waiting for a CPU, the reader of the count among them) and its CPUs:
 // Park past spinOverloadPerCPU per CPU, else Spin.
 //
-// Other work beside the ranks is no reason to give the core away between
-// polls: the task that takes it is then most likely that work, for a
+// For ranks with a core each, other work beside them is no reason to give
+// the core away between polls: the task that takes it is then most likely that work, for a
 // whole time slice (Linux's EEVDF scheduler runs a task that yields again
 // only after the others' slices), while the peer's data waits. Beside 2,
 // 4 and 8 spinning processes on 2 cores, 2 ranks' 4 KiB all-reduce took
@@ -82,22 +83,29 @@ func ModeFor(runnable, cpus int) Mode {
 // those processes shared the job's session, and 14-32 ms against 25-95 ms
 // for 16 MiB when they ran in sessions of their own; with nothing else on
 // the host, parking cost 3.5 times the 4 KiB latency of yielding
-// (results/busy). The count says how much other work there is only while
-// the ranks spin (a parked rank is not runnable, and its threads' wake-ups
-// make the count jump), so the gauge averages the samples taken while
-// spinning, parks for parkHold once the average exceeds the ranks by
-// otherWork, and then spins again to look afresh. The zero Gauge is ready.
+// (results/busy).
+//
+// The count says how much other work there is only while the ranks spin:
+// a parked rank is not runnable, and its threads' wake-ups make the count
+// jump. So the gauge averages the samples taken while spinning, and parks
+// for parkHold once the average exceeds the ranks by otherWork: on 2 CPUs
+// that takes about two busy processes (one reads about the threshold).
+// When the hold ends the ranks spin again, and the sample after the
+// first look (the others are still waking then) decides alone: the
+// average starts again at the threshold, so a count above it parks them
+// again at once, one below lets them spin. The zero Gauge is ready.
 type Gauge struct {
 	avg       float64   // smoothed runnable count, from samples taken spinning
 	parkUntil time.Time // parked for other work until then
+	settling  bool      // the hold just ended: the next look is not a sample
 }
 
 const (
 	// gaugeWeight is a new sample's weight in the average: with 50 ms
 	// samples (loadRefresh) two busy processes are found in 250 ms, four
-	// in 100 ms, while the count's jumps at a job's start (7 or 8 tasks
-	// for 4 ranks) and later (5 or 6 for a sample or two) are not enough.
-	// (At half the weight, the start's jump parked some of 4 ranks on an
+	// in 100 ms, while a single sample of 7 or 8 (the count jumps so at a
+	// job's start, for 4 ranks) or a few of 5 or 6 is not enough. (At
+	// twice the weight, the start's jump parked some of 4 ranks on an
 	// otherwise idle host and not others, and their 4 KiB all-reduce took
 	// 2.5 times as long.)
 	gaugeWeight = 0.25
@@ -107,7 +115,7 @@ const (
 	// 6 and 8.
 	otherWork = 1.5
 	// parkHold is how long ranks park once they found other work before
-	// they spin and look again (a look costs a sample's time spinning).
+	// they spin and look again (a look costs two samples' time spinning).
 	parkHold = 2 * time.Second
 )
 
@@ -125,26 +133,35 @@ func (g *Gauge) Observe(now time.Time, runnable, cpus, ranks int) Mode {
 	if now.Before(g.parkUntil) {
 		return Park
 	}
+	if g.settling {
+		g.settling = false
+		g.avg = float64(ranks) + otherWork // the next sample decides
+		return Spin
+	}
 	if g.avg == 0 {
 		g.avg = float64(ranks) // no other work until seen
 	}
 	g.avg += gaugeWeight * (float64(runnable) - g.avg)
 	if g.avg > float64(ranks)+otherWork {
-		g.parkUntil = now.Add(parkHold)
+		g.parkUntil, g.settling = now.Add(parkHold), true
 		return Park
 	}
 	return Spin
 }
 
 // loadCache holds the mode of the host's load when last looked at, and
-// when that was (unix nanoseconds), and the gauge (under mu, held by the
-// goroutine that looks).
+// when that was (nanoseconds on the monotonic clock since loadEpoch), and
+// the gauge (under mu, held by the goroutine that looks). One gauge
+// serves the process: its waits pass one count of ranks, their job's.
 var loadCache struct {
 	at    atomic.Int64
 	mode  atomic.Uint32
 	mu    sync.Mutex
 	gauge Gauge
 }
+
+// loadEpoch is where loadCache's stamps count from.
+var loadEpoch = time.Now()
 
 // loadRefresh is how long a look at the host's load holds.
 const loadRefresh = 50 * time.Millisecond
@@ -154,8 +171,9 @@ const loadRefresh = 50 * time.Millisecond
 // ranks on this host (0 where unknown; see Gauge).
 func Now(ranks int) Mode {
 	now := time.Now()
+	stamp := int64(now.Sub(loadEpoch))
 	at := loadCache.at.Load()
-	if now.UnixNano()-at < int64(loadRefresh) || !loadCache.mu.TryLock() {
+	if stamp-at < int64(loadRefresh) || !loadCache.mu.TryLock() {
 		return Mode(loadCache.mode.Load()) // fresh, or another goroutine is looking
 	}
 	defer loadCache.mu.Unlock()
@@ -167,7 +185,7 @@ func Now(ranks int) Mode {
 		m = loadCache.gauge.Observe(now, runnable, runtime.NumCPU(), ranks)
 	}
 	loadCache.mode.Store(uint32(m))
-	loadCache.at.Store(now.UnixNano())
+	loadCache.at.Store(stamp)
 	return m
 }
 

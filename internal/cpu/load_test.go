@@ -23,22 +23,23 @@ func TestModeFor(t *testing.T) {
 			t.Errorf("ModeFor(%d runnable, %d cpus) = %v, want %v", c.runnable, c.cpus, got, c.want)
 		}
 	}
-	loadCache.at.Store(0)
+	expired := -int64(time.Hour)
+	loadCache.at.Store(expired)
 	first := Now(0)
 	at := loadCache.at.Load()
-	if at == 0 {
+	if at == expired {
 		t.Fatal("the look was not recorded")
 	}
 	// A look recorded as just taken (stamped ahead of the clock, so that
 	// a slow machine cannot let it expire) is what the next call says.
-	at = time.Now().Add(time.Hour).UnixNano()
+	at = int64(time.Since(loadEpoch) + time.Hour)
 	loadCache.at.Store(at)
 	other := (first + 1) % 3
 	loadCache.mode.Store(uint32(other))
 	if got := Now(0); got != other || loadCache.at.Load() != at {
 		t.Fatalf("a look within %v read the load again (mode %v, stamp %d then %d)", loadRefresh, got, at, loadCache.at.Load())
 	}
-	loadCache.at.Store(0)
+	loadCache.at.Store(expired)
 }
 
 // TestGauge: ranks that have a core each spin whatever else runs (up to
@@ -67,10 +68,18 @@ func TestGauge(t *testing.T) {
 		{"beside two", 2, 4, []sample{{0, 6, Spin}, {50 * ms, 6, Spin}, {100 * ms, 6, Spin}, {150 * ms, 6, Spin}, {200 * ms, 6, Park},
 			// Parked: samples taken then do not count.
 			{250 * ms, 2, Park}, {2150 * ms, 3, Park},
-			// Past the hold the gauge looks again, and the load is still there.
-			{2250 * ms, 6, Park}}},
+			// Past the hold the ranks spin, and the first look (the
+			// others still waking: it reads low) is not a sample; the
+			// next finds the load still there.
+			{2250 * ms, 3, Spin}, {2300 * ms, 6, Park}, {2350 * ms, 6, Park}}},
 		{"beside four", 2, 4, []sample{{0, 8, Spin}, {50 * ms, 8, Park}}},
-		{"work that ends", 2, 4, []sample{{0, 8, Spin}, {50 * ms, 8, Park}, {2050 * ms, 4, Spin}, {2100 * ms, 4, Spin}, {2150 * ms, 4, Spin}, {2200 * ms, 4, Spin}}},
+		{"work that ends", 2, 4, []sample{{0, 8, Spin}, {50 * ms, 8, Park},
+			{2050 * ms, 8, Spin}, {2100 * ms, 4, Spin}, {2150 * ms, 4, Spin}, {2200 * ms, 4, Spin}, {2250 * ms, 4, Spin}}},
+		// After a hold the next sample decides alone: a stray one parks
+		// again, a quiet one does not.
+		{"a stray sample after a hold", 2, 4, []sample{{0, 8, Spin}, {50 * ms, 8, Park},
+			{2050 * ms, 4, Spin}, {2100 * ms, 7, Park}, {4050 * ms, 4, Park},
+			{4100 * ms, 4, Spin}, {4150 * ms, 5, Spin}, {4200 * ms, 4, Spin}, {4250 * ms, 6, Spin}}},
 		{"overload", 2, 64, []sample{{0, 40, Park}, {50 * ms, 30, Spin}}},
 	} {
 		var g Gauge

@@ -32,7 +32,8 @@ type Config struct {
 	// (sched_yield): right when ranks outnumber cores, where SpinTime
 	// should then be a few milliseconds. HostRanks is the job's ranks on
 	// this host (0 where unknown): yielding waits park at once instead
-	// while the host has other work besides them (cpu.Gauge).
+	// while the host has other work besides them (cpu.Gauge: on 2 CPUs,
+	// about two busy processes or more).
 	SpinYield bool
 	HostRanks int
 	// ConfirmTimeout is how long a rank that gossip declared dead gets to

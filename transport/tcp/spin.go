@@ -23,7 +23,10 @@ import (
 // needs, and a park costs a sleep and a wake-up per message. There the
 // reader gives its core away between polls (Config.SpinYield, as MPI
 // libraries do when oversubscribed): a rank with nothing to read lets the
-// others run, and is running again as soon as they yield or block.
+// others run, and is running again as soon as they yield or block. Where
+// the host has other work besides the ranks (cpu.Gauge, weighing the
+// host's runnable tasks against Config.HostRanks) a yield would hand the
+// core to that work instead, and the reader parks at once.
 
 // spinState is the part of a peer connection the spinning reader and Recv
 // share.
