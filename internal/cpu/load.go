@@ -57,15 +57,16 @@ func (m Mode) String() string {
 // waiting for a CPU, the reader of the count among them) and its CPUs:
 // Park past spinOverloadPerCPU per CPU, else Spin.
 //
-// For ranks with a core each, other work beside them is no reason to give
-// the core away between polls: the task that takes it is then most likely that work, for a
-// whole time slice (Linux's EEVDF scheduler runs a task that yields again
-// only after the others' slices), while the peer's data waits. Beside 2,
-// 4 and 8 spinning processes on 2 cores, 2 ranks' 4 KiB all-reduce took
-// 0.7-4 ms a call when the wait yielded there, 1-240 us (mostly under
-// 20) when it kept the core, against Open MPI's 1-52 us (2 ms once);
-// results/busy says more. A wait that runs out of spin sleeps, and the
-// scheduler runs a woken sleeper before the busy work it preempts.
+// For ranks with a core each, other work beside them is no reason to
+// give the core away between polls: the task that takes it is then most
+// likely that work, for a whole time slice (Linux's EEVDF scheduler runs
+// a task that yields again only after the others' slices), while the
+// peer's data waits. Beside 2, 4 and 8 spinning processes on 2 cores, 2
+// ranks' 4 KiB all-reduce took 0.7-4 ms a call when the wait yielded
+// there, 1-240 us (mostly under 20) when it kept the core, against Open
+// MPI's 1-52 us (2 ms once); results/busy says more. A wait that runs out
+// of spin sleeps, and the scheduler runs a woken sleeper before the busy
+// work it preempts.
 func ModeFor(runnable, cpus int) Mode {
 	if runnable > spinOverloadPerCPU*max(cpus, 1) {
 		return Park
