@@ -114,7 +114,9 @@ func (t *Mesh) shmWait(ctx context.Context, word, sleeping *atomic.Uint32, left 
 		wake()
 	}
 	done := ctx.Done()
-	return shmem.Poll(word, sleeping, shmem.Wait{Spin: t.cfg.SpinTime, Yield: t.cfg.SpinYield, Ranks: t.cfg.HostRanks, Locked: cpu.LockedThread(ctx)}, ready, func() error {
+	w := t.wait()
+	w.Locked = cpu.LockedThread(ctx)
+	return shmem.Poll(word, sleeping, w, ready, func() error {
 		// One channel at a time: a non-blocking receive from one open
 		// channel reads no lock, where a select over three locks all
 		// three, and this runs between every two polls.

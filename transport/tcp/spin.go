@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/cpu"
+	"github.com/gorun/gorun/transport/internal/shmem"
 )
 
 // A blocking receive parks its thread, and waking an idle CPU for the next
@@ -40,25 +41,26 @@ type spinReader struct {
 	c     net.Conn
 	rc    syscall.RawConn
 	st    *spinState
-	spin  time.Duration
-	yield bool
-	ranks int         // the job's ranks on this host, for cpu.Now where yield
+	w     shmem.Wait  // how long to spin, and how (its Locked is unused)
 	alive func() bool // false once the transport failed or is closing
 }
 
-func newSpinReader(c net.Conn, st *spinState, spin time.Duration, yield bool, ranks int, alive func() bool) io.Reader {
+// wait is how this mesh's receives wait (Config.SpinTime, SpinYield and
+// HostRanks).
+func (t *Mesh) wait() shmem.Wait {
+	return shmem.Wait{Spin: t.cfg.SpinTime, Yield: t.cfg.SpinYield, Ranks: t.cfg.HostRanks}
+}
+
+func newSpinReader(c net.Conn, st *spinState, w shmem.Wait, alive func() bool) io.Reader {
 	sc, ok := c.(syscall.Conn)
-	if !ok || spin <= 0 {
+	if !ok || w.Spin <= 0 {
 		return c
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
 		return c
 	}
-	if !yield {
-		ranks = 0
-	}
-	return &spinReader{c: c, rc: rc, st: st, spin: spin, yield: yield, ranks: ranks, alive: alive}
+	return &spinReader{c: c, rc: rc, st: st, w: w, alive: alive}
 }
 
 func (s *spinReader) Read(p []byte) (int, error) {
@@ -88,10 +90,10 @@ func (s *spinReader) Read(p []byte) (int, error) {
 				}
 				if start.IsZero() {
 					start = time.Now()
-					if cpu.Now(s.ranks) == cpu.Park {
+					if s.w.Mode() == cpu.Park {
 						return false // park at once
 					}
-				} else if time.Since(start) > s.spin {
+				} else if time.Since(start) > s.w.Spin {
 					return false
 				}
 				s.st.parked.Store(false)
@@ -99,7 +101,7 @@ func (s *spinReader) Read(p []byte) (int, error) {
 				// run between polls: with one P a spin that kept it would
 				// starve them until sysmon took the P back, up to 10 ms.
 				runtime.Gosched()
-				if s.yield {
+				if s.w.Yield {
 					cpu.Yield()
 				}
 			}

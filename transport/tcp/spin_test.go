@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/transport/internal/shmem"
 )
 
 // TestSpinReaderDeadlineIsAKick: while the transport is alive, a read
@@ -33,7 +35,7 @@ func TestSpinReaderDeadlineIsAKick(t *testing.T) {
 	var alive atomic.Bool
 	alive.Store(true)
 	st := &spinState{}
-	r := newSpinReader(c, st, time.Millisecond, false, 0, alive.Load)
+	r := newSpinReader(c, st, shmem.Wait{Spin: time.Millisecond}, alive.Load)
 	if _, ok := r.(*spinReader); !ok {
 		t.Fatalf("newSpinReader gave %T, want a *spinReader", r)
 	}

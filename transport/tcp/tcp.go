@@ -299,7 +299,7 @@ func (t *Mesh) readLoop(pc *peerConn) {
 	defer t.wg.Done()
 	defer t.readers.Done()
 	alive := func() bool { return t.w.Err() == nil }
-	r := countReads{newSpinReader(pc.c, &pc.spin, t.cfg.SpinTime, t.cfg.SpinYield, t.cfg.HostRanks, alive), &pc.reads}
+	r := countReads{newSpinReader(pc.c, &pc.spin, t.wait(), alive), &pc.reads}
 	fr := wire.NewReader(bufio.NewReaderSize(r, readBufferSize), t.cfg.MaxPayload)
 	for {
 		h, p, err := fr.Next(transport.GetBuf)

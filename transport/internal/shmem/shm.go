@@ -399,6 +399,15 @@ type Wait struct {
 	Locked bool          // the caller is locked to its OS thread
 }
 
+// Mode is cpu.Now for this wait: the job's ranks on the host count (the
+// gauge) only for a wait that yields.
+func (w Wait) Mode() cpu.Mode {
+	if !w.Yield {
+		return cpu.Now(0)
+	}
+	return cpu.Now(w.Ranks)
+}
+
 // Poll waits until ready reports true: first polling (for w.Spin, letting
 // the process's other goroutines run between polls, and giving the core
 // away too when w.Yield; not at all when cpu.Now says park), then asleep
@@ -411,10 +420,6 @@ type Wait struct {
 // it): for it a runtime.Gosched is two thread switches.
 func Poll(word, sleeping *atomic.Uint32, w Wait, ready func() (bool, error), stop func() error, sleep func(seq uint32)) error {
 	spin, yield, locked := w.Spin, w.Yield, w.Locked
-	ranks := 0
-	if yield {
-		ranks = w.Ranks
-	}
 	var start, gosched time.Time
 	for i := 0; ; i++ {
 		ok, err := ready()
@@ -433,7 +438,7 @@ func Poll(word, sleeping *atomic.Uint32, w Wait, ready func() (bool, error), sto
 		if start.IsZero() {
 			start = time.Now()
 			gosched = start
-			if spin > 0 && cpu.Now(ranks) == cpu.Park {
+			if spin > 0 && w.Mode() == cpu.Park {
 				spin = 0 // this wait parks at once
 			}
 		}
