@@ -45,8 +45,9 @@ type spinReader struct {
 	alive func() bool // false once the transport failed or is closing
 }
 
-// wait is how this mesh's receives wait (Config.SpinTime, SpinYield and
-// HostRanks).
+// wait is how this mesh's waits poll (Config.SpinTime, SpinYield and
+// HostRanks): its TCP receives', and on shared memory its receives' and
+// its sends' for room in the ring.
 func (t *Mesh) wait() shmem.Wait {
 	return shmem.Wait{Spin: t.cfg.SpinTime, Yield: t.cfg.SpinYield, Ranks: t.cfg.HostRanks}
 }
