@@ -10,6 +10,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,6 +81,31 @@ type Op func(ctx context.Context, c *collective.Comm, buf []float32) error
 // AllReduceSum is a float32 Sum all-reduce.
 func AllReduceSum(ctx context.Context, c *collective.Comm, buf []float32) error {
 	return collective.AllReduce(ctx, c, buf, collective.Sum)
+}
+
+// AvgOfValues is a float32 Avg all-reduce of values such as gradients
+// hold: the first time it sees a buffer it fills it (untimed, in SweepOf's
+// warm-up) with normal values spread over about twenty binades, different
+// on each rank, and an Avg keeps them in range call after call. A buffer
+// of zeros (what the Sum all-reduce times) takes rarer paths in some
+// kernels, exact sums' conversions among them.
+func AvgOfValues() Op {
+	var filled *float32
+	return func(ctx context.Context, c *collective.Comm, buf []float32) error {
+		if len(buf) > 0 && &buf[0] != filled {
+			fillValues(buf, c.Rank())
+			filled = &buf[0]
+		}
+		return collective.AllReduce(ctx, c, buf, collective.Avg)
+	}
+}
+
+// fillValues is AvgOfValues' fill of rank's buffer.
+func fillValues(buf []float32, rank int) {
+	rng := rand.New(rand.NewPCG(uint64(rank), 1))
+	for i := range buf {
+		buf[i] = float32(math.Ldexp(rng.NormFloat64(), -rng.IntN(20)))
+	}
 }
 
 // BroadcastFrom0 is a broadcast from rank 0. Its busbw, as nccl-tests

@@ -360,3 +360,63 @@ func TestExtendedModel(t *testing.T) {
 		t.Fatalf("csv:\n%s", b.String())
 	}
 }
+
+// TestAvgOfValues: each rank's buffer is filled once with values of its
+// own, every rank ends with their average, and a second call keeps it.
+func TestAvgOfValues(t *testing.T) {
+	const size = 3
+	for _, n := range []int{0, 1, 7, 1031} {
+		comms, err := collective.NewLocal(size, collective.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs := make([][]float32, size)
+		errs := make([]error, size)
+		var wg sync.WaitGroup
+		for _, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, op, buf := c.Rank(), AvgOfValues(), make([]float32, n)
+				if errs[r] = op(context.Background(), c, buf); errs[r] != nil {
+					return
+				}
+				outs[r] = slices.Clone(buf)
+				if errs[r] = op(context.Background(), c, buf); errs[r] == nil {
+					for i := range buf {
+						if d := math.Abs(float64(buf[i] - outs[r][i])); d > 1e-6*math.Abs(float64(outs[r][i])) {
+							errs[r] = fmt.Errorf("[%d]: a second call moved %g to %g", i, outs[r][i], buf[i])
+							return
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for _, c := range comms {
+			c.Close()
+		}
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("n %d: %v", n, err)
+		}
+		fills := make([][]float32, size)
+		for r := range fills {
+			fills[r] = make([]float32, n)
+			fillValues(fills[r], r)
+		}
+		for i := range n {
+			var want float64
+			for r := range size {
+				want += float64(fills[r][i]) / size
+			}
+			for r := range size {
+				if got := float64(outs[r][i]); math.Abs(got-want) > 1e-6*math.Abs(want) {
+					t.Fatalf("n %d rank %d [%d] = %g, want the average %g", n, r, i, got, want)
+				}
+			}
+		}
+		if n > 1 && slices.Equal(fills[0], fills[1]) {
+			t.Fatalf("n %d: ranks 0 and 1 filled the same values", n)
+		}
+	}
+}

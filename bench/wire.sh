@@ -11,7 +11,10 @@
 # hub, HUBS colocated hubs, default 4: one on each host), whose hubs decode,
 # sum in float32 and encode the result once. VARIANTS (default "full fp16
 # bf16") are what is compared with full float32: a wire format, or "exact"
-# (gorun --exact: exact sums, results/exact/ by default).
+# (gorun --exact: exact sums, results/exact/ by default). COLL (default
+# allreduce, a Sum of zeros) is examples/allreduce's -coll: avg times an
+# Avg of values as gradients hold, which exact sums convert on their
+# common path.
 # Prints one line per run and, per rate and size, each format's median time
 # and its speed-up over float32 round by round; writes the runs to OUT
 # (default results/wire/<date>-<commit>.tsv) and the tables beside it (.txt).
@@ -65,7 +68,7 @@ for rate in $rates; do
             w=${wires[$(((i + r - 1) % ${#wires[@]}))]}
             flags=(--wire "$w")
             [ "$w" = exact ] && flags=(--exact)
-            "$repo/bin/gorun" -q --tag-output=false "${where[@]}" "${flags[@]}" "${extra[@]}" "$repo/bin/allreduce" -sizes "$sizes" -target "$target" |
+            "$repo/bin/gorun" -q --tag-output=false "${where[@]}" "${flags[@]}" "${extra[@]}" "$repo/bin/allreduce" -coll "${COLL:-allreduce}" -sizes "$sizes" -target "$target" |
                 awk -v rate="$rate" -v r="$r" -v w="$w" '$1 ~ /^[0-9]+[KMG]iB$/ {
                     n = $1 + 0; u = substr($1, length(n) + 1); m = (u == "KiB" ? 1024 : u == "MiB" ? 1048576 : 1073741824)
                     printf "%s\t%s\t%s\t%d\t%s\n", rate, r, w, n * m, $2 }' |

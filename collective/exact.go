@@ -125,24 +125,32 @@ func gatherSum[F float32 | float64](b []F, op Op, sum func(all []F, n int, out [
 // C and fixed-point terms Q, and their conversions.
 func planExact[F float32 | float64, C uint8 | int32, Q int32 | int64](b []F, op Op, mine *[]F,
 	code func([]F, []C), to func([]F, []C, []Q, int), from func([]Q, []C, []F, int, int)) *exactOp {
-	codes := make([]C, len(b))
+	// The codes come from the transport's pool (a fresh buffer each call
+	// cost its zeroing and page faults) and go back when the integer round
+	// ends, after the exponent round has; if that round never runs they
+	// are the collector's.
+	codes, freeCodes := pooled[C](len(b))
 	code(b, codes)
 	e := &exactOp{codeHdr: header[C](Max, len(b)), sumHdr: header[Q](Sum, len(b))}
 	e.codeFn = allReduceWireFunc(codes, Max, WireFull)
 	e.sumFn = func(ctx context.Context, x *call) error {
-		if err := e.wait(); err != nil {
+		err := e.wait() // the exponent round has ended, whatever its outcome
+		defer freeCodes()
+		if err != nil {
 			return err
 		}
 		h, avg, err := exactSizes(x.c, op)
 		if err != nil {
 			return err
 		}
+		if mine == nil && x.c.planFor(kindAllReduce, bytesOf[Q](len(b))) == viaRing {
+			return ringExactSum(ctx, x, b, codes,
+				func(x []F, codes []C, q []Q) { to(x, codes, q, h) },
+				func(q []Q, codes []C, out []F) { from(q, codes, out, h, avg) })
+		}
 		q, free := pooled[Q](len(b))
 		defer free()
 		to(b, codes, q, h)
-		if mine == nil && x.c.planFor(kindAllReduce, bytesOf[Q](len(q))) == viaRing {
-			return ringExactSum(ctx, x, q, codes, b, func(q []Q, codes []C, out []F) { from(q, codes, out, h, avg) })
-		}
 		off, q, err := exactSum(ctx, x, q, mine != nil)
 		if err != nil {
 			return err
@@ -158,7 +166,7 @@ func planExact[F float32 | float64, C uint8 | int32, Q int32 | int64](b []F, op 
 
 // pooled is a scratch buffer of n elements from the transport's pool, and
 // what gives it back.
-func pooled[Q int32 | int64 | float32 | float64](n int) ([]Q, func()) {
+func pooled[Q uint8 | int32 | int64 | float32 | float64](n int) ([]Q, func()) {
 	if n == 0 {
 		return nil, func() {}
 	}
@@ -191,20 +199,46 @@ func exactSizes(c *Comm, op Op) (h, avg int, err error) {
 	return exact.Headroom(n), avg, nil
 }
 
-// ringExactSum is the integer round of an exact all-reduce on the ring
-// with the conversion back in its middle: the reduce-scatter half sums q,
-// this rank converts its own chunk (from, into b), and the all-gather half
-// passes the converted chunks round. Each rank converts 1/N of the
-// elements instead of all of them; the elements are as wide as the
-// integers (float32 and int32, float64 and int64), so the chunks are the
-// same.
-func ringExactSum[F float32 | float64, C uint8 | int32, Q int32 | int64](ctx context.Context, x *call, q []Q, codes []C, b []F, from func([]Q, []C, []F)) error {
+// ringExactSum is the integer round of an exact all-reduce on the ring,
+// in place: b's elements become their fixed-point integers (the same
+// width: float32 and int32, float64 and int64) as the reduce-scatter half
+// reaches them, so no pass converts the whole buffer first. This rank
+// converts the chunk it sends first before the ring starts; every other
+// chunk it converts where it adds the integers it receives into it (each
+// is received once). Its own chunk's sum it converts back (from), and the
+// all-gather half passes the converted chunks round. On an error b holds
+// integers and floats mixed, as a plain all-reduce's buffer holds partial
+// sums.
+func ringExactSum[F float32 | float64, C uint8 | int32, Q int32 | int64](ctx context.Context, x *call, b []F, codes []C,
+	to func([]F, []C, []Q), from func([]Q, []C, []F)) error {
+	q, ok := reduce.View[Q](reduce.AsBytes(b))
+	if !ok {
+		return localError("an exact sum's buffer is not aligned to its elements")
+	}
+	rank, size := x.net.Rank(), x.net.Size()
+	spans := ring.Chunks(len(b), size)
+	steps := ring.Plan(rank, size)
+	steps = steps[:len(steps)/2]
+	convert := func(off, n int) { to(b[off:off+n], codes[off:off+n], q[off:off+n]) }
+	switch {
+	case len(steps) == 0: // one rank: its chunk is the whole buffer
+		convert(0, len(b))
+	default:
+		first := spans[steps[0].Send]
+		convert(first.Off, first.Len)
+	}
+	add := reducer[Q](Sum)
+	fold := func(dst, src []Q) {
+		// dst (a span of q) still holds this rank's floats.
+		convert(cap(q)-cap(dst), len(dst))
+		add(dst, src)
+	}
 	o := x.o
 	o.Wire = WireFull
-	s, err := ring.ReduceScatter(ctx, x.net, q, reducer[Q](Sum), o)
-	if err != nil {
+	if err := ring.Run(ctx, x.net, q, spans, steps, fold, o); err != nil {
 		return err
 	}
+	s := spans[rank]
 	from(q[s.Off:s.Off+s.Len], codes[s.Off:s.Off+s.Len], b[s.Off:s.Off+s.Len])
 	return ringGatherChunks(ctx, x, b, o)
 }

@@ -22,7 +22,7 @@ func main() {
 	target := flag.Duration("target", time.Second, "time spent per size")
 	algo := flag.String("algo", "", "auto, ring (flat), direct, doubling, halving or hierarchical (node-aware); default GORUN_ALGORITHM or auto")
 	seg := flag.String("seg", "", "ring segment size (default: the library's)")
-	coll := flag.String("coll", "allreduce", "allreduce, broadcast (from rank 0), reducescatter, allgather (size = the whole result), alltoall (size = one rank's send), "+
+	coll := flag.String("coll", "allreduce", "allreduce (a Sum of zeros), avg (an Avg of values as gradients hold), broadcast (from rank 0), reducescatter, allgather (size = the whole result), alltoall (size = one rank's send), "+
 		"group or separate (-parts all-reduces of size each: one fused group, or one call each), "+
 		"split or split-seq (two children of n/2 ranks all-reducing size at once, or one after the other), splittime (a Split into halves and its Close; size unused); the busbw column always applies the all-reduce's factor 2(n-1)/n")
 	parts := flag.Int("parts", 128, "buffers per op for -coll group and separate")
@@ -60,7 +60,7 @@ func main() {
 		os.Exit(2)
 	}
 	defer c.Close()
-	op, ok := map[string]bench.Op{"allreduce": bench.AllReduceSum, "broadcast": bench.BroadcastFrom0,
+	op, ok := map[string]bench.Op{"allreduce": bench.AllReduceSum, "avg": bench.AvgOfValues(), "broadcast": bench.BroadcastFrom0,
 		"reducescatter": bench.ReduceScatterSum, "allgather": bench.AllGatherInto, "alltoall": bench.AllToAllEqual,
 		"group": bench.Group(*parts), "separate": bench.Separate(*parts), "splittime": bench.SplitHalves}[*coll]
 	if *coll == "split" || *coll == "split-seq" {

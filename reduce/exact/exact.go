@@ -237,7 +237,8 @@ const roundMagic = 0x1.8p52
 // an Inf or NaN. codes must be at least each element's own code (the Max
 // over the terms). It works in float64: float64(x)·2^S is exact (24
 // significant bits, inside float64's range for every code), and the
-// magic addition rounds it half to even.
+// magic addition rounds it half to even. q may be x's own memory: the
+// integers then replace the floats.
 func ToFixed32(x []float32, codes []uint8, q []int32, h int) {
 	toFixed32(x, codes[:len(x)], q[:len(x)], h)
 }
@@ -267,7 +268,8 @@ func toFixed32Go(x []float32, codes []uint8, q []int32, h int) {
 
 // FromFixed32 sets out[i] to the integer sum q[i] at the scale of codes[i],
 // divided by avg when avg > 1, rounded once to float32 (an Avg rounds
-// twice: the division in float64, then to float32).
+// twice: the division in float64, then to float32). out may be q's own
+// memory.
 func FromFixed32(q []int32, codes []uint8, out []float32, h, avg int) {
 	fromFixed32(q, codes[:len(q)], out[:len(q)], h, avg)
 }

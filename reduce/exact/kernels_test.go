@@ -725,7 +725,8 @@ func TestKernelsQuotient64(t *testing.T) {
 }
 
 // TestKernelsInPlace: FromFixed32 and FromFixed64 may write their floats
-// over their integers.
+// over their integers, ToFixed32 and ToFixed64 their integers over their
+// floats.
 func TestKernelsInPlace(t *testing.T) {
 	rng := rand.New(rand.NewPCG(57, 58))
 	for _, avg := range []int{1, 3} {
@@ -739,6 +740,16 @@ func TestKernelsInPlace(t *testing.T) {
 			for i, w := range want {
 				if got := math.Float32frombits(uint32(buf[i])); math.Float32bits(got) != math.Float32bits(w) {
 					t.Fatalf("avg %d element %d in place: %g, want %g", avg, i, got, w)
+				}
+			}
+			// ToFixed32 may write its integers over its floats.
+			wantQ := make([]int32, len(c.x))
+			toFixed32Go(c.x, c.codes, wantQ, 4)
+			bufX := slices.Clone(c.x)
+			ToFixed32(bufX, c.codes, unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(bufX))), len(bufX)), 4)
+			for i, w := range wantQ {
+				if got := int32(math.Float32bits(bufX[i])); got != w {
+					t.Fatalf("ToFixed32 element %d in place: %d, want %d", i, got, w)
 				}
 			}
 		}
