@@ -26,36 +26,6 @@ func bytesOf[T Number](n int) int {
 	return n * int(unsafe.Sizeof(z))
 }
 
-// gatherByDoubling is AllGather as an all-reduce: every rank's recv is
-// zero but for its own block of n elements, and the ranks OR the buffers'
-// 32-bit words together by recursive doubling. OR with zeros keeps every
-// bit pattern (a sum would turn -0 into +0), so the result is exact for
-// every type.
-func gatherByDoubling[T Number](ctx context.Context, x *call, recv []T, n int) error {
-	me := x.c.index() * n
-	clear(recv[:me])
-	clear(recv[me+n:])
-	b := reduce.AsBytes(recv)
-	if len(b)%4 != 0 { // 1-byte elements: OR bytes, not words
-		return ring.Doubling(ctx, x.net, b, orInto[uint8], x.o)
-	}
-	words, shared := reduce.View[int32](b)
-	if !shared {
-		words = reduce.FromBytes[int32](b)
-	}
-	err := ring.Doubling(ctx, x.net, words, orInto[int32], x.o)
-	if !shared {
-		copy(b, reduce.AsBytes(words))
-	}
-	return err
-}
-
-func orInto[T int32 | uint8](dst, src []T) {
-	for i := range dst {
-		dst[i] |= src[i]
-	}
-}
-
 // reduceAll is the all-reduce of buf by the plan's algorithm (finish not
 // applied).
 func reduceAll[T Number](ctx context.Context, x *call, buf []T, op Op, kind uint8, wire Wire) error {
@@ -290,7 +260,7 @@ func allGatherFunc[T Number](c *Comm, send, recv []T) func(ctx context.Context, 
 			return ring.HierarchicalAllGather(ctx, t, recv, x.o)
 		case viaDoubling:
 			copy(recv[c.index()*n:], send)
-			return gatherByDoubling(ctx, x, recv, n)
+			return ring.DoublingGather(ctx, x.net, recv, n, x.o)
 		case viaDirect:
 			copy(recv[c.index()*n:], send)
 			return ring.DirectGather(ctx, x.net, recv, n, x.o)

@@ -64,10 +64,11 @@ const (
 //   - log2 N steps for small all-gathers and reduce-scatters beyond
 //     directMaxRanks (256 ranks gathering 24 bytes each took 255 ring
 //     steps);
-//   - small all-gathers as the small all-reduces run: Doubling (an OR of
-//     every rank's block into zeros) on a power of two from 4 ranks, else
-//     Direct up to directMaxRanks, every rank's block sent to every other
-//     in one round (2 ranks gathering 4 KiB each: 8.5 us by the ring);
+//   - small all-gathers as the small all-reduces run: Doubling (each
+//     round swaps the blocks a rank holds, twice as many each time) on a
+//     power of two from 4 ranks, else Direct up to directMaxRanks, every
+//     rank's block sent to every other in one round (2 ranks gathering 4
+//     KiB each: 8.5 us by the ring);
 //   - Halving while ring.HalvingWins.
 //
 // The hub strategy runs the six original collectives on the hubs; the

@@ -163,3 +163,52 @@ func (x *exchanger[T]) swapFold(peer int, step uint32, data, dst []T, fold func(
 	}
 	return snd.wait(err)
 }
+
+// DoublingGather is the all-gather by recursive doubling: buf holds size
+// blocks of n elements, this rank's own at rank*n. In round k every rank
+// swaps the blocks it holds (2^k of them, side by side) with the rank 2^k
+// away, so log2(N) rounds move each block once to each rank, as the ring
+// does, in log2(N) steps instead of N-1. When N is not a power of two the
+// first 2·(N−p) ranks first pair up (the even one sends its block to its
+// odd partner, which then holds both), and the odd ones send the whole
+// result back at the end. Every rank calls it with the same n.
+func DoublingGather[T Elem](ctx context.Context, tr Transport, buf []T, n int, o Options) error {
+	rank, size := tr.Rank(), tr.Size()
+	if len(buf) != n*size {
+		return fmt.Errorf("ring: all-gather of %d elements over %d ranks of %d", len(buf), size, n)
+	}
+	if size < 2 {
+		return nil
+	}
+	q := newPow2(size)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	x := exchanger[T]{ctx: ctx, cancel: cancel, tr: tr, o: o, seg: max(1, o.SegmentBytes/reduce.SizeOf[T]())}
+	// first is the first block virtual rank v holds after the pairing:
+	// blocks 2v and 2v+1 for a pair, block v+rem after them. A run of
+	// virtual ranks holds a run of blocks.
+	first := func(v int) int {
+		if v < q.rem {
+			return 2 * v
+		}
+		return v + q.rem
+	}
+	blocks := func(lo, hi int) []T { return buf[first(lo)*n : first(hi)*n] }
+	v, err := foldIn(&x, q, rank, buf[rank*n:(rank+1)*n], func(from int) error {
+		return x.recv(from, 0, buf[from*n:(from+1)*n])
+	})
+	if err != nil {
+		return err
+	}
+	step := uint32(1)
+	for dist := 1; dist < q.p; dist, step = dist*2, step+1 {
+		if v < 0 {
+			continue
+		}
+		mine, theirs := v&^(dist-1), (v^dist)&^(dist-1)
+		if err := x.swap(q.real(v^dist), step, blocks(mine, mine+dist), blocks(theirs, theirs+dist)); err != nil {
+			return err
+		}
+	}
+	return sendBack(&x, q, rank, step, buf)
+}

@@ -149,9 +149,11 @@ func TestReduceScatterAllGatherBroadcast(t *testing.T) {
 			for r := range size {
 				cat = append(cat, in[r]...)
 			}
-			// By the ring, and in one round (DirectGather: whole blocks
-			// written inline, or in segments by its sender).
-			for _, mode := range []string{"ring", "direct", "direct in segments"} {
+			// By the ring, in one round (DirectGather: whole blocks
+			// written inline, or in segments by its sender), and by
+			// recursive doubling (DoublingGather, 1 to 9 ranks: powers of
+			// two and the pairing before and after).
+			for _, mode := range []string{"ring", "direct", "direct in segments", "doubling", "doubling in segments"} {
 				errs, _ = runAll(size, func(tr *mem.Transport) error {
 					recv := make([]int64, n*size)
 					copy(recv[tr.Rank()*n:], in[tr.Rank()])
@@ -161,6 +163,10 @@ func TestReduceScatterAllGatherBroadcast(t *testing.T) {
 						return DirectGather(ctx, tr, recv, n, opts(n, 1<<20))
 					case "direct in segments":
 						return DirectGather(ctx, tr, recv, n, opts(n, 16))
+					case "doubling":
+						return DoublingGather(ctx, tr, recv, n, opts(n, 1<<20))
+					case "doubling in segments":
+						return DoublingGather(ctx, tr, recv, n, opts(n, 16))
 					}
 					return AllGather(ctx, tr, recv, opts(n, 16))
 				})
