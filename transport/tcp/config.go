@@ -76,12 +76,14 @@ type Config struct {
 	ShmDir string
 	// ShmRingBytes is one direction's ring capacity (rounded up to a
 	// power of two); 0 sizes rings from ShmBudget and the number of ranks
-	// on the host (see ShmBudget), 2 MiB at most.
+	// on the host (see ShmBudget), 16 MiB at most. A sender keeps to a
+	// ring's first 2 MiB while its peer keeps up and uses the rest only
+	// while the peer lags.
 	ShmRingBytes int
 	// ShmBudget bounds one rank's share of shared memory, counted as one
 	// ring per peer on its host were it to talk to all of them (0 = 16
-	// MiB: 2 MiB rings up to 9 ranks a host, 1 MiB up to 17, 512 KiB up
-	// to 33, and so on, 64 KiB at least).
+	// MiB: 16 MiB rings at 2 ranks a host, 8 MiB at 3, 4 MiB up to 5,
+	// 2 MiB up to 9, 1 MiB up to 17, and so on, 64 KiB at least).
 	ShmBudget int
 	// HostKey names this rank's host: ranks share memory only when their
 	// keys (and kernels) are equal. "" = the hostname. The launcher's node

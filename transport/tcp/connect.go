@@ -119,7 +119,7 @@ func (t *Mesh) SetPeers(peers []Peer) error {
 // peers on its host: explicit if set, else the largest power of two that
 // keeps this rank's share of its pairs' segments (half of each: one ring)
 // within budget even if it talks to every local peer, at most
-// shmem.DefaultRingBytes and at least 64 KiB.
+// shmem.MaxRingBytes and at least 64 KiB.
 func ringBytesFor(explicit, budget, local int) int {
 	if explicit > 0 {
 		return shmem.RingCapOf(explicit)
@@ -127,7 +127,7 @@ func ringBytesFor(explicit, budget, local int) int {
 	if budget <= 0 {
 		budget = shmem.DefaultBudget
 	}
-	c := shmem.DefaultRingBytes
+	c := shmem.MaxRingBytes
 	for c > 64<<10 && c*(local-1) > budget {
 		c /= 2
 	}

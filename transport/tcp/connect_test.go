@@ -302,7 +302,8 @@ func TestConnectTimeout(t *testing.T) {
 
 func TestRingBytesFor(t *testing.T) {
 	for _, c := range []struct{ explicit, local, want int }{
-		{0, 1, shmem.DefaultRingBytes}, {0, 2, shmem.DefaultRingBytes}, {0, 9, shmem.DefaultRingBytes},
+		{0, 1, shmem.MaxRingBytes}, {0, 2, shmem.MaxRingBytes}, {0, 3, 8 << 20}, {0, 4, 4 << 20}, {0, 5, 4 << 20},
+		{0, 6, 2 << 20}, {0, 9, 2 << 20},
 		{0, 10, 1 << 20}, {0, 17, 1 << 20}, {0, 18, 512 << 10}, {0, 33, 512 << 10}, {0, 64, 256 << 10},
 		{0, 256, 64 << 10}, {0, 4096, 64 << 10}, {5000, 64, 8192},
 	} {

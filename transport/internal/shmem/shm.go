@@ -39,15 +39,24 @@ import (
 // a job's files).
 const DefaultDir = jobenv.ShmDir
 
-// DefaultRingBytes is the largest capacity of one direction of a
-// pair's channel: four 512 KiB ring segments in flight. Hosts with many
-// ranks get smaller rings (see DefaultBudget).
+// DefaultRingBytes is the capacity of one direction of a channel whose
+// size is not given: four 512 KiB ring segments in flight, the window
+// (WindowBytes) of every ring.
 const DefaultRingBytes = 2 << 20
+
+// MaxRingBytes is the largest capacity of one direction of a rank pair's
+// channel. Beyond the window the room is used only while the peer lags:
+// on a busy host, where a peer is often not running, a sender can put a
+// 16 MiB all-reduce's steps in the ring and go on, instead of waiting for
+// the peer to run at every 2 MiB. Hosts with more ranks get smaller rings
+// (see DefaultBudget).
+const MaxRingBytes = 16 << 20
 
 // DefaultBudget bounds the shared memory of one rank's pairs, counted
 // as one ring of each (its half of the pair's segment), were it to talk
-// to every rank on its host: 2 MiB rings up to 9 ranks a host, 1 MiB up
-// to 17, 512 KiB up to 33, and so on (64 KiB at least).
+// to every rank on its host: 16 MiB rings at 2 ranks a host, 8 MiB at 3,
+// 4 MiB up to 5, 2 MiB up to 9, 1 MiB up to 17, and so on (64 KiB at
+// least). Every page is reserved when a pair connects.
 const DefaultBudget = 16 << 20
 
 // Peer is a pair's channel: out is written by this rank, in by the peer.

@@ -31,16 +31,28 @@ import (
 // never wraps: [length uint32][kind uint32][frame header][payload], then
 // padding to 8 bytes; length counts all but the padding.
 // A pad record fills the end of the area when the next record would not
-// fit there. Frames longer than half the area go as a start record and
-// continuation records, which the consumer copies into a buffer of its own.
+// fit there. Frames longer than half the window (below) go as a start
+// record and continuation records, which the consumer copies into a buffer
+// of its own.
+//
+// The producer keeps its records within the first window bytes of the
+// area (2 MiB, or the whole area if smaller) while the consumer keeps up:
+// a record that would cross the window's end goes back to the start, after
+// a pad to the end of the area, when the start has room. Only when the
+// consumer lags (descheduled on a busy host, say) does the producer go on
+// into the rest of the area, so a large ring lets a sender run ahead of a
+// peer that is not running without spreading an idle pair's traffic over
+// more memory than the caches hold. The consumer follows pads wherever
+// they are and needs to know nothing of the window.
 //
 // Everything the consumer reads from the area is untrusted: positions,
 // lengths and kinds are checked before use, and a bad one is an error
 // naming the peer, never an out-of-bounds access.
 type Ring struct {
 	ctl  []byte // the control block
-	data []byte // the data area, cap bytes
-	cap  uint64 // a power of two
+	data   []byte // the data area, cap bytes
+	cap    uint64 // a power of two
+	window uint64 // the producer's window: min(cap, WindowBytes)
 
 	head, tail *atomic.Uint64
 	PSeq, CSeq *atomic.Uint32
@@ -80,7 +92,7 @@ func NewRing(mem []byte, cap int) (*Ring, error) {
 	if cap < 4096 || cap&(cap-1) != 0 || len(mem) != RingSize(cap) || uintptr(unsafe.Pointer(&mem[0]))%8 != 0 {
 		return nil, fmt.Errorf("transport: bad shared ring: %d bytes for capacity %d", len(mem), cap)
 	}
-	r := &Ring{ctl: mem[:shmCtlSize], data: mem[shmCtlSize:], cap: uint64(cap)}
+	r := &Ring{ctl: mem[:shmCtlSize], data: mem[shmCtlSize:], cap: uint64(cap), window: uint64(min(cap, WindowBytes))}
 	r.head = (*atomic.Uint64)(unsafe.Pointer(&mem[0]))
 	r.PSeq = (*atomic.Uint32)(unsafe.Pointer(&mem[8]))
 	r.PWait = (*atomic.Uint32)(unsafe.Pointer(&mem[12]))
@@ -93,21 +105,42 @@ func NewRing(mem []byte, cap int) (*Ring, error) {
 
 func align8(n uint64) uint64 { return (n + 7) &^ 7 }
 
-// MaxPiece is the most payload one record carries.
-func (r *Ring) MaxPiece() int { return int(r.cap/2) - recHdrSize }
+// WindowBytes is the part of a ring's area its producer keeps to while
+// the consumer keeps up (see Ring).
+const WindowBytes = 16 << 20
+
+// MaxPiece is the most payload one record carries: half the window.
+func (r *Ring) MaxPiece() int { return int(r.window/2) - recHdrSize }
 
 // --- producer ---
 
 // Fits reports whether a record with n payload bytes fits now (with the
-// pad record before it that the end of the area may need).
+// pad record before it that the end of the area or of the window may
+// need).
 func (r *Ring) Fits(n int) bool {
-	need := recordSize(n)
+	_, ok := r.place(recordSize(n))
+	return ok
+}
+
+// place is where a record of need bytes goes now: after a pad of pad bytes
+// to the end of the area (0: none), and whether it fits. Past the window it
+// goes back to the start if that has room, else on into the rest of the
+// area. The consumer only frees space, so a record that fits stays fitting
+// until the producer writes it, though where it goes may change.
+func (r *Ring) place(need uint64) (pad uint64, ok bool) {
 	head := r.head.Load()
+	free := r.cap - (head - r.tail.Load())
 	off := head & (r.cap - 1)
-	if off+need > r.cap {
-		need += r.cap - off
+	if off == 0 || off+need <= r.window {
+		return 0, need <= free
 	}
-	return r.cap-(head-r.tail.Load()) >= need
+	if wrap := r.cap - off; wrap+need <= free {
+		return wrap, true
+	}
+	if off+need <= r.cap {
+		return 0, need <= free
+	}
+	return r.cap - off, false
 }
 
 // Put writes one record; the caller has checked space. It publishes it
@@ -119,8 +152,7 @@ func (r *Ring) Put(kind uint32, h transport.Header, pieces ...[]byte) {
 	}
 	head := r.head.Load()
 	off := head & (r.cap - 1)
-	if off+align8(n) > r.cap {
-		pad := r.cap - off
+	if pad, _ := r.place(align8(n)); pad > 0 {
 		binary.LittleEndian.PutUint32(r.data[off:], uint32(pad))
 		binary.LittleEndian.PutUint32(r.data[off+4:], recPad)
 		head += pad
