@@ -49,7 +49,7 @@ import (
 // lengths and kinds are checked before use, and a bad one is an error
 // naming the peer, never an out-of-bounds access.
 type Ring struct {
-	ctl  []byte // the control block
+	ctl    []byte // the control block
 	data   []byte // the data area, cap bytes
 	cap    uint64 // a power of two
 	window uint64 // the producer's window: min(cap, WindowBytes)
