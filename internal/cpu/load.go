@@ -11,6 +11,7 @@
 package cpu
 
 import (
+	"math"
 	"runtime"
 	"strconv"
 	"sync"
@@ -151,14 +152,17 @@ func (g *Gauge) Observe(now time.Time, runnable, cpus, ranks int) Mode {
 }
 
 // loadCache holds the mode of the host's load when last looked at, and
-// when that was (nanoseconds on the monotonic clock since loadEpoch), and
-// the gauge (under mu, held by the goroutine that looks). One gauge
-// serves the process: its waits pass one count of ranks, their job's.
+// when that was (nanoseconds on the monotonic clock since loadEpoch),
+// whether it was contended, and the gauge and the load's average (under
+// mu, held by the goroutine that looks). One gauge serves the process: its
+// waits pass one count of ranks, their job's.
 var loadCache struct {
 	at    atomic.Int64
 	mode  atomic.Uint32
+	avg   atomic.Uint64 // the Load's average runnable count, float64 bits
 	mu    sync.Mutex
 	gauge Gauge
+	load  Load
 }
 
 // loadEpoch is where loadCache's stamps count from.
@@ -184,10 +188,54 @@ func Now(ranks int) Mode {
 	m := Spin
 	if runnable, ok := Runnable(); ok {
 		m = loadCache.gauge.Observe(now, runnable, runtime.NumCPU(), ranks)
+		loadCache.avg.Store(math.Float64bits(loadCache.load.Observe(runnable)))
 	}
 	loadCache.mode.Store(uint32(m))
 	loadCache.at.Store(stamp)
 	return m
+}
+
+// Contended reports whether the host has had other work than a job's
+// ranks (ranks of them on this host, 0 where unknown) lately: whether on
+// average over its recent looks (Now) its runnable tasks exceeded both
+// its CPUs and the ranks by otherWork (ContendedFor). Then a rank's peer
+// is often not running, and a shared-memory ring's producer gives it the
+// whole ring rather than keep to the part the caches hold
+// (transport/internal/shmem). False where the count cannot be read.
+func Contended(ranks int) bool {
+	avg := math.Float64frombits(loadCache.avg.Load())
+	return ContendedFor(avg, runtime.NumCPU(), ranks)
+}
+
+// ContendedFor is Contended's rule: avg runnable tasks (the reader among
+// them) exceed max(cpus, ranks) by otherWork. Two ranks polling on 2
+// CPUs read 2 or 3, beside two busy processes 4 to 6; four ranks on 2
+// CPUs read 3 to 5, and more beside other work.
+func ContendedFor(avg float64, cpus, ranks int) bool {
+	return avg > float64(max(cpus, ranks, 1))+otherWork
+}
+
+// A Load is the average of the host's runnable count, sample by sample,
+// each weighing loadWeight: with 50 ms looks two busy processes beside two
+// ranks are found in about 200 ms, and their end as soon, while one stray
+// sample of 7 (a job's start) is not enough. The zero Load is ready: its
+// first sample sets the average.
+type Load struct {
+	avg  float64
+	seen bool
+}
+
+// loadWeight is a new sample's weight in a Load's average.
+const loadWeight = 0.125
+
+// Observe adds a sample of the host's runnable tasks and returns the
+// average.
+func (l *Load) Observe(runnable int) float64 {
+	if !l.seen {
+		l.avg, l.seen = float64(runnable), true
+	}
+	l.avg += loadWeight * (float64(runnable) - l.avg)
+	return l.avg
 }
 
 // Host is this host's load as a liveness window reads it: the tasks that

@@ -107,3 +107,54 @@ func TestHost(t *testing.T) {
 		t.Errorf("Host() = %d, %d where the load cannot be read; want 0, 0", n, cpus)
 	}
 }
+
+// TestContended: the host is contended when the runnable count, averaged
+// over its samples, exceeds both the CPUs and the job's ranks on the host
+// by otherWork: two ranks polling on 2 CPUs are not, two busy processes
+// beside them are found within a few samples and their end as soon; a
+// stray sample changes nothing; four ranks on 2 CPUs are contended only
+// with other work beside them.
+func TestContended(t *testing.T) {
+	for _, c := range []struct {
+		avg         float64
+		cpus, ranks int
+		want        bool
+	}{
+		{2, 2, 2, false}, {3, 2, 2, false}, {3.5, 2, 2, false}, {3.6, 2, 2, true}, {6, 2, 2, true},
+		{5, 2, 4, false}, {5.5, 2, 4, false}, {5.6, 2, 4, true}, {9, 8, 0, false}, {9.6, 8, 2, true},
+		{2.6, 0, 0, true}, {2.4, 1, 0, false},
+	} {
+		if got := ContendedFor(c.avg, c.cpus, c.ranks); got != c.want {
+			t.Errorf("ContendedFor(%v, %d cpus, %d ranks) = %v, want %v", c.avg, c.cpus, c.ranks, got, c.want)
+		}
+	}
+	var l Load
+	contended := func(runnable int) bool { return ContendedFor(l.Observe(runnable), 2, 2) }
+	for i := range 20 {
+		if contended(2 + i%2) {
+			t.Fatalf("sample %d: two ranks polling alone read as contended (average %v)", i, l.avg)
+		}
+	}
+	if contended(7) {
+		t.Fatalf("one stray sample of 7 read as contended (average %v)", l.avg)
+	}
+	n := 0
+	for !contended(5) {
+		if n++; n > 8 {
+			t.Fatalf("two busy processes (5 runnable) not found in 8 samples (average %v)", l.avg)
+		}
+	}
+	n = 0
+	for contended(3) {
+		if n++; n > 8 {
+			t.Fatalf("their end not found in 8 samples (average %v)", l.avg)
+		}
+	}
+	if l.Observe(4) <= 3 {
+		t.Fatalf("the average does not follow its samples: %v", l.avg)
+	}
+	var fresh Load
+	if got := fresh.Observe(6); got != 6 {
+		t.Fatalf("a first sample of 6 averages %v", got)
+	}
+}

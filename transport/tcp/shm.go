@@ -82,6 +82,7 @@ func (t *Mesh) peersWhere(keep func(*peerConn) bool) []int {
 func (t *Mesh) attach(pc *peerConn, sp *shmem.Peer) {
 	sp.Peer = pc.peer
 	sp.Out.Wake, sp.In.Wake = shmem.FutexWake, shmem.FutexWake
+	sp.Out.Wide = func() bool { return cpu.Contended(t.cfg.HostRanks) }
 	sp.Init(t.cfg.MaxPayload)
 	pc.shm.Store(sp)
 }

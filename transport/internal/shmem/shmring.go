@@ -38,12 +38,14 @@ import (
 // The producer keeps its records within the first window bytes of the
 // area (2 MiB, or the whole area if smaller) while the consumer keeps up:
 // a record that would cross the window's end goes back to the start, after
-// a pad to the end of the area, when the start has room. Only when the
-// consumer lags (descheduled on a busy host, say) does the producer go on
-// into the rest of the area, so a large ring lets a sender run ahead of a
-// peer that is not running without spreading an idle pair's traffic over
-// more memory than the caches hold. The consumer follows pads wherever
-// they are and needs to know nothing of the window.
+// a pad to the end of the area, when the start has room. While the host
+// is contended (Wide: more runnable tasks than CPUs, so that a peer is
+// often not running), it goes back to the start only when the ring is
+// empty, so that the whole area lies ahead of it: a sender then runs
+// ahead of a peer that is not running by up to the whole ring. An idle
+// pair's traffic thus stays in memory the caches hold. The consumer
+// follows pads
+// wherever they are and needs to know nothing of the window.
 //
 // Everything the consumer reads from the area is untrusted: positions,
 // lengths and kinds are checked before use, and a bad one is an error
@@ -62,6 +64,9 @@ type Ring struct {
 	// Wake wakes whoever sleeps on a futex word (futexWake); nil in tests
 	// that poll.
 	Wake func(*atomic.Uint32)
+	// Wide reports whether the producer should keep the whole area ahead
+	// of it rather than keep to the window (see Ring); nil: never.
+	Wide func() bool
 
 	// consumer side
 	rpos uint64 // where the next record starts
@@ -107,7 +112,7 @@ func align8(n uint64) uint64 { return (n + 7) &^ 7 }
 
 // WindowBytes is the part of a ring's area its producer keeps to while
 // the consumer keeps up (see Ring).
-const WindowBytes = 16 << 20
+const WindowBytes = 2 << 20
 
 // MaxPiece is the most payload one record carries: half the window.
 func (r *Ring) MaxPiece() int { return int(r.window/2) - recHdrSize }
@@ -124,9 +129,10 @@ func (r *Ring) Fits(n int) bool {
 
 // place is where a record of need bytes goes now: after a pad of pad bytes
 // to the end of the area (0: none), and whether it fits. Past the window it
-// goes back to the start if that has room, else on into the rest of the
-// area. The consumer only frees space, so a record that fits stays fitting
-// until the producer writes it, though where it goes may change.
+// goes back to the start if that has room (if the ring is empty, when
+// Wide says so), else on into the rest of the area. The consumer only frees space,
+// so a record that fits stays fitting until the producer writes it, though
+// where it goes may change.
 func (r *Ring) place(need uint64) (pad uint64, ok bool) {
 	head := r.head.Load()
 	free := r.cap - (head - r.tail.Load())
@@ -134,7 +140,7 @@ func (r *Ring) place(need uint64) (pad uint64, ok bool) {
 	if off == 0 || off+need <= r.window {
 		return 0, need <= free
 	}
-	if wrap := r.cap - off; wrap+need <= free {
+	if wrap := r.cap - off; wrap+need <= free && (free == r.cap || r.Wide == nil || !r.Wide()) {
 		return wrap, true
 	}
 	if off+need <= r.cap {
