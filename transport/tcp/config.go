@@ -77,8 +77,9 @@ type Config struct {
 	// ShmRingBytes is one direction's ring capacity (rounded up to a
 	// power of two); 0 sizes rings from ShmBudget and the number of ranks
 	// on the host (see ShmBudget), 16 MiB at most. A sender keeps to a
-	// ring's first 2 MiB while its peer keeps up and uses the rest only
-	// while the peer lags.
+	// ring's first 2 MiB, which the caches hold, unless the host has other
+	// work than the job's HostRanks (cpu.Contended); then it keeps the
+	// whole ring ahead of it, to run ahead of a peer that is not running.
 	ShmRingBytes int
 	// ShmBudget bounds one rank's share of shared memory, counted as one
 	// ring per peer on its host were it to talk to all of them (0 = 16
