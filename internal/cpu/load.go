@@ -152,9 +152,9 @@ func (g *Gauge) Observe(now time.Time, runnable, cpus, ranks int) Mode {
 }
 
 // loadCache holds the mode of the host's load when last looked at, and
-// when that was (nanoseconds on the monotonic clock since loadEpoch),
-// whether it was contended, and the gauge and the load's average (under
-// mu, held by the goroutine that looks). One gauge serves the process: its
+// when that was (nanoseconds on the monotonic clock since loadEpoch), the
+// runnable count's average then (Contended), and the gauge and the Load
+// that averages (under mu, held by the goroutine that looks). One gauge serves the process: its
 // waits pass one count of ranks, their job's.
 var loadCache struct {
 	at    atomic.Int64

@@ -39,13 +39,12 @@ import (
 // area (2 MiB, or the whole area if smaller) while the consumer keeps up:
 // a record that would cross the window's end goes back to the start, after
 // a pad to the end of the area, when the start has room. While the host
-// is contended (Wide: more runnable tasks than CPUs, so that a peer is
-// often not running), it goes back to the start only when the ring is
-// empty, so that the whole area lies ahead of it: a sender then runs
-// ahead of a peer that is not running by up to the whole ring. An idle
-// pair's traffic thus stays in memory the caches hold. The consumer
-// follows pads
-// wherever they are and needs to know nothing of the window.
+// is contended (Wide: it has other work than the job, so that a peer is
+// often not running), the producer goes back to the start only when the
+// ring is empty, so that the whole area lies ahead of it: a sender then
+// runs ahead of a peer that is not running by up to the whole ring. An
+// idle pair's traffic thus stays in memory the caches hold. The consumer
+// follows pads wherever they are and needs to know nothing of the window.
 //
 // Everything the consumer reads from the area is untrusted: positions,
 // lengths and kinds are checked before use, and a bad one is an error
