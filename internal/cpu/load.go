@@ -3,9 +3,11 @@
 // are runnable against its CPUs, and how to give the core away (Yield,
 // for ranks that outnumber their host's cores). The rules (ModeFor, and
 // a Gauge for ranks that outnumber the cores) are pure functions of the
-// counts; Now reads the count at most every loadRefresh. Lately says how
-// busy the host has been, and a StallMeter how long this process itself
-// was kept from running. WithLockedThread marks a call whose goroutine is
+// counts; Now reads the count at most every loadRefresh. Contended says
+// whether the host has had other work than a job's ranks (the shared-memory
+// rings then give a sender the whole ring), Lately how busy the host has
+// been, and a StallMeter how long this process itself was kept from
+// running. WithLockedThread marks a call whose goroutine is
 // locked to its OS thread (a call from C), whose waits hand the thread
 // away seldom: each hand-off there is a switch of OS threads.
 package cpu
