@@ -20,9 +20,8 @@ func Doubling[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst,
 		return nil
 	}
 	q := newPow2(size)
-	ctx, cancel := context.WithCancel(ctx)
+	x, cancel := newExchanger[T](ctx, tr, o)
 	defer cancel()
-	x := exchanger[T]{ctx: ctx, cancel: cancel, tr: tr, o: o, seg: max(1, o.SegmentBytes/reduce.SizeOf[T]())}
 	tmp := make([]T, len(buf))
 	// combine leaves lower op higher in buf, whichever of the two is ours.
 	combine := func(theirsLower bool) {
@@ -33,7 +32,7 @@ func Doubling[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst,
 			fold(buf, tmp)
 		}
 	}
-	v, err := foldIn(&x, q, rank, buf, func(from int) error {
+	v, err := foldIn(x, q, rank, buf, func(from int) error {
 		if err := x.recv(from, 0, tmp); err != nil {
 			return err
 		}
@@ -54,7 +53,7 @@ func Doubling[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst,
 		}
 		combine(v^dist < v)
 	}
-	return sendBack(&x, q, rank, step, buf)
+	return sendBack(x, q, rank, step, buf)
 }
 
 // pow2 is the power-of-two group recursive doubling and halving run on:
@@ -111,6 +110,14 @@ type exchanger[T Elem] struct {
 	tr     Transport
 	o      Options
 	seg    int
+}
+
+// newExchanger is an exchanger for one call over tr, whose context ends
+// with the call: the caller defers the cancel it returns (a failed send
+// cancels it too).
+func newExchanger[T Elem](ctx context.Context, tr Transport, o Options) (*exchanger[T], context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	return &exchanger[T]{ctx: ctx, cancel: cancel, tr: tr, o: o, seg: max(1, o.SegmentBytes/reduce.SizeOf[T]())}, cancel
 }
 
 func (x *exchanger[T]) send(to int, step uint32, data []T) error {
@@ -181,9 +188,8 @@ func DoublingGather[T Elem](ctx context.Context, tr Transport, buf []T, n int, o
 		return nil
 	}
 	q := newPow2(size)
-	ctx, cancel := context.WithCancel(ctx)
+	x, cancel := newExchanger[T](ctx, tr, o)
 	defer cancel()
-	x := exchanger[T]{ctx: ctx, cancel: cancel, tr: tr, o: o, seg: max(1, o.SegmentBytes/reduce.SizeOf[T]())}
 	// first is the first block virtual rank v holds after the pairing:
 	// blocks 2v and 2v+1 for a pair, block v+rem after them. A run of
 	// virtual ranks holds a run of blocks.
@@ -194,7 +200,7 @@ func DoublingGather[T Elem](ctx context.Context, tr Transport, buf []T, n int, o
 		return v + q.rem
 	}
 	blocks := func(lo, hi int) []T { return buf[first(lo)*n : first(hi)*n] }
-	v, err := foldIn(&x, q, rank, buf[rank*n:(rank+1)*n], func(from int) error {
+	v, err := foldIn(x, q, rank, buf[rank*n:(rank+1)*n], func(from int) error {
 		return x.recv(from, 0, buf[from*n:(from+1)*n])
 	})
 	if err != nil {
@@ -210,5 +216,5 @@ func DoublingGather[T Elem](ctx context.Context, tr Transport, buf []T, n int, o
 			return err
 		}
 	}
-	return sendBack(&x, q, rank, step, buf)
+	return sendBack(x, q, rank, step, buf)
 }

@@ -1,10 +1,6 @@
 package ring
 
-import (
-	"context"
-
-	"github.com/gorun/gorun/reduce"
-)
+import "context"
 
 // Halving is the recursive halving and doubling all-reduce (Rabenseifner's
 // algorithm): a reduce-scatter in which every rank swaps half of its
@@ -23,10 +19,9 @@ func Halving[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst, 
 		return nil
 	}
 	q := newPow2(size)
-	ctx, cancel := context.WithCancel(ctx)
+	x, cancel := newExchanger[T](ctx, tr, o)
 	defer cancel()
-	x := exchanger[T]{ctx: ctx, cancel: cancel, tr: tr, o: o, seg: max(1, o.SegmentBytes/reduce.SizeOf[T]())}
-	v, err := foldIn(&x, q, rank, buf, func(from int) error { return x.recvFold(from, 0, buf, fold) })
+	v, err := foldIn(x, q, rank, buf, func(from int) error { return x.recvFold(from, 0, buf, fold) })
 	if err != nil {
 		return err
 	}
@@ -62,7 +57,7 @@ func Halving[T Elem](ctx context.Context, tr Transport, buf []T, fold func(dst, 
 	} else {
 		step += 2 * uint32(log2(q.p))
 	}
-	return sendBack(&x, q, rank, step, buf)
+	return sendBack(x, q, rank, step, buf)
 }
 
 // HalvingWins says whether Halving beats the ring for an all-reduce of

@@ -1,10 +1,6 @@
 package ring
 
-import (
-	"context"
-
-	"github.com/gorun/gorun/reduce"
-)
+import "context"
 
 // TreeBroadcast copies root's buf into every rank's buf down a binomial
 // tree: a rank receives once, from its parent, and sends to at most
@@ -16,9 +12,8 @@ func TreeBroadcast[T Elem](ctx context.Context, tr Transport, buf []T, root int,
 	if size < 2 {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	x, cancel := newExchanger[T](ctx, tr, o)
 	defer cancel()
-	x := exchanger[T]{ctx: ctx, cancel: cancel, tr: tr, o: o, seg: max(1, o.SegmentBytes/reduce.SizeOf[T]())}
 	parent, children := TreeLinks(rank, root, size)
 	if parent >= 0 {
 		if err := x.recv(parent, 0, buf); err != nil {
