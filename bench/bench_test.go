@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/collective"
+	"github.com/gorun/gorun/internal/commtest"
 	"github.com/gorun/gorun/internal/jobtest"
+	"github.com/gorun/gorun/transport/mem"
 )
 
 func TestArithmetic(t *testing.T) {
@@ -366,36 +368,23 @@ func TestExtendedModel(t *testing.T) {
 func TestAvgOfValues(t *testing.T) {
 	const size = 3
 	for _, n := range []int{0, 1, 7, 1031} {
-		comms, err := collective.NewLocal(size, collective.DefaultConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
 		outs := make([][]float32, size)
-		errs := make([]error, size)
-		var wg sync.WaitGroup
-		for _, c := range comms {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r, op, buf := c.Rank(), AvgOfValues(), make([]float32, n)
-				if errs[r] = op(context.Background(), c, buf); errs[r] != nil {
-					return
+		errs := commtest.OnAll(t, mem.NewNetwork(size), func(c *collective.Comm) error {
+			r, op, buf := c.Rank(), AvgOfValues(), make([]float32, n)
+			if err := op(context.Background(), c, buf); err != nil {
+				return err
+			}
+			outs[r] = slices.Clone(buf)
+			if err := op(context.Background(), c, buf); err != nil {
+				return err
+			}
+			for i := range buf {
+				if d := math.Abs(float64(buf[i] - outs[r][i])); d > 1e-6*math.Abs(float64(outs[r][i])) {
+					return fmt.Errorf("[%d]: a second call moved %g to %g", i, outs[r][i], buf[i])
 				}
-				outs[r] = slices.Clone(buf)
-				if errs[r] = op(context.Background(), c, buf); errs[r] == nil {
-					for i := range buf {
-						if d := math.Abs(float64(buf[i] - outs[r][i])); d > 1e-6*math.Abs(float64(outs[r][i])) {
-							errs[r] = fmt.Errorf("[%d]: a second call moved %g to %g", i, outs[r][i], buf[i])
-							return
-						}
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		for _, c := range comms {
-			c.Close()
-		}
+			}
+			return nil
+		})
 		if err := errors.Join(errs...); err != nil {
 			t.Fatalf("n %d: %v", n, err)
 		}
