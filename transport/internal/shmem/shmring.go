@@ -128,10 +128,10 @@ func (r *Ring) Fits(n int) bool {
 
 // place is where a record of need bytes goes now: after a pad of pad bytes
 // to the end of the area (0: none), and whether it fits. Past the window it
-// goes back to the start if that has room (if the ring is empty, when
-// Wide says so), else on into the rest of the area. The consumer only frees space,
-// so a record that fits stays fitting until the producer writes it, though
-// where it goes may change.
+// goes back to the start if that has room (if the ring is empty, when Wide
+// says so), else on into the rest of the area. The consumer only frees
+// space, so a record that fits stays fitting until the producer writes it,
+// though where it goes may change (with Wide, too).
 func (r *Ring) place(need uint64) (pad uint64, ok bool) {
 	head := r.head.Load()
 	free := r.cap - (head - r.tail.Load())
