@@ -105,10 +105,11 @@ func (t *Mesh) shmWakeAll() {
 	}
 }
 
-// shmWait waits until ready reports true, as shmPoll does, asleep on the
-// futex word, and returns early with the world's failure, ctx's error, or
-// (if left is not nil and closes) errLeft.
-func (t *Mesh) shmWait(ctx context.Context, word, sleeping *atomic.Uint32, left <-chan struct{}, ready func() (bool, error)) error {
+// shmWait waits until ready reports true, as shmem.Poll does (its spin
+// begun away from the peer's CPU, where), asleep on the futex word, and
+// returns early with the world's failure, ctx's error, or (if left is not
+// nil and closes) errLeft.
+func (t *Mesh) shmWait(ctx context.Context, where shmem.Where, word, sleeping *atomic.Uint32, left <-chan struct{}, ready func() (bool, error)) error {
 	sleep := func(seq uint32) {
 		wake := context.AfterFunc(ctx, func() { word.Add(1); shmem.FutexWake(word) })
 		shmem.FutexWait(word, seq, shmem.Sleep)
@@ -117,6 +118,7 @@ func (t *Mesh) shmWait(ctx context.Context, word, sleeping *atomic.Uint32, left 
 	done := ctx.Done()
 	w := t.wait()
 	w.Locked = cpu.LockedThread(ctx)
+	w.Where = where
 	return shmem.Poll(word, sleeping, w, ready, func() error {
 		// One channel at a time: a non-blocking receive from one open
 		// channel reads no lock, where a select over three locks all
@@ -209,7 +211,7 @@ func (t *Mesh) shmPieces(ctx context.Context, sp *shmem.Peer, h transport.Header
 	for off := 0; ; {
 		p := payload[off:min(off+piece, len(payload))]
 		sp.Want = len(p)
-		if err := t.shmWait(ctx, r.CSeq, r.CWait, nil, sp.FitsWant); err != nil {
+		if err := t.shmWait(ctx, shmem.Where{}, r.CSeq, r.CWait, nil, sp.FitsWant); err != nil {
 			return off, err
 		}
 		r.Put(kind, h, p)
@@ -271,17 +273,18 @@ func (t *Mesh) shmRecv(ctx context.Context, sp *shmem.Peer) (transport.Frame, er
 
 func (t *Mesh) shmRecvWait(ctx context.Context, sp *shmem.Peer, next func() (bool, error)) error {
 	r := sp.In
+	where := sp.Where()
 	var err error
 	if m := t.w.Meter.Load(); m != nil {
 		// Metered: time the wait only if the data is not here yet.
 		var ok bool
 		if ok, err = next(); !ok && err == nil {
 			t0 := m.Now()
-			err = t.shmWait(ctx, r.PSeq, r.PWait, t.w.Peer(sp.Peer).Left, next)
+			err = t.shmWait(ctx, where, r.PSeq, r.PWait, t.w.Peer(sp.Peer).Left, next)
 			m.AddSince(t0)
 		}
 	} else {
-		err = t.shmWait(ctx, r.PSeq, r.PWait, t.w.Peer(sp.Peer).Left, next)
+		err = t.shmWait(ctx, where, r.PSeq, r.PWait, t.w.Peer(sp.Peer).Left, next)
 	}
 	switch {
 	case err == nil:

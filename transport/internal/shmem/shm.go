@@ -73,6 +73,7 @@ type Peer struct {
 	// time (Recv by the Transport contract, Send under smu).
 	MaxPayload int
 	Rec        Record // the record the last nextRec found
+	Small      bool   // the last frame begun in In was at most SmallFrame bytes
 	Want       int    // the payload the sender waits to fit
 	NextRec    func() (bool, error)
 	FitsWant   func() (bool, error)
@@ -102,9 +103,31 @@ func (sp *Peer) Init(maxPayload int) {
 		var ok bool
 		var err error
 		sp.Rec, ok, err = sp.In.Next(sp.MaxPayload)
+		if ok && sp.Rec.Kind != RecMore {
+			sp.Small = sp.Rec.H.Len <= SmallFrame
+		}
 		return ok, err
 	}
 	sp.FitsWant = func() (bool, error) { return sp.Out.Fits(sp.Want), nil }
+	sp.Small = true
+}
+
+// SmallFrame is the largest frame after which a Recv's wait begins away
+// from the CPU its peer waits on (Peer.Where). Small messages' waits are
+// many and short, each a spin the peer's turn must follow; large ones
+// copy through the caches, which two ranks on one CPU share: 2 ranks
+// moving apart beside 4 busy processes took a 16 MiB all-reduce from
+// 11.8-15.7 ms in its co-located runs to 14-44 ms (results/busy).
+const SmallFrame = 64 << 10
+
+// Where is where a Recv's wait for In begins its spin: away from the
+// peer's CPU after a small frame, anywhere (the zero Where) after a large
+// one.
+func (sp *Peer) Where() Where {
+	if !sp.Small {
+		return Where{}
+	}
+	return Where{Mine: sp.In.WCPU, Peer: sp.Out.WCPU}
 }
 
 // Offer is what the dialing side of a connection offers; Path ""
@@ -406,6 +429,55 @@ type Wait struct {
 	Yield  bool          // give the core away between polls too
 	Ranks  int           // the job's ranks on this host, for cpu.Now (0 where unknown)
 	Locked bool          // the caller is locked to its OS thread
+	Where  Where         // where this rank and its peer wait (zero: not known)
+}
+
+// Where says on which CPU two ranks on one host last began a wait that
+// outlasted its first polls, each CPU plus 1 (0: not known): Mine where
+// this rank's waits publish theirs (the In ring's Ring.WCPU, whose
+// consumer it is), Peer where the peer's do (the Out ring's).
+//
+// A rank that begins to spin on the CPU where its peer last waited moves
+// to another CPU its affinity allows (Apart): the data it waits for comes
+// only once the peer runs, and on one CPU the spin holds the core the peer
+// needs. Beside other work the scheduler leaves two ranks that way (two
+// ranks on one CPU and two busy processes on the other are as balanced as
+// one of each on each): 2 ranks beside 4 busy processes of their session
+// took 150-240 us for a 4 KiB all-reduce in runs where their threads
+// shared a CPU in 89-98 % of samples, 4-25 us in runs where they shared it
+// in 34-82 %. Giving the core away instead (a yield hands it to the busy
+// processes for a whole slice) took 700 us, and sleeping at once 25-29 us
+// in half the runs. Only a Recv's wait after small frames moves
+// (Peer.Where): large ones copy faster through one CPU's caches
+// (results/busy/2026-11-30-colocation.md).
+type Where struct {
+	Mine, Peer *atomic.Uint32
+}
+
+// currentCPU and moveOff are cpu.Current and cpu.MoveOff; tests replace
+// them.
+var currentCPU, moveOff = cpu.Current, cpu.MoveOff
+
+// Apart publishes the CPU this thread runs on as this rank's and, if the
+// peer last waited there too, moves the thread off it (where its affinity
+// allows another CPU) and publishes where it went.
+func (w Where) Apart() {
+	if w.Mine == nil || w.Peer == nil {
+		return
+	}
+	c, ok := currentCPU()
+	if !ok {
+		return
+	}
+	if w.Peer.Load() == uint32(c)+1 && moveOff(c) {
+		c, ok = currentCPU()
+		if !ok {
+			return
+		}
+	}
+	if here := uint32(c) + 1; w.Mine.Load() != here {
+		w.Mine.Store(here)
+	}
 }
 
 // Mode is cpu.Now for this wait: the job's ranks on the host count (the
@@ -419,7 +491,9 @@ func (w Wait) Mode() cpu.Mode {
 
 // Poll waits until ready reports true: first polling (for w.Spin, letting
 // the process's other goroutines run between polls, and giving the core
-// away too when w.Yield; not at all when cpu.Now says park), then asleep
+// away too when w.Yield; not at all when cpu.Now says park; a spin that
+// does not yield begins away from the CPU its peer waits on, w.Where),
+// then asleep
 // with sleeping raised: sleep(seq) returns when word may have moved past
 // seq, or after at most Sleep, or when stop has something to say. Before
 // each poll it asks stop, and gives up with stop's error (unless ready is
@@ -449,6 +523,9 @@ func Poll(word, sleeping *atomic.Uint32, w Wait, ready func() (bool, error), sto
 			gosched = start
 			if spin > 0 && w.Mode() == cpu.Park {
 				spin = 0 // this wait parks at once
+			}
+			if !yield && spin > 0 {
+				w.Where.Apart() // spin where the peer is not waiting
 			}
 		}
 		if now := time.Now(); now.Sub(start) < spin {

@@ -23,6 +23,7 @@ import (
 //	line 0: head  uint64  bytes the producer has published (monotonic)
 //	        pseq  uint32  bumped after every publish: the consumer's futex
 //	        pwait uint32  1 while the consumer is (about to be) asleep
+//	        wcpu  uint32  the CPU the consumer's rank last waited on, plus 1
 //	line 2: tail  uint64  bytes the consumer has freed (monotonic)
 //	        cseq  uint32  bumped after every free: the producer's futex
 //	        cwait uint32  1 while the producer is (about to be) asleep
@@ -59,6 +60,9 @@ type Ring struct {
 	PSeq, CSeq *atomic.Uint32
 	PWait      *atomic.Uint32
 	CWait      *atomic.Uint32
+	// WCPU is the CPU, plus 1 (0: not known), where the consumer's rank
+	// last began a wait that outlasted its first polls (Wait.Where).
+	WCPU *atomic.Uint32
 
 	// Wake wakes whoever sleeps on a futex word (futexWake); nil in tests
 	// that poll.
@@ -100,6 +104,7 @@ func NewRing(mem []byte, cap int) (*Ring, error) {
 	r.head = (*atomic.Uint64)(unsafe.Pointer(&mem[0]))
 	r.PSeq = (*atomic.Uint32)(unsafe.Pointer(&mem[8]))
 	r.PWait = (*atomic.Uint32)(unsafe.Pointer(&mem[12]))
+	r.WCPU = (*atomic.Uint32)(unsafe.Pointer(&mem[16]))
 	r.tail = (*atomic.Uint64)(unsafe.Pointer(&mem[128]))
 	r.CSeq = (*atomic.Uint32)(unsafe.Pointer(&mem[136]))
 	r.CWait = (*atomic.Uint32)(unsafe.Pointer(&mem[140]))
