@@ -17,20 +17,23 @@ import (
 //
 //   - small buffers (exactGatherBytes over all ranks): one all-gather of
 //     every rank's input, then the sum of the rows here (exact.SumRows32);
-//   - larger ones: a Max all-reduce of each element's exponent code, then
-//     a Sum all-reduce of the fixed-point integers (on the ring: its
-//     reduce-scatter half, each rank's chunk converted back, then its
-//     all-gather half, which passes the floats).
+//   - larger ones on the ring of two ranks: its reduce-scatter half, one
+//     exchange whose fold sums the two ranks' chunks exactly
+//     (exact.SumOf32), then its all-gather half, which passes the floats;
+//   - larger ones otherwise: a Max all-reduce of each element's exponent
+//     code, then a Sum all-reduce of the fixed-point integers (on the
+//     ring: its reduce-scatter half, each rank's chunk converted back,
+//     then its all-gather half).
 //
-// Both give the same bits: the codes are the same Max, the integers the
+// All give the same bits: the codes are the same Max, the integers the
 // same sum in another order.
 //
 // What it cannot promise: equal bits across jobs of different sizes (the
 // headroom, and the sum itself, depend on the size), nor when ranks compute
 // their inputs differently; the fp16 and bf16 wire formats do not apply
-// (the integers travel at full width). It costs the exponent round (one
-// byte per float32 element, four per float64) and integers as wide as the
-// elements.
+// (the integers travel at full width). It costs the conversions and, past
+// two ranks, the exponent round (one byte per float32 element, four per
+// float64); the integers are as wide as the elements.
 
 // SetExact turns exact sums (Config.Exact) on or off for the collectives
 // this Comm starts from now on (its groups made later inherit it). Like a
@@ -78,13 +81,19 @@ const opExactGather Op = 0xe5
 func newExact[T Number](c *Comm, buf []T, op Op, mine *[]T) *exactOp {
 	switch b := any(buf).(type) {
 	case []float32:
-		if gatherExact[float32](c, len(b), mine == nil) {
+		switch {
+		case gatherExact[float32](c, len(b), mine == nil):
 			return gatherSum(b, op, exact.SumRows32)
+		case pairExact[float32](c, len(b), mine == nil):
+			return pairSum(b, op, any(mine).(*[]float32), exact.SumOf32)
 		}
 		return planExact(b, op, any(mine).(*[]float32), exact.Codes32, exact.ToFixed32, exact.FromFixed32)
 	case []float64:
-		if gatherExact[float64](c, len(b), mine == nil) {
+		switch {
+		case gatherExact[float64](c, len(b), mine == nil):
 			return gatherSum(b, op, exact.SumRows64)
+		case pairExact[float64](c, len(b), mine == nil):
+			return pairSum(b, op, any(mine).(*[]float64), exact.SumOf64)
 		}
 		return planExact(b, op, any(mine).(*[]float64), exact.Codes64, exact.ToFixed64, exact.FromFixed64)
 	}
@@ -117,6 +126,58 @@ func gatherSum[F float32 | float64](b []F, op Op, sum func(all []F, n int, out [
 		}
 		sum(all, n, b, avg)
 		return nil
+	}
+	return e
+}
+
+// opExactPair is the Op in the header of a two-rank exact sum's
+// exchange, as opExactGather is of an all-gather.
+const opExactPair Op = 0xe6
+
+// pairExact reports whether an exact all-reduce (all) or reduce-scatter
+// of n elements of F on c sums pairs (pairSum): two ranks, on the ring.
+func pairExact[F float32 | float64](c *Comm, n int, all bool) bool {
+	kind := kindReduceScatter
+	if all {
+		kind = kindAllReduce
+	}
+	return c.Size() == 2 && c.planFor(kind, bytesOf[F](n)) == viaRing
+}
+
+// pairSum is an exact sum of two ranks in one round: the ring's
+// reduce-scatter half, one exchange of chunks (ring.Chunks) at two ranks,
+// whose fold sums this rank's chunk and the peer's exactly (sum:
+// exact.SumOf32 or 64), the same bits as the two rounds give, and (for
+// an all-reduce) the all-gather half. It needs no exponent round: both
+// terms' codes are at hand where they meet. With mine it is a
+// reduce-scatter: *mine is set to this rank's chunk, and nothing is
+// gathered. On an error b holds the input and sums mixed, as a plain
+// all-reduce's buffer holds partial sums.
+func pairSum[F float32 | float64](b []F, op Op, mine *[]F, sum func(rows [][]F, out []F, avg int)) *exactOp {
+	e := &exactOp{sumHdr: header[F](opExactPair, len(b))}
+	e.sumFn = func(ctx context.Context, x *call) error {
+		_, avg, err := exactSizes(x.c, op)
+		if err != nil {
+			return err
+		}
+		rank, size := x.net.Rank(), x.net.Size()
+		if size != 2 {
+			return localError("an exact sum of pairs over %d ranks", size)
+		}
+		spans := ring.Chunks(len(b), size)
+		steps := ring.Plan(rank, size)
+		fold := func(dst, src []F) { sum([][]F{dst, src}, dst, avg) }
+		o := x.o
+		o.Wire = WireFull
+		if err := ring.Run(ctx, x.net, b, spans, steps[:len(steps)/2], fold, o); err != nil {
+			return err
+		}
+		if mine != nil {
+			own := spans[rank]
+			*mine = b[own.Off : own.Off+own.Len]
+			return nil
+		}
+		return ringGatherChunks(ctx, x, b, o)
 	}
 	return e
 }

@@ -18,7 +18,9 @@
 //     element type (an Avg divides first, in float64).
 //
 // SumRows32 and SumRows64 run all three on the rows of one buffer (every
-// rank's input, gathered): the same bits as the collectives give.
+// rank's input, gathered), SumOf32 and SumOf64 on rows that lie apart
+// (two ranks' chunks where they meet): the same bits as the collectives
+// give.
 //
 // How close: the conversion rounds each term to 2^-(W-h) of the largest
 // term's binade (W = 31 or 63 bits, h = Headroom(n)), so the result is
@@ -97,6 +99,15 @@ func codes32Go(x []float32, codes []uint8) {
 	codes = codes[:len(x)]
 	for i, v := range x {
 		codes[i] = Code32(v)
+	}
+}
+
+// codesMax32Go raises codes[i] to Code32(x[i]) where that is larger: the
+// codes of one more term (codesMax32's definition, and its fallback).
+func codesMax32Go(x []float32, codes []uint8) {
+	codes = codes[:len(x)]
+	for i, v := range x {
+		codes[i] = max(codes[i], Code32(v))
 	}
 }
 
@@ -266,6 +277,19 @@ func toFixed32Go(x []float32, codes []uint8, q []int32, h int) {
 	}
 }
 
+// addFixed32Go adds ToFixed32's integers to q's (addFixed32's definition,
+// and its fallback).
+func addFixed32Go(x []float32, codes []uint8, q []int32, h int) {
+	var t [2048]int32
+	for lo := 0; lo < len(x); lo += len(t) {
+		hi := min(lo+len(t), len(x))
+		toFixed32Go(x[lo:hi], codes[lo:hi], t[:hi-lo], h)
+		for i, v := range t[:hi-lo] {
+			q[lo+i] += v
+		}
+	}
+}
+
 // FromFixed32 sets out[i] to the integer sum q[i] at the scale of codes[i],
 // divided by avg when avg > 1, rounded once to float32 (an Avg rounds
 // twice: the division in float64, then to float32). out may be q's own
@@ -363,12 +387,32 @@ func fromFixed64Go(q []int64, codes []int32, out []float64, h, avg int) {
 // all[r*len(out):(r+1)*len(out)]), divided by avg when avg > 1: what the
 // two collectives give, computed here. The rows' order does not matter.
 func SumRows32(all []float32, n int, out []float32, avg int) {
-	sumRows(all, n, out, avg, &scratch32, Codes32, ToFixed32, FromFixed32)
+	SumOf32(rowsOf(all, n, len(out)), out, avg)
 }
 
 // SumRows64 is SumRows32 for float64.
 func SumRows64(all []float64, n int, out []float64, avg int) {
-	sumRows(all, n, out, avg, &scratch64, Codes64, ToFixed64, FromFixed64)
+	SumOf64(rowsOf(all, n, len(out)), out, avg)
+}
+
+// SumOf32 is SumRows32 of rows that lie apart, each len(out) elements;
+// out may be one of them.
+func SumOf32(rows [][]float32, out []float32, avg int) {
+	sumRows(rows, out, avg, &scratch32, Codes32, codesMax32, ToFixed32, addFixed32, FromFixed32)
+}
+
+// SumOf64 is SumOf32 for float64.
+func SumOf64(rows [][]float64, out []float64, avg int) {
+	sumRows(rows, out, avg, &scratch64, Codes64, nil, ToFixed64, nil, FromFixed64)
+}
+
+// rowsOf is the n rows of m elements that all holds one after the other.
+func rowsOf[F float32 | float64](all []F, n, m int) [][]F {
+	rows := make([][]F, max(n, 0))
+	for r := range rows {
+		rows[r] = all[r*m : (r+1)*m]
+	}
+	return rows
 }
 
 // rows is SumRows' working memory, kept between calls (scratch32 and
@@ -388,9 +432,9 @@ func sized[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-func sumRows[F float32 | float64, C uint8 | int32, Q int32 | int64](all []F, n int, out []F, avg int, pool *sync.Pool,
-	code func([]F, []C), to func([]F, []C, []Q, int), from func([]Q, []C, []F, int, int)) {
-	m := len(out)
+func sumRows[F float32 | float64, C uint8 | int32, Q int32 | int64](all [][]F, out []F, avg int, pool *sync.Pool,
+	code, codeMax func([]F, []C), to, toAdd func([]F, []C, []Q, int), from func([]Q, []C, []F, int, int)) {
+	m, n := len(out), len(all)
 	if m == 0 || n < 1 {
 		return
 	}
@@ -399,18 +443,44 @@ func sumRows[F float32 | float64, C uint8 | int32, Q int32 | int64](all []F, n i
 		w = new(rows[C, Q])
 	}
 	defer pool.Put(w)
-	w.codes, w.row, w.sum, w.q = sized(w.codes, m), sized(w.row, m), sized(w.sum, m), sized(w.q, m)
-	code(all[:m], w.codes)
-	for r := 1; r < n; r++ {
-		code(all[r*m:(r+1)*m], w.row)
-		MaxCodes(w.codes, w.row)
+	// A tile of the rows at a time: its codes and sum stay in the core's
+	// caches between the passes (each element's sum is its own, so tiles
+	// do not change the bits, and out may be a row: a tile is written
+	// after every row's tile is read). codeMax and toAdd, where given,
+	// fold a row's codes and integers in as they make them; else each
+	// row's go through scratch.
+	t := min(m, rowTile)
+	w.codes, w.sum = sized(w.codes, t), sized(w.sum, t)
+	if codeMax == nil || toAdd == nil {
+		w.row, w.q = sized(w.row, t), sized(w.q, t)
 	}
 	h := Headroom(n)
-	to(all[:m], w.codes, w.sum, h)
 	add := reduce.Func[Q](reduce.Sum) // integer sums (a vector kernel on amd64)
-	for r := 1; r < n; r++ {
-		to(all[r*m:(r+1)*m], w.codes, w.q, h)
-		add(w.sum, w.q)
+	for lo := 0; lo < m; lo += t {
+		hi := min(lo+t, m)
+		k := hi - lo
+		codes, sum := w.codes[:k], w.sum[:k]
+		code(all[0][lo:hi], codes)
+		for _, row := range all[1:] {
+			if codeMax != nil {
+				codeMax(row[lo:hi], codes)
+				continue
+			}
+			code(row[lo:hi], w.row[:k])
+			MaxCodes(codes, w.row[:k])
+		}
+		to(all[0][lo:hi], codes, sum, h)
+		for _, row := range all[1:] {
+			if toAdd != nil {
+				toAdd(row[lo:hi], codes, sum, h)
+				continue
+			}
+			to(row[lo:hi], codes, w.q[:k], h)
+			add(sum, w.q[:k])
+		}
+		from(sum, codes, out[lo:hi], h, avg)
 	}
-	from(w.sum, w.codes, out, h, avg)
 }
+
+// rowTile is the elements of each row that SumRows takes at a time.
+const rowTile = 4096

@@ -18,10 +18,11 @@ var vector = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 // element-by-element code.
 const block = 32
 
-// codes32AVX2 is Codes32 of n elements, n a multiple of block.
+// codes32AVX2 is Codes32 of n elements, n a multiple of block, or with
+// max not 0 codesMax32's.
 //
 //go:noescape
-func codes32AVX2(x *float32, codes *uint8, n int)
+func codes32AVX2(x *float32, codes *uint8, n, max int)
 
 // toFixed32AVX2 is ToFixed32 of n elements (a multiple of block) at
 // headroom h (0..64). It multiplies in float32 by 2^Scale32(c, h), which
@@ -30,10 +31,10 @@ func codes32AVX2(x *float32, codes *uint8, n int)
 // conversion to int32 (half to even); a block with code 255, or whose
 // product is out of int32's range (a code below the element's own), it
 // leaves. It returns the elements converted before the first block it
-// leaves.
+// leaves. With add not 0 it adds each integer to q's (addFixed32).
 //
 //go:noescape
-func toFixed32AVX2(x *float32, codes *uint8, q *int32, n, h, lo, span int) int
+func toFixed32AVX2(x *float32, codes *uint8, q *int32, n, h, lo, span, add int) int
 
 // fromFixed32AVX2 is FromFixed32 of n elements (a multiple of block) at
 // headroom h (0..64). Where every code c of a block lies in lo..lo+span:
@@ -53,9 +54,18 @@ func codes32(x []float32, codes []uint8) {
 	n := 0
 	if vector && len(x) >= block {
 		n = len(x) &^ (block - 1)
-		codes32AVX2(&x[0], &codes[0], n)
+		codes32AVX2(&x[0], &codes[0], n, 0)
 	}
 	codes32Go(x[n:], codes[n:])
+}
+
+func codesMax32(x []float32, codes []uint8) {
+	n := 0
+	if vector && len(x) >= block {
+		n = len(x) &^ (block - 1)
+		codes32AVX2(&x[0], &codes[0], n, 1)
+	}
+	codesMax32Go(x[n:], codes[n:])
 }
 
 // toFixed32 runs the kernel on the whole blocks and toFixed32Of on the
@@ -102,13 +112,33 @@ func toFixed32(x []float32, codes []uint8, q []int32, h int) {
 	lo, span := toFixed32Range(h)
 	n := len(x) &^ (block - 1)
 	for i := 0; i < n; {
-		i += toFixed32AVX2(&x[i], &codes[i], &q[i], n-i, h, lo, span)
+		i += toFixed32AVX2(&x[i], &codes[i], &q[i], n-i, h, lo, span, 0)
 		for j := min(i+block, n); i < j; i++ {
 			q[i] = toFixed32Of(x[i], codes[i], h)
 		}
 	}
 	for i := n; i < len(x); i++ {
 		q[i] = toFixed32Of(x[i], codes[i], h)
+	}
+}
+
+// addFixed32 is toFixed32 adding each integer to q's, as its kernel does
+// with add.
+func addFixed32(x []float32, codes []uint8, q []int32, h int) {
+	if !vector || h < 0 || h > 64 {
+		addFixed32Go(x, codes, q, h)
+		return
+	}
+	lo, span := toFixed32Range(h)
+	n := len(x) &^ (block - 1)
+	for i := 0; i < n; {
+		i += toFixed32AVX2(&x[i], &codes[i], &q[i], n-i, h, lo, span, 1)
+		for j := min(i+block, n); i < j; i++ {
+			q[i] += toFixed32Of(x[i], codes[i], h)
+		}
+	}
+	for i := n; i < len(x); i++ {
+		q[i] += toFixed32Of(x[i], codes[i], h)
 	}
 }
 

@@ -23,11 +23,15 @@ GLOBL codesOrder<>(SB), RODATA|NOPTR, $32
 	VPCMPEQD  Y13, r, r   \
 	VPANDN    t, r, r
 
-// func codes32AVX2(x *float32, codes *uint8, n int)
-TEXT ·codes32AVX2(SB), NOSPLIT, $0-24
+// func codes32AVX2(x *float32, codes *uint8, n, max int)
+//
+// With max not 0 each code stored is the larger of the element's and the
+// one codes held.
+TEXT ·codes32AVX2(SB), NOSPLIT, $0-32
 	MOVQ x+0(FP), SI
 	MOVQ codes+8(FP), DI
 	MOVQ n+16(FP), CX
+	MOVQ max+24(FP), R8
 	MOVL $255, AX
 	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
@@ -55,6 +59,11 @@ codesLoop:
 	VPACKUSDW Y3, Y2, Y2
 	VPACKUSWB Y2, Y0, Y0
 	VPERMD    Y0, Y12, Y0
+	TESTQ     R8, R8
+	JZ        codesStore
+	VPMAXUB   (DI), Y0, Y0
+
+codesStore:
 	VMOVDQU   Y0, (DI)
 	ADDQ      $128, SI
 	ADDQ      $32, DI
@@ -79,7 +88,7 @@ codesLoop:
 	VMULPS    t, r, r     \
 	VCVTPS2DQ r, r
 
-// func toFixed32AVX2(x *float32, codes *uint8, q *int32, n, h, lo, span int) int
+// func toFixed32AVX2(x *float32, codes *uint8, q *int32, n, h, lo, span, add int) int
 //
 // Per 8 elements: the float32 2^(157-h-c), exponent bits 284-h-c; the
 // product with x, exact; its conversion to int32, rounded half to even
@@ -87,8 +96,8 @@ codesLoop:
 // two products instead (SPLIT32), at any code but 255. A block is left,
 // before any of it is stored, when a code is 255 or a conversion is
 // invalid (its result 1<<31: the product is NaN or at least 2^31 in
-// magnitude).
-TEXT ·toFixed32AVX2(SB), NOSPLIT, $0-64
+// magnitude). With add not 0 each integer is added to the one q held.
+TEXT ·toFixed32AVX2(SB), NOSPLIT, $0-72
 	MOVQ x+0(FP), SI
 	MOVQ codes+8(FP), DI
 	MOVQ q+16(FP), DX
@@ -111,6 +120,7 @@ TEXT ·toFixed32AVX2(SB), NOSPLIT, $0-64
 	SUBQ h+32(FP), AX
 	VMOVD AX, X10
 	VPBROADCASTD X10, Y10 // 411-h
+	MOVQ add+56(FP), R8
 	XORQ AX, AX
 
 toLoop:
@@ -152,6 +162,14 @@ toStore:
 	VPOR      Y6, Y4, Y4
 	VPTEST    Y4, Y4
 	JNZ       toDone
+	TESTQ     R8, R8
+	JZ        toPut
+	VPADDD    (DX)(AX*4), Y0, Y0
+	VPADDD    32(DX)(AX*4), Y1, Y1
+	VPADDD    64(DX)(AX*4), Y2, Y2
+	VPADDD    96(DX)(AX*4), Y3, Y3
+
+toPut:
 	VMOVDQU   Y0, (DX)(AX*4)
 	VMOVDQU   Y1, 32(DX)(AX*4)
 	VMOVDQU   Y2, 64(DX)(AX*4)
@@ -172,7 +190,7 @@ toSplit:
 	JMP      toStore
 
 toDone:
-	MOVQ AX, ret+56(FP)
+	MOVQ AX, ret+64(FP)
 	VZEROUPPER
 	RET
 

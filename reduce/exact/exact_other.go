@@ -6,7 +6,11 @@ package exact
 
 func codes32(x []float32, codes []uint8) { codes32Go(x, codes) }
 
+func codesMax32(x []float32, codes []uint8) { codesMax32Go(x, codes) }
+
 func toFixed32(x []float32, codes []uint8, q []int32, h int) { toFixed32Go(x, codes, q, h) }
+
+func addFixed32(x []float32, codes []uint8, q []int32, h int) { addFixed32Go(x, codes, q, h) }
 
 func fromFixed32(q []int32, codes []uint8, out []float32, h, avg int) {
 	fromFixed32Go(q, codes, out, h, avg)

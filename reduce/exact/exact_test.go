@@ -304,3 +304,47 @@ func BenchmarkConvert(b *testing.B) {
 		FromFixed32(q, codes, x, 2, 1)
 	}
 }
+
+// TestSumRowsTiles: SumRows takes its rows a tile at a time; over rows
+// longer than a tile, not a multiple of it, and shorter, every element's
+// sum has the bits of that element's column summed alone, and SumOf of
+// the rows apart, into the first of them, the bits of SumRows.
+func TestSumRowsTiles(t *testing.T) {
+	rng := rand.New(rand.NewPCG(48, 49))
+	for _, m := range []int{1, rowTile - 1, rowTile, rowTile + 1, 2*rowTile + 97} {
+		for _, n := range []int{1, 2, 3, 7} {
+			in32 := make([][]float32, n)
+			in64 := make([][]float64, n)
+			for r := range n {
+				in32[r] = values32(rng, m, r, true)
+				in64[r] = values64(rng, m, r, true)
+			}
+			for _, avg := range []bool{false, true} {
+				got32, got64 := sumRows32(in32, avg), sumRows64(in64, avg)
+				a32, a64 := make([][]float32, n), make([][]float64, n)
+				for r := range n {
+					a32[r], a64[r] = slices.Clone(in32[r]), slices.Clone(in64[r])
+				}
+				div := map[bool]int{true: n, false: 1}[avg]
+				SumOf32(a32, a32[0], div)
+				SumOf64(a64, a64[0], div)
+				if !sameBits(a32[0], got32) || !sameBits(a64[0], got64) {
+					t.Fatalf("m %d n %d avg %v: SumOf into its first row differs from SumRows", m, n, avg)
+				}
+				for i := range m {
+					col32 := make([][]float32, n)
+					col64 := make([][]float64, n)
+					for r := range n {
+						col32[r], col64[r] = in32[r][i:i+1], in64[r][i:i+1]
+					}
+					if want := sumRows32(col32, avg); !sameBits(got32[i:i+1], want) {
+						t.Fatalf("float32 m %d n %d avg %v element %d: %v, alone %v", m, n, avg, i, got32[i], want[0])
+					}
+					if want := sumRows64(col64, avg); !sameBits(got64[i:i+1], want) {
+						t.Fatalf("float64 m %d n %d avg %v element %d: %v, alone %v", m, n, avg, i, got64[i], want[0])
+					}
+				}
+			}
+		}
+	}
+}

@@ -24,7 +24,7 @@ func TestKernelsVector(t *testing.T) {
 			c.codes[i] = max(c.codes[i], Code32(v), uint8(30-h))
 		}
 		q := make([]int32, n)
-		if done := toFixed32AVX2(&c.x[0], &c.codes[0], &q[0], n, h, 30-h, 254-(30-h)); done != n {
+		if done := toFixed32AVX2(&c.x[0], &c.codes[0], &q[0], n, h, 30-h, 254-(30-h), 0); done != n {
 			t.Fatalf("h %d: toFixed32AVX2 converted %d of %d", h, done, n)
 		}
 		want := make([]int32, n)
@@ -133,7 +133,7 @@ func TestKernelsVectorSmallCodes(t *testing.T) {
 		c := smallCase(rng, n, h, false)
 		lo, span := toFixed32Range(h)
 		q := make([]int32, n)
-		if done := toFixed32AVX2(&c.x[0], &c.codes[0], &q[0], n, h, lo, span); done != n {
+		if done := toFixed32AVX2(&c.x[0], &c.codes[0], &q[0], n, h, lo, span, 0); done != n {
 			t.Fatalf("h %d: toFixed32AVX2 converted %d of %d", h, done, n)
 		}
 		want := make([]int32, n)

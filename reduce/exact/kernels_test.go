@@ -42,6 +42,28 @@ func checkKernels(c kernelCase, h, avg, off int) error {
 	if i := firstDiff(q[at(0):at(0)+n], q[at(1):at(1)+n]); i >= 0 {
 		return fmt.Errorf("ToFixed32 of %#x at code %d, h %d: %d, want %d", math.Float32bits(c.x[i]), c.codes[i], h, q[at(0)+i], q[at(1)+i])
 	}
+	// The folding forms SumRows32 uses: codes raised by one more term's,
+	// integers added to the sums held (c.codes and c.q as those).
+	mc := [2][]uint8{slices.Clone(c.codes[:n]), slices.Clone(c.codes[:n])}
+	codesMax32(c.x, mc[0])
+	codesMax32Go(c.x, mc[1])
+	if i := firstDiff(mc[0], mc[1]); i >= 0 {
+		return fmt.Errorf("codesMax32 of %#x over code %d: %d, want %d", math.Float32bits(c.x[i]), c.codes[i], mc[0][i], mc[1][i])
+	}
+	aq := [2][]int32{slices.Clone(c.q[:n]), slices.Clone(c.q[:n])}
+	addFixed32(c.x, c.codes, aq[0], h)
+	addFixed32Go(c.x, c.codes, aq[1], h)
+	if i := firstDiff(aq[0], aq[1]); i >= 0 {
+		return fmt.Errorf("addFixed32 of %#x at code %d, h %d, to %d: %d, want %d", math.Float32bits(c.x[i]), c.codes[i], h, c.q[i], aq[0][i], aq[1][i])
+	}
+	for i := range n {
+		if want := c.q[i] + q[at(1)+i]; aq[1][i] != want {
+			return fmt.Errorf("addFixed32Go of %#x at code %d, h %d, to %d: %d, want %d", math.Float32bits(c.x[i]), c.codes[i], h, c.q[i], aq[1][i], want)
+		}
+		if want := max(c.codes[i], codes[at(1)+i]); mc[1][i] != want {
+			return fmt.Errorf("codesMax32Go of %#x over code %d: %d, want %d", math.Float32bits(c.x[i]), c.codes[i], mc[1][i], want)
+		}
+	}
 	out := make([]float32, at(2))
 	for _, in := range [][]int32{c.q, q[at(0) : at(0)+n]} {
 		FromFixed32(in, c.codes, out[at(0):at(0)+n], h, avg)
@@ -334,7 +356,7 @@ func TestSumRowsReLU(t *testing.T) {
 			got := make([]float32, m)
 			want := make([]float32, m)
 			SumRows32(all, n, got, avg)
-			sumRows(all, n, want, avg, &pool, codes32Go, toFixed32Go, fromFixed32Go)
+			sumRows(rowsOf(all, n, m), want, avg, &pool, codes32Go, codesMax32Go, toFixed32Go, addFixed32Go, fromFixed32Go)
 			if i := firstDiff(bitsOf(got), bitsOf(want)); i >= 0 {
 				t.Fatalf("%d ranks, avg %d, element %d: %g, want %g", n, avg, i, got[i], want[i])
 			}
@@ -1007,4 +1029,18 @@ func BenchmarkFromFixed64(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkSumOf32: the exact sum of two rows of 128K elements into the
+// first (a two-rank all-reduce's fold at 1 MiB), per element.
+func BenchmarkSumOf32(b *testing.B) {
+	const n = 1 << 17
+	x, _, _ := benchData(2 * n)
+	rows := [][]float32{x[:n], x[n:]}
+	out := make([]float32, n)
+	b.SetBytes(8 * n)
+	for range b.N {
+		SumOf32(rows, out, 1)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/elem")
 }
