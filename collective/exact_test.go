@@ -85,8 +85,8 @@ func TestExactCollectives(t *testing.T) {
 	var jobs []job
 	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 16} {
 		// A small buffer (gathered and summed by each rank) and one past
-		// exactGatherBytes (rows summed by their chunk's rank on the ring
-		// of up to exactRowsRanks, else the two rounds).
+		// exactGatherBytes (two ranks' pair summed in the ring's exchange,
+		// else the two rounds).
 		jobs = append(jobs, job{n, []int{0, 1, 3, 13, 257, 1031}[rng.IntN(6)]})
 		jobs = append(jobs, job{n, exactGatherBytes/4 + []int{1, 3, 29}[rng.IntN(3)]})
 	}

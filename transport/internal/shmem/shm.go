@@ -493,14 +493,14 @@ func (w Wait) Mode() cpu.Mode {
 // the process's other goroutines run between polls, and giving the core
 // away too when w.Yield; not at all when cpu.Now says park; a spin that
 // does not yield begins away from the CPU its peer waits on, w.Where),
-// then asleep
-// with sleeping raised: sleep(seq) returns when word may have moved past
-// seq, or after at most Sleep, or when stop has something to say. Before
-// each poll it asks stop, and gives up with stop's error (unless ready is
-// true by then). A caller locked to its OS thread (w.Locked) lets the
-// other goroutines run only every LockedYield of its spin, and before it
-// sleeps (its futex sleep keeps the P until the runtime's monitor takes
-// it): for it a runtime.Gosched is two thread switches.
+// then asleep with sleeping raised: sleep(seq) returns when word may have
+// moved past seq, or after at most Sleep, or when stop has something to
+// say. Before each poll it asks stop, and gives up with stop's error
+// (unless ready is true by then). A caller locked to its OS thread
+// (w.Locked) lets the other goroutines run only every LockedYield of its
+// spin, and before it sleeps (its futex sleep keeps the P until the
+// runtime's monitor takes it): for it a runtime.Gosched is two thread
+// switches.
 func Poll(word, sleeping *atomic.Uint32, w Wait, ready func() (bool, error), stop func() error, sleep func(seq uint32)) error {
 	spin, yield, locked := w.Spin, w.Yield, w.Locked
 	var start, gosched time.Time
