@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"runtime"
 	"strings"
@@ -132,7 +133,10 @@ type Config struct {
 	// one per rank, in rank order: a rank joins a few of them (see
 	// membership.Config.Seeds); a list of another length is tried in full.
 	Seeds []string
-	// AdvertiseAddr is the address other ranks reach this one at.
+	// AdvertiseAddr is the address other ranks reach this one at. A
+	// loopback address (a job on one host) also narrows the listeners
+	// that would take any address (DataListen's default, gossip's) to it,
+	// so that the job cannot be reached from the network.
 	AdvertiseAddr string
 	// GossipPort is where this rank's gossip member listens (0: any).
 	GossipPort int
@@ -419,6 +423,29 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 // hostKey is what the transport and the hubs compare to find ranks on
 // this host: HostKey within this job ("" lets them use the hostname).
 func (c *Config) hostKey() string { return jobenv.HostKey(c.JobID, c.HostKey) }
+
+// listenHost is the host this rank's listeners bind (the data plane's,
+// gossip's and a colocated hub's): DataListen's, or AdvertiseAddr where
+// that is a loopback address and DataListen's host takes any address.
+func (c *Config) listenHost() string {
+	host, _, err := net.SplitHostPort(c.DataListen)
+	if err != nil {
+		host = ""
+	}
+	if anyAddr := host == "" || net.ParseIP(host).IsUnspecified(); anyAddr && net.ParseIP(c.AdvertiseAddr).IsLoopback() {
+		return c.AdvertiseAddr
+	}
+	return host
+}
+
+// dataListen is DataListen at listenHost.
+func (c *Config) dataListen() string {
+	_, port, err := net.SplitHostPort(c.DataListen)
+	if err != nil {
+		return c.DataListen // New's listen reports it
+	}
+	return net.JoinHostPort(c.listenHost(), port)
+}
 
 // shmOptions are the shared-memory settings of this rank's connections
 // to hubs, and of its colocated hub's. They do not spin: their readers

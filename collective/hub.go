@@ -35,11 +35,7 @@ func (c *Comm) startHub(ctx context.Context) error {
 		mine := ""
 		if c.cfg.Rank < k {
 			hc := hubConfig(c.cfg, c.cfg.Rank, c.cfg.Size, c.log)
-			host, _, err := net.SplitHostPort(c.cfg.DataListen)
-			if err != nil {
-				host = ""
-			}
-			hc.ListenAddr = net.JoinHostPort(host, "0")
+			hc.ListenAddr = net.JoinHostPort(c.cfg.listenHost(), "0")
 			hc.Shm = c.cfg.shmOptions()
 			h, err := ps.NewHub(hc)
 			if err != nil {

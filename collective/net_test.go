@@ -228,3 +228,60 @@ func strategyComms(t *testing.T, n int, strategy string) []*Comm {
 	t.Cleanup(func() { closeAll(comms) })
 	return comms
 }
+
+// TestLoopbackJobListensOnLoopback: ranks that others reach at a loopback
+// address (a job on one host) bind the listeners that would take any
+// address to it, gossip's and the data plane's; other addresses, and a
+// DataListen of one host, are left as configured.
+func TestLoopbackJobListensOnLoopback(t *testing.T) {
+	for _, c := range []struct {
+		advertise, listen  string
+		wantData, wantBind string
+	}{
+		{"127.0.0.1", "0.0.0.0:0", "127.0.0.1:0", "127.0.0.1"},
+		{"127.0.0.2", ":7000", "127.0.0.2:7000", "127.0.0.2"},
+		{"::1", "[::]:0", "[::1]:0", "::1"},
+		{"10.1.2.3", "0.0.0.0:0", "0.0.0.0:0", "0.0.0.0"},
+		{"127.0.0.1", "10.1.2.3:0", "10.1.2.3:0", "0.0.0.0"},
+		{"node7", "0.0.0.0:0", "0.0.0.0:0", "0.0.0.0"},
+	} {
+		cfg := DefaultConfig()
+		cfg.AdvertiseAddr, cfg.DataListen = c.advertise, c.listen
+		tc := transportConfig(cfg, nil)
+		mc := membershipConfig(cfg, "", "", nil)
+		if tc.ListenAddr != c.wantData || mc.BindAddr != c.wantBind {
+			t.Errorf("advertise %s, DataListen %s: data on %s, gossip on %s; want %s and %s", c.advertise, c.listen, tc.ListenAddr, mc.BindAddr, c.wantData, c.wantBind)
+		}
+	}
+	cfgs := tcpConfigs(t, 2, "a-secret-of-the-right-length")
+	for r := range cfgs {
+		cfgs[r].DataListen = DefaultConfig().DataListen
+	}
+	comms, errs := newAll(cfgs)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range comms {
+		defer c.Close()
+		a, ok := c.tr.(interface{ Addr() net.Addr })
+		if !ok {
+			t.Fatalf("rank %d: the transport %T has no address", c.Rank(), c.tr)
+		}
+		if ip := a.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+			t.Errorf("rank %d: the data plane listens on %v", c.Rank(), a.Addr())
+		}
+	}
+	// And they talk: a sum over the data plane.
+	if err := runAll(comms, func(c *Comm) error {
+		b := []float32{float32(c.Rank() + 1)}
+		if err := AllReduce(context.Background(), c, b, Sum); err != nil {
+			return err
+		}
+		if b[0] != 3 {
+			return fmt.Errorf("sum %v, want 3", b[0])
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -2,6 +2,7 @@ package collective
 
 import (
 	"log/slog"
+	"net"
 
 	"github.com/gorun/gorun/membership"
 	"github.com/gorun/gorun/ps"
@@ -19,7 +20,7 @@ import (
 func transportConfig(cfg Config, logger *slog.Logger) tcp.Config {
 	tc := tcp.DefaultConfig()
 	tc.Rank, tc.Size, tc.JobID, tc.Secret = cfg.Rank, cfg.Size, cfg.JobID, cfg.Secret
-	tc.ListenAddr, tc.MaxPayload, tc.Logger = cfg.DataListen, cfg.MaxFrame, logger
+	tc.ListenAddr, tc.MaxPayload, tc.Logger = cfg.dataListen(), cfg.MaxFrame, logger
 	tc.SpinTime, tc.SpinYield, tc.HostRanks = cfg.SpinTime, cfg.SpinYield, cfg.HostRanks
 	tc.Shm, tc.HostKey = cfg.Shm, cfg.hostKey()
 	// The hub strategy's traffic bypasses the rank mesh: every rank's
@@ -36,6 +37,9 @@ func membershipConfig(cfg Config, dataAddr, hostKey string, logger *slog.Logger)
 	mc := membership.DefaultConfig()
 	mc.JobID, mc.Rank, mc.Size, mc.Secret = cfg.JobID, cfg.Rank, cfg.Size, cfg.Secret
 	mc.BindPort, mc.AdvertiseAddr = cfg.GossipPort, cfg.AdvertiseAddr
+	if h := cfg.listenHost(); net.ParseIP(h).IsLoopback() {
+		mc.BindAddr = h // a job on one host: gossip on loopback alone
+	}
 	// One seed per rank (membership joins a few of them, never its own),
 	// or a list to try in full.
 	mc.Seeds = cfg.Seeds
