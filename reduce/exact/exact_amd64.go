@@ -104,41 +104,43 @@ func codesMax32(x []float32, codes []uint8) {
 // code 255.
 //
 // The kernels take h in 0..64 (a sum's headroom is 1..15).
-func toFixed32(x []float32, codes []uint8, q []int32, h int) {
-	if !vector || h < 0 || h > 64 {
-		toFixed32Go(x, codes, q, h)
-		return
-	}
-	lo, span := toFixed32Range(h)
-	n := len(x) &^ (block - 1)
-	for i := 0; i < n; {
-		i += toFixed32AVX2(&x[i], &codes[i], &q[i], n-i, h, lo, span, 0)
-		for j := min(i+block, n); i < j; i++ {
-			q[i] = toFixed32Of(x[i], codes[i], h)
-		}
-	}
-	for i := n; i < len(x); i++ {
-		q[i] = toFixed32Of(x[i], codes[i], h)
-	}
-}
+func toFixed32(x []float32, codes []uint8, q []int32, h int) { fixed32Into(x, codes, q, h, false) }
 
 // addFixed32 is toFixed32 adding each integer to q's, as its kernel does
 // with add.
-func addFixed32(x []float32, codes []uint8, q []int32, h int) {
+func addFixed32(x []float32, codes []uint8, q []int32, h int) { fixed32Into(x, codes, q, h, true) }
+
+// fixed32Into is toFixed32 (add false) or addFixed32 (add true).
+func fixed32Into(x []float32, codes []uint8, q []int32, h int, add bool) {
 	if !vector || h < 0 || h > 64 {
-		addFixed32Go(x, codes, q, h)
+		if add {
+			addFixed32Go(x, codes, q, h)
+		} else {
+			toFixed32Go(x, codes, q, h)
+		}
 		return
 	}
 	lo, span := toFixed32Range(h)
+	flag := 0
+	if add {
+		flag = 1
+	}
+	put := func(i int) {
+		if v := toFixed32Of(x[i], codes[i], h); add {
+			q[i] += v
+		} else {
+			q[i] = v
+		}
+	}
 	n := len(x) &^ (block - 1)
 	for i := 0; i < n; {
-		i += toFixed32AVX2(&x[i], &codes[i], &q[i], n-i, h, lo, span, 1)
+		i += toFixed32AVX2(&x[i], &codes[i], &q[i], n-i, h, lo, span, flag)
 		for j := min(i+block, n); i < j; i++ {
-			q[i] += toFixed32Of(x[i], codes[i], h)
+			put(i)
 		}
 	}
 	for i := n; i < len(x); i++ {
-		q[i] += toFixed32Of(x[i], codes[i], h)
+		put(i)
 	}
 }
 
